@@ -1,0 +1,1 @@
+"""Cluster control plane (PostgreSQL authority, retention, dispatch, HTTP API): issue 4."""

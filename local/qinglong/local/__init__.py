@@ -1,0 +1,1 @@
+"""Local profile (edge, standalone): SQLite storage, process launcher, recovery, app root."""

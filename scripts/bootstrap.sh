@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Creates ./.venv (if missing) and installs the project into it, editable.
+#   scripts/bootstrap.sh            runtime only (the local profile)
+#   scripts/bootstrap.sh dev        plus the test and lint tools
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extra="${1:-}"
+py="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  "$py" -m venv .venv
+fi
+stamp=".venv/.installed-${extra:-runtime}"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip >/dev/null
+  if [ -n "$extra" ]; then
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[$extra]"
+  else
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check -e .
+  fi
+  touch "$stamp"
+fi

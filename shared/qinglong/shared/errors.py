@@ -1,0 +1,142 @@
+"""Typed errors with stable names (DESIGN.md §2; ADR names where they exist).
+
+Messages never carry secrets, user output, commands or paths of user data: callers that
+need details attach them as attributes, not as text.
+"""
+
+from __future__ import annotations
+
+
+class QinglongError(Exception):
+    """Base class of every error this runtime raises on purpose."""
+
+    code: str = "qinglong_error"
+
+
+class ValidationError(QinglongError, ValueError):
+    """Input rejected before anything changed. ``field`` names what was wrong."""
+
+    code = "invalid_input"
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class InvalidIdentifierError(ValidationError):
+    """A value that must be a UUIDv7 (version nibble 7, variant 10) is not one."""
+
+    code = "invalid_identifier"
+
+
+class InvalidTransitionError(QinglongError):
+    """A status change not in the transition table (DESIGN.md §2)."""
+
+    code = "invalid_transition"
+
+    def __init__(self, entity: str, current: str, target: str) -> None:
+        super().__init__(f"{entity} cannot move from {current} to {target}")
+        self.entity = entity
+        self.current = current
+        self.target = target
+
+
+class ConcurrentUpdateError(QinglongError):
+    """A compare-and-set lost its race: the row's status or version was not the expected one."""
+
+    code = "concurrent_update"
+
+
+class NotFoundError(QinglongError):
+    """The named entity does not exist."""
+
+    code = "not_found"
+
+
+class ConflictError(QinglongError):
+    """The request conflicts with existing state (duplicate name, conflicting registration)."""
+
+    code = "conflict"
+
+
+class ReceiptCodecError(QinglongError):
+    """A completion receipt is malformed, too large, or of an unknown format."""
+
+    code = "receipt_invalid"
+
+
+class HandleCodecError(QinglongError):
+    """A durable process handle string does not parse (``ql3lp1:`` format)."""
+
+    code = "handle_invalid"
+
+
+class UnsafeSignalError(QinglongError):
+    """Refused to signal a pid or process group id <= 1 (DESIGN.md §3.2 step 6)."""
+
+    code = "unsafe_signal"
+
+
+class ProcessIdentityError(QinglongError):
+    """The Linux identity of a spawned process could not be captured (ADR-0069 §2 step 6)."""
+
+    code = "process_identity_unavailable"
+
+
+class LaunchError(QinglongError):
+    """A launch step failed before user code ran. ``step`` is the ADR-0069 §2 step number."""
+
+    code = "launch_failed"
+
+    def __init__(self, step: int, message: str) -> None:
+        super().__init__(f"launch step {step}: {message}")
+        self.step = step
+
+
+class StorageError(QinglongError):
+    """The local store failed (I/O, corruption, disk full)."""
+
+    code = "storage_error"
+
+
+class StorageClosedError(StorageError):
+    """The store was closed; no further operation is accepted (DESIGN.md §3.1 close fence)."""
+
+    code = "storage_closed"
+
+
+class StorageBusyError(StorageError):
+    """The serial operation queue already holds 256 pending operations (DESIGN.md §3.1)."""
+
+    code = "storage_busy"
+
+
+class SchemaMismatchError(StorageError):
+    """Migrations changed, missing, or the database is newer than this code (DESIGN.md §3.1)."""
+
+    code = "schema_mismatch"
+
+
+class DataDirectoryBusyError(QinglongError):
+    """Another process owns the data directory (one owner per data directory)."""
+
+    code = "data_directory_busy"
+
+
+class LocalApplicationStartupRecoveryRequiredError(QinglongError):
+    """Startup found runs whose fate is not yet proven (ADR-0067 §3, DESIGN.md §3.4).
+
+    Carries counts and the truncated flag only: no run ids, commands, paths or output.
+    """
+
+    code = "startup_recovery_required"
+
+    def __init__(self, candidates: int, active_attempts: int, truncated: bool) -> None:
+        more = " or more" if truncated else ""
+        super().__init__(
+            f"startup recovery required: {candidates}{more} run(s) in dispatching/running "
+            f"with {active_attempts} active attempt(s) need a decision before new work starts"
+        )
+        self.candidates = candidates
+        self.active_attempts = active_attempts
+        self.truncated = truncated

@@ -1,0 +1,1 @@
+"""Remote worker (claims attempts over HTTP, runs them, uploads logs): not built yet."""
