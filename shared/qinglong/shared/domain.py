@@ -50,6 +50,8 @@ class Task:
     labels: tuple[str, ...] = ()
     enabled: bool = True
     misfire_grace_s: int = 60
+    schedule_cursor_ms: int | None = None
+    version: int = 1
     created_at_ms: int = 0
     updated_at_ms: int = 0
 

@@ -99,6 +99,12 @@ class StorageError(QinglongError):
     code = "storage_error"
 
 
+class DiskFullError(StorageError):
+    """The filesystem holding the data directory is full (ENOSPC or SQLITE_FULL)."""
+
+    code = "disk_full"
+
+
 class StorageClosedError(StorageError):
     """The store was closed; no further operation is accepted (DESIGN.md §3.1 close fence)."""
 
