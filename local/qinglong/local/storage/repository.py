@@ -329,6 +329,17 @@ class LocalRunRepository:
             lambda c: self._runs(c, where + " AND r.task_id = ? ORDER BY r.id", (task_id,))
         )
 
+    def has_unfinished_run(self, task_id: str) -> bool:
+        """True while the task has a queued, dispatching or running run."""
+        row = self.db.read(
+            lambda c: c.execute(
+                "SELECT 1 FROM runs WHERE task_id = ? AND status IN"
+                " ('queued', 'dispatching', 'running') LIMIT 1",
+                (task_id,),
+            ).fetchone()
+        )
+        return row is not None
+
     def queued_due(self, at_ms: int, limit: int) -> list[Run]:
         """Queued runtime-owned runs whose ``not_before`` has come, oldest first."""
         return self.db.read(

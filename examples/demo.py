@@ -1,0 +1,132 @@
+"""The README's main job: register real maintenance scripts and run each once, for real.
+
+Uses only the `ql3` command line, exactly as a person would, on the data directory
+./demo-data (override with QL3_DATA_DIR). Re-running is safe: existing tasks are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+DATA = Path(os.environ.get("QL3_DATA_DIR") or ROOT / "demo-data").resolve()
+SAMPLE = DATA / "sample"
+QL3 = [str(Path(sys.executable).parent / "ql3")]
+PY = sys.executable
+
+TASKS: list[tuple[str, str, list[str], list[str]]] = [
+    # name, schedule, extra options, argv
+    (
+        "compress-logs",
+        "0 3 * * *",
+        [],
+        [PY, str(EXAMPLES / "compress_old_logs.py"), str(SAMPLE / "logs"), "7"],
+    ),
+    (
+        "backup-db",
+        "30 2 * * *",
+        ["--timeout", "60"],
+        [
+            PY,
+            str(EXAMPLES / "backup_sqlite.py"),
+            str(SAMPLE / "db" / "app.sqlite"),
+            str(SAMPLE / "backups"),
+        ],
+    ),
+    ("disk-usage", "*/15 * * * *", [], [PY, str(EXAMPLES / "disk_usage.py"), str(SAMPLE)]),
+    ("always-fails", "0 * * * *", [], ["/bin/sh", str(EXAMPLES / "fail.sh")]),
+    (
+        "too-slow",
+        "*/5 * * * *",
+        ["--timeout", "2"],
+        ["/bin/sh", str(EXAMPLES / "slow_with_child.sh"), "300"],
+    ),
+]
+
+
+def ql3(*args: str, check: bool = True) -> str:
+    """Run ql3 with the demo data directory; return stdout."""
+    env = dict(os.environ, QL3_DATA_DIR=str(DATA))
+    proc = subprocess.run([*QL3, *args], env=env, capture_output=True, text=True, check=False)
+    if check and proc.returncode != 0:
+        sys.exit(f"demo: `ql3 {' '.join(args)}` failed: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def main() -> int:
+    """Set up, run every example once, summarise."""
+    print(f"== data directory: {DATA}")
+    DATA.mkdir(parents=True, exist_ok=True)
+    print(ql3("local", "init", "--profile", "standalone").strip())
+    if not SAMPLE.exists():
+        subprocess.run(
+            [PY, str(EXAMPLES / "make_sample_data.py"), str(SAMPLE)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+    existing = {t["name"] for t in json.loads(ql3("local", "task", "list", "--json"))}
+    for name, schedule, options, argv in TASKS:
+        if name not in existing:
+            ql3(
+                "local",
+                "task",
+                "add",
+                name,
+                "--schedule",
+                schedule,
+                "--cwd",
+                str(SAMPLE),
+                *options,
+                "--",
+                *argv,
+            )
+            print(f"registered {name:<14} schedule {schedule!r}")
+    print()
+    outcomes = {}
+    for name, _schedule, _options, _argv in TASKS:
+        run = json.loads(ql3("local", "run", name, "--wait", "--json"))
+        outcomes[name] = run
+        log = ql3("local", "logs", run["id"])
+        head = "\n".join("    | " + line for line in log.splitlines()[:6])
+        exit_text = (
+            run["exit_code"]
+            if run["signal"] is None
+            else (f"{run['exit_code']} (signal {run['signal']})")
+        )
+        print(f"== {name}: {run['status']}, exit code {exit_text}")
+        print(head or "    | (no output)")
+        if name == "too-slow":
+            print(f"    child process left behind: {_child_alive(log)}")
+    print()
+    print(ql3("local", "runs", "--limit", "10"))
+    ok = (
+        outcomes["compress-logs"]["status"] == "succeeded"
+        and outcomes["always-fails"]["status"] == "failed"
+        and outcomes["always-fails"]["exit_code"] == 3
+        and outcomes["too-slow"]["status"] == "timed_out"
+    )
+    print("To keep these schedules running, start the scheduler in the foreground:")
+    print(f"    .venv/bin/ql3 local serve --data-dir {DATA}")
+    print(
+        "and, from another terminal, watch it with `.venv/bin/ql3 local runs "
+        f"--data-dir {DATA}`. See docs/systemd.md to run it as a service."
+    )
+    return 0 if ok else 1
+
+
+def _child_alive(log: str) -> str:
+    """Whether the background child that slow_with_child.sh printed still exists."""
+    for line in log.splitlines():
+        if "background child pid" in line:
+            pid = int(line.rsplit(" ", 1)[1])
+            return "yes (BUG)" if os.path.exists(f"/proc/{pid}") else "no (the group was killed)"
+    return "unknown (no pid printed)"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""A real `ql3 local serve`, driven through its socket by the real command line."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import QL3, Ql3, wait_for
+
+pytestmark = pytest.mark.integration
+
+RUN_KEYS = {"id", "task", "status", "exit_code", "signal", "created_at", "finished_at", "attempts"}
+ATTEMPT_KEYS = {"id", "number", "status", "exit_code", "handle"}
+
+
+def test_every_two_seconds_schedule_fires_three_or_four_times_in_seven_seconds(
+    ql3: Ql3, tmp_path: Path
+) -> None:
+    serve = ql3.start_serve()
+    try:
+        ql3.run("local", "task", "add", "tick", "--schedule", "*/2 * * * * *", "--",
+                "sh", "-c", "echo tick; sleep 0.5")
+        time.sleep(7)
+        runs = ql3.json("local", "runs", "--task", "tick")
+    finally:
+        assert ql3.stop_serve(serve) == 0
+    assert 3 <= len(runs) <= 4, runs
+    spans = sorted(
+        (a["started_at"], a["finished_at"]) for r in runs for a in r["attempts"] if a["finished_at"]
+    )
+    for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+        assert end <= start, "two attempts of the task overlapped"
+    slots = [r["scheduled_at"] for r in runs]
+    assert len(set(slots)) == len(slots)
+
+
+def test_run_runs_and_task_list_through_the_socket_return_the_documented_json(ql3: Ql3) -> None:
+    serve = ql3.start_serve()
+    try:
+        ql3.run("local", "task", "add", "hello", "--schedule", "@once", "--",
+                "sh", "-c", "echo hello; exit 4")
+        tasks = ql3.json("local", "task", "list")
+        run = ql3.json("local", "run", "hello", "--wait")
+        runs = ql3.json("local", "runs")
+    finally:
+        assert ql3.stop_serve(serve) == 0
+    assert [t["name"] for t in tasks] == ["hello"]
+    assert RUN_KEYS <= set(run)
+    assert run["status"] == "failed" and run["exit_code"] == 4
+    assert ATTEMPT_KEYS <= set(run["attempts"][0])
+    assert run["attempts"][0]["handle"].startswith("ql3lp1:")
+    assert isinstance(runs, list) and runs[0]["id"] == run["id"]
+    assert RUN_KEYS <= set(runs[0])
+
+
+def test_logs_follow_streams_a_running_tasks_output(ql3: Ql3) -> None:
+    serve = ql3.start_serve()
+    try:
+        ql3.run("local", "task", "add", "talker", "--schedule", "@once", "--", "sh", "-c",
+                "for i in 1 2 3 4; do echo line-$i; sleep 0.5; done")
+        run = ql3.json("local", "run", "talker")
+        follower = subprocess.Popen([QL3, "local", "logs", run["id"], "--follow"], env=ql3.env,
+                                    stdout=subprocess.PIPE, text=True)
+        assert follower.stdout is not None
+        first = follower.stdout.readline()
+        status_at_first_line = ql3.json("local", "runs")[0]["status"]
+        rest, _ = follower.communicate(timeout=20)
+    finally:
+        assert ql3.stop_serve(serve) == 0
+    assert first.strip() == "line-1"
+    assert status_at_first_line == "running"
+    assert rest.split() == ["line-2", "line-3", "line-4"]
+
+
+def test_second_serve_on_a_served_directory_is_refused(ql3: Ql3) -> None:
+    serve = ql3.start_serve()
+    try:
+        second = ql3.run("local", "serve", check=False, timeout=20)
+    finally:
+        assert ql3.stop_serve(serve) == 0
+    assert second.returncode == 1
+    assert "already running" in second.stderr
+
+
+def test_kill_9_of_serve_leaves_the_task_running_and_the_next_serve_refuses(
+    ql3: Ql3, tmp_path: Path
+) -> None:
+    marker = tmp_path / "done"
+    ql3.run("local", "task", "add", "slow", "--schedule", "@once", "--", "sh", "-c",
+            f"sleep 2; echo finished > {marker}")
+    serve = ql3.start_serve()
+    run = ql3.json("local", "run", "slow")
+    running = wait_for(lambda: ql3.json("local", "runs")[0]["status"] == "running", 10)
+    assert running
+    handle = ql3.json("local", "runs")[0]["attempts"][0]["handle"]
+    pgid = int(handle.split(":")[3])
+    serve.send_signal(signal.SIGKILL)
+    serve.wait(10)
+    os.killpg(pgid, 0)  # the task's group survived its owner
+    assert wait_for(marker.exists, 10)
+    attempt_id = ql3.json("local", "runs")[0]["attempts"][0]["id"]
+    receipt = ql3.data_dir / "receipts" / attempt_id[-2:] / f"{attempt_id}.receipt"
+    assert wait_for(receipt.exists, 10)
+    refused = ql3.run("local", "serve", check=False, timeout=20)
+    assert refused.returncode == 1
+    assert "startup recovery required" in refused.stderr
+    assert run["id"] not in refused.stderr  # counts only, no run ids
+    runs = ql3.json("local", "runs")
+    assert runs[0]["id"] == run["id"] and runs[0]["status"] == "running"
+    assert "needs recovery" in runs[0]["recovery"]

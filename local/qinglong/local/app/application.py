@@ -1,0 +1,161 @@
+"""The composition root of the local profile (ADR-0069 §5, ADR-0067 §3, DESIGN.md §3.6).
+
+start: storage ready -> assembly (no side effects) -> startup recovery preflight
+       -> lifecycles (scheduler loop) -> admission (socket) -> active
+stop:  admission drain -> stack (executions drained: TERM, grace, KILL) -> storage
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from qinglong.local.process.launcher import LaunchConfig, LocalProcessLauncher
+from qinglong.local.process.receipt_store import ReceiptStore
+
+from qinglong.local.app.datadir import DataDir, OwnerLock
+from qinglong.local.app.profiles import Profile, get_profile
+from qinglong.local.app.service import LocalService
+from qinglong.local.execution.coordinator import (
+    ExecutionConfig,
+    ExecutionCoordinator,
+    runtime_base_env,
+)
+from qinglong.local.execution.dispatcher import Dispatcher
+from qinglong.local.scheduling.scheduler import Scheduler
+from qinglong.local.storage.database import Database
+from qinglong.local.storage.migrations import open_database
+from qinglong.local.storage.repository import LocalRunRepository
+from qinglong.shared.domain import Run
+from qinglong.shared.errors import LocalApplicationStartupRecoveryRequiredError
+from qinglong.shared.statuses import RUN_TERMINAL
+
+log = logging.getLogger(__name__)
+
+RECOVERY_LIMIT = 256
+PROFILE_KEY = "profile"
+
+
+class LocalStore:
+    """Storage ready: the owner lock, the database and its repository. Read-only commands
+    stop here (no admission, no lifecycle)."""
+
+    def __init__(self, datadir: DataDir, role: str) -> None:
+        datadir.require_initialised()
+        self.datadir = datadir
+        self.lock = OwnerLock(datadir)
+        self.lock.acquire_or_raise(role)
+        try:
+            self.db: Database = open_database(datadir.db_path)
+        except BaseException:
+            self.lock.release()
+            raise
+        self.repo = LocalRunRepository(self.db)
+        self.profile: Profile = get_profile(self.repo.get_setting(PROFILE_KEY) or "standalone")
+
+    def close(self) -> None:
+        """Close the database, then release the owner lock (idempotent)."""
+        self.db.close()
+        self.lock.release()
+
+
+class LocalStack:
+    """Assembly: receipt store, launcher, coordinator, dispatcher, scheduler. Creating it
+    starts nothing (no thread, no timer, no process)."""
+
+    def __init__(self, store: LocalStore, grace_s: float | None = None) -> None:
+        self.store = store
+        repo = store.repo
+        self.settled = threading.Condition()
+        self.wake_event = threading.Event()
+        self.receipts = ReceiptStore(store.datadir.receipt_root)
+        self.launcher = LocalProcessLauncher(
+            LaunchConfig(log_root=store.datadir.log_root, receipt_root=store.datadir.receipt_root),
+            repo,
+        )
+        self.coordinator = ExecutionCoordinator(
+            repo,
+            self.launcher,
+            self.receipts,
+            ExecutionConfig(
+                log_root=store.datadir.log_root,
+                grace_s=store.profile.grace_s if grace_s is None else grace_s,
+                base_env=runtime_base_env(),
+            ),
+            on_settled=self._on_settled,
+        )
+        self.dispatcher = Dispatcher(repo, self.coordinator, store.profile.max_concurrent)
+        self.scheduler = Scheduler(repo, self._stop_run)
+
+    def _on_settled(self, run: Run) -> None:
+        self.wake_event.set()
+        with self.settled:
+            self.settled.notify_all()
+
+    def _stop_run(self, run_id: str) -> None:
+        self.coordinator.stop_run(run_id)
+
+    def stop_run(self, run_id: str) -> bool:
+        """Ask the live attempt of ``run_id`` to stop; False if none is live here."""
+        return self.coordinator.stop_run(run_id)
+
+    def wake(self) -> None:
+        """Wake the serve loop (a task or run changed)."""
+        self.wake_event.set()
+
+    def service(self) -> LocalService:
+        """The operations, supervised by this stack."""
+        return LocalService(
+            self.store.repo, supervised=True, wake=self.wake, stop_run=self.stop_run
+        )
+
+    def preflight(self) -> None:
+        """ADR-0067 §3: any runtime-owned run left in dispatching/running refuses startup.
+
+        Raises LocalApplicationStartupRecoveryRequiredError (counts only).
+        """
+        page = self.store.repo.inspect_candidates(RECOVERY_LIMIT)
+        if page.candidates or page.truncated:
+            raise LocalApplicationStartupRecoveryRequiredError(
+                candidates=len(page.candidates),
+                active_attempts=sum(c.active_attempt_count for c in page.candidates),
+                truncated=page.truncated,
+            )
+
+    def run_loop(self, stop: threading.Event) -> None:
+        """The serve lifecycle: fire due slots, dispatch queued runs, sleep until the next
+        slot, queued ``not_before`` or wake-up (bounded by 60 s)."""
+        repo = self.store.repo
+        self.scheduler.boot(repo.clock())
+        while not stop.is_set():
+            now = repo.clock()
+            wake_at = self.scheduler.tick(now)
+            self.dispatcher.dispatch(now)
+            queued_at = repo.next_queued_at()
+            if queued_at is not None and queued_at > now:
+                wake_at = min(wake_at, queued_at)
+            timeout = max(0.0, (wake_at - repo.clock()) / 1000)
+            self.wake_event.wait(timeout)
+            self.wake_event.clear()
+
+    def supervise(self, run_id: str, stop: threading.Event) -> Run:
+        """Foreground supervision of one run (``ql3 local run`` with no ``serve``): start
+        it, retries included, until it is terminal. ``stop`` set = cancel it."""
+        repo = self.store.repo
+        cancelled = False
+        while True:
+            run = repo.get_run(run_id)
+            if run.status in RUN_TERMINAL:
+                return run
+            if stop.is_set() and not cancelled:
+                cancelled = True
+                repo.request_cancel(run_id, reason="interrupted")
+                self.coordinator.stop_run(run_id)
+                continue
+            now = repo.clock()
+            self.dispatcher.dispatch(now, only_run_id=run_id)
+            wait_s = 0.2 if self.coordinator.is_live(run_id) else max(
+                0.05, min(1.0, (run.not_before_ms - now) / 1000)
+            )
+            with self.settled:
+                self.settled.wait(wait_s)

@@ -1,0 +1,102 @@
+"""The ``ql3`` command line (DESIGN.md §3.8).
+
+Exit codes: 0 success, 2 usage errors, 1 any other error with one line on stderr.
+``--json`` prints machine-readable output.
+"""
+
+from __future__ import annotations
+
+import sys
+from importlib.metadata import PackageNotFoundError, version
+
+import click
+
+from qinglong.local.app.cli_common import data_dir_option, datadir_of
+from qinglong.shared.errors import QinglongError
+
+
+def _version() -> str:
+    try:
+        return version("qinglong")
+    except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+        return "unknown"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(_version(), "--version", prog_name="ql3")
+def main() -> None:
+    """Qinglong 3 runtime: register scripts with cron schedules, run them durably, read logs."""
+
+
+@main.group()
+def local() -> None:
+    """The local profile: one machine, an embedded SQLite store, local processes.
+
+    Start with `ql3 local init`, add tasks with `ql3 local task add`, keep schedules
+    running with `ql3 local serve`.
+    """
+
+
+@local.command()
+@data_dir_option
+@click.option(
+    "--profile",
+    type=click.Choice(["edge", "standalone"]),
+    default="standalone",
+    show_default=True,
+    help="edge: small devices (2 concurrent attempts); standalone: servers (8).",
+)
+def init(data_dir: str | None, profile: str) -> None:
+    """Create and initialise a data directory (idempotent)."""
+    from qinglong.local.app.application import PROFILE_KEY, LocalStore
+
+    datadir = datadir_of(data_dir)
+    datadir.create()
+    if not datadir.initialised():
+        from qinglong.local.storage.migrations import open_database
+
+        open_database(datadir.db_path).close()
+    store = LocalStore(datadir, "init")
+    try:
+        store.repo.set_setting(PROFILE_KEY, profile)
+    finally:
+        store.close()
+    click.echo(f"initialised {datadir.root} (profile {profile})")
+
+
+from qinglong.local.app import cli_runs, cli_serve, cli_tasks  # noqa: E402
+
+local.add_command(cli_tasks.task)
+local.add_command(cli_runs.run)
+local.add_command(cli_runs.runs)
+local.add_command(cli_runs.logs)
+local.add_command(cli_runs.cancel)
+local.add_command(cli_runs.recovery)
+local.add_command(cli_serve.serve)
+
+
+def run_main(argv: list[str] | None = None) -> int:
+    """Entry point that maps typed errors to one stderr line and exit code 1."""
+    try:
+        main.main(args=argv, prog_name="ql3", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code or 0)
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Abort:
+        click.echo("ql3: aborted", err=True)
+        return 1
+    except QinglongError as exc:
+        click.echo(f"ql3: error: {exc}", err=True)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def entry() -> None:
+    """Console script ``ql3``."""
+    sys.exit(run_main())
+
+

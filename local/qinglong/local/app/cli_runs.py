@@ -1,0 +1,160 @@
+"""``ql3 local run|runs|logs|cancel|recovery``."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+import click
+
+from qinglong.local.app import output
+from qinglong.local.app.backend import open_backend
+from qinglong.local.app.cli_common import (
+    data_dir_option,
+    datadir_of,
+    json_option,
+    print_json,
+    wait_terminal,
+)
+from qinglong.local.app.client import SocketBackend
+from qinglong.local.app.datadir import DataDir
+
+FOLLOW_POLL_S = 0.3
+
+
+@click.command("run")
+@click.argument("name")
+@click.option("--wait", is_flag=True, help="Return only when the run is terminal.")
+@data_dir_option
+@json_option
+def run(name: str, wait: bool, data_dir: str | None, as_json: bool) -> None:
+    """Run task NAME now.
+
+    Through a running `ql3 local serve` the run is queued there (--wait waits for it).
+    With no serve running this command supervises the run in the foreground until it
+    ends (Ctrl-C cancels it), because nobody else would.
+    """
+    datadir = datadir_of(data_dir)
+    datadir.require_initialised()
+    if SocketBackend.probe(datadir.socket_path):
+        backend = SocketBackend(datadir.socket_path)
+        view = backend.call("run_now", name=name)
+        if wait:
+            view = wait_terminal(backend, view["id"])
+    else:
+        view = _run_in_foreground(datadir, name)
+    if as_json:
+        print_json(view)
+    else:
+        click.echo(output.describe_run(view))
+
+
+def _run_in_foreground(datadir: DataDir, name: str) -> dict[str, Any]:
+    from qinglong.local.app.application import LocalStack, LocalStore
+
+    store = LocalStore(datadir, "run")
+    stop = threading.Event()
+    previous = {
+        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+    try:
+        stack = LocalStack(store)
+        stack.preflight()
+        service = stack.service()
+        queued = service.run_now(name)
+        click.echo(
+            f"no `ql3 local serve` is running: supervising run {queued['id']} "
+            "in the foreground until it ends",
+            err=True,
+        )
+        stack.supervise(queued["id"], stop)
+        stack.coordinator.drain()
+        return service.run_get(queued["id"])
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        store.close()
+
+
+@click.command("runs")
+@click.option("--task", "task_name", default=None, metavar="NAME", help="Only this task's runs.")
+@click.option("--limit", type=click.IntRange(1, 1000), default=20, show_default=True)
+@data_dir_option
+@json_option
+def runs(task_name: str | None, limit: int, data_dir: str | None, as_json: bool) -> None:
+    """List runs, newest first, with status and exit code."""
+    with open_backend(datadir_of(data_dir), "runs") as backend:
+        views = backend.call("runs", task=task_name, limit=limit)
+    if as_json:
+        print_json(views)
+    else:
+        output.print_runs(views)
+
+
+@click.command("cancel")
+@click.argument("run_id")
+@data_dir_option
+@json_option
+def cancel(run_id: str, data_dir: str | None, as_json: bool) -> None:
+    """Cancel a queued or running run (TERM, grace, KILL)."""
+    with open_backend(datadir_of(data_dir), "cancel") as backend:
+        view = backend.call("cancel", run_id=run_id)
+    if as_json:
+        print_json(view)
+    else:
+        click.echo(output.describe_run(view))
+
+
+@click.command("logs")
+@click.argument("run_id")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing output until the run ends.")
+@data_dir_option
+def logs(run_id: str, follow: bool, data_dir: str | None) -> None:
+    """Print a run's output (every attempt's, in order)."""
+    with open_backend(datadir_of(data_dir), "logs") as backend:
+        first = backend.call("logs_read", run_id=run_id, attempt=1, offset=0)
+        attempts = int(first["attempts"])
+        number = 1 if attempts else None
+        offset = 0
+        while number is not None:
+            chunk = backend.call("logs_read", run_id=run_id, attempt=number, offset=offset)
+            if chunk["attempts"] > 1 and offset == 0:
+                click.echo(f"== attempt {number} ==", err=True)
+            if chunk["data"]:
+                sys.stdout.write(chunk["data"])
+                sys.stdout.flush()
+                offset = chunk["offset"]
+                continue
+            if number < chunk["attempts"]:
+                number, offset = number + 1, 0
+                continue
+            if not follow or chunk["done"]:
+                break
+            time.sleep(FOLLOW_POLL_S)
+            if number is not None and first["attempts"] == 0:
+                first = chunk
+
+
+@click.group()
+def recovery() -> None:
+    """Startup recovery state (runs left active by a stopped owner)."""
+
+
+@recovery.command("status")
+@data_dir_option
+@json_option
+def recovery_status(data_dir: str | None, as_json: bool) -> None:
+    """Show runs that block `serve` from starting."""
+    with open_backend(datadir_of(data_dir), "recovery status") as backend:
+        view = backend.call("recovery_status")
+    if as_json:
+        print_json(view)
+        return
+    more = " (or more)" if view["truncated"] else ""
+    click.echo(f"{view['candidates']}{more} run(s) in dispatching/running, "
+               f"{view['active_attempts']} active attempt(s)")
+    for run_id in view["runs"]:
+        click.echo(f"  {run_id}")

@@ -1,0 +1,70 @@
+"""``ql3 local serve``: the scheduler in the foreground (DESIGN.md §3.6)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+
+import click
+
+from qinglong.local.app.cli_common import data_dir_option, datadir_of, fail
+from qinglong.local.app.client import SocketBackend
+from qinglong.shared.errors import (
+    DataDirectoryBusyError,
+    LocalApplicationStartupRecoveryRequiredError,
+)
+
+
+@click.command("serve")
+@data_dir_option
+@click.option("--grace", type=float, default=None, metavar="SECONDS",
+              help="TERM-to-KILL grace for running attempts at shutdown (profile default 5).")
+def serve(data_dir: str | None, grace: float | None) -> None:
+    """Run the scheduler and accept commands until SIGTERM or SIGINT.
+
+    Other `ql3 local` commands act through this process over a Unix socket in the data
+    directory. On stop, running attempts are drained: TERM, a grace period, then KILL.
+    """
+    from qinglong.local.app.application import LocalStack, LocalStore
+    from qinglong.local.app.server import SocketServer
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s ql3 %(levelname)s %(message)s")
+    datadir = datadir_of(data_dir)
+    datadir.require_initialised()
+    try:
+        store = LocalStore(datadir, "serve")
+    except DataDirectoryBusyError as exc:
+        if SocketBackend.probe(datadir.socket_path):
+            fail(f"a ql3 local serve is already running on {datadir.root}")
+        raise exc
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    server = None
+    loop = None
+    try:
+        stack = LocalStack(store, grace_s=grace)
+        try:
+            stack.preflight()
+        except LocalApplicationStartupRecoveryRequiredError as exc:
+            fail(f"{exc}; see `ql3 local runs` and `ql3 local recovery status`")
+        loop = threading.Thread(target=stack.run_loop, args=(stop,), name="ql3-scheduler")
+        loop.start()
+        server = SocketServer(datadir.socket_path, stack.service())
+        server.start()
+        click.echo(
+            f"ql3 serving {datadir.root} (profile {store.profile.name}); "
+            "SIGTERM or Ctrl-C stops", err=True,
+        )
+        stop.wait()
+        click.echo("ql3 stopping: draining admission, then running attempts", err=True)
+    finally:
+        stop.set()
+        if server is not None:
+            server.stop()
+        if loop is not None:
+            stack.wake()
+            loop.join()
+            stack.coordinator.drain()
+        store.close()

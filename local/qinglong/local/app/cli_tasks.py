@@ -1,0 +1,157 @@
+"""``ql3 local task ...``: add, list, show, enable, disable, rm."""
+
+from __future__ import annotations
+
+import click
+
+from qinglong.local.app import output
+from qinglong.local.app.backend import open_backend
+from qinglong.local.app.cli_common import data_dir_option, datadir_of, json_option, print_json
+from qinglong.shared.errors import ValidationError
+
+
+@click.group()
+def task() -> None:
+    """Manage task definitions."""
+
+
+def _parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep:
+            raise click.BadParameter("use K=V", param_hint="--env")
+        env[name] = value
+    return env
+
+
+@task.command("add", context_settings={"ignore_unknown_options": False})
+@click.argument("name")
+@click.option("--schedule", required=True, metavar="CRON",
+              help="5-field cron, 6 fields with seconds first, @boot or @once.")
+@click.option("--timezone", default="UTC", show_default=True, metavar="TZ",
+              help="IANA time zone the schedule is read in.")
+@click.option("--timeout", type=float, default=None, metavar="SECONDS",
+              help="Stop the attempt after this many seconds (TERM, grace, KILL).")
+@click.option("--max-attempts", type=int, default=1, show_default=True,
+              help="Attempts per run; failed, timed-out or lost attempts retry with backoff.")
+@click.option("--concurrency", type=click.Choice(["forbid", "allow", "replace"]),
+              default="forbid", show_default=True,
+              help="A due slot while a run is active: skip it, run both, or replace.")
+@click.option("--env", "env_pairs", multiple=True, metavar="K=V", help="Environment variable.")
+@click.option("--cwd", default=None, metavar="DIR", help="Absolute working directory.")
+@click.option("--label", "labels", multiple=True, help="Free-form label (repeatable).")
+@click.argument("argv", nargs=-1, required=True)
+@data_dir_option
+@json_option
+def task_add(
+    name: str,
+    schedule: str,
+    timezone: str,
+    timeout: float | None,
+    max_attempts: int,
+    concurrency: str,
+    env_pairs: tuple[str, ...],
+    cwd: str | None,
+    labels: tuple[str, ...],
+    argv: tuple[str, ...],
+    data_dir: str | None,
+    as_json: bool,
+) -> None:
+    """Register task NAME running ARGV (write it after `--`) on a schedule.
+
+    Example: ql3 local task add backup --schedule '0 3 * * *' -- /usr/local/bin/backup.sh
+    """
+    spec = {
+        "name": name,
+        "argv": list(argv),
+        "schedule": schedule,
+        "timezone": timezone,
+        "env": _parse_env(env_pairs),
+        "cwd": cwd,
+        "timeout_s": timeout,
+        "max_attempts": max_attempts,
+        "concurrency": concurrency,
+        "labels": list(labels),
+    }
+    if not argv:
+        raise ValidationError("argv", "the command must not be empty")
+    with open_backend(datadir_of(data_dir), "task add") as backend:
+        view = backend.call("task_add", spec=spec)
+    if as_json:
+        print_json(view)
+    else:
+        click.echo(f"added task {view['name']} ({view['id']})")
+
+
+@task.command("list")
+@data_dir_option
+@json_option
+def task_list(data_dir: str | None, as_json: bool) -> None:
+    """List tasks."""
+    with open_backend(datadir_of(data_dir), "task list") as backend:
+        tasks = backend.call("task_list")
+    if as_json:
+        print_json(tasks)
+    else:
+        output.print_tasks(tasks)
+
+
+@task.command("show")
+@click.argument("name")
+@data_dir_option
+@json_option
+def task_show(name: str, data_dir: str | None, as_json: bool) -> None:
+    """Show one task, its recent runs and events."""
+    with open_backend(datadir_of(data_dir), "task show") as backend:
+        view = backend.call("task_show", name=name)
+    if as_json:
+        print_json(view)
+        return
+    for key in ("name", "id", "schedule", "timezone", "enabled", "concurrency", "timeout_s",
+                "max_attempts", "cwd", "created_at"):
+        click.echo(f"{key:>13}: {view[key]}")
+    click.echo(f"{'command':>13}: {' '.join(view['argv'])}")
+    for run in view["recent_runs"]:
+        click.echo("  " + output.describe_run(run))
+
+
+def _toggle(name: str, enabled: bool, data_dir: str | None, as_json: bool) -> None:
+    with open_backend(datadir_of(data_dir), "task enable") as backend:
+        view = backend.call("task_enable", name=name, enabled=enabled)
+    if as_json:
+        print_json(view)
+    else:
+        click.echo(f"task {name} {'enabled' if enabled else 'disabled'}")
+
+
+@task.command("enable")
+@click.argument("name")
+@data_dir_option
+@json_option
+def task_enable(name: str, data_dir: str | None, as_json: bool) -> None:
+    """Enable a task (missed slots while disabled do not fire)."""
+    _toggle(name, True, data_dir, as_json)
+
+
+@task.command("disable")
+@click.argument("name")
+@data_dir_option
+@json_option
+def task_disable(name: str, data_dir: str | None, as_json: bool) -> None:
+    """Disable a task (running attempts continue)."""
+    _toggle(name, False, data_dir, as_json)
+
+
+@task.command("rm")
+@click.argument("name")
+@data_dir_option
+@json_option
+def task_rm(name: str, data_dir: str | None, as_json: bool) -> None:
+    """Remove a task; its run history stays."""
+    with open_backend(datadir_of(data_dir), "task rm") as backend:
+        view = backend.call("task_rm", name=name)
+    if as_json:
+        print_json(view)
+    else:
+        click.echo(f"removed task {name}")

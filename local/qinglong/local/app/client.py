@@ -1,0 +1,81 @@
+"""The client side of the serve socket, and the direct (no-serve) backend."""
+
+from __future__ import annotations
+
+import json
+import socket
+from typing import Any
+
+from qinglong.local.app.ops import call
+from qinglong.local.app.service import LocalService
+from qinglong.shared.errors import QinglongError
+
+CONNECT_TIMEOUT_S = 5.0
+REPLY_TIMEOUT_S = 60.0
+
+
+class RemoteError(QinglongError):
+    """An error the server replied with; ``code`` is the server's stable code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class ServerUnavailableError(QinglongError):
+    """No server answers on the socket."""
+
+    code = "server_unavailable"
+
+
+class SocketBackend:
+    """Sends operations to a running ``serve``."""
+
+    remote = True
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def call(self, op: str, **args: Any) -> Any:
+        """One request/reply. Raises RemoteError or ServerUnavailableError."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(CONNECT_TIMEOUT_S)
+            try:
+                sock.connect(self.path)
+            except OSError as exc:
+                raise ServerUnavailableError("no ql3 serve answers on the socket") from exc
+            sock.settimeout(REPLY_TIMEOUT_S)
+            sock.sendall(json.dumps({"op": op, "args": args}).encode() + b"\n")
+            reply = sock.makefile("rb").readline()
+        finally:
+            sock.close()
+        if not reply:
+            raise ServerUnavailableError("the server closed the connection")
+        obj = json.loads(reply)
+        if not obj.get("ok"):
+            err = obj.get("error") or {}
+            raise RemoteError(str(err.get("code")), str(err.get("message")))
+        return obj["result"]
+
+    @staticmethod
+    def probe(path: str) -> bool:
+        """True when a server answers ``ping`` on ``path``."""
+        try:
+            SocketBackend(path).call("ping")
+        except (QinglongError, OSError, ValueError):
+            return False
+        return True
+
+
+class DirectBackend:
+    """Runs operations in this process (the command owns the data directory)."""
+
+    remote = False
+
+    def __init__(self, service: LocalService) -> None:
+        self.service = service
+
+    def call(self, op: str, **args: Any) -> Any:
+        """Run ``op`` here; JSON round trip so results match the socket's exactly."""
+        return json.loads(json.dumps(call(self.service, op, args)))

@@ -1,0 +1,50 @@
+"""The operation table: one name per ``ql3 local`` operation, shared by the socket server
+and direct commands so both behave the same."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from qinglong.local.app.service import LocalService
+from qinglong.shared.errors import ValidationError
+
+
+def call(service: LocalService, op: str, args: dict[str, Any]) -> Any:
+    """Run operation ``op`` with keyword ``args``. Raises ValidationError for an unknown op
+    or bad arguments; service errors propagate (all QinglongError subclasses)."""
+    try:
+        if op == "ping":
+            return {"pong": True}
+        if op == "task_add":
+            return service.task_add(args["spec"])
+        if op == "task_list":
+            return service.task_list()
+        if op == "task_show":
+            return service.task_show(str(args["name"]))
+        if op == "task_enable":
+            return service.task_enable(str(args["name"]), bool(args["enabled"]))
+        if op == "task_rm":
+            return service.task_rm(str(args["name"]))
+        if op == "run_now":
+            return service.run_now(str(args["name"]))
+        if op == "run_get":
+            return service.run_get(str(args["run_id"]))
+        if op == "runs":
+            task = args.get("task")
+            return service.runs(None if task is None else str(task), int(args.get("limit", 20)))
+        if op == "cancel":
+            return service.cancel(str(args["run_id"]))
+        if op == "logs_read":
+            attempt = args.get("attempt")
+            return service.logs_read(
+                str(args["run_id"]),
+                None if attempt is None else int(attempt),
+                int(args.get("offset", 0)),
+            )
+        if op == "recovery_status":
+            return service.recovery_status()
+    except (KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, ValidationError):
+            raise
+        raise ValidationError("request", f"bad arguments for {op}") from None
+    raise ValidationError("request", "unknown operation")

@@ -1,0 +1,73 @@
+"""Human-readable output of ``ql3 local`` (rich tables, imported only when printing)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+TERMINAL = frozenset({"succeeded", "failed", "cancelled", "timed_out", "lost"})
+
+
+def _table(title: str, columns: list[str], rows: list[list[str]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    Console().print(table)
+
+
+def _s(value: object) -> str:
+    return "" if value is None else str(value)
+
+
+def print_tasks(tasks: list[dict[str, Any]]) -> None:
+    """A table of tasks."""
+    rows = [
+        [
+            t["name"],
+            t["schedule"] + ("" if t["timezone"] == "UTC" else f" ({t['timezone']})"),
+            "yes" if t["enabled"] else "no",
+            t["concurrency"],
+            _s(t["timeout_s"]),
+            " ".join(t["argv"]),
+        ]
+        for t in tasks
+    ]
+    _table("tasks", ["name", "schedule", "enabled", "policy", "timeout s", "command"], rows)
+
+
+def print_runs(runs: list[dict[str, Any]]) -> None:
+    """A table of runs, with the reason of any that needs recovery."""
+    rows = [
+        [
+            r["id"],
+            r["task"],
+            r["status"],
+            _s(r["exit_code"]),
+            _s(r["signal"]),
+            str(len(r["attempts"])),
+            _s(r["created_at"]),
+            _s(r["finished_at"]),
+            r.get("recovery", ""),
+        ]
+        for r in runs
+    ]
+    _table(
+        "runs",
+        ["id", "task", "status", "exit", "signal", "attempts", "created", "finished", "note"],
+        rows,
+    )
+
+
+def describe_run(run: dict[str, Any]) -> str:
+    """One line: ``run <id> of <task>: <status> (exit N[, signal S])``."""
+    text = f"run {run['id']} of {run['task']}: {run['status']}"
+    if run["exit_code"] is not None:
+        text += f" (exit {run['exit_code']}"
+        text += f", signal {run['signal']})" if run["signal"] is not None else ")"
+    if run.get("recovery"):
+        text += f" — {run['recovery']}"
+    return text

@@ -1,0 +1,123 @@
+"""Admission: the Unix-domain socket of ``ql3 local serve`` (DESIGN.md §3.8).
+
+One JSON request line per connection, one JSON reply line. The socket is 0600 inside the
+0700 data directory, and every peer's uid is checked with ``SO_PEERCRED``: only the same
+user or root may talk to the server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import socketserver
+import struct
+import threading
+from typing import Any
+
+from qinglong.local.app.ops import call
+from qinglong.local.app.service import LocalService
+from qinglong.shared.errors import QinglongError
+
+log = logging.getLogger(__name__)
+
+MAX_REQUEST_BYTES = 1024 * 1024
+_UCRED = struct.Struct("3i")
+
+
+def peer_uid(sock: socket.socket) -> int:
+    """The uid of the process on the other end of a Unix socket (``SO_PEERCRED``)."""
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+    _pid, uid, _gid = _UCRED.unpack(raw)
+    return int(uid)
+
+
+def peer_allowed(uid: int, own_uid: int | None = None) -> bool:
+    """Same user as the server, or root."""
+    return uid in (os.getuid() if own_uid is None else own_uid, 0)
+
+
+def error_reply(exc: BaseException) -> dict[str, Any]:
+    """A reply for an error: its stable code and its (user-data-free) message."""
+    if isinstance(exc, QinglongError):
+        return {"ok": False, "error": {"code": exc.code, "message": str(exc)}}
+    return {"ok": False, "error": {"code": "internal_error", "message": "internal error"}}
+
+
+class _Handler(socketserver.StreamRequestHandler):
+    server: _Server
+
+    def handle(self) -> None:
+        if not peer_allowed(peer_uid(self.connection)):
+            self._reply({"ok": False, "error": {"code": "forbidden",
+                                                "message": "peer uid not allowed"}})
+            return
+        line = self.rfile.readline(MAX_REQUEST_BYTES + 1)
+        try:
+            if len(line) > MAX_REQUEST_BYTES:
+                raise ValueError("request too large")
+            request = json.loads(line)
+            op, args = str(request["op"]), dict(request.get("args") or {})
+        except (ValueError, KeyError, TypeError):
+            self._reply({"ok": False, "error": {"code": "bad_request",
+                                                "message": "malformed request"}})
+            return
+        try:
+            self._reply({"ok": True, "result": call(self.server.service, op, args)})
+        except QinglongError as exc:
+            self._reply(error_reply(exc))
+        except Exception:
+            log.exception("operation %s failed", op)
+            self._reply(error_reply(RuntimeError()))
+
+    def _reply(self, obj: dict[str, Any]) -> None:
+        with contextlib.suppress(OSError):
+            self.wfile.write(json.dumps(obj).encode() + b"\n")
+
+
+class _Server(socketserver.ThreadingUnixStreamServer):
+    daemon_threads = True
+    allow_reuse_address = False
+
+    def __init__(self, path: str, service: LocalService) -> None:
+        self.service = service
+        super().__init__(path, _Handler, bind_and_activate=False)
+
+
+class SocketServer:
+    """Serves :func:`ops.call` on ``path``. ``start`` binds (0600) and serves in a thread;
+    ``stop`` stops accepting, waits for the serving thread and removes the socket file."""
+
+    def __init__(self, path: str, service: LocalService) -> None:
+        self.path = path
+        self._server = _Server(path, service)
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Bind and listen. A stale socket file (no server behind it) is replaced."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)  # the caller holds the owner lock: nobody else serves here
+        old = os.umask(0o177)
+        try:
+            self._server.server_bind()
+        finally:
+            os.umask(old)
+        os.chmod(self.path, 0o600)
+        self._server.server_activate()
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.5},
+            name="ql3-admission", daemon=True,
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Admission drain: stop accepting and finish the requests in flight (idempotent)."""
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join()
+            self._thread = None
+        self._server.server_close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)

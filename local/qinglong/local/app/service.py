@@ -1,0 +1,192 @@
+"""The operations behind every ``ql3 local`` command, as JSON-able results.
+
+The same methods serve a direct command (the CLI owns the data directory) and the socket of
+a running ``serve`` (DESIGN.md §3.8), so both print the same JSON.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable
+from typing import Any
+
+from qinglong.local.app.task_input import TaskInput
+from qinglong.local.app.views import event_view, run_view, task_view
+from qinglong.local.storage.repository import LocalRunRepository
+from qinglong.shared.domain import ConcurrencyPolicy, Trigger
+from qinglong.shared.errors import ConflictError, NotFoundError, ValidationError
+from qinglong.shared.statuses import RUN_TERMINAL
+
+LOG_CHUNK_BYTES = 64 * 1024
+
+
+class LocalService:
+    """Task, run and log operations over one repository.
+
+    ``supervised``: whether a live owner supervises active runs (True inside ``serve``);
+    ``wake``: called after a change the scheduler/dispatcher must notice;
+    ``stop_run``: asks the live coordinator to stop a run (None when nothing runs here).
+    """
+
+    def __init__(
+        self,
+        repo: LocalRunRepository,
+        *,
+        supervised: bool,
+        wake: Callable[[], None] | None = None,
+        stop_run: Callable[[str], bool] | None = None,
+    ) -> None:
+        self.repo = repo
+        self.supervised = supervised
+        self._wake = wake or (lambda: None)
+        self._stop_run = stop_run
+
+    # -- tasks ----------------------------------------------------------------------------
+
+    def task_add(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """Validate and store a task (``spec`` holds TaskInput fields). ValidationError or
+        ConflictError leave nothing changed."""
+        try:
+            data = TaskInput(
+                name=spec["name"],
+                argv=tuple(spec["argv"]),
+                schedule=spec["schedule"],
+                timezone=spec.get("timezone") or "UTC",
+                env=dict(spec.get("env") or {}),
+                cwd=spec.get("cwd"),
+                timeout_s=spec.get("timeout_s"),
+                max_attempts=int(spec.get("max_attempts") or 1),
+                concurrency=spec.get("concurrency") or "forbid",
+                labels=tuple(spec.get("labels") or ()),
+            )
+        except (KeyError, TypeError, ValueError):
+            raise ValidationError("task", "name, argv and schedule are required") from None
+        task = self.repo.create_task(data.to_task())
+        self._wake()
+        return task_view(task)
+
+    def task_list(self) -> list[dict[str, Any]]:
+        """Live tasks by name."""
+        return [task_view(t) for t in self.repo.list_tasks()]
+
+    def task_show(self, name: str) -> dict[str, Any]:
+        """One task with its five newest runs and ten newest task events."""
+        task = self.repo.get_task(name)
+        view = task_view(task)
+        view["recent_runs"] = [
+            self._run_view(r) for r in self.repo.list_runs(task_id=task.id, limit=5)
+        ]
+        view["events"] = [event_view(e) for e in self.repo.task_events(task.id, limit=10)]
+        return view
+
+    def task_enable(self, name: str, enabled: bool) -> dict[str, Any]:
+        """Enable or disable a task."""
+        task = self.repo.set_task_enabled(name, enabled)
+        self._wake()
+        return task_view(task)
+
+    def task_rm(self, name: str) -> dict[str, Any]:
+        """Remove a task; its run history stays."""
+        task = self.repo.remove_task(name)
+        self._wake()
+        return task_view(task)
+
+    # -- runs -----------------------------------------------------------------------------
+
+    def _run_view(self, run: Any) -> dict[str, Any]:
+        return run_view(run, supervised=self.supervised)
+
+    def run_now(self, name: str) -> dict[str, Any]:
+        """Queue a manual run. With policy ``forbid`` an unfinished run makes it a
+        ConflictError; ``replace`` asks the active run to stop first."""
+        task = self.repo.get_task(name)
+        if task.concurrency is ConcurrencyPolicy.FORBID and self.repo.has_unfinished_run(task.id):
+            raise ConflictError("the task already has a run in progress (policy forbid)")
+        if task.concurrency is ConcurrencyPolicy.REPLACE and self._stop_run is not None:
+            for active in self.repo.active_runs(task.id):
+                self._stop_run(active.id)
+        run = self.repo.create_run(task.id, Trigger.MANUAL)
+        if run is None:  # pragma: no cover - manual runs have no slot to collide on
+            raise ConflictError("the run could not be queued")
+        self._wake()
+        return self._run_view(run)
+
+    def run_get(self, run_id: str) -> dict[str, Any]:
+        """One run with attempts and events."""
+        run = self.repo.get_run(run_id)
+        view = self._run_view(run)
+        view["events"] = [event_view(e) for e in self.repo.list_events(run.id)]
+        return view
+
+    def runs(self, task: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
+        """Runs newest first, optionally of one task (by name)."""
+        task_id = None if task is None else self.repo.get_task(task).id
+        return [self._run_view(r) for r in self.repo.list_runs(task_id=task_id, limit=limit)]
+
+    def cancel(self, run_id: str) -> dict[str, Any]:
+        """Cancel a run: queued ones at once, active ones by TERM, grace, KILL."""
+        run = self.repo.request_cancel(run_id)
+        if self._stop_run is not None:
+            self._stop_run(run.id)
+        return self._run_view(run)
+
+    def recovery_status(self) -> dict[str, Any]:
+        """The startup recovery view: runs in dispatching/running (ADR-0067 §1)."""
+        page = self.repo.inspect_candidates(256)
+        return {
+            "supervised": self.supervised,
+            "candidates": len(page.candidates),
+            "truncated": page.truncated,
+            "active_attempts": sum(c.active_attempt_count for c in page.candidates),
+            "runs": [c.run_id for c in page.candidates],
+        }
+
+    # -- logs -----------------------------------------------------------------------------
+
+    def logs_read(
+        self, run_id: str, attempt: int | None = None, offset: int = 0
+    ) -> dict[str, Any]:
+        """Read up to 64 KiB of an attempt's log from ``offset`` (bytes).
+
+        ``attempt`` None means the newest attempt. Returns ``{"attempt", "attempts",
+        "offset", "data", "run_status", "done"}``; ``done`` when the run is terminal and the
+        chunk reached the end of the newest attempt's log.
+        """
+        run = self.repo.get_run(run_id)
+        if not run.attempts:
+            return {"attempt": None, "attempts": 0, "offset": 0, "data": "",
+                    "run_status": run.status.value, "done": run.status in RUN_TERMINAL}
+        number = attempt or run.attempts[-1].number
+        chosen = next((a for a in run.attempts if a.number == number), None)
+        if chosen is None:
+            raise NotFoundError("no such attempt")
+        data = b""
+        if chosen.log_path:
+            data = _read_log(chosen.log_path, offset, LOG_CHUNK_BYTES)
+        newest = number == run.attempts[-1].number
+        done = run.status in RUN_TERMINAL and newest and len(data) < LOG_CHUNK_BYTES
+        return {
+            "attempt": number,
+            "attempts": len(run.attempts),
+            "offset": offset + len(data),
+            "data": data.decode("utf-8", errors="replace"),
+            "run_status": run.status.value,
+            "done": done,
+        }
+
+
+def _read_log(path: str, offset: int, size: int) -> bytes:
+    """Read a log file without following a symlink; a missing file reads as empty."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return b""
+    except OSError as exc:
+        raise ValidationError("log", "the log file cannot be opened safely") from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValidationError("log", "the log is not a regular file")
+        return os.pread(fd, size, max(0, offset))
+    finally:
+        os.close(fd)

@@ -1,0 +1,104 @@
+"""Validation of a task definition before anything is stored (bad input changes nothing)."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+from qinglong.local.scheduling.cron import parse_schedule
+from qinglong.shared.domain import ConcurrencyPolicy, Task
+from qinglong.shared.errors import ValidationError
+from qinglong.shared.ids import uuid7
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_RESERVED_ENV = ("QL3_RECEIPT_", "QL3_LAUNCH_")
+MAX_ATTEMPTS = 100
+MAX_TIMEOUT_S = 30 * 24 * 3600
+
+
+@dataclass(frozen=True, slots=True)
+class TaskInput:
+    """What ``ql3 local task add`` collects; :meth:`to_task` validates it."""
+
+    name: str
+    argv: tuple[str, ...]
+    schedule: str
+    timezone: str = "UTC"
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    timeout_s: float | None = None
+    max_attempts: int = 1
+    concurrency: str = "forbid"
+    labels: tuple[str, ...] = ()
+    misfire_grace_s: int = 60
+
+    def to_task(self) -> Task:
+        """A new Task with a fresh UUIDv7 id.
+
+        Raises:
+            ValidationError: naming the field (name, schedule, timezone, argv, env, cwd,
+                timeout, max_attempts, concurrency, misfire_grace).
+        """
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
+            raise ValidationError(
+                "name", "use 1-128 letters, digits, '.', '_' or '-', starting alphanumeric"
+            )
+        parse_schedule(self.schedule, self.timezone)
+        validate_argv(self.argv)
+        validate_env(self.env)
+        if self.cwd is not None:
+            if not os.path.isabs(self.cwd):
+                raise ValidationError("cwd", "must be an absolute path")
+            if not os.path.isdir(self.cwd):
+                raise ValidationError("cwd", "must be an existing directory")
+        if self.timeout_s is not None and not 0 < self.timeout_s <= MAX_TIMEOUT_S:
+            raise ValidationError("timeout", "must be between 0 and 30 days, in seconds")
+        if not 1 <= self.max_attempts <= MAX_ATTEMPTS:
+            raise ValidationError("max_attempts", "must be between 1 and 100")
+        try:
+            policy = ConcurrencyPolicy(self.concurrency)
+        except ValueError:
+            raise ValidationError("concurrency", "must be forbid, allow or replace") from None
+        if not 0 <= self.misfire_grace_s <= 7 * 24 * 3600:
+            raise ValidationError("misfire_grace", "must be between 0 s and 7 days")
+        return Task(
+            id=uuid7(),
+            name=self.name,
+            argv=tuple(self.argv),
+            schedule=self.schedule,
+            timezone=self.timezone,
+            env=dict(self.env),
+            cwd=self.cwd,
+            timeout_s=self.timeout_s,
+            max_attempts=self.max_attempts,
+            concurrency=policy,
+            labels=tuple(self.labels),
+            misfire_grace_s=self.misfire_grace_s,
+        )
+
+
+def validate_argv(argv: object) -> tuple[str, ...]:
+    """A non-empty sequence of strings without NUL. Raises ValidationError("argv", ...)."""
+    if not isinstance(argv, list | tuple) or not argv:
+        raise ValidationError("argv", "the command must not be empty")
+    for item in argv:
+        if not isinstance(item, str) or "\x00" in item:
+            raise ValidationError("argv", "arguments must be strings without NUL bytes")
+    return tuple(argv)
+
+
+def validate_env(env: object) -> dict[str, str]:
+    """Names ``[A-Za-z_][A-Za-z0-9_]*`` not starting ``QL3_RECEIPT_``/``QL3_LAUNCH_``, values
+    without NUL. Raises ValidationError("env", ...) that never echoes a value."""
+    if not isinstance(env, dict):
+        raise ValidationError("env", "must be a mapping of names to values")
+    for name, value in env.items():
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+            raise ValidationError("env", "names must match [A-Za-z_][A-Za-z0-9_]*")
+        if name.startswith(_RESERVED_ENV):
+            raise ValidationError("env", "names starting QL3_RECEIPT_ or QL3_LAUNCH_ are reserved")
+        if not isinstance(value, str) or "\x00" in value:
+            raise ValidationError("env", "values must be strings without NUL bytes")
+    return dict(env)

@@ -1,0 +1,89 @@
+"""JSON views of domain records: the shapes ``--json`` prints and the socket carries."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from qinglong.shared.domain import Attempt, Event, Run, Task
+from qinglong.shared.statuses import RUN_ACTIVE
+
+
+def iso(ms: int | None) -> str | None:
+    """Unix ms as ISO-8601 UTC with milliseconds (``2026-11-29T20:40:25.123Z``), or None."""
+    if ms is None:
+        return None
+    stamp = dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def task_view(task: Task) -> dict[str, Any]:
+    """A task as JSON."""
+    return {
+        "id": task.id,
+        "name": task.name,
+        "argv": list(task.argv),
+        "schedule": task.schedule,
+        "timezone": task.timezone,
+        "env": dict(task.env),
+        "cwd": task.cwd,
+        "timeout_s": task.timeout_s,
+        "max_attempts": task.max_attempts,
+        "concurrency": task.concurrency.value,
+        "labels": list(task.labels),
+        "enabled": task.enabled,
+        "created_at": iso(task.created_at_ms),
+    }
+
+
+def attempt_view(attempt: Attempt) -> dict[str, Any]:
+    """An attempt as JSON."""
+    return {
+        "id": attempt.id,
+        "number": attempt.number,
+        "status": attempt.status.value,
+        "exit_code": attempt.exit_code,
+        "signal": attempt.signal,
+        "handle": attempt.handle,
+        "started_at": iso(attempt.started_at_ms),
+        "finished_at": iso(attempt.finished_at_ms),
+        "deadline_at": iso(attempt.deadline_at_ms),
+    }
+
+
+def run_view(run: Run, *, supervised: bool | None = None) -> dict[str, Any]:
+    """A run as JSON. ``supervised=False`` marks an active run that no live owner watches:
+    it carries ``recovery`` explaining why it needs startup recovery (ADR-0067)."""
+    view: dict[str, Any] = {
+        "id": run.id,
+        "task": run.task_name,
+        "task_id": run.task_id,
+        "status": run.status.value,
+        "trigger": run.trigger.value,
+        "exit_code": run.exit_code,
+        "signal": run.signal,
+        "created_at": iso(run.created_at_ms),
+        "scheduled_at": iso(run.scheduled_at_ms),
+        "finished_at": iso(run.finished_at_ms),
+        "cancel_requested": run.cancel_requested,
+        "attempts": [attempt_view(a) for a in run.attempts],
+    }
+    if supervised is False and run.status in RUN_ACTIVE:
+        view["recovery"] = (
+            "needs recovery: its owner stopped while the run was "
+            f"{run.status.value}; `ql3 local serve` refuses to start until it is resolved"
+        )
+    return view
+
+
+def event_view(event: Event) -> dict[str, Any]:
+    """An event as JSON."""
+    return {
+        "at": iso(event.at_ms),
+        "kind": event.kind,
+        "run_id": event.run_id,
+        "attempt_id": event.attempt_id,
+        "from": event.from_status,
+        "to": event.to_status,
+        "detail": event.detail,
+    }

@@ -1,0 +1,313 @@
+"""The execution coordinator: one place for each step of a local attempt's life.
+
+ADR-0069 §2 and DESIGN.md §3.2–§3.3, coordinator side:
+
+1. claim (run ``queued -> dispatching``, attempt ``claimed``)
+2. persist the start intent with the durable deadline (attempt ``starting``)
+3. launch (the launcher validates, registers the receipt journal, spawns, captures identity)
+4. save the handle by compare-and-set (attempt and run ``running``); if that write fails,
+   compensate: abandon the start gate (no user code ran) and kill the exact process group
+5. open the start gate: user code starts only now
+6. monitor: on exit read the receipt, commit the terminal transition with both events,
+   delete the receipt file, resolve the journal row. Timeout and cancel: TERM to the
+   wrapper, a grace period, KILL to the group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from qinglong.local.process.launcher import LaunchedProcess, LaunchRequest, LocalProcessLauncher
+from qinglong.local.process.receipt_store import ReceiptStore
+
+from qinglong.local.execution.backoff import retry_delay_s
+from qinglong.local.storage.repository import LocalRunRepository
+from qinglong.shared.domain import Attempt, Run, Task
+from qinglong.shared.errors import QinglongError, ReceiptCodecError
+from qinglong.shared.receipts import CompletionReceipt, ReceiptOutcome
+from qinglong.shared.statuses import RETRYABLE_ATTEMPT_OUTCOMES, AttemptStatus
+
+log = logging.getLogger(__name__)
+
+GRACE_S_DEFAULT = 5.0
+POLL_S = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionConfig:
+    """Settings of the coordinator.
+
+    ``log_root``: absolute directory of attempt logs. ``grace_s``: seconds between TERM and
+    KILL on timeout, cancel or drain. ``base_env``: variables every command gets
+    (``PATH``, ``HOME``, ``LANG`` of the runtime); ``global_env``: user-wide variables.
+    """
+
+    log_root: str
+    grace_s: float = GRACE_S_DEFAULT
+    base_env: dict[str, str] = field(default_factory=dict)
+    global_env: dict[str, str] = field(default_factory=dict)
+    retry_base_s: float = 5.0
+    retry_cap_s: float = 600.0
+
+
+def runtime_base_env() -> dict[str, str]:
+    """``PATH``, ``HOME`` and ``LANG`` from the runtime's environment, nothing else."""
+    env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")}
+    for name in ("HOME", "LANG"):
+        if name in os.environ:
+            env[name] = os.environ[name]
+    return env
+
+
+class _Live:
+    """In-memory state of one running attempt (the database holds the durable facts)."""
+
+    def __init__(self, run: Run, task: Task, attempt: Attempt, proc: LaunchedProcess) -> None:
+        self.run = run
+        self.task = task
+        self.attempt = attempt
+        self.proc = proc
+        self.stop_reason: AttemptStatus | None = None
+        self.wake = threading.Event()
+        self.thread: threading.Thread | None = None
+
+
+class ExecutionCoordinator:
+    """Starts, supervises and settles local attempts.
+
+    ``on_settled(run)`` is called (from a monitor thread) after each attempt's terminal
+    commit, so a dispatcher can start waiting runs. Thread-safe.
+    """
+
+    def __init__(
+        self,
+        repo: LocalRunRepository,
+        launcher: LocalProcessLauncher,
+        receipts: ReceiptStore,
+        config: ExecutionConfig,
+        on_settled: Callable[[Run], None] | None = None,
+    ) -> None:
+        self.repo = repo
+        self.launcher = launcher
+        self.receipts = receipts
+        self.config = config
+        self.on_settled = on_settled
+        self._lock = threading.Lock()
+        self._live: dict[str, _Live] = {}
+
+    # -- start ----------------------------------------------------------------------------
+
+    def log_path(self, task: Task, attempt: Attempt) -> str:
+        """``<log_root>/<task id>/<run id>.<attempt number>.log``."""
+        return os.path.join(
+            self.config.log_root, task.id, f"{attempt.run_id}.{attempt.number}.log"
+        )
+
+    def _user_env(self, task: Task) -> dict[str, str]:
+        env = dict(self.config.base_env)
+        env.update(self.config.global_env)
+        env.update(task.env)
+        return env
+
+    def start(self, run: Run, task: Task) -> Run:
+        """Start the next attempt of a queued run; returns the run as it then stands.
+
+        A launch failure settles the attempt as ``failed`` (retried if the task allows)
+        and is not raised. Raises ConcurrentUpdateError if the run moved meanwhile.
+        """
+        attempt = self.repo.claim_attempt(run)  # step 1
+        now = self.repo.clock()
+        deadline = None if task.timeout_s is None else now + round(task.timeout_s * 1000)
+        log_path = self.log_path(task, attempt)
+        attempt = self.repo.record_start_intent(  # step 2
+            attempt, log_path=log_path, deadline_at_ms=deadline
+        )
+        request = LaunchRequest(
+            run_id=run.id,
+            attempt_id=attempt.id,
+            argv=tuple(task.argv),
+            env=self._user_env(task),
+            cwd=task.cwd or self.config.log_root,
+            output_path=log_path,
+        )
+        try:
+            proc = self.launcher.start(request)  # step 3: ADR-0069 §2 steps 1-6
+        except QinglongError as exc:
+            log.warning("launch failed for run %s: %s", run.id, exc.code)
+            return self._settle(
+                attempt, task, AttemptStatus.FAILED,
+                detail={"launch_error": exc.code, "launch_step": getattr(exc, "step", None)},
+            )
+        try:
+            attempt = self.repo.save_handle(attempt, proc.handle.encode())  # step 4
+        except BaseException:
+            # Compensation: the gate never opens, so no user code ran; kill the exact group.
+            proc.abandon_gate()
+            with contextlib.suppress(QinglongError, OSError):
+                proc.kill_group()
+            proc.wait(None)
+            proc.close()
+            raise
+        live = _Live(run, task, attempt, proc)
+        with self._lock:
+            self._live[attempt.id] = live
+        proc.open_gate()  # step 5: user code may start now
+        live.thread = threading.Thread(
+            target=self._monitor, args=(live,), name=f"ql3-attempt-{attempt.id[-6:]}", daemon=True
+        )
+        live.thread.start()
+        return self.repo.get_run(run.id)
+
+    # -- supervise ------------------------------------------------------------------------
+
+    def _monitor(self, live: _Live) -> None:
+        """Wait for the wrapper; enforce the durable deadline and stop requests.
+
+        Timeout/cancel: TERM to the wrapper alone (it forwards once to its group), then
+        after ``grace_s`` KILL to the whole group (DESIGN.md §3.3).
+        """
+        proc = live.proc
+        deadline = live.attempt.deadline_at_ms
+        term_sent_at: int | None = None
+        killed = False
+        while proc.wait(POLL_S) is None:
+            now = self.repo.clock()
+            if live.stop_reason is None and deadline is not None and now >= deadline:
+                live.stop_reason = AttemptStatus.TIMED_OUT
+            if live.stop_reason is not None and term_sent_at is None:
+                with contextlib.suppress(QinglongError, OSError):
+                    proc.send_graceful(signal.SIGTERM)
+                term_sent_at = now
+            elif (
+                term_sent_at is not None
+                and not killed
+                and now >= term_sent_at + self.config.grace_s * 1000
+            ):
+                with contextlib.suppress(QinglongError, OSError):
+                    proc.kill_group()
+                killed = True
+        self._finish(live)
+
+    def _finish(self, live: _Live) -> None:
+        proc = live.proc
+        rc = proc.returncode
+        # The wrapper is gone; its group may still hold escaped members: end them.
+        with contextlib.suppress(QinglongError, OSError):
+            proc.kill_group()
+        receipt: CompletionReceipt | None = None
+        detail: dict[str, object] = {}
+        try:
+            receipt = self.receipts.read(live.attempt.id)
+        except ReceiptCodecError:
+            detail["receipt"] = "invalid"
+        if receipt is not None and receipt.handle != proc.handle:
+            detail["receipt"] = "identity_mismatch"
+            receipt = None
+        exit_code, sig = _exit_of(receipt, rc)
+        if receipt is None and "receipt" not in detail:
+            detail["receipt"] = "not_published"
+            detail["wait_status"] = rc
+        if live.stop_reason is not None:
+            outcome = live.stop_reason
+        elif receipt is not None and receipt.outcome is ReceiptOutcome.NOT_STARTED:
+            outcome = AttemptStatus.LOST
+        elif exit_code == 0:
+            outcome = AttemptStatus.SUCCEEDED
+        else:
+            outcome = AttemptStatus.FAILED
+        finished = receipt.finished_at_ms if receipt is not None else None
+        try:
+            self._settle(live.attempt, live.task, outcome, exit_code=exit_code, signal=sig,
+                         wait_status=rc, finished_at_ms=finished, detail=detail)
+            if receipt is not None or "receipt" not in detail:
+                self.receipts.delete(live.attempt.id)
+                self.repo.resolve_journal(live.attempt.id)
+        except QinglongError as exc:
+            log.error("could not settle attempt %s: %s", live.attempt.id, exc.code)
+        finally:
+            proc.close()
+            with self._lock:
+                self._live.pop(live.attempt.id, None)
+
+    def _settle(
+        self,
+        attempt: Attempt,
+        task: Task,
+        outcome: AttemptStatus,
+        *,
+        exit_code: int | None = None,
+        signal: int | None = None,
+        wait_status: int | None = None,
+        finished_at_ms: int | None = None,
+        detail: dict[str, object] | None = None,
+    ) -> Run:
+        retry_at = None
+        if outcome in RETRYABLE_ATTEMPT_OUTCOMES and attempt.number < task.max_attempts:
+            run = self.repo.get_run(attempt.run_id)
+            if not run.cancel_requested:
+                delay = retry_delay_s(
+                    attempt.number, base_s=self.config.retry_base_s, cap_s=self.config.retry_cap_s
+                )
+                retry_at = self.repo.clock() + round(delay * 1000)
+        run = self.repo.finish_attempt(
+            attempt, outcome, exit_code=exit_code, signal=signal, wait_status=wait_status,
+            finished_at_ms=finished_at_ms, detail=detail, retry_not_before_ms=retry_at,
+        )
+        if self.on_settled is not None:
+            self.on_settled(run)
+        return run
+
+    # -- stop -----------------------------------------------------------------------------
+
+    def active_count(self) -> int:
+        """Attempts this coordinator supervises right now."""
+        with self._lock:
+            return len(self._live)
+
+    def is_live(self, run_id: str) -> bool:
+        """True while an attempt of ``run_id`` is supervised here."""
+        with self._lock:
+            return any(live.run.id == run_id for live in self._live.values())
+
+    def stop_run(self, run_id: str, reason: AttemptStatus = AttemptStatus.CANCELLED) -> bool:
+        """TERM the live attempt of ``run_id`` (KILL after the grace). False if none here."""
+        with self._lock:
+            targets = [live for live in self._live.values() if live.run.id == run_id]
+        for live in targets:
+            if live.stop_reason is None:
+                live.stop_reason = reason
+        return bool(targets)
+
+    def drain(self, timeout_s: float | None = None) -> int:
+        """Cancel every live attempt (TERM, grace, KILL) and wait for the monitors.
+
+        Returns how many attempts were still live when the drain began.
+        """
+        with self._lock:
+            lives = list(self._live.values())
+        for live in lives:
+            if live.stop_reason is None:
+                live.stop_reason = AttemptStatus.CANCELLED
+        for live in lives:
+            if live.thread is not None:
+                live.thread.join(timeout_s)
+        return len(lives)
+
+
+def _exit_of(receipt: CompletionReceipt | None, rc: int | None) -> tuple[int | None, int | None]:
+    """(exit code, signal) from the receipt, else from the wrapper's wait status."""
+    if receipt is not None:
+        if receipt.outcome is ReceiptOutcome.SIGNALED and receipt.signal is not None:
+            return 128 + receipt.signal, receipt.signal
+        return receipt.exit_code, None
+    if rc is None:
+        return None, None
+    if rc < 0:
+        return 128 - rc, -rc
+    return rc, None
