@@ -124,7 +124,13 @@ def _child_alive(log: str) -> str:
     for line in log.splitlines():
         if "background child pid" in line:
             pid = int(line.rsplit(" ", 1)[1])
-            return "yes (BUG)" if os.path.exists(f"/proc/{pid}") else "no (the group was killed)"
+            try:
+                with open(f"/proc/{pid}/stat") as fh:
+                    state = fh.read().rpartition(")")[2].split()[0]
+            except FileNotFoundError:
+                state = "gone"
+            alive = state not in ("gone", "Z", "X")  # a zombie has exited
+            return "yes (BUG)" if alive else "no (the whole process group was killed)"
     return "unknown (no pid printed)"
 
 

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import QL3, Ql3, wait_for
+from harness import QL3, Ql3, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -32,6 +32,8 @@ def slots(schedule: Schedule, start_ms: int, end_ms: int) -> list[int]:
     found: list[int] = []
     t = start_ms
     while (nxt := schedule.next_slot_after(t)) is not None and nxt <= end_ms:
+        assert nxt > t, "next_slot_after must move forward"
+        assert len(found) < 100_000
         found.append(nxt)
         t = nxt
     return found
@@ -164,3 +166,13 @@ def test_skipped_calendar_day_in_apia_fires_the_daily_job_once() -> None:
         at("2011-12-31T12:30"),  # 01-01 02:30 +14
         at("2012-01-01T12:30"),  # 01-02 02:30 +14
     ]
+
+
+def test_dropped_post_gap_slot_is_never_reported_as_latest_in_lord_howe() -> None:
+    # 2024-10-06 02:00 +10:30 -> 02:30 +11. Walls 02:00 and 02:20 fall in the gap and map to
+    # 15:30Z and 15:50Z; wall 02:40 (+11) maps to 15:40Z, before 15:50Z, and is dropped.
+    schedule = parse_schedule("*/20 2 * * *", "Australia/Lord_Howe")
+    fired = slots(schedule, at("2024-10-05T12:00"), at("2024-10-06T12:00"))
+    assert fired == [at("2024-10-05T15:30"), at("2024-10-05T15:50")]
+    assert schedule.latest_slot_at_or_before(at("2024-10-05T15:55")) == at("2024-10-05T15:50")
+    assert schedule.latest_slot_at_or_before(at("2024-10-06T12:00")) == at("2024-10-05T15:50")

@@ -74,6 +74,7 @@ TRANSITION_CASES = [
     ("15,45 1-3 * * *", "Europe/Berlin", "2024-10-27T01:00"),
     ("*/10 * * * *", "Australia/Lord_Howe", "2024-04-06T15:00"),
     ("*/10 * * * *", "Australia/Lord_Howe", "2024-10-05T15:30"),
+    ("*/20 2 * * *", "Australia/Lord_Howe", "2024-10-05T15:30"),
     ("*/20 * * * * *", "America/New_York", "2024-11-03T06:00"),
     ("*/20 * * * * *", "Europe/Berlin", "2024-03-31T01:00"),
     ("*/30 * * * *", "Pacific/Apia", "2011-12-30T10:00"),

@@ -315,10 +315,12 @@ def test_probe_zombie_with_other_start_ticks_is_gone(zombie: subprocess.Popen[by
 
 def test_probe_of_a_reaped_zombie_is_gone() -> None:
     child = subprocess.Popen(["true"])
-    stat = wait_for_state(child.pid, "Z")
-    handle = ProcessHandle(read_boot_id(), child.pid, stat.pgid, stat.start_ticks)
-    assert probe_handle(handle) == "zombie"
-    child.wait()
+    try:
+        stat = wait_for_state(child.pid, "Z")
+        handle = ProcessHandle(read_boot_id(), child.pid, stat.pgid, stat.start_ticks)
+        assert probe_handle(handle) == "zombie"
+    finally:
+        child.wait()
     assert probe_handle(handle) == "gone"
 
 

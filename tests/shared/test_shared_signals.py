@@ -242,6 +242,11 @@ def test_signal_process_through_pidfd_terminates_that_process() -> None:
 
 def test_signal_process_by_pid_terminates_only_that_process() -> None:
     child = subprocess.Popen(["sleep", "300"])
-    assert signal_process(child.pid, signal.SIGKILL) is True
-    assert child.wait(timeout=5) == -signal.SIGKILL
+    try:
+        assert signal_process(child.pid, signal.SIGKILL) is True
+        assert child.wait(timeout=5) == -signal.SIGKILL
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
     assert signal_process(child.pid, signal.SIGKILL) is False

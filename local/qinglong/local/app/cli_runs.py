@@ -115,13 +115,10 @@ def cancel(run_id: str, data_dir: str | None, as_json: bool) -> None:
 def logs(run_id: str, follow: bool, data_dir: str | None) -> None:
     """Print a run's output (every attempt's, in order)."""
     with open_backend(datadir_of(data_dir), "logs") as backend:
-        first = backend.call("logs_read", run_id=run_id, attempt=1, offset=0)
-        attempts = int(first["attempts"])
-        number = 1 if attempts else None
-        offset = 0
-        while number is not None:
+        number, offset = 1, 0
+        while True:
             chunk = backend.call("logs_read", run_id=run_id, attempt=number, offset=offset)
-            if chunk["attempts"] > 1 and offset == 0:
+            if offset == 0 and (number > 1 or chunk["attempts"] > 1) and chunk["data"]:
                 click.echo(f"== attempt {number} ==", err=True)
             if chunk["data"]:
                 sys.stdout.write(chunk["data"])
@@ -134,8 +131,6 @@ def logs(run_id: str, follow: bool, data_dir: str | None) -> None:
             if not follow or chunk["done"]:
                 break
             time.sleep(FOLLOW_POLL_S)
-            if number is not None and first["attempts"] == 0:
-                first = chunk
 
 
 @click.group()

@@ -16,11 +16,19 @@ def _table(title: str, columns: list[str], rows: list[list[str]]) -> None:
         table.add_column(column, overflow="fold")
     for row in rows:
         table.add_row(*row)
-    Console().print(table)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=240)  # piped output: never fold ids
+    console.print(table)
 
 
 def _s(value: object) -> str:
     return "" if value is None else str(value)
+
+
+def _t(value: object) -> str:
+    """An ISO time from a view, shortened for tables (``2026-11-29 20:57:50``)."""
+    return "" if value is None else str(value)[:19].replace("T", " ")
 
 
 def print_tasks(tasks: list[dict[str, Any]]) -> None:
@@ -49,8 +57,8 @@ def print_runs(runs: list[dict[str, Any]]) -> None:
             _s(r["exit_code"]),
             _s(r["signal"]),
             str(len(r["attempts"])),
-            _s(r["created_at"]),
-            _s(r["finished_at"]),
+            _t(r["created_at"]),
+            _t(r["finished_at"]),
             r.get("recovery", ""),
         ]
         for r in runs

@@ -154,10 +154,11 @@ class LocalService:
         chunk reached the end of the newest attempt's log.
         """
         run = self.repo.get_run(run_id)
-        if not run.attempts:
-            return {"attempt": None, "attempts": 0, "offset": 0, "data": "",
-                    "run_status": run.status.value, "done": run.status in RUN_TERMINAL}
-        number = attempt or run.attempts[-1].number
+        terminal = run.status in RUN_TERMINAL
+        number = attempt or (run.attempts[-1].number if run.attempts else 1)
+        if number > len(run.attempts):  # not started yet
+            return {"attempt": number, "attempts": len(run.attempts), "offset": offset,
+                    "data": "", "run_status": run.status.value, "done": terminal}
         chosen = next((a for a in run.attempts if a.number == number), None)
         if chosen is None:
             raise NotFoundError("no such attempt")
@@ -165,7 +166,7 @@ class LocalService:
         if chosen.log_path:
             data = _read_log(chosen.log_path, offset, LOG_CHUNK_BYTES)
         newest = number == run.attempts[-1].number
-        done = run.status in RUN_TERMINAL and newest and len(data) < LOG_CHUNK_BYTES
+        done = terminal and newest and len(data) < LOG_CHUNK_BYTES
         return {
             "attempt": number,
             "attempts": len(run.attempts),

@@ -217,6 +217,10 @@ class ExecutionCoordinator:
             outcome = live.stop_reason
         elif receipt is not None and receipt.outcome is ReceiptOutcome.NOT_STARTED:
             outcome = AttemptStatus.LOST
+        elif receipt is None and (rc is None or rc < 0):
+            # The wrapper itself was killed before publishing (case C07): the user's exit
+            # code is unknown, so none is invented.
+            outcome, exit_code, sig = AttemptStatus.LOST, None, None
         elif exit_code == 0:
             outcome = AttemptStatus.SUCCEEDED
         else:
@@ -225,7 +229,7 @@ class ExecutionCoordinator:
         try:
             self._settle(live.attempt, live.task, outcome, exit_code=exit_code, signal=sig,
                          wait_status=rc, finished_at_ms=finished, detail=detail)
-            if receipt is not None or "receipt" not in detail:
+            if receipt is not None:  # ADR-0069 §3: commit, then delete, then resolve
                 self.receipts.delete(live.attempt.id)
                 self.repo.resolve_journal(live.attempt.id)
         except QinglongError as exc:

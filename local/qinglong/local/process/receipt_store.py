@@ -119,7 +119,10 @@ class ReceiptStore:
             data = os.read(fd, RECEIPT_MAX_BYTES + 1)
         finally:
             os.close(fd)
-        receipt = decode_receipt(data)
+        try:
+            receipt = decode_receipt(data)
+        except RecursionError:  # deeply nested JSON: json.loads does not map it
+            raise ReceiptCodecError("receipt is not ASCII JSON") from None
         if receipt.attempt_id != attempt_id:
             raise ReceiptCodecError("receipt belongs to another attempt")
         return receipt
@@ -153,30 +156,7 @@ class ReceiptStore:
             UnsafePathError: the lock file is a symlink or not a regular file.
             OSError: I/O failures.
         """
-        shard_fd = self._open_shard(attempt_id)
-        if shard_fd is None:
-            return False
-        try:
-            fd = os.open(attempt_id + LOCK_SUFFIX, _READ_FLAGS, dir_fd=shard_fd)
-        except FileNotFoundError:
-            return False
-        except OSError as exc:
-            if exc.errno in _NOT_A_FILE:
-                raise UnsafePathError("attempt lock is a symlink or not a file") from None
-            raise
-        finally:
-            os.close(shard_fd)
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise UnsafePathError("attempt lock is not a regular file")
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return True
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            return False
-        finally:
-            os.close(fd)
+        return self._with_free_lock(attempt_id, unlink=False) is False
 
     def discard_lock(self, attempt_id: str) -> bool:
         """Remove the attempt's lock file if no process holds it; True if it was removed.
@@ -185,14 +165,19 @@ class ReceiptStore:
         holds the lock, so a held lock (an escaped process still lives) is never removed.
         Raises UnsafePathError or OSError.
         """
+        return self._with_free_lock(attempt_id, unlink=True) is True
+
+    def _with_free_lock(self, attempt_id: str, *, unlink: bool) -> bool | None:
+        """Try the lock without blocking: None if there is no lock file, False if it is
+        held, True if it was free (and, with ``unlink``, the file was removed under it)."""
         shard_fd = self._open_shard(attempt_id)
         if shard_fd is None:
-            return False
+            return None
         try:
             try:
                 fd = os.open(attempt_id + LOCK_SUFFIX, _READ_FLAGS, dir_fd=shard_fd)
             except FileNotFoundError:
-                return False
+                return None
             except OSError as exc:
                 if exc.errno in _NOT_A_FILE:
                     raise UnsafePathError("attempt lock is a symlink or not a file") from None
@@ -204,10 +189,11 @@ class ReceiptStore:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     return False
-                os.unlink(attempt_id + LOCK_SUFFIX, dir_fd=shard_fd)
-                os.fsync(shard_fd)
+                if unlink:
+                    os.unlink(attempt_id + LOCK_SUFFIX, dir_fd=shard_fd)
+                    os.fsync(shard_fd)
                 return True
             finally:
-                os.close(fd)
+                os.close(fd)  # releases the probe's lock
         finally:
             os.close(shard_fd)

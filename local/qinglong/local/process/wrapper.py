@@ -13,8 +13,10 @@ CPython's locale coercion rewrites LC_CTYPE, this restores the user's own) and
 
 Order: take the attempt lock -> block on one gate byte -> spawn the user command in this
 process group -> forward TERM/INT/HUP once to the group -> wait -> publish the receipt ->
-exit with the user's code (128+N for signal N). No user code runs without the lock and the
-gate byte; then a ``not_started`` receipt is published and the exit code is 125.
+exit with the user's code (128+N for signal N; 127/126 when the command is missing or not
+executable, as shells do). Without the lock, without the gate byte (EOF: the owner died or
+abandoned the gate) or after a graceful signal received before the start, no user code runs:
+a ``not_started`` receipt is published and the exit code is 125.
 """
 
 import fcntl
@@ -97,16 +99,24 @@ def own_identity() -> tuple[str, int, int, int]:
     return boot_id, os.getpid(), os.getpgrp(), int(fields[19])
 
 
-def publish(shard_fd: int, run_id: str, attempt_id: str, outcome: str,
-            exit_code: int | None, sig: int | None) -> bool:  # fmt: skip
+def publish(
+    shard_fd: int,
+    run_id: str,
+    attempt_id: str,
+    outcome: str,
+    exit_code: int | None,
+    sig: int | None,
+) -> bool:
     """Publish ``<attempt_id>.receipt`` in the shard; never overwrites; False on any failure.
 
     Private temp file (O_EXCL, 0600) -> fsync -> link() to the final name -> unlink temp ->
     fsync the shard directory.
     """
     try:
-        data = encode_receipt(run_id, attempt_id, own_identity(), outcome, exit_code, sig,
-                              time.time_ns() // 1_000_000)  # fmt: skip
+        finished_at_ms = time.time_ns() // 1_000_000
+        data = encode_receipt(
+            run_id, attempt_id, own_identity(), outcome, exit_code, sig, finished_at_ms
+        )
         tmp = f".{attempt_id}.{os.getpid()}.{time.monotonic_ns()}.tmp"
         flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = os.open(tmp, flags, 0o600, dir_fd=shard_fd)
@@ -118,8 +128,8 @@ def publish(shard_fd: int, run_id: str, attempt_id: str, outcome: str,
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            os.link(tmp, attempt_id + ".receipt", src_dir_fd=shard_fd, dst_dir_fd=shard_fd,
-                    follow_symlinks=False)  # fmt: skip
+            final = attempt_id + ".receipt"
+            os.link(tmp, final, src_dir_fd=shard_fd, dst_dir_fd=shard_fd, follow_symlinks=False)
         finally:
             try:
                 os.unlink(tmp, dir_fd=shard_fd)
@@ -182,7 +192,7 @@ def _take_lock(shard_fd: int, attempt_id: str) -> int:
 
 
 def _close_others(keep: tuple[int, ...]) -> None:
-    """Close every fd >= 3 except ``keep`` (the gate and the memfd go here)."""
+    """Close every fd >= 3 except ``keep``: the gate, the memfd and anything inherited."""
     top = max(os.sysconf("SC_OPEN_MAX"), max(keep) + 1)
     low = 3
     for fd in sorted(keep):
@@ -249,8 +259,8 @@ def main() -> int:
         return EXIT_NOT_STARTED
     lock_fd, opened = -1, False
     try:
-        for sig in FORWARDED:
-            signal.signal(sig, _on_signal)
+        for forwarded in FORWARDED:
+            signal.signal(forwarded, _on_signal)
         lock_fd = _take_lock(shard_fd, attempt_id)
         opened = lock_fd >= 0 and len(os.read(gate_fd, 1)) == 1
         signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)

@@ -70,6 +70,7 @@ def sealed_memfd(data: bytes) -> int:
     except OSError:
         raise LaunchError(2, "memfd for the wrapper unavailable") from None
     try:
+        fd = above_stdio(fd)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
@@ -83,6 +84,19 @@ def sealed_memfd(data: bytes) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def above_stdio(fd: int) -> int:
+    """Return ``fd``, or a close-on-exec duplicate numbered 3 or above (closing ``fd``).
+
+    A passed fd numbered 0–2 (possible when this process runs with its stdio closed) would
+    be clobbered by the child's stdio setup. Raises OSError.
+    """
+    if fd > 2:
+        return fd
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    os.close(fd)
+    return moved
 
 
 def load_wrapper(path: str, max_bytes: int, expected_sha256: str) -> int:

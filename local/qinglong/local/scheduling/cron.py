@@ -19,10 +19,10 @@ Time zones and daylight saving ("gaps and overlaps fire once"):
    one is dropped. An every-minute job therefore fires once per real minute through a gap and
    never twice through an overlap (the repeated wall-clock hour has no slots of its own).
 
-Lookups are O(1)-ish: the fold=0 offset is piecewise constant in wall time and increasing
-inside a piece, so a lookup costs one croniter call per piece within 30 h of the target. Pieces
-are found by hourly offset probes and bisection (UTC offsets span -12h..+14h, and tzdata has no
-two transitions of one zone within 30 h).
+Lookups are O(1)-ish: the fold=0 offset is piecewise constant in wall time, so wall -> instant
+increases inside a piece and a lookup costs one croniter call per piece within 30 h. Pieces
+are found by offset probes every 6 h and bisection (UTC offsets span -12h..+14h, and tzdata
+2026 has no two offset transitions of one zone within 30 h).
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ ScheduleKind = Literal["cron", "boot", "once"]
 SKIP_COUNT_CAP = 1000
 """``Due.skipped`` never exceeds this; counting stops there (``Due.skipped_capped``)."""
 
-_MARGIN_S = 1 * 3600  # wider than any span of UTC offsets (-12h..+14h)
-_PROBE_S = 3600
+_MARGIN_S = 30 * 3600  # wider than any span of UTC offsets (-12h..+14h)
+_PROBE_S = 6 * 3600  # one probe interval never holds two transitions (see docstring)
 _MAX_DROPS = 100_000  # wall times dropped in a row (an every-second job across a 24h gap)
 _MAX_TEXT = 200
 _EPOCH = datetime(1970, 1, 1)

@@ -1,0 +1,90 @@
+"""Harness for the integration tier: real `ql3` processes on a temporary data directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+QL3 = str(Path(sys.executable).parent / "ql3")
+
+
+class Ql3:
+    """Runs the real `ql3` command line against one data directory."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.env = dict(os.environ, QL3_DATA_DIR=str(data_dir))
+        self.env.pop("PYTHONPATH", None)
+
+    def run(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [QL3, *args], env=self.env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"ql3 {args} exited {proc.returncode}: {proc.stderr}")
+        return proc
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.run(*args, "--json").stdout)
+
+    def start_serve(self, *extra: str) -> subprocess.Popen[str]:
+        """Start `ql3 local serve`; its output goes to ``serve.log`` beside the data dir."""
+        log_path = self.data_dir.parent / "serve.log"
+        with open(log_path, "a") as log:
+            proc = subprocess.Popen(
+                [QL3, "local", "serve", *extra], env=self.env, stdout=log, stderr=log, text=True,
+            )
+        sock = self.data_dir / "ql3.sock"
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise AssertionError(f"serve exited {proc.returncode}: {log_path.read_text()}")
+            if sock.exists() and self.run("local", "recovery", "status", check=False).returncode == 0:
+                return proc
+            time.sleep(0.1)
+        proc.kill()
+        proc.wait()
+        raise AssertionError("serve did not come up")
+
+    def serve_log(self) -> str:
+        """What the serve processes of this data directory printed."""
+        path = self.data_dir.parent / "serve.log"
+        return path.read_text() if path.exists() else ""
+
+    @staticmethod
+    def stop_serve(proc: subprocess.Popen[str], timeout: float = 30) -> int:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            return proc.wait(timeout)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+
+@pytest.fixture
+def ql3(tmp_path: Path) -> Iterator[Ql3]:
+    """An initialised data directory and a runner for `ql3` against it."""
+    data = tmp_path / "data"
+    runner = Ql3(data)
+    runner.run("local", "init", "--data-dir", str(data), "--profile", "standalone")
+    yield runner
+
+
+def wait_for(predicate: Any, timeout: float, interval: float = 0.1) -> Any:
+    """Poll ``predicate`` until it returns a truthy value or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(interval)
