@@ -25,7 +25,9 @@ class Ql3:
         self.env = dict(os.environ, QL3_DATA_DIR=str(data_dir))
         self.env.pop("PYTHONPATH", None)
 
-    def run(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *args: str, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
             [QL3, *args], env=self.env, capture_output=True, text=True, timeout=timeout, check=False
         )
@@ -48,7 +50,8 @@ class Ql3:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise AssertionError(f"serve exited {proc.returncode}: {log_path.read_text()}")
-            if sock.exists() and self.run("local", "recovery", "status", check=False).returncode == 0:
+            ready = sock.exists() and self.run("local", "recovery", "status", check=False)
+            if ready and ready.returncode == 0:
                 return proc
             time.sleep(0.1)
         proc.kill()
@@ -77,7 +80,7 @@ def ql3(tmp_path: Path) -> Iterator[Ql3]:
     data = tmp_path / "data"
     runner = Ql3(data)
     runner.run("local", "init", "--data-dir", str(data), "--profile", "standalone")
-    yield runner
+    return runner
 
 
 def wait_for(predicate: Any, timeout: float, interval: float = 0.1) -> Any:

@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
 from harness import Ql3
 
 pytestmark = pytest.mark.integration
@@ -112,9 +113,9 @@ def test_a_socket_peer_of_another_user_is_refused(ql3: Ql3) -> None:
         code = (
             "import os, socket\n"
             "os.setgid(65534); os.setuid(65534)\n"
-            "s = socket.socket(socket.AF_UNIX); s.connect(%r)\n"
+            f"s = socket.socket(socket.AF_UNIX); s.connect({str(link)!r})\n"
             "s.sendall(b'{\"op\": \"task_list\"}\\n')\n"
-            "print(s.makefile().readline())\n" % str(link)
+            "print(s.makefile().readline())\n"
         )
         reply = subprocess.run(["/usr/bin/python3", "-I", "-c", code], capture_output=True,
                                text=True, timeout=20, check=False)

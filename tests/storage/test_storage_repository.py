@@ -70,7 +70,7 @@ def test_each_transition_writes_a_run_and_an_attempt_event(repo: LocalRunReposit
 def test_a_retry_returns_the_run_to_queued_and_the_next_attempt_gets_the_next_number(
     repo: LocalRunRepository,
 ) -> None:
-    _, run, attempt = _running(repo)
+    _, _run, attempt = _running(repo)
     back = repo.finish_attempt(attempt, AttemptStatus.LOST, retry_not_before_ms=123)
     assert back.status is RunStatus.QUEUED and back.not_before_ms == 123
     second = repo.claim_attempt(back)
@@ -104,7 +104,7 @@ def test_inspect_candidates_reports_257_as_256_and_truncated(repo: LocalRunRepos
     assert page.truncated
     assert [c.run_id for c in page.candidates] == sorted(ids)[:256]
     assert all(c.active_attempt_count == 1 for c in page.candidates)
-    assert not repo.inspect_candidates(256).candidates[0].run_status is RunStatus.QUEUED
+    assert repo.inspect_candidates(256).candidates[0].run_status is not RunStatus.QUEUED
 
 
 @pytest.mark.parametrize("limit", [0, 257, -1])

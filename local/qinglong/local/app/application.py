@@ -10,9 +10,6 @@ from __future__ import annotations
 import logging
 import threading
 
-from qinglong.local.process.launcher import LaunchConfig, LocalProcessLauncher
-from qinglong.local.process.receipt_store import ReceiptStore
-
 from qinglong.local.app.datadir import DataDir, OwnerLock
 from qinglong.local.app.profiles import Profile, get_profile
 from qinglong.local.app.service import LocalService
@@ -22,6 +19,8 @@ from qinglong.local.execution.coordinator import (
     runtime_base_env,
 )
 from qinglong.local.execution.dispatcher import Dispatcher
+from qinglong.local.process.launcher import LaunchConfig, LocalProcessLauncher
+from qinglong.local.process.receipt_store import ReceiptStore
 from qinglong.local.scheduling.scheduler import Scheduler
 from qinglong.local.storage.database import Database
 from qinglong.local.storage.migrations import open_database

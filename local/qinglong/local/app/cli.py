@@ -71,6 +71,7 @@ local.add_command(cli_runs.run)
 local.add_command(cli_runs.runs)
 local.add_command(cli_runs.logs)
 local.add_command(cli_runs.cancel)
+local.add_command(cli_runs.inspect)
 local.add_command(cli_runs.recovery)
 local.add_command(cli_serve.serve)
 

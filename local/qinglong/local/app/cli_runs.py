@@ -94,6 +94,25 @@ def runs(task_name: str | None, limit: int, data_dir: str | None, as_json: bool)
         output.print_runs(views)
 
 
+@click.command("inspect")
+@click.argument("run_id")
+@data_dir_option
+@json_option
+def inspect(run_id: str, data_dir: str | None, as_json: bool) -> None:
+    """Show one run: attempts, handles and its event history."""
+    with open_backend(datadir_of(data_dir), "inspect") as backend:
+        view = backend.call("run_get", run_id=run_id)
+    if as_json:
+        print_json(view)
+        return
+    click.echo(output.describe_run(view))
+    for attempt in view["attempts"]:
+        click.echo(f"  attempt {attempt['number']}: {attempt['status']} exit "
+                   f"{attempt['exit_code']} handle {attempt['handle']}")
+    for event in view["events"]:
+        click.echo(f"  {event['at']} {event['kind']} {event['detail'] or ''}")
+
+
 @click.command("cancel")
 @click.argument("run_id")
 @data_dir_option

@@ -23,10 +23,9 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from qinglong.local.execution.backoff import retry_delay_s
 from qinglong.local.process.launcher import LaunchedProcess, LaunchRequest, LocalProcessLauncher
 from qinglong.local.process.receipt_store import ReceiptStore
-
-from qinglong.local.execution.backoff import retry_delay_s
 from qinglong.local.storage.repository import LocalRunRepository
 from qinglong.shared.domain import Attempt, Run, Task
 from qinglong.shared.errors import QinglongError, ReceiptCodecError

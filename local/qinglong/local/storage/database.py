@@ -10,6 +10,7 @@ background thread that opens its own.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -55,7 +56,7 @@ class Database:
             conn.execute("PRAGMA synchronous=FULL")
             conn.execute("PRAGMA foreign_keys=ON")
         except sqlite3.Error as exc:
-            raise _storage_error(exc) from exc
+            raise _storage_error(exc, self.path) from exc
         self._conn: sqlite3.Connection | None = conn
 
     # -- the serial queue -------------------------------------------------------------
@@ -108,7 +109,7 @@ class Database:
                 except QinglongError:
                     raise
                 except sqlite3.Error as exc:
-                    raise _storage_error(exc) from exc
+                    raise _storage_error(exc, self.path) from exc
                 return result
         finally:
             self._leave()
@@ -125,7 +126,7 @@ class Database:
                 except QinglongError:
                     raise
                 except sqlite3.Error as exc:
-                    raise _storage_error(exc) from exc
+                    raise _storage_error(exc, self.path) from exc
         finally:
             self._leave()
 
@@ -148,14 +149,29 @@ class Database:
                 self._conn = None
 
 
-def _storage_error(exc: sqlite3.Error) -> StorageError:
-    """Map a sqlite3 error to a typed StorageError with a message free of user data."""
+def _storage_error(exc: sqlite3.Error, path: str) -> StorageError:
+    """Map a sqlite3 error to a typed StorageError with a message free of user data.
+
+    SQLite reports ENOSPC during a WAL write as a generic "disk I/O error"; when the
+    filesystem holding the database has no free block left, that is DiskFullError.
+    """
     code = getattr(exc, "sqlite_errorcode", None)
     text = str(exc).lower()
-    if code == sqlite3.SQLITE_FULL or "disk is full" in text or "database or disk is full" in text:
+    if code == sqlite3.SQLITE_FULL or "disk is full" in text or (
+        ("i/o error" in text or code == sqlite3.SQLITE_IOERR) and _no_space_left(path)
+    ):
         return DiskFullError("the disk is full: the local store could not write")
     if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in text:
         return StorageError("the database is locked by another process")
     if isinstance(exc, sqlite3.IntegrityError):
         return StorageError(f"constraint violated: {exc}")
     return StorageError(f"local store failure: {type(exc).__name__}: {exc}")
+
+
+def _no_space_left(path: str) -> bool:
+    """True when the filesystem of ``path`` has less than 64 KiB available."""
+    try:
+        st = os.statvfs(os.path.dirname(os.path.abspath(path)))
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < 64 * 1024
