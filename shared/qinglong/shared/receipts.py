@@ -115,7 +115,7 @@ def decode_receipt(data: bytes) -> CompletionReceipt:
         raise ReceiptCodecError("receipt exceeds 4096 bytes")
     try:
         obj = json.loads(data.decode("ascii"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         raise ReceiptCodecError("receipt is not ASCII JSON") from None
     if not isinstance(obj, dict) or set(obj) != _KEYS:
         raise ReceiptCodecError("receipt fields are not the ql3-receipt@v1 set")

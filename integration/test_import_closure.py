@@ -1,0 +1,41 @@
+"""The edge import closure (DESIGN.md §1): a running `serve` loads no cluster library."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from harness import Ql3, wait_for
+
+pytestmark = pytest.mark.integration
+
+FORBIDDEN = ("psycopg", "psycopg_pool", "sqlalchemy", "boto3", "botocore", "fastapi", "pydantic")
+
+
+def test_serve_with_a_run_loads_none_of_the_cluster_libraries(ql3: Ql3, tmp_path: Path) -> None:
+    ql3.run("local", "task", "add", "hello", "--schedule", "* * * * * *", "--", "echo", "hi")
+    err = tmp_path / "importtime.txt"
+    with open(err, "w") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-X", "importtime", "-c",
+             "from qinglong.local.app.cli import entry; entry()", "local", "serve"],
+            env=ql3.env, stdout=subprocess.DEVNULL, stderr=fh,
+        )
+    try:
+        ran = wait_for(
+            lambda: any(r["status"] == "succeeded" for r in ql3.json("local", "runs")), 20
+        )
+        assert ran, "the serve process did not run the task"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    modules = {
+        line.rsplit("|", 1)[1].strip().split(".")[0]
+        for line in err.read_text().splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    assert "sqlite3" in modules and "click" in modules  # the report is real
+    assert sorted(m for m in modules if m in FORBIDDEN) == []
