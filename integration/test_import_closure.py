@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from harness import Ql3, wait_for
 
 pytestmark = pytest.mark.integration

@@ -49,6 +49,8 @@ def local() -> None:
 def init(data_dir: str | None, profile: str) -> None:
     """Create and initialise a data directory (idempotent)."""
     from qinglong.local.app.application import PROFILE_KEY, LocalStore
+    from qinglong.local.process.receipt_store import ReceiptStore
+    from qinglong.shared.ids import uuid7
 
     datadir = datadir_of(data_dir)
     datadir.create()
@@ -59,6 +61,9 @@ def init(data_dir: str | None, profile: str) -> None:
     store = LocalStore(datadir, "init")
     try:
         store.repo.set_setting(PROFILE_KEY, profile)
+        receipts = ReceiptStore(datadir.receipt_root)
+        for shard in range(256):  # every receipt shard now, so no launch pays a directory fsync
+            receipts.prepare_shard(uuid7()[:-2] + f"{shard:02x}")
     finally:
         store.close()
     click.echo(f"initialised {datadir.root} (profile {profile})")
