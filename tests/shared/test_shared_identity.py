@@ -332,3 +332,14 @@ def test_probe_of_a_killed_child_goes_alive_then_gone(
     sleeper.kill()
     sleeper.wait()
     assert probe_handle(handle) == "gone"
+
+
+def test_probe_handle_reports_a_process_that_left_its_group_as_regrouped() -> None:
+    from qinglong.shared.handles import ProcessHandle
+    from qinglong.shared.process.identity import Liveness, probe_handle, read_boot_id, read_stat
+
+    me = read_stat(os.getpid())
+    assert me is not None
+    other_group = 4_000_000 if me.pgid != 4_000_000 else 3_999_999
+    handle = ProcessHandle(read_boot_id(), os.getpid(), other_group, me.start_ticks)
+    assert probe_handle(handle) == Liveness.REGROUPED

@@ -394,6 +394,12 @@ def test_constructor_refuses_exit_code_and_signal_that_do_not_fit_the_outcome(
         make_receipt(outcome, exit_code, sig)
 
 
+@pytest.mark.parametrize("outcome", ["exited", "not_started", None])
+def test_constructor_refuses_an_outcome_that_is_not_a_receipt_outcome(outcome: object) -> None:
+    with pytest.raises(ReceiptCodecError):
+        make_receipt(outcome, None, None)  # type: ignore[arg-type]
+
+
 @given(receipts(), st.integers(min_value=0, max_value=400), st.binary(min_size=1, max_size=3))
 def test_any_single_splice_of_a_valid_receipt_is_rejected_or_decodes_canonically(
     receipt: CompletionReceipt, position: int, splice: bytes

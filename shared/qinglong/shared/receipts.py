@@ -64,6 +64,8 @@ class CompletionReceipt:
         validate_uuid7(self.attempt_id, "attempt_id")
         if type(self.finished_at_ms) is not int or not 0 <= self.finished_at_ms < 2**53:
             raise ReceiptCodecError("receipt finished_at_ms out of range")
+        if not isinstance(self.outcome, ReceiptOutcome):
+            raise ReceiptCodecError("receipt outcome must be a ReceiptOutcome")
         code, sig = self.exit_code, self.signal
         if self.outcome is ReceiptOutcome.EXITED:
             ok = type(code) is int and 0 <= code <= 255 and sig is None

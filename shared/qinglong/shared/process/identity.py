@@ -102,13 +102,16 @@ class Liveness:
     ALIVE = "alive"
     GONE = "gone"
     ZOMBIE = "zombie"
+    REGROUPED = "regrouped"
 
 
 def probe_handle(handle: ProcessHandle, boot_id: str | None = None) -> str:
     """Compare a handle with this machine (DESIGN.md §3.4 step 3).
 
     Returns ``"gone"`` for another boot, no such pid, or other start ticks; ``"zombie"`` when
-    the exact process is a zombie (it exited and will never publish); else ``"alive"``.
+    the exact process is a zombie (it exited and will never publish); ``"regrouped"`` when it
+    is the same process but no longer in the handle's process group (insufficient evidence:
+    signalling the recorded group would be wrong); else ``"alive"``.
     """
     current_boot = read_boot_id() if boot_id is None else boot_id
     if handle.boot_id != current_boot:
@@ -118,6 +121,8 @@ def probe_handle(handle: ProcessHandle, boot_id: str | None = None) -> str:
         return Liveness.GONE
     if stat.state in ("Z", "X"):
         return Liveness.ZOMBIE
+    if stat.pgid != handle.pgid:
+        return Liveness.REGROUPED
     return Liveness.ALIVE
 
 
