@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -215,8 +214,3 @@ def test_step6_identity_failure_stops_the_group(env: Env, monkeypatch: pytest.Mo
     assert popen.returncode is not None, "the wrapper was reaped"
     assert group_gone(popen.pid)
     assert not env.marker.exists()
-
-
-def test_wrapper_default_path_is_the_bundled_script() -> None:
-    assert os.path.basename(DEFAULT_WRAPPER_PATH) == "wrapper.py"
-    assert shutil.which("touch") is not None
