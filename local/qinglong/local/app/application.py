@@ -26,12 +26,16 @@ from qinglong.local.storage.database import Database
 from qinglong.local.storage.migrations import open_database
 from qinglong.local.storage.repository import LocalRunRepository
 from qinglong.shared.domain import Run
-from qinglong.shared.errors import LocalApplicationStartupRecoveryRequiredError
+from qinglong.shared.errors import (
+    LocalApplicationStartupRecoveryRequiredError,
+    QinglongError,
+)
 from qinglong.shared.statuses import RUN_TERMINAL
 
 log = logging.getLogger(__name__)
 
 RECOVERY_LIMIT = 256
+LOOP_ERROR_BACKOFF_S = 1.0
 PROFILE_KEY = "profile"
 
 
@@ -128,9 +132,15 @@ class LocalStack:
         self.scheduler.boot(repo.clock())
         while not stop.is_set():
             now = repo.clock()
-            wake_at = self.scheduler.tick(now)
-            self.dispatcher.dispatch(now)
-            queued_at = repo.next_queued_at()
+            try:
+                wake_at = self.scheduler.tick(now)
+                self.dispatcher.dispatch(now)
+                queued_at = repo.next_queued_at()
+            except QinglongError as exc:  # the loop survives; the store is the truth
+                log.error("scheduler tick failed (%s); retrying in %.0f s", exc.code,
+                          LOOP_ERROR_BACKOFF_S)
+                stop.wait(LOOP_ERROR_BACKOFF_S)
+                continue
             if queued_at is not None and queued_at > now:
                 wake_at = min(wake_at, queued_at)
             timeout = max(0.0, (wake_at - repo.clock()) / 1000)

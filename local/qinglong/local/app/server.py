@@ -24,6 +24,7 @@ from qinglong.shared.errors import QinglongError
 log = logging.getLogger(__name__)
 
 MAX_REQUEST_BYTES = 1024 * 1024
+REQUEST_TIMEOUT_S = 10.0
 _UCRED = struct.Struct("3i")
 
 
@@ -48,13 +49,17 @@ def error_reply(exc: BaseException) -> dict[str, Any]:
 
 class _Handler(socketserver.StreamRequestHandler):
     server: _Server
+    timeout = REQUEST_TIMEOUT_S  # a silent client cannot hold a handler (or the drain)
 
     def handle(self) -> None:
         if not peer_allowed(peer_uid(self.connection)):
             self._reply({"ok": False, "error": {"code": "forbidden",
                                                 "message": "peer uid not allowed"}})
             return
-        line = self.rfile.readline(MAX_REQUEST_BYTES + 1)
+        try:
+            line = self.rfile.readline(MAX_REQUEST_BYTES + 1)
+        except OSError:  # the client went silent past the timeout or vanished
+            return
         try:
             if len(line) > MAX_REQUEST_BYTES:
                 raise ValueError("request too large")
@@ -78,7 +83,8 @@ class _Handler(socketserver.StreamRequestHandler):
 
 
 class _Server(socketserver.ThreadingUnixStreamServer):
-    daemon_threads = True
+    daemon_threads = False
+    block_on_close = True  # server_close() waits for requests in flight (admission drain)
     allow_reuse_address = False
 
     def __init__(self, path: str, service: LocalService) -> None:

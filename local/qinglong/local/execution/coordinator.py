@@ -262,6 +262,8 @@ class ExecutionCoordinator:
             attempt, outcome, exit_code=exit_code, signal=signal, wait_status=wait_status,
             finished_at_ms=finished_at_ms, detail=detail, retry_not_before_ms=retry_at,
         )
+        log.info("run %s of task %s: attempt %d %s, run %s", run.id, task.name,
+                 attempt.number, outcome.value, run.status.value)
         if self.on_settled is not None:
             self.on_settled(run)
         return run
