@@ -35,8 +35,9 @@ class Ql3:
             raise AssertionError(f"ql3 {args} exited {proc.returncode}: {proc.stderr}")
         return proc
 
-    def json(self, *args: str) -> Any:
-        return json.loads(self.run(*args, "--json").stdout)
+    def json(self, *args: str, check: bool = True) -> Any:
+        """Run with ``--json`` appended and parse stdout (``check=False``: any exit code)."""
+        return json.loads(self.run(*args, "--json", check=check).stdout)
 
     def start_serve(self, *extra: str) -> subprocess.Popen[str]:
         """Start `ql3 local serve`; its output goes to ``serve.log`` beside the data dir."""

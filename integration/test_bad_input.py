@@ -28,16 +28,31 @@ pytestmark = pytest.mark.integration
         (["--schedule", "* * * * *", "--cwd", "relative/dir"], "absolute"),
         (["--schedule", "* * * * *", "--cwd", "/definitely/not/here"], "existing"),
         (["--schedule", "* * * * *", "--timeout", "-1"], "timeout"),
+        (["--schedule", "* * * * *", "--timeout", "0"], "timeout"),
+        (["--schedule", "* * * * *", "--max-attempts", "0"], "max_attempts"),
+        (["--schedule", "* * * * *", "--timezone", ""], "timezone"),
     ],
 )
 def test_task_add_rejects_bad_input_and_stores_nothing(
     ql3: Ql3, args: list[str], needle: str
 ) -> None:
     result = ql3.run("local", "task", "add", "bad", *args, "--", "true", check=False)
-    assert result.returncode == 1, result.stderr
+    assert result.returncode == 2, result.stderr  # bad input is a usage error
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("ql3: error:")
     assert needle in lines[0]
+    assert ql3.json("local", "task", "list") == []
+
+
+HUGE = ["echo", "x" * 100_000, "y" * 100_000, "z" * 100_000]  # each under MAX_ARG_STRLEN
+
+
+@pytest.mark.parametrize("argv", [[" "], [""], HUGE])
+def test_a_command_that_could_never_start_is_refused_at_add(ql3: Ql3, argv: list[str]) -> None:
+    result = ql3.run("local", "task", "add", "never", "--schedule", "@once", "--", *argv,
+                     check=False)
+    assert result.returncode == 2, result.stderr
+    assert "argv" in result.stderr
     assert ql3.json("local", "task", "list") == []
 
 

@@ -26,6 +26,7 @@ def test_serve_with_a_run_loads_none_of_the_cluster_libraries(ql3: Ql3, tmp_path
             env=ql3.env, stdout=subprocess.DEVNULL, stderr=fh,
         )
     try:
+        assert wait_for((ql3.data_dir / "ql3.sock").exists, 20)
         ran = wait_for(
             lambda: any(r["status"] == "succeeded" for r in ql3.json("local", "runs")), 20
         )

@@ -46,7 +46,7 @@ def test_run_runs_and_task_list_through_the_socket_return_the_documented_json(ql
         ql3.run("local", "task", "add", "hello", "--schedule", "@once", "--",
                 "sh", "-c", "echo hello; exit 4")
         tasks = ql3.json("local", "task", "list")
-        run = ql3.json("local", "run", "hello", "--wait")
+        run = ql3.json("local", "run", "hello", "--wait", check=False)
         runs = ql3.json("local", "runs")
     finally:
         assert ql3.stop_serve(serve) == 0
@@ -114,3 +114,41 @@ def test_kill_9_of_serve_leaves_the_task_running_and_the_next_serve_refuses(
     runs = ql3.json("local", "runs")
     assert runs[0]["id"] == run["id"] and runs[0]["status"] == "running"
     assert "needs recovery" in runs[0]["recovery"]
+    # Case C02: the operator's resolution is settled by the published receipt (receipt
+    # first): the run succeeded with exit code 0, whatever verdict was asked for.
+    [resolved] = ql3.json("local", "recovery", "resolve", run["id"], "--as", "lost")
+    assert resolved == {"run_id": run["id"], "status": "succeeded", "source": "receipt"}
+    final = ql3.json("local", "inspect", run["id"])
+    assert (final["status"], final["exit_code"]) == ("succeeded", 0)
+    assert any("resolved_by" in (e["detail"] or "") for e in final["events"])
+    assert not receipt.exists()
+    serve = ql3.start_serve()  # nothing left to recover: serve starts again
+    assert ql3.stop_serve(serve) == 0
+
+
+def test_recovery_resolve_refuses_while_the_process_still_runs_then_records_the_verdict(
+    ql3: Ql3,
+) -> None:
+    ql3.run("local", "task", "add", "long", "--schedule", "@once", "--", "sleep", "300")
+    serve = ql3.start_serve()
+    ql3.run("local", "run", "long")
+    assert wait_for(lambda: ql3.json("local", "runs")[0]["status"] == "running", 10)
+    serve.send_signal(signal.SIGKILL)
+    serve.wait(10)
+    [run] = ql3.json("local", "runs")
+    refused = ql3.run("local", "recovery", "resolve", run["id"], "--as", "lost", check=False)
+    assert refused.returncode == 1 and "still running" in refused.stderr
+    pgid = int(run["attempts"][0]["handle"].split(":")[3])
+    os.killpg(pgid, signal.SIGKILL)
+    time.sleep(0.5)
+    [resolved] = ql3.json("local", "recovery", "resolve", run["id"], "--as", "lost")
+    assert resolved["source"] == "operator" and resolved["status"] == "lost"
+    assert ql3.json("local", "inspect", run["id"])["exit_code"] is None
+
+
+def test_run_wait_exits_1_when_the_run_did_not_succeed(ql3: Ql3) -> None:
+    ql3.run("local", "task", "add", "ok", "--schedule", "@once", "--", "true")
+    ql3.run("local", "task", "add", "bad", "--schedule", "@once", "--", "false")
+    assert ql3.run("local", "run", "ok", "--wait", check=False).returncode == 0
+    failed = ql3.run("local", "run", "bad", "--wait", check=False)
+    assert failed.returncode == 1 and "failed" in failed.stderr

@@ -153,3 +153,15 @@ def test_boot_tasks_get_one_run_per_serve_start(env) -> None:  # type: ignore[no
     assert [r.trigger for r in repo.list_runs(task.id)] == [Trigger.BOOT, Trigger.BOOT]
     assert repo.list_runs(disabled.id) == []
     assert sched.tick(clock.now) == clock.now + 60_000  # @boot never fires on schedule
+
+
+def test_replace_supersedes_runs_still_queued_so_they_never_pile_up(env) -> None:  # type: ignore[no-untyped-def]
+    repo, clock, stopped = env
+    task = _task(repo, "* * * * * *", policy="replace")
+    sched = Scheduler(repo, stopped.append)
+    sched.tick(clock.now)
+    for step in range(1, 5):  # four slots while the dispatcher starts nothing
+        clock.now = T0 + step * 1_000
+        sched.tick(clock.now)
+    runs = repo.list_runs(task.id)
+    assert [r.status.value for r in runs] == ["queued", "cancelled", "cancelled", "cancelled"]

@@ -8,6 +8,7 @@ stop:  admission drain -> stack (executions drained: TERM, grace, KILL) -> stora
 from __future__ import annotations
 
 import logging
+import os
 import threading
 
 from qinglong.local.app.datadir import DataDir, OwnerLock
@@ -62,6 +63,13 @@ class LocalStore:
         self.lock.release()
 
 
+def default_task_cwd(datadir: DataDir) -> str:
+    """Where a task without ``--cwd`` runs: ``$HOME`` if it is a directory (as cron does),
+    else the data directory."""
+    home = os.environ.get("HOME", "")
+    return home if os.path.isabs(home) and os.path.isdir(home) else datadir.root
+
+
 class LocalStack:
     """Assembly: receipt store, launcher, coordinator, dispatcher, scheduler. Creating it
     starts nothing (no thread, no timer, no process)."""
@@ -84,6 +92,7 @@ class LocalStack:
                 log_root=store.datadir.log_root,
                 grace_s=store.profile.grace_s if grace_s is None else grace_s,
                 base_env=runtime_base_env(),
+                default_cwd=default_task_cwd(store.datadir),
             ),
             on_settled=self._on_settled,
         )
@@ -109,7 +118,8 @@ class LocalStack:
     def service(self) -> LocalService:
         """The operations, supervised by this stack."""
         return LocalService(
-            self.store.repo, supervised=True, wake=self.wake, stop_run=self.stop_run
+            self.store.repo, supervised=True, wake=self.wake, stop_run=self.stop_run,
+            receipts=self.receipts,
         )
 
     def preflight(self) -> None:

@@ -12,6 +12,7 @@ from qinglong.local.app.application import LocalStore
 from qinglong.local.app.client import DirectBackend, SocketBackend
 from qinglong.local.app.datadir import DataDir
 from qinglong.local.app.service import LocalService
+from qinglong.local.process.receipt_store import ReceiptStore
 from qinglong.shared.errors import DataDirectoryBusyError
 
 BUSY_WAIT_S = 3.0
@@ -36,7 +37,8 @@ def open_backend(datadir: DataDir, role: str) -> Iterator[SocketBackend | Direct
             time.sleep(0.1)
             continue
         try:
-            yield DirectBackend(LocalService(store.repo, supervised=False))
+            receipts = ReceiptStore(datadir.receipt_root)
+            yield DirectBackend(LocalService(store.repo, supervised=False, receipts=receipts))
         finally:
             store.close()
         return

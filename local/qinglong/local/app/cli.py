@@ -6,13 +6,14 @@ Exit codes: 0 success, 2 usage errors, 1 any other error with one line on stderr
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
 import click
 
-from qinglong.local.app.cli_common import data_dir_option, datadir_of
-from qinglong.shared.errors import QinglongError
+from qinglong.local.app.cli_common import RunNotSucceededError, data_dir_option, datadir_of
+from qinglong.shared.errors import QinglongError, ValidationError
 
 
 def _version() -> str:
@@ -93,16 +94,29 @@ def run_main(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         click.echo("ql3: aborted", err=True)
         return 1
+    except ValidationError as exc:  # bad input is a usage error: exit 2, one line
+        click.echo(f"ql3: error: {exc}", err=True)
+        return 2
+    except RunNotSucceededError as exc:
+        click.echo(f"ql3: {exc}", err=True)
+        return 1
     except QinglongError as exc:
         click.echo(f"ql3: error: {exc}", err=True)
         return 1
     except KeyboardInterrupt:
         return 130
+    except OSError as exc:  # e.g. stdout is a full disk or a closed pipe
+        with contextlib.suppress(OSError):
+            click.echo(f"ql3: error: output failed: {exc.strerror or exc}", err=True)
+        return 1
     return 0
 
 
 def entry() -> None:
     """Console script ``ql3``."""
-    sys.exit(run_main())
+    code = run_main()
+    with contextlib.suppress(OSError):
+        sys.stdout.flush()
+    sys.exit(code)
 
 

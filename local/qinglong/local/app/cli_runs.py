@@ -13,6 +13,7 @@ import click
 from qinglong.local.app import output
 from qinglong.local.app.backend import open_backend
 from qinglong.local.app.cli_common import (
+    RunNotSucceededError,
     data_dir_option,
     datadir_of,
     json_option,
@@ -35,7 +36,8 @@ def run(name: str, wait: bool, data_dir: str | None, as_json: bool) -> None:
 
     Through a running `ql3 local serve` the run is queued there (--wait waits for it).
     With no serve running this command supervises the run in the foreground until it
-    ends (Ctrl-C cancels it), because nobody else would.
+    ends (Ctrl-C cancels it), because nobody else would. Once the run has ended, the exit
+    code is 0 only if it succeeded (1 otherwise), so `ql3 local run X --wait && next` works.
     """
     datadir = datadir_of(data_dir)
     datadir.require_initialised()
@@ -50,6 +52,8 @@ def run(name: str, wait: bool, data_dir: str | None, as_json: bool) -> None:
         print_json(view)
     else:
         click.echo(output.describe_run(view))
+    if view["status"] in output.TERMINAL and view["status"] != "succeeded":
+        raise RunNotSucceededError(f"the run ended {view['status']}")
 
 
 def _run_in_foreground(datadir: DataDir, name: str) -> dict[str, Any]:
@@ -58,7 +62,8 @@ def _run_in_foreground(datadir: DataDir, name: str) -> dict[str, Any]:
     store = LocalStore(datadir, "run")
     stop = threading.Event()
     previous = {
-        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
+        sig: signal.signal(sig, lambda *_: stop.set())
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     }
     try:
         stack = LocalStack(store)
@@ -140,7 +145,7 @@ def logs(run_id: str, follow: bool, data_dir: str | None) -> None:
             if offset == 0 and (number > 1 or chunk["attempts"] > 1) and chunk["data"]:
                 click.echo(f"== attempt {number} ==", err=True)
             if chunk["data"]:
-                sys.stdout.write(chunk["data"])
+                sys.stdout.buffer.write(chunk["data"].encode("utf-8", "surrogateescape"))
                 sys.stdout.flush()
                 offset = chunk["offset"]
                 continue
@@ -172,3 +177,30 @@ def recovery_status(data_dir: str | None, as_json: bool) -> None:
                f"{view['active_attempts']} active attempt(s)")
     for run_id in view["runs"]:
         click.echo(f"  {run_id}")
+    if view["runs"]:
+        click.echo("settle them with `ql3 local recovery resolve RUN_ID... --as lost|failed` "
+                   "(a published receipt wins)")
+
+
+@recovery.command("resolve")
+@click.argument("run_ids", nargs=-1, required=True)
+@click.option("--as", "verdict", type=click.Choice(["lost", "failed"]), required=True,
+              help="Status to record when no receipt tells the real outcome.")
+@data_dir_option
+@json_option
+def recovery_resolve(
+    run_ids: tuple[str, ...], verdict: str, data_dir: str | None, as_json: bool
+) -> None:
+    """Settle runs a stopped owner left in dispatching/running.
+
+    A published completion receipt wins (the run gets its real exit code); a process of the
+    run that may still be alive refuses the resolution; otherwise the run is recorded as
+    --as lost|failed. Each resolution is an event naming who and when.
+    """
+    with open_backend(datadir_of(data_dir), "recovery resolve") as backend:
+        results = backend.call("recovery_resolve", run_ids=list(run_ids), **{"as": verdict})
+    if as_json:
+        print_json(results)
+        return
+    for item in results:
+        click.echo(f"run {item['run_id']}: {item['status']} (from {item['source']})")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 
 import click
 
@@ -15,10 +16,12 @@ from qinglong.shared.errors import (
     LocalApplicationStartupRecoveryRequiredError,
 )
 
+OWNER_WAIT_S = 5.0
+
 
 @click.command("serve")
 @data_dir_option
-@click.option("--grace", type=float, default=None, metavar="SECONDS",
+@click.option("--grace", type=click.FloatRange(0, 3600), default=None, metavar="SECONDS",
               help="TERM-to-KILL grace for running attempts at shutdown (profile default 5).")
 def serve(data_dir: str | None, grace: float | None) -> None:
     """Run the scheduler and accept commands until SIGTERM or SIGINT.
@@ -32,12 +35,17 @@ def serve(data_dir: str | None, grace: float | None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s ql3 %(levelname)s %(message)s")
     datadir = datadir_of(data_dir)
     datadir.require_initialised()
-    try:
-        store = LocalStore(datadir, "serve")
-    except DataDirectoryBusyError as exc:
-        if SocketBackend.probe(datadir.socket_path):
-            fail(f"a ql3 local serve is already running on {datadir.root}")
-        raise exc
+    deadline = time.monotonic() + OWNER_WAIT_S
+    while True:
+        try:
+            store = LocalStore(datadir, "serve")
+            break
+        except DataDirectoryBusyError:
+            if SocketBackend.probe(datadir.socket_path):
+                fail(f"a ql3 local serve is already running on {datadir.root}")
+            if time.monotonic() >= deadline:  # a long foreground `run` or a wedged owner
+                raise
+            time.sleep(0.1)  # a short-lived command owns the directory for a moment
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -48,7 +56,7 @@ def serve(data_dir: str | None, grace: float | None) -> None:
         try:
             stack.preflight()
         except LocalApplicationStartupRecoveryRequiredError as exc:
-            fail(f"{exc}; see `ql3 local runs` and `ql3 local recovery status`")
+            fail(f"{exc}; see `ql3 local recovery status`, then `ql3 local recovery resolve`")
         loop = threading.Thread(target=stack.run_loop, args=(stop,), name="ql3-scheduler")
         loop.start()
         server = SocketServer(datadir.socket_path, stack.service())

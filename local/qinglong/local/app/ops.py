@@ -43,6 +43,8 @@ def call(service: LocalService, op: str, args: dict[str, Any]) -> Any:
             )
         if op == "recovery_status":
             return service.recovery_status()
+        if op == "recovery_resolve":
+            return service.recovery_resolve([str(r) for r in args["run_ids"]], str(args["as"]))
     except (KeyError, TypeError, ValueError) as exc:
         if isinstance(exc, ValidationError):
             raise

@@ -13,10 +13,13 @@ from typing import Any
 
 from qinglong.local.app.task_input import TaskInput
 from qinglong.local.app.views import event_view, run_view, task_view
+from qinglong.local.process.receipt_store import ReceiptStore
+from qinglong.local.recovery.manual import resolve_run
+from qinglong.local.scheduling.scheduler import supersede
 from qinglong.local.storage.repository import LocalRunRepository
 from qinglong.shared.domain import ConcurrencyPolicy, Trigger
 from qinglong.shared.errors import ConflictError, NotFoundError, ValidationError
-from qinglong.shared.statuses import RUN_TERMINAL
+from qinglong.shared.statuses import RUN_TERMINAL, AttemptStatus
 
 LOG_CHUNK_BYTES = 64 * 1024
 
@@ -36,8 +39,10 @@ class LocalService:
         supervised: bool,
         wake: Callable[[], None] | None = None,
         stop_run: Callable[[str], bool] | None = None,
+        receipts: ReceiptStore | None = None,
     ) -> None:
         self.repo = repo
+        self.receipts = receipts
         self.supervised = supervised
         self._wake = wake or (lambda: None)
         self._stop_run = stop_run
@@ -52,12 +57,12 @@ class LocalService:
                 name=spec["name"],
                 argv=tuple(spec["argv"]),
                 schedule=spec["schedule"],
-                timezone=spec.get("timezone") or "UTC",
+                timezone=_or(spec.get("timezone"), "UTC"),
                 env=dict(spec.get("env") or {}),
                 cwd=spec.get("cwd"),
                 timeout_s=spec.get("timeout_s"),
-                max_attempts=int(spec.get("max_attempts") or 1),
-                concurrency=spec.get("concurrency") or "forbid",
+                max_attempts=int(_or(spec.get("max_attempts"), 1)),
+                concurrency=_or(spec.get("concurrency"), "forbid"),
                 labels=tuple(spec.get("labels") or ()),
             )
         except (KeyError, TypeError, ValueError):
@@ -103,9 +108,8 @@ class LocalService:
         task = self.repo.get_task(name)
         if task.concurrency is ConcurrencyPolicy.FORBID and self.repo.has_unfinished_run(task.id):
             raise ConflictError("the task already has a run in progress (policy forbid)")
-        if task.concurrency is ConcurrencyPolicy.REPLACE and self._stop_run is not None:
-            for active in self.repo.active_runs(task.id):
-                self._stop_run(active.id)
+        if task.concurrency is ConcurrencyPolicy.REPLACE:
+            supersede(self.repo, task.id, self._stop_run or (lambda run_id: False))
         run = self.repo.create_run(task.id, Trigger.MANUAL)
         if run is None:  # pragma: no cover - manual runs have no slot to collide on
             raise ConflictError("the run could not be queued")
@@ -142,6 +146,20 @@ class LocalService:
             "runs": [c.run_id for c in page.candidates],
         }
 
+    def recovery_resolve(self, run_ids: list[str], verdict: str) -> list[dict[str, Any]]:
+        """Settle runs a stopped owner left active (receipt first, then the verdict).
+
+        Each run is resolved on its own; the first refusal raises (earlier ones stay done).
+        """
+        if self.receipts is None:
+            raise ValidationError("request", "recovery needs the receipt store")
+        results = []
+        for run_id in run_ids:
+            done = resolve_run(self.repo, self.receipts, run_id, verdict)
+            results.append({"run_id": done.run_id, "status": done.status, "source": done.source})
+        self._wake()
+        return results
+
     # -- logs -----------------------------------------------------------------------------
 
     def logs_read(
@@ -164,25 +182,34 @@ class LocalService:
             raise NotFoundError("no such attempt")
         data = b""
         if chosen.log_path:
-            data = _read_log(chosen.log_path, offset, LOG_CHUNK_BYTES)
+            read = _read_log(chosen.log_path, offset, LOG_CHUNK_BYTES)
+            if read is not None:
+                data = read
+            elif chosen.status not in (AttemptStatus.CLAIMED, AttemptStatus.STARTING):
+                raise NotFoundError(f"the log file of attempt {number} is missing")
         newest = number == run.attempts[-1].number
         done = terminal and newest and len(data) < LOG_CHUNK_BYTES
         return {
             "attempt": number,
             "attempts": len(run.attempts),
             "offset": offset + len(data),
-            "data": data.decode("utf-8", errors="replace"),
+            "data": data.decode("utf-8", errors="surrogateescape"),  # byte-exact round trip
             "run_status": run.status.value,
             "done": done,
         }
 
 
-def _read_log(path: str, offset: int, size: int) -> bytes:
-    """Read a log file without following a symlink; a missing file reads as empty."""
+def _or(value: Any, default: Any) -> Any:
+    """``value`` unless it is None (an empty string or 0 stays, to be validated)."""
+    return default if value is None else value
+
+
+def _read_log(path: str, offset: int, size: int) -> bytes | None:
+    """Read a log file without following a symlink anywhere on its path; None if missing."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError:
-        return b""
+        return None
     except OSError as exc:
         raise ValidationError("log", "the log file cannot be opened safely") from exc
     try:

@@ -6,6 +6,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from qinglong.local.process.launch_request import LAUNCH_MAX_BYTES, SINGLE_STRING_MAX_BYTES
 from qinglong.local.scheduling.cron import parse_schedule
 from qinglong.shared.domain import ConcurrencyPolicy, Task
 from qinglong.shared.errors import ValidationError
@@ -16,6 +17,8 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RESERVED_ENV = ("QL3_RECEIPT_", "QL3_LAUNCH_")
 MAX_ATTEMPTS = 100
 MAX_TIMEOUT_S = 30 * 24 * 3600
+# Room left for PATH, HOME, LANG and the global variables within the launcher's budget.
+LAUNCH_BUDGET_BYTES = LAUNCH_MAX_BYTES - 32 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,13 +51,16 @@ class TaskInput:
         parse_schedule(self.schedule, self.timezone)
         validate_argv(self.argv)
         validate_env(self.env)
+        check_launch_budget(tuple(self.argv), self.env)
+        if self.timezone == "":
+            raise ValidationError("timezone", "must not be empty")
         if self.cwd is not None:
             if not os.path.isabs(self.cwd):
                 raise ValidationError("cwd", "must be an absolute path")
             if not os.path.isdir(self.cwd):
                 raise ValidationError("cwd", "must be an existing directory")
         if self.timeout_s is not None and not 0 < self.timeout_s <= MAX_TIMEOUT_S:
-            raise ValidationError("timeout", "must be between 0 and 30 days, in seconds")
+            raise ValidationError("timeout", "must be more than 0 s and at most 30 days")
         if not 1 <= self.max_attempts <= MAX_ATTEMPTS:
             raise ValidationError("max_attempts", "must be between 1 and 100")
         try:
@@ -86,7 +92,23 @@ def validate_argv(argv: object) -> tuple[str, ...]:
     for item in argv:
         if not isinstance(item, str) or "\x00" in item:
             raise ValidationError("argv", "arguments must be strings without NUL bytes")
+    if not argv[0].strip():
+        raise ValidationError("argv", "the command name must not be blank")
     return tuple(argv)
+
+
+def check_launch_budget(argv: tuple[str, ...], env: dict[str, str]) -> None:
+    """The launcher's byte limits (ADR-0069 §2 step 1), checked when the task is added so a
+    task that could never start is refused. Raises ValidationError naming the limit."""
+    total = 0
+    for text in (*argv, *(f"{k}={v}" for k, v in env.items())):
+        size = len(text.encode("utf-8", "surrogateescape")) + 1
+        if size > SINGLE_STRING_MAX_BYTES:
+            raise ValidationError("argv", f"one argument or variable exceeds "
+                                          f"{SINGLE_STRING_MAX_BYTES} bytes")
+        total += size
+    if total > LAUNCH_BUDGET_BYTES:
+        raise ValidationError("argv", f"command and environment exceed {LAUNCH_BUDGET_BYTES} bytes")
 
 
 def validate_env(env: object) -> dict[str, str]:

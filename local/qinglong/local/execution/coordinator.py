@@ -42,8 +42,9 @@ POLL_S = 0.2
 class ExecutionConfig:
     """Settings of the coordinator.
 
-    ``log_root``: absolute directory of attempt logs. ``grace_s``: seconds between TERM and
-    KILL on timeout, cancel or drain. ``base_env``: variables every command gets
+    ``log_root``: absolute directory of attempt logs. ``default_cwd``: working directory of
+    tasks without ``cwd`` (the runtime user's home, as cron does). ``grace_s``: seconds
+    between TERM and KILL on timeout, cancel or drain. ``base_env``: variables every command gets
     (``PATH``, ``HOME``, ``LANG`` of the runtime); ``global_env``: user-wide variables.
     """
 
@@ -53,6 +54,7 @@ class ExecutionConfig:
     global_env: dict[str, str] = field(default_factory=dict)
     retry_base_s: float = 5.0
     retry_cap_s: float = 600.0
+    default_cwd: str | None = None
 
 
 def runtime_base_env() -> dict[str, str]:
@@ -132,7 +134,7 @@ class ExecutionCoordinator:
             attempt_id=attempt.id,
             argv=tuple(task.argv),
             env=self._user_env(task),
-            cwd=task.cwd or self.config.log_root,
+            cwd=task.cwd or self.config.default_cwd or self.config.log_root,
             output_path=log_path,
         )
         try:
@@ -231,6 +233,8 @@ class ExecutionCoordinator:
             if receipt is not None:  # ADR-0069 §3: commit, then delete, then resolve
                 self.receipts.delete(live.attempt.id)
                 self.repo.resolve_journal(live.attempt.id)
+            with contextlib.suppress(OSError, QinglongError):
+                self.receipts.discard_lock(live.attempt.id)  # only if no process holds it
         except QinglongError as exc:
             log.error("could not settle attempt %s: %s", live.attempt.id, exc.code)
         finally:

@@ -94,6 +94,16 @@ class Scheduler:
             )
             return
         if policy is ConcurrencyPolicy.REPLACE:
-            for run in self.repo.active_runs(task.id):
-                self.stop_run(run.id)
+            supersede(self.repo, task.id, self.stop_run)
         self.repo.create_run(task.id, Trigger.SCHEDULE, scheduled_at_ms=slot_ms)
+
+
+def supersede(repo: LocalRunRepository, task_id: str, stop_run: Callable[[str], object]) -> None:
+    """Policy ``replace``: cancel the task's queued runs and ask its active ones to stop
+    (cancel intent first, then TERM via ``stop_run``); the new run starts once their
+    groups are gone (DESIGN.md §3.7)."""
+    for run in repo.queued_runs(task_id):
+        repo.request_cancel(run.id, reason="replaced")
+    for run in repo.active_runs(task_id):
+        repo.request_cancel(run.id, reason="replaced")
+        stop_run(run.id)

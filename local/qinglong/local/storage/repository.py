@@ -340,6 +340,14 @@ class LocalRunRepository:
         )
         return row is not None
 
+    def queued_runs(self, task_id: str) -> list[Run]:
+        """Queued runs of one task, oldest first."""
+        return self.db.read(
+            lambda c: self._runs(
+                c, "WHERE r.status = 'queued' AND r.task_id = ? ORDER BY r.id", (task_id,)
+            )
+        )
+
     def queued_due(self, at_ms: int, limit: int) -> list[Run]:
         """Queued runtime-owned runs whose ``not_before`` has come, oldest first."""
         return self.db.read(
