@@ -6,4 +6,4 @@ a reviewed change in two places, and ``tests/process`` fails while they disagree
 
 from __future__ import annotations
 
-WRAPPER_SHA256 = "756da50fdf3d58fec388fcc5b449daf80b7c0ece303e2d73b924941ea5a47fe0"
+WRAPPER_SHA256 = "4183ccf75508dca30bf6612a9305fa7387ec0a9e52e3b0fd9bf9c5ecd88f5d81"
