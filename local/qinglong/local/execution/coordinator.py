@@ -23,10 +23,10 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from qinglong.local.execution.backoff import retry_delay_s
 from qinglong.local.process.launcher import LaunchedProcess, LaunchRequest, LocalProcessLauncher
 from qinglong.local.process.receipt_store import ReceiptStore
 from qinglong.local.storage.repository import LocalRunRepository
+from qinglong.shared.backoff import retry_not_before_ms
 from qinglong.shared.domain import Attempt, Run, Task
 from qinglong.shared.errors import QinglongError, ReceiptCodecError
 from qinglong.shared.receipts import CompletionReceipt, ReceiptOutcome
@@ -256,12 +256,15 @@ class ExecutionCoordinator:
     ) -> Run:
         retry_at = None
         if outcome in RETRYABLE_ATTEMPT_OUTCOMES and attempt.number < task.max_attempts:
-            run = self.repo.get_run(attempt.run_id)
-            if not run.cancel_requested:
-                delay = retry_delay_s(
-                    attempt.number, base_s=self.config.retry_base_s, cap_s=self.config.retry_cap_s
-                )
-                retry_at = self.repo.clock() + round(delay * 1000)
+            retry_at = retry_not_before_ms(
+                outcome_retryable=True,
+                attempt_number=attempt.number,
+                max_attempts=task.max_attempts,
+                cancel_requested=self.repo.get_run(attempt.run_id).cancel_requested,
+                now_ms=self.repo.clock(),
+                base_s=self.config.retry_base_s,
+                cap_s=self.config.retry_cap_s,
+            )
         run = self.repo.finish_attempt(
             attempt, outcome, exit_code=exit_code, signal=signal, wait_status=wait_status,
             finished_at_ms=finished_at_ms, detail=detail, retry_not_before_ms=retry_at,

@@ -1,4 +1,4 @@
-"""Capped, jittered retry backoff (DESIGN.md §2; cases C13: no overflow at any count)."""
+"""Retry decisions: capped, jittered backoff (DESIGN.md §2; case C13: no overflow)."""
 
 from __future__ import annotations
 
@@ -26,3 +26,23 @@ def retry_delay_s(
     ceiling = min(cap_s, base_s * float(2**exponent))
     draw = (rng or random).random()
     return max(base_s / 2, ceiling * draw) if ceiling > base_s / 2 else ceiling
+
+
+def retry_not_before_ms(
+    *,
+    outcome_retryable: bool,
+    attempt_number: int,
+    max_attempts: int,
+    cancel_requested: bool,
+    now_ms: int,
+    base_s: float = RETRY_BASE_S,
+    cap_s: float = RETRY_CAP_S,
+) -> int | None:
+    """When the run goes back to ``queued`` after this attempt, or None for no retry.
+
+    A retry needs a retryable outcome (failed, timed out, lost), attempts left, and no
+    cancel intent. The one rule shared by the coordinator and the startup reconciler.
+    """
+    if not outcome_retryable or attempt_number >= max_attempts or cancel_requested:
+        return None
+    return now_ms + round(retry_delay_s(attempt_number, base_s=base_s, cap_s=cap_s) * 1000)
