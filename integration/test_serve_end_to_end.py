@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness import QL3, Ql3, wait_for
+from qinglong.local.process.lock_holders import kill_lock_holders
 
 pytestmark = pytest.mark.integration
 
@@ -88,42 +89,87 @@ def test_second_serve_on_a_served_directory_is_refused(ql3: Ql3) -> None:
     assert "already running" in second.stderr
 
 
-def test_kill_9_of_serve_leaves_the_task_running_and_the_next_serve_refuses(
+def test_kill_9_of_serve_leaves_the_task_running_and_the_next_serve_settles_it_from_its_receipt(
     ql3: Ql3, tmp_path: Path
 ) -> None:
+    """Case C02: the run ends succeeded with exit code 0 from its receipt."""
     marker = tmp_path / "done"
     ql3.run("local", "task", "add", "slow", "--schedule", "@once", "--", "sh", "-c",
             f"sleep 2; echo finished > {marker}")
     serve = ql3.start_serve()
     run = ql3.json("local", "run", "slow")
-    running = wait_for(lambda: ql3.json("local", "runs")[0]["status"] == "running", 10)
-    assert running
-    handle = ql3.json("local", "runs")[0]["attempts"][0]["handle"]
-    pgid = int(handle.split(":")[3])
+    assert wait_for(lambda: ql3.json("local", "runs")[0]["status"] == "running", 10)
+    attempt = ql3.json("local", "runs")[0]["attempts"][0]
+    pgid = int(attempt["handle"].split(":")[3])
     serve.send_signal(signal.SIGKILL)
     serve.wait(10)
     os.killpg(pgid, 0)  # the task's group survived its owner
+    runs = ql3.json("local", "runs")
+    assert runs[0]["status"] == "running" and "needs recovery" in runs[0]["recovery"]
     assert wait_for(marker.exists, 10)
-    attempt_id = ql3.json("local", "runs")[0]["attempts"][0]["id"]
-    receipt = ql3.data_dir / "receipts" / attempt_id[-2:] / f"{attempt_id}.receipt"
+    receipt = ql3.data_dir / "receipts" / attempt["id"][-2:] / f"{attempt['id']}.receipt"
     assert wait_for(receipt.exists, 10)
+    serve = ql3.start_serve()  # receipt-first recovery, then admission
+    try:
+        final = ql3.json("local", "inspect", run["id"])
+    finally:
+        assert ql3.stop_serve(serve) == 0
+    assert (final["status"], final["exit_code"]) == ("succeeded", 0)
+    assert any('"source": "receipt"' in (e["detail"] or "") for e in final["events"])
+    assert not receipt.exists()
+
+
+def test_escaped_processes_without_a_receipt_make_the_next_serve_refuse(
+    ql3: Ql3, tmp_path: Path
+) -> None:
+    """No receipt, the wrapper gone, but a process of the attempt still holds its lock:
+    insufficient evidence, never "lost and done"."""
+    ql3.run("local", "task", "add", "escape", "--schedule", "@once", "--", "sh", "-c",
+            "setsid sleep 60 & sleep 60")
+    serve = ql3.start_serve()
+    ql3.run("local", "run", "escape")
+    assert wait_for(lambda: ql3.json("local", "runs")[0]["status"] == "running", 10)
+    [run] = ql3.json("local", "runs")
+    wrapper = int(run["attempts"][0]["handle"].split(":")[2])
+    serve.send_signal(signal.SIGKILL)
+    serve.wait(10)
+    os.kill(wrapper, signal.SIGKILL)  # the wrapper dies without publishing a receipt
+    time.sleep(0.3)
     refused = ql3.run("local", "serve", check=False, timeout=20)
     assert refused.returncode == 1
     assert "startup recovery required" in refused.stderr
     assert run["id"] not in refused.stderr  # counts only, no run ids
-    runs = ql3.json("local", "runs")
-    assert runs[0]["id"] == run["id"] and runs[0]["status"] == "running"
-    assert "needs recovery" in runs[0]["recovery"]
-    # Case C02: the operator's resolution is settled by the published receipt (receipt
-    # first): the run succeeded with exit code 0, whatever verdict was asked for.
-    [resolved] = ql3.json("local", "recovery", "resolve", run["id"], "--as", "lost")
-    assert resolved == {"run_id": run["id"], "status": "succeeded", "source": "receipt"}
-    final = ql3.json("local", "inspect", run["id"])
-    assert (final["status"], final["exit_code"]) == ("succeeded", 0)
-    assert any("resolved_by" in (e["detail"] or "") for e in final["events"])
-    assert not receipt.exists()
-    serve = ql3.start_serve()  # nothing left to recover: serve starts again
-    assert ql3.stop_serve(serve) == 0
+    held = ql3.run("local", "recovery", "resolve", run["id"], "--as", "lost", check=False)
+    assert held.returncode == 1 and "attempt lock" in held.stderr
+    attempt_id = run["attempts"][0]["id"]
+    lock = ql3.data_dir / "receipts" / attempt_id[-2:] / f"{attempt_id}.lock"
+    assert len(kill_lock_holders(str(lock))) == 3  # sh, its sleep, and the escaped sleep
+    assert wait_for(lambda: ql3.run("local", "recovery", "resolve", run["id"], "--as", "lost",
+                                    check=False).returncode == 0, 10)
+    assert ql3.json("local", "inspect", run["id"])["status"] == "lost"
+
+
+def test_serve_detach_then_start_reattaches_and_enforces_the_stored_deadline(
+    ql3: Ql3,
+) -> None:
+    ql3.run("local", "task", "add", "long", "--schedule", "@once", "--timeout", "4", "--",
+            "sh", "-c", "sleep 300 & wait")
+    serve = ql3.start_serve("--detach")
+    ql3.run("local", "run", "long")
+    assert wait_for(lambda: ql3.json("local", "runs")[0]["status"] == "running", 10)
+    assert ql3.stop_serve(serve) == 0  # detach: the attempt keeps running
+    [run] = ql3.json("local", "runs")
+    pgid = int(run["attempts"][0]["handle"].split(":")[3])
+    os.killpg(pgid, 0)
+    assert run["status"] == "running"
+    serve = ql3.start_serve()
+    try:
+        final = wait_for(lambda: (r := ql3.json("local", "inspect", run["id"]))["finished_at"]
+                         and r, 15)
+    finally:
+        assert ql3.stop_serve(serve) == 0
+    assert final["status"] == "timed_out"
+    assert "re-attached" in ql3.serve_log()
 
 
 def test_recovery_resolve_refuses_while_the_process_still_runs_then_records_the_verdict(

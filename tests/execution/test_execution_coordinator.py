@@ -150,3 +150,24 @@ def test_the_command_sees_only_path_home_lang_and_its_own_env(stack: Stack) -> N
     assert "GREETING" in names and "PATH" in names
     assert not any(n.startswith(("QL3_", "PYTEST")) for n in names)
     assert names <= {"GREETING", "PATH", "PWD", "SHLVL", "_", "OLDPWD"}
+
+
+def test_an_escaped_setsid_process_is_found_through_the_lock_and_killed_on_timeout(
+    stack: Stack, tmp_path: Path
+) -> None:
+    pidfile = tmp_path / "escaped.pid"
+    task = stack.task("sh", "-c", f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 300' & wait",
+                      timeout_s=1.0)
+    run = stack.until_terminal(stack.start(task).id)
+    assert run.status is RunStatus.TIMED_OUT
+    escaped = int(pidfile.read_text())
+    _reap_orphans()
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{escaped}").exists() and time.monotonic() < deadline:
+        _reap_orphans()
+        time.sleep(0.05)
+    state = Path(f"/proc/{escaped}/stat").read_text().rpartition(")")[2].split()[0] \
+        if Path(f"/proc/{escaped}").exists() else "gone"
+    assert state in ("gone", "Z"), "the escaped process survived the timeout"
+    events = [e for e in stack.repo.list_events(run.id) if e.kind == "attempt_timed_out"]
+    assert '"escaped_killed": 1' in (events[0].detail or "")

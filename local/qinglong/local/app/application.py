@@ -22,6 +22,8 @@ from qinglong.local.execution.coordinator import (
 from qinglong.local.execution.dispatcher import Dispatcher
 from qinglong.local.process.launcher import LaunchConfig, LocalProcessLauncher
 from qinglong.local.process.receipt_store import ReceiptStore
+from qinglong.local.recovery.quarantine import quarantine_receipt
+from qinglong.local.recovery.reconciler import LocalRunReconciler, ReconcileResult
 from qinglong.local.scheduling.scheduler import Scheduler
 from qinglong.local.storage.database import Database
 from qinglong.local.storage.migrations import open_database
@@ -35,7 +37,7 @@ from qinglong.shared.statuses import RUN_TERMINAL
 
 log = logging.getLogger(__name__)
 
-RECOVERY_LIMIT = 256
+RECOVERY_PASSES = 3
 LOOP_ERROR_BACKOFF_S = 1.0
 PROFILE_KEY = "profile"
 
@@ -92,6 +94,7 @@ class LocalStack:
                 log_root=store.datadir.log_root,
                 grace_s=store.profile.grace_s if grace_s is None else grace_s,
                 base_env=runtime_base_env(),
+                global_env_source=repo.global_variables,  # read at each start (migration 0002)
                 default_cwd=default_task_cwd(store.datadir),
             ),
             on_settled=self._on_settled,
@@ -122,18 +125,37 @@ class LocalStack:
             receipts=self.receipts,
         )
 
-    def preflight(self) -> None:
-        """ADR-0067 §3: any runtime-owned run left in dispatching/running refuses startup.
+    def recover(self, *, reattach: bool = True) -> ReconcileResult:
+        """Receipt-first startup recovery (DESIGN.md §3.4, ADR-0067 §3): settle what the
+        facts decide, re-attach monitors to wrappers still alive.
 
-        Raises LocalApplicationStartupRecoveryRequiredError (counts only).
+        ``reattach=False`` (a foreground ``run``): live wrappers of an earlier owner are left
+        alone for the next ``serve``. Raises LocalApplicationStartupRecoveryRequiredError
+        (counts only) when anything stays undecided or more than 256 candidates exist.
         """
-        page = self.store.repo.inspect_candidates(RECOVERY_LIMIT)
-        if page.candidates or page.truncated:
-            raise LocalApplicationStartupRecoveryRequiredError(
-                candidates=len(page.candidates),
-                active_attempts=sum(c.active_attempt_count for c in page.candidates),
-                truncated=page.truncated,
+        repo, receipts = self.store.repo, self.receipts
+        reconciler = LocalRunReconciler(
+            repo, receipts, lambda run_id, attempt_id: quarantine_receipt(
+                repo, receipts, run_id, attempt_id),
+        )
+        left: set[str] = set()
+        for _ in range(RECOVERY_PASSES):
+            result = reconciler.reconcile(
+                skip=lambda run_id: self.coordinator.is_live(run_id) or run_id in left
             )
+            reconciler.require_safe(result)
+            again = False
+            for run, task, attempt in result.reattach:
+                if not reattach:
+                    left.add(run.id)
+                elif not self.coordinator.reattach(run, task, attempt):
+                    again = True  # it ended in between: the next pass settles it
+            if not again:
+                return result
+        raise LocalApplicationStartupRecoveryRequiredError(
+            candidates=len(result.reattach), active_attempts=len(result.reattach),
+            truncated=False,
+        )
 
     def run_loop(self, stop: threading.Event) -> None:
         """The serve lifecycle: fire due slots, dispatch queued runs, sleep until the next

@@ -67,7 +67,7 @@ def _run_in_foreground(datadir: DataDir, name: str) -> dict[str, Any]:
     }
     try:
         stack = LocalStack(store)
-        stack.preflight()
+        stack.recover(reattach=False)
         service = stack.service()
         queued = service.run_now(name)
         click.echo(

@@ -23,11 +23,16 @@ OWNER_WAIT_S = 5.0
 @data_dir_option
 @click.option("--grace", type=click.FloatRange(0, 3600), default=None, metavar="SECONDS",
               help="TERM-to-KILL grace for running attempts at shutdown (profile default 5).")
-def serve(data_dir: str | None, grace: float | None) -> None:
+@click.option("--detach", is_flag=True,
+              help="On stop, leave running attempts running (for upgrades): the next start "
+                   "re-attaches them and still enforces their timeouts.")
+def serve(data_dir: str | None, grace: float | None, detach: bool) -> None:
     """Run the scheduler and accept commands until SIGTERM or SIGINT.
 
     Other `ql3 local` commands act through this process over a Unix socket in the data
-    directory. On stop, running attempts are drained: TERM, a grace period, then KILL.
+    directory. At start, runs left by an earlier owner are recovered from their completion
+    receipts and process identity (live ones are re-attached). On stop, running attempts
+    are drained (TERM, a grace period, then KILL), or left running with --detach.
     """
     from qinglong.local.app.application import LocalStack, LocalStore
     from qinglong.local.app.server import SocketServer
@@ -54,7 +59,7 @@ def serve(data_dir: str | None, grace: float | None) -> None:
     try:
         stack = LocalStack(store, grace_s=grace)
         try:
-            stack.preflight()
+            stack.recover()
         except LocalApplicationStartupRecoveryRequiredError as exc:
             fail(f"{exc}; see `ql3 local recovery status`, then `ql3 local recovery resolve`")
         loop = threading.Thread(target=stack.run_loop, args=(stop,), name="ql3-scheduler")
@@ -66,7 +71,8 @@ def serve(data_dir: str | None, grace: float | None) -> None:
             "SIGTERM or Ctrl-C stops", err=True,
         )
         stop.wait()
-        click.echo("ql3 stopping: draining admission, then running attempts", err=True)
+        click.echo("ql3 stopping: draining admission, then "
+                   + ("detaching from" if detach else "stopping") + " running attempts", err=True)
     finally:
         stop.set()
         if server is not None:
@@ -74,5 +80,8 @@ def serve(data_dir: str | None, grace: float | None) -> None:
         if loop is not None:
             stack.wake()
             loop.join()
-            stack.coordinator.drain()
+            if detach:
+                stack.coordinator.detach(5.0)
+            else:
+                stack.coordinator.drain()
         store.close()

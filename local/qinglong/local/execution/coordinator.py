@@ -24,11 +24,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from qinglong.local.process.launcher import LaunchedProcess, LaunchRequest, LocalProcessLauncher
+from qinglong.local.process.lock_holders import kill_lock_holders
+from qinglong.local.process.reattached import ReattachedProcess
 from qinglong.local.process.receipt_store import ReceiptStore
 from qinglong.local.storage.repository import LocalRunRepository
 from qinglong.shared.backoff import retry_not_before_ms
 from qinglong.shared.domain import Attempt, Run, Task
 from qinglong.shared.errors import QinglongError, ReceiptCodecError
+from qinglong.shared.handles import ProcessHandle
 from qinglong.shared.receipts import CompletionReceipt, ReceiptOutcome
 from qinglong.shared.statuses import RETRYABLE_ATTEMPT_OUTCOMES, AttemptStatus
 
@@ -46,12 +49,16 @@ class ExecutionConfig:
     tasks without ``cwd`` (the runtime user's home, as cron does). ``grace_s``: seconds
     between TERM and KILL on timeout, cancel or drain. ``base_env``: variables every command gets
     (``PATH``, ``HOME``, ``LANG`` of the runtime); ``global_env``: user-wide variables.
+    ``global_env_source``: when set, called at every start for the current user-wide
+    variables instead of ``global_env`` (so a change applies to the next attempt); it may
+    raise QinglongError, and then the run stays queued. Values are secrets: never logged.
     """
 
     log_root: str
     grace_s: float = GRACE_S_DEFAULT
     base_env: dict[str, str] = field(default_factory=dict)
     global_env: dict[str, str] = field(default_factory=dict)
+    global_env_source: Callable[[], dict[str, str]] | None = None
     retry_base_s: float = 5.0
     retry_cap_s: float = 600.0
     default_cwd: str | None = None
@@ -69,7 +76,9 @@ def runtime_base_env() -> dict[str, str]:
 class _Live:
     """In-memory state of one running attempt (the database holds the durable facts)."""
 
-    def __init__(self, run: Run, task: Task, attempt: Attempt, proc: LaunchedProcess) -> None:
+    def __init__(
+        self, run: Run, task: Task, attempt: Attempt, proc: LaunchedProcess | ReattachedProcess
+    ) -> None:
         self.run = run
         self.task = task
         self.attempt = attempt
@@ -101,6 +110,7 @@ class ExecutionCoordinator:
         self.on_settled = on_settled
         self._lock = threading.Lock()
         self._live: dict[str, _Live] = {}
+        self._detached = threading.Event()
 
     # -- start ----------------------------------------------------------------------------
 
@@ -112,7 +122,8 @@ class ExecutionCoordinator:
 
     def _user_env(self, task: Task) -> dict[str, str]:
         env = dict(self.config.base_env)
-        env.update(self.config.global_env)
+        source = self.config.global_env_source
+        env.update(self.config.global_env if source is None else source())
         env.update(task.env)
         return env
 
@@ -122,6 +133,7 @@ class ExecutionCoordinator:
         A launch failure settles the attempt as ``failed`` (retried if the task allows)
         and is not raised. Raises ConcurrentUpdateError if the run moved meanwhile.
         """
+        env = self._user_env(task)  # read before the claim: a failure leaves the run queued
         attempt = self.repo.claim_attempt(run)  # step 1
         now = self.repo.clock()
         deadline = None if task.timeout_s is None else now + round(task.timeout_s * 1000)
@@ -133,7 +145,7 @@ class ExecutionCoordinator:
             run_id=run.id,
             attempt_id=attempt.id,
             argv=tuple(task.argv),
-            env=self._user_env(task),
+            env=env,
             cwd=task.cwd or self.config.default_cwd or self.config.log_root,
             output_path=log_path,
         )
@@ -165,6 +177,27 @@ class ExecutionCoordinator:
         live.thread.start()
         return self.repo.get_run(run.id)
 
+    def reattach(self, run: Run, task: Task, attempt: Attempt) -> bool:
+        """Supervise again an attempt whose wrapper outlived its owner (DESIGN.md §3.4
+        step 3): its stored deadline still applies. False if the process is gone (the
+        caller settles it from facts instead)."""
+        if attempt.handle is None:
+            return False
+        try:
+            proc = ReattachedProcess(ProcessHandle.decode(attempt.handle))
+        except QinglongError:
+            return False
+        live = _Live(run, task, attempt, proc)
+        with self._lock:
+            self._live[attempt.id] = live
+        live.thread = threading.Thread(
+            target=self._monitor, args=(live,), name=f"ql3-attempt-{attempt.id[-6:]}", daemon=True
+        )
+        live.thread.start()
+        log.info("re-attached to run %s of task %s (attempt %d)", run.id, task.name,
+                 attempt.number)
+        return True
+
     # -- supervise ------------------------------------------------------------------------
 
     def _monitor(self, live: _Live) -> None:
@@ -178,6 +211,8 @@ class ExecutionCoordinator:
         term_sent_at: int | None = None
         killed = False
         while proc.wait(POLL_S) is None:
+            if self._detached.is_set():
+                return  # detach: the attempt runs on; the next start re-attaches it
             now = self.repo.clock()
             if live.stop_reason is None and deadline is not None and now >= deadline:
                 live.stop_reason = AttemptStatus.TIMED_OUT
@@ -203,6 +238,10 @@ class ExecutionCoordinator:
             proc.kill_group()
         receipt: CompletionReceipt | None = None
         detail: dict[str, object] = {}
+        if live.stop_reason is not None:
+            escaped = self._kill_escaped(live)
+            if escaped:
+                detail["escaped_killed"] = escaped
         try:
             receipt = self.receipts.read(live.attempt.id)
         except ReceiptCodecError:
@@ -241,6 +280,19 @@ class ExecutionCoordinator:
             proc.close()
             with self._lock:
                 self._live.pop(live.attempt.id, None)
+
+    def _kill_escaped(self, live: _Live) -> int:
+        """On cancel or timeout: the group is gone, but a process that left it (``setsid``)
+        may still hold the attempt lock. Find the holders through ``/proc`` and kill them."""
+        try:
+            if not self.receipts.lock_held(live.attempt.id):
+                return 0
+            killed = kill_lock_holders(self.receipts.lock_path(live.attempt.id))
+        except (OSError, QinglongError):
+            return 0
+        if killed:
+            log.warning("killed %d escaped process(es) of run %s", len(killed), live.run.id)
+        return len(killed)
 
     def _settle(
         self,
@@ -295,6 +347,18 @@ class ExecutionCoordinator:
             if live.stop_reason is None:
                 live.stop_reason = reason
         return bool(targets)
+
+    def detach(self, timeout_s: float | None = None) -> int:
+        """Stop supervising without touching the attempts (``serve --detach``, for
+        upgrades): they keep running in their groups, publish their receipts, and the next
+        start re-attaches or settles them. Returns how many were live."""
+        self._detached.set()
+        with self._lock:
+            lives = list(self._live.values())
+        for live in lives:
+            if live.thread is not None:
+                live.thread.join(timeout_s)
+        return len(lives)
 
     def drain(self, timeout_s: float | None = None) -> int:
         """Cancel every live attempt (TERM, grace, KILL) and wait for the monitors.

@@ -8,12 +8,15 @@ A lost race raises :class:`ConcurrentUpdateError`; nothing is overwritten silent
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from qinglong.local.storage.database import Database
+from qinglong.local.storage.journal import ReceiptJournalQueries
+from qinglong.local.storage.retention import RetentionQueries
 from qinglong.local.storage.rows import (
     ATTEMPT_COLUMNS,
     EVENT_COLUMNS,
@@ -26,7 +29,12 @@ from qinglong.local.storage.rows import (
     task_from_row,
 )
 from qinglong.shared.domain import Attempt, Event, Run, Task, Trigger
-from qinglong.shared.errors import ConcurrentUpdateError, ConflictError, NotFoundError
+from qinglong.shared.errors import (
+    ConcurrentUpdateError,
+    ConflictError,
+    NotFoundError,
+    ValidationError,
+)
 from qinglong.shared.ids import uuid7, validate_uuid7
 from qinglong.shared.statuses import (
     ATTEMPT_ACTIVE,
@@ -39,6 +47,7 @@ from qinglong.shared.statuses import (
 )
 
 MAX_CANDIDATE_LIMIT = 256
+_GLOBAL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def now_ms() -> int:
@@ -91,7 +100,7 @@ def _event(
     )
 
 
-class LocalRunRepository:
+class LocalRunRepository(ReceiptJournalQueries, RetentionQueries):
     """Tasks, runs, attempts, events and the receipt journal of one data directory.
 
     ``clock`` returns Unix milliseconds (injectable for tests). All methods raise
@@ -596,14 +605,44 @@ class LocalRunRepository:
         return self.db.write(op)
 
     def resolve_journal(self, attempt_id: str) -> bool:
-        """Delete the journal row of a settled attempt (after its receipt file is gone)."""
+        """Delete the ``pending`` journal row of a settled attempt (after its receipt file is
+        gone). A ``quarantined`` row stays: only the cleanup scanner resolves it, after the
+        purge, so the quarantined file is never orphaned (ADR-0069 §4)."""
         def op(conn: sqlite3.Connection) -> bool:
             cur = conn.execute(
-                "DELETE FROM local_completion_receipt_journal WHERE attempt_id = ?", (attempt_id,)
+                "DELETE FROM local_completion_receipt_journal WHERE attempt_id = ?"
+                " AND state = 'pending'",
+                (attempt_id,),
             )
             return cur.rowcount == 1
 
         return self.db.write(op)
+
+    def journal_quarantine(
+        self, run_id: str, attempt_id: str, quarantine_path: str, purge_at_ms: int
+    ) -> None:
+        """Persist the quarantine intent of an invalid receipt BEFORE it is moved
+        (ADR-0069 §3): state ``quarantined`` with its deterministic path and purge time.
+        Idempotent; creates the row if the attempt was never registered."""
+        at = self.clock()
+
+        def op(conn: sqlite3.Connection) -> None:
+            cur = conn.execute(
+                "UPDATE local_completion_receipt_journal SET state = 'quarantined',"
+                " quarantine_path = ?, purge_at_ms = ?, updated_at_ms = ? WHERE attempt_id = ?",
+                (quarantine_path, purge_at_ms, at, attempt_id),
+            )
+            if cur.rowcount == 0:
+                conn.execute(
+                    "INSERT INTO local_completion_receipt_journal (attempt_id, run_id, state,"
+                    " receipt_path, quarantine_path, purge_at_ms, created_at_ms, updated_at_ms)"
+                    " VALUES (?, ?, 'quarantined', '', ?, ?, ?, ?)",
+                    (attempt_id, run_id, quarantine_path, purge_at_ms, at, at),
+                )
+            _event(conn, at, "receipt_quarantined", run_id=run_id, attempt_id=attempt_id,
+                   detail={"purge_at_ms": purge_at_ms})
+
+        self.db.write(op)
 
     def journal_rows(self) -> list[tuple[str, str, str]]:
         """(attempt_id, state, receipt_path) of every journal row (diagnostics, tests)."""
@@ -687,5 +726,67 @@ class LocalRunRepository:
             )
         )
 
+
+    # -- global variables (migration 0002) -------------------------------------------------
+
+    def set_global_variable(self, name: str, value: str, source: str) -> bool:
+        """Insert or replace a global variable every task receives (DESIGN.md §3.3).
+
+        ``name`` must match ``[A-Za-z_][A-Za-z0-9_]*``; ``value`` a string without NUL;
+        ``source`` says where it came from (for example ``qinglong2``). Returns True when the
+        stored value or source changed. Raises ValidationError (which never echoes the value).
+        """
+        if not isinstance(name, str) or not _GLOBAL_NAME.fullmatch(name):
+            raise ValidationError("variable", "names must match [A-Za-z_][A-Za-z0-9_]*")
+        if not isinstance(value, str) or "\x00" in value:
+            raise ValidationError("variable", "values must be strings without NUL bytes")
+        at = self.clock()
+
+        def op(conn: sqlite3.Connection) -> bool:
+            row = conn.execute(
+                "SELECT value, source FROM global_variables WHERE name = ?", (name,)
+            ).fetchone()
+            if row is not None and (str(row[0]), str(row[1])) == (value, source):
+                return False
+            conn.execute(
+                "INSERT INTO global_variables (name, value, source, updated_at_ms)"
+                " VALUES (?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value,"
+                " source = excluded.source, updated_at_ms = excluded.updated_at_ms",
+                (name, value, source, at),
+            )
+            return True
+
+        return self.db.write(op)
+
+    def global_variables(self) -> dict[str, str]:
+        """Every global variable as ``{name: value}``. The values are secrets: pass them to
+        a task's environment, never to a view, a log line or an error message."""
+        return self.db.read(
+            lambda c: {
+                str(n): str(v) for n, v in c.execute("SELECT name, value FROM global_variables")
+            }
+        )
+
+    def list_global_variables(self) -> list[tuple[str, str, int]]:
+        """``(name, source, updated_at_ms)`` of every global variable by name (no values)."""
+        return self.db.read(
+            lambda c: [
+                (str(n), str(s), int(u))
+                for n, s, u in c.execute(
+                    "SELECT name, source, updated_at_ms FROM global_variables ORDER BY name"
+                )
+            ]
+        )
+
+    def list_tasks_including_removed(self) -> list[Task]:
+        """Every task, removed ones too, ordered by name then id (import bookkeeping)."""
+        return self.db.read(
+            lambda conn: [
+                task_from_row(row)
+                for row in conn.execute(
+                    f"SELECT {TASK_COLUMNS} FROM tasks ORDER BY name, id"  # noqa: S608
+                )
+            ]
+        )
 
 ACTIVE_ATTEMPT_STATUSES = ATTEMPT_ACTIVE

@@ -1,0 +1,70 @@
+"""Find the processes that hold an attempt's lock file open (DESIGN.md §3.3, issue 3 item 2).
+
+The wrapper hands the attempt lock's fd to the user command, so every process of the
+attempt holds it — even one that escaped the process group with ``setsid``. When a group
+is gone but the lock is still held, the holders are found by matching the lock file's
+device and inode among ``/proc/*/fd``: a bounded scan, used only in that case.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from qinglong.shared.process.signals import signal_process
+
+MAX_PIDS = 65_536
+MAX_FDS_PER_PROCESS = 4_096
+
+
+def find_lock_holders(lock_path: str) -> list[int]:
+    """Pids (other than this process) with an open fd on ``lock_path``'s inode.
+
+    Returns [] when the file does not exist. Scans at most 65,536 processes and 4,096 fds
+    each; processes that vanish or deny access meanwhile are skipped.
+    """
+    try:
+        st = os.stat(lock_path, follow_symlinks=False)
+    except FileNotFoundError:
+        return []
+    target = (st.st_dev, st.st_ino)
+    me = os.getpid()
+    holders: list[int] = []
+    for count, entry in enumerate(os.scandir("/proc")):
+        if count >= MAX_PIDS:
+            break
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        if _holds(entry.path, target):
+            holders.append(int(entry.name))
+    return sorted(holders)
+
+
+def _holds(proc_dir: str, target: tuple[int, int]) -> bool:
+    try:
+        fds = os.scandir(proc_dir + "/fd")
+    except OSError:
+        return False
+    with fds:
+        for count, fd in enumerate(fds):
+            if count >= MAX_FDS_PER_PROCESS:
+                return False
+            try:
+                st = os.stat(fd.path)  # follows the magic link to the open file
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) == target:
+                return True
+    return False
+
+
+def kill_lock_holders(lock_path: str) -> list[int]:
+    """SIGKILL every process holding ``lock_path`` open; returns the pids signalled.
+
+    Never signals pid <= 1 or this process (the signal guard refuses them).
+    """
+    killed = []
+    for pid in find_lock_holders(lock_path):
+        if pid > 1 and signal_process(pid, signal.SIGKILL):
+            killed.append(pid)
+    return killed
