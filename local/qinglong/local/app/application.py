@@ -1,8 +1,10 @@
 """The composition root of the local profile (ADR-0069 §5, ADR-0067 §3, DESIGN.md §3.6).
 
-start: storage ready -> assembly (no side effects) -> startup recovery preflight
-       -> lifecycles (scheduler loop) -> admission (socket) -> active
-stop:  admission drain -> stack (executions drained: TERM, grace, KILL) -> storage
+start: storage ready -> assembly (no side effects) -> startup recovery
+       -> one bounded receipt cleanup page -> lifecycles (scheduler loop, cleanup, retention)
+       -> admission (socket) -> active
+stop:  admission drain -> cleanup and retention lifecycles
+       -> stack (executions drained: TERM, grace, KILL) -> storage
 """
 
 from __future__ import annotations
@@ -22,8 +24,19 @@ from qinglong.local.execution.coordinator import (
 from qinglong.local.execution.dispatcher import Dispatcher
 from qinglong.local.process.launcher import LaunchConfig, LocalProcessLauncher
 from qinglong.local.process.receipt_store import ReceiptStore
+from qinglong.local.recovery.cleanup_scanner import (
+    LocalCompletionReceiptCleanupScanner,
+    PageResult,
+    ScannerConfig,
+)
+from qinglong.local.recovery.lifecycle import CleanupLifecycle
 from qinglong.local.recovery.quarantine import quarantine_receipt
 from qinglong.local.recovery.reconciler import LocalRunReconciler, ReconcileResult
+from qinglong.local.recovery.retention import (
+    LocalRetention,
+    RetentionConfig,
+    RetentionLifecycle,
+)
 from qinglong.local.scheduling.scheduler import Scheduler
 from qinglong.local.storage.database import Database
 from qinglong.local.storage.migrations import open_database
@@ -101,6 +114,7 @@ class LocalStack:
         )
         self.dispatcher = Dispatcher(repo, self.coordinator, store.profile.max_concurrent)
         self.scheduler = Scheduler(repo, self._stop_run)
+        self.cleanup, self.retention = _maintenance(store)  # timers, not started
 
     def _on_settled(self, run: Run) -> None:
         self.wake_event.set()
@@ -124,6 +138,24 @@ class LocalStack:
             self.store.repo, supervised=True, wake=self.wake, stop_run=self.stop_run,
             receipts=self.receipts,
         )
+
+    def cleanup_startup_page(self) -> PageResult | None:
+        """ADR-0069 §5: one bounded receipt cleanup page, after run recovery and before the
+        lifecycles. Never raises (item failures are counted in the result)."""
+        return self.cleanup.run_once()
+
+    def start_maintenance(self) -> None:
+        """Start the cleanup and retention timers (idempotent)."""
+        self.cleanup.start()
+        self.retention.start()
+
+    def stop_maintenance(self) -> None:
+        """Stop both timers, each waiting at most the profile's stop budget (idempotent).
+        Stop order: admission drain -> this -> stack -> storage (ADR-0069 §5)."""
+        self.cleanup.request_stop()
+        self.retention.request_stop()
+        self.cleanup.stop()
+        self.retention.stop()
 
     def recover(self, *, reattach: bool = True) -> ReconcileResult:
         """Receipt-first startup recovery (DESIGN.md §3.4, ADR-0067 §3): settle what the
@@ -200,3 +232,29 @@ class LocalStack:
             )
             with self.settled:
                 self.settled.wait(wait_s)
+
+
+def _maintenance(store: LocalStore) -> tuple[CleanupLifecycle, RetentionLifecycle]:
+    """The receipt cleanup and retention lifecycles of ``store``'s profile (no side
+    effects: no thread, no file, no query until started)."""
+    profile, repo = store.profile, store.repo
+    scanner = LocalCompletionReceiptCleanupScanner(
+        repo,
+        ReceiptStore(store.datadir.receipt_root),
+        ScannerConfig(profile.cleanup_page, profile.missing_receipt_retention_s),
+    )
+    retention = LocalRetention(
+        repo,
+        RetentionConfig(
+            log_root=store.datadir.log_root,
+            log_retention_days=profile.log_retention_days,
+            history_retention_days=profile.history_retention_days,
+            batch=profile.retention_batch,
+        ),
+    )
+    return (
+        CleanupLifecycle(scanner, tick_s=profile.cleanup_tick_s, stop_wait_s=profile.stop_wait_s),
+        RetentionLifecycle(
+            retention, tick_s=profile.retention_tick_s, stop_wait_s=profile.stop_wait_s
+        ),
+    )

@@ -70,7 +70,7 @@ def init(data_dir: str | None, profile: str) -> None:
     click.echo(f"initialised {datadir.root} (profile {profile})")
 
 
-from qinglong.local.app import cli_runs, cli_serve, cli_tasks  # noqa: E402
+from qinglong.local.app import cli_import, cli_runs, cli_serve, cli_tasks  # noqa: E402
 
 local.add_command(cli_tasks.task)
 local.add_command(cli_runs.run)
@@ -80,6 +80,8 @@ local.add_command(cli_runs.cancel)
 local.add_command(cli_runs.inspect)
 local.add_command(cli_runs.recovery)
 local.add_command(cli_serve.serve)
+local.add_command(cli_import.import_qinglong)
+local.add_command(cli_import.vars_group)
 
 
 def run_main(argv: list[str] | None = None) -> int:

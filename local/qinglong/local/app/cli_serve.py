@@ -62,7 +62,9 @@ def serve(data_dir: str | None, grace: float | None, detach: bool) -> None:
             stack.recover()
         except LocalApplicationStartupRecoveryRequiredError as exc:
             fail(f"{exc}; see `ql3 local recovery status`, then `ql3 local recovery resolve`")
+        stack.cleanup_startup_page()  # ADR-0069 §5: one bounded page before the lifecycles
         loop = threading.Thread(target=stack.run_loop, args=(stop,), name="ql3-scheduler")
+        stack.start_maintenance()  # receipt cleanup and retention timers
         loop.start()
         server = SocketServer(datadir.socket_path, stack.service())
         server.start()
@@ -78,6 +80,7 @@ def serve(data_dir: str | None, grace: float | None, detach: bool) -> None:
         if server is not None:
             server.stop()
         if loop is not None:
+            stack.stop_maintenance()  # after admission drain, before the stack
             stack.wake()
             loop.join()
             if detach:

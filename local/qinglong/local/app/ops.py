@@ -45,6 +45,10 @@ def call(service: LocalService, op: str, args: dict[str, Any]) -> Any:
             return service.recovery_status()
         if op == "recovery_resolve":
             return service.recovery_resolve([str(r) for r in args["run_ids"]], str(args["as"]))
+        if op == "legacy_import":
+            return service.legacy_import(dict(args["source"]), dict(args.get("options") or {}))
+        if op == "vars_list":
+            return service.vars_list()
     except (KeyError, TypeError, ValueError) as exc:
         if isinstance(exc, ValidationError):
             raise

@@ -12,6 +12,9 @@ class Profile:
     ``max_concurrent``: running attempts at once. ``grace_s``: TERM-to-KILL seconds.
     ``cleanup_tick_s``/``cleanup_page``/``missing_receipt_retention_s``/``stop_wait_s``: the
     receipt cleanup lifecycle of ADR-0069 §5. ``log_retention_days``: default per task.
+    ``history_retention_days``: terminal runs older than this are pruned (each task keeps its
+    newest 20). ``retention_tick_s``/``retention_batch``: the retention lifecycle's period
+    and its bound per tick (logs retired, runs pruned).
     """
 
     name: str
@@ -22,10 +25,15 @@ class Profile:
     missing_receipt_retention_s: int
     stop_wait_s: float
     log_retention_days: int
+    history_retention_days: int = 90
+    retention_tick_s: int = 300
+    retention_batch: int = 200
 
 
-EDGE = Profile("edge", 2, 5.0, 300, 8, 24 * 3600, 2.0, 7)
-STANDALONE = Profile("standalone", 8, 5.0, 60, 32, 3600, 5.0, 30)
+EDGE = Profile("edge", 2, 5.0, 300, 8, 24 * 3600, 2.0, 7,
+               history_retention_days=30, retention_tick_s=900, retention_batch=64)
+STANDALONE = Profile("standalone", 8, 5.0, 60, 32, 3600, 5.0, 30,
+                     history_retention_days=90, retention_tick_s=300, retention_batch=200)
 PROFILES = {p.name: p for p in (EDGE, STANDALONE)}
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from qinglong.local.app.task_input import TaskInput
-from qinglong.local.app.views import event_view, run_view, task_view
+from qinglong.local.app.views import event_view, iso, run_view, task_view
 from qinglong.local.process.receipt_store import ReceiptStore
 from qinglong.local.recovery.manual import resolve_run
 from qinglong.local.scheduling.scheduler import supersede
@@ -22,6 +22,7 @@ from qinglong.shared.errors import ConflictError, NotFoundError, ValidationError
 from qinglong.shared.statuses import RUN_TERMINAL, AttemptStatus
 
 LOG_CHUNK_BYTES = 64 * 1024
+VALUE_MASK = "********"
 
 
 class LocalService:
@@ -160,6 +161,36 @@ class LocalService:
         self._wake()
         return results
 
+    # -- Qinglong 2.x import and global variables ------------------------------------------
+
+    def legacy_import(self, source: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+        """Import a Qinglong 2.x source read by the client (``legacy_import.LegacySource``
+        as JSON; ``options``: ``timezone``, ``dry_run``). Returns the import report, which
+        names variables but never shows their values. Raises ValidationError."""
+        from qinglong.local.app.legacy_import import (
+            DEFAULT_TIMEZONE,
+            ImportOptions,
+            LegacySource,
+            import_source,
+        )
+
+        opts = ImportOptions(
+            timezone=str(_or(options.get("timezone"), DEFAULT_TIMEZONE)),
+            dry_run=bool(options.get("dry_run", False)),
+        )
+        report = import_source(self.repo, LegacySource.from_json(source), opts)
+        if not opts.dry_run:
+            self._wake()
+        return report
+
+    def vars_list(self) -> list[dict[str, Any]]:
+        """Global variables by name: ``{"name", "value": "********", "source",
+        "updated_at"}``; the value is always masked."""
+        return [
+            {"name": name, "value": VALUE_MASK, "source": source, "updated_at": iso(at)}
+            for name, source, at in self.repo.list_global_variables()
+        ]
+
     # -- logs -----------------------------------------------------------------------------
 
     def logs_read(
@@ -169,7 +200,8 @@ class LocalService:
 
         ``attempt`` None means the newest attempt. Returns ``{"attempt", "attempts",
         "offset", "data", "run_status", "done"}``; ``done`` when the run is terminal and the
-        chunk reached the end of the newest attempt's log.
+        chunk reached the end of the newest attempt's log. A log retired by retention adds
+        ``"retired_at"`` (ISO time) and no data; a log missing otherwise is NotFoundError.
         """
         run = self.repo.get_run(run_id)
         terminal = run.status in RUN_TERMINAL
@@ -180,6 +212,12 @@ class LocalService:
         chosen = next((a for a in run.attempts if a.number == number), None)
         if chosen is None:
             raise NotFoundError("no such attempt")
+        retired = self.repo.log_tombstone(chosen.id) if chosen.log_path else None
+        if retired is not None:  # DESIGN.md §3.8: retired by retention, not missing
+            return {"attempt": number, "attempts": len(run.attempts), "offset": offset,
+                    "data": "", "run_status": run.status.value,
+                    "done": terminal and number == run.attempts[-1].number,
+                    "retired_at": iso(retired.retired_at_ms)}
         data = b""
         if chosen.log_path:
             read = _read_log(chosen.log_path, offset, LOG_CHUNK_BYTES)

@@ -31,6 +31,7 @@ from qinglong.local.storage.repository import LocalRunRepository
 from qinglong.shared.backoff import retry_not_before_ms
 from qinglong.shared.domain import Attempt, Run, Task
 from qinglong.shared.errors import QinglongError, ReceiptCodecError
+from qinglong.shared.faults import fault_point
 from qinglong.shared.handles import ProcessHandle
 from qinglong.shared.receipts import CompletionReceipt, ReceiptOutcome
 from qinglong.shared.statuses import RETRYABLE_ATTEMPT_OUTCOMES, AttemptStatus
@@ -157,6 +158,7 @@ class ExecutionCoordinator:
                 attempt, task, AttemptStatus.FAILED,
                 detail={"launch_error": exc.code, "launch_step": getattr(exc, "step", None)},
             )
+        fault_point("after_spawn")
         try:
             attempt = self.repo.save_handle(attempt, proc.handle.encode())  # step 4
         except BaseException:
@@ -170,7 +172,9 @@ class ExecutionCoordinator:
         live = _Live(run, task, attempt, proc)
         with self._lock:
             self._live[attempt.id] = live
+        fault_point("before_gate")
         proc.open_gate()  # step 5: user code may start now
+        fault_point("after_gate")
         live.thread = threading.Thread(
             target=self._monitor, args=(live,), name=f"ql3-attempt-{attempt.id[-6:]}", daemon=True
         )
@@ -231,6 +235,7 @@ class ExecutionCoordinator:
         self._finish(live)
 
     def _finish(self, live: _Live) -> None:
+        fault_point("after_exit")
         proc = live.proc
         rc = proc.returncode
         # The wrapper is gone; its group may still hold escaped members: end them.
@@ -266,11 +271,14 @@ class ExecutionCoordinator:
         else:
             outcome = AttemptStatus.FAILED
         finished = receipt.finished_at_ms if receipt is not None else None
+        fault_point("after_receipt")
         try:
             self._settle(live.attempt, live.task, outcome, exit_code=exit_code, signal=sig,
                          wait_status=rc, finished_at_ms=finished, detail=detail)
             if receipt is not None:  # ADR-0069 §3: commit, then delete, then resolve
+                fault_point("after_commit")
                 self.receipts.delete(live.attempt.id)
+                fault_point("after_delete")
                 self.repo.resolve_journal(live.attempt.id)
             with contextlib.suppress(OSError, QinglongError):
                 self.receipts.discard_lock(live.attempt.id)  # only if no process holds it

@@ -18,6 +18,7 @@ from qinglong.local.process.receipt_store import ReceiptStore
 from qinglong.local.process.wrapper_digest import WRAPPER_SHA256
 from qinglong.local.process.wrapper_image import above_stdio, load_wrapper
 from qinglong.shared.errors import LaunchError, UnsafeSignalError, ValidationError
+from qinglong.shared.faults import fault_point
 from qinglong.shared.handles import ProcessHandle
 from qinglong.shared.ports import ReceiptJournal
 from qinglong.shared.process.identity import capture_handle
@@ -99,6 +100,7 @@ class LocalProcessLauncher:
                 self._journal.register(request.run_id, request.attempt_id, receipt_path)
             except Exception as exc:
                 raise LaunchError(4, "receipt journal registration failed") from exc
+            fault_point("after_register")  # crash matrix: registered, nothing spawned
             # ADR-0069 §2 step 5: only then spawn the wrapper in a new process group
             try:
                 gate_r, gate_w = os.pipe2(os.O_CLOEXEC)

@@ -15,7 +15,6 @@ from qinglong.local.storage.database import Database
 
 DAY_MS = 86_400_000
 MAX_RETENTION_BATCH = 1000
-_TERMINAL = "('succeeded', 'failed', 'cancelled', 'timed_out', 'lost')"
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +108,8 @@ class RetentionQueries:
                     "SELECT a.id, a.run_id, a.log_path FROM attempts a"
                     " JOIN runs r ON r.id = a.run_id JOIN tasks t ON t.id = r.task_id"
                     " WHERE a.log_path IS NOT NULL AND a.finished_at_ms IS NOT NULL"
-                    f" AND a.status IN {_TERMINAL} AND a.finished_at_ms < ?"
+                    " AND a.status IN ('succeeded', 'failed', 'cancelled', 'timed_out', 'lost')"
+                    " AND a.finished_at_ms < ?"
                     " AND a.finished_at_ms < ? - coalesce(t.log_retention_days, ?) * ?"
                     " AND NOT EXISTS (SELECT 1 FROM local_log_tombstones l"
                     "                 WHERE l.attempt_id = a.id)"
@@ -172,8 +172,8 @@ class RetentionQueries:
                 str(r[0])
                 for r in conn.execute(
                     "SELECT r.id FROM runs r"
-                    f" WHERE r.finished_at_ms IS NOT NULL AND r.finished_at_ms < ?"
-                    f" AND r.status IN {_TERMINAL}"
+                    " WHERE r.finished_at_ms IS NOT NULL AND r.finished_at_ms < ?"
+                    " AND r.status IN ('succeeded', 'failed', 'cancelled', 'timed_out', 'lost')"
                     " AND r.id < (SELECT k.id FROM runs k WHERE k.task_id = r.task_id"
                     "             ORDER BY k.id DESC LIMIT 1 OFFSET ?)"
                     " AND NOT EXISTS (SELECT 1 FROM local_completion_receipt_journal j"

@@ -1,0 +1,104 @@
+"""`ql3 local import-qinglong` and `ql3 local vars list` through the real command line
+(subprocess, QL3_DATA_DIR): report, idempotency, dry run, an unchanged 2.x file, secrets
+that never appear in any output, and a task that really receives a global variable."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from legacy_dbkit import SECRETS, Ql3Cli, build_install
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Ql3Cli:
+    runner = Ql3Cli(tmp_path / "ql3-data")
+    runner.run("init", "--profile", "edge")
+    return runner
+
+
+def _no_secrets(cli: Ql3Cli) -> None:
+    leaked = [s for s in SECRETS if any(s in out for out in cli.outputs)]
+    assert leaked == []
+
+
+def test_import_json_report_then_idempotent_reimport(tmp_path: Path, cli: Ql3Cli) -> None:
+    install = build_install(tmp_path / "ql", "2.21")
+    digest, listing = install.digest(), install.db_dir_listing()
+
+    dry = cli.json("import-qinglong", str(install.db), "--dry-run")
+    assert dry["dry_run"] is True and dry["summary"]["tasks_imported"] == 13
+    assert cli.json("task", "list") == []
+    assert cli.json("vars", "list") == []
+
+    report = cli.json("import-qinglong", str(install.db))
+    assert report["summary"] == {"tasks_imported": 13, "tasks_skipped": 3,
+                                 "variables_imported": 2, "variables_skipped": 2}
+    assert {r["code"] for r in report["tasks"]["skipped"]} == {
+        "ql_repo", "mode_conc", "subscription"}
+    names = sorted(t["name"] for t in cli.json("task", "list"))
+    assert names == sorted(r["name"] for r in report["tasks"]["imported"])
+    assert "multi.2" in names and "dup-8" in names
+
+    again = cli.json("import-qinglong", str(install.db))
+    assert again["summary"]["tasks_imported"] == 0
+    assert {r["code"] for r in again["tasks"]["skipped"]} >= {"already_imported"}
+    assert sorted(t["name"] for t in cli.json("task", "list")) == names
+
+    text = cli.run("import-qinglong", str(install.db), "--dry-run").stdout
+    assert "would import 0 task(s)" in text and "dry run: nothing changed" in text
+    assert "imported before as task" in text
+
+    assert install.digest() == digest
+    assert install.db_dir_listing() == listing
+    _no_secrets(cli)
+
+
+def test_secrets_never_appear_in_any_output(tmp_path: Path, cli: Ql3Cli) -> None:
+    install = build_install(tmp_path / "ql", "2.17")
+    cli.run("import-qinglong", str(install.db))  # the text report
+    cli.json("import-qinglong", str(install.db))
+    for task in cli.json("task", "list"):
+        show = cli.json("task", "show", task["name"])
+        assert show["env"] == {}
+        cli.run("task", "show", task["name"])
+    views = cli.json("vars", "list")
+    assert [(v["name"], v["value"], v["source"]) for v in views] == [
+        ("JD_COOKIE", "********", "qinglong2"), ("PLAIN", "********", "qinglong2")]
+    plain = cli.run("vars", "list").stdout
+    assert "JD_COOKIE=********" in plain and "PLAIN=********" in plain
+    # Error paths print one line, and no value either.
+    missing = cli.run("task", "show", "nope", check=False)
+    assert missing.returncode == 1
+    not_legacy = tmp_path / "plain.sqlite"
+    not_legacy.write_bytes(b"")
+    bad = cli.run("import-qinglong", str(not_legacy), check=False)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    assert "not a Qinglong 2.x database" in bad.stderr
+    gone = cli.run("import-qinglong", str(tmp_path / "absent.sqlite"), check=False)
+    assert gone.returncode == 2
+    _no_secrets(cli)
+
+
+def test_a_task_receives_the_global_variables(tmp_path: Path, cli: Ql3Cli) -> None:
+    script = (
+        'if [ "$JD_COOKIE" = "secret-two&secret-one" ]; then echo GLOBAL_OK; '
+        "else echo GLOBAL_MISSING; fi\n"
+        'echo "plain-len=${#PLAIN}"\n'
+    )
+    install = build_install(
+        tmp_path / "ql", "2.17",
+        crons=[{"id": 1, "name": "envcheck", "command": "task envcheck.sh",
+                "schedule": "@once"}],
+        scripts={"envcheck.sh": script},
+    )
+    cli.json("import-qinglong", str(install.db))
+    run = cli.json("run", "envcheck", "--wait")
+    assert run["status"] == "succeeded"
+    log = cli.run("logs", run["id"]).stdout
+    assert "GLOBAL_OK" in log
+    assert f"plain-len={len('plain-secret')}" in log
+    inspect = cli.json("inspect", run["id"])
+    assert all(s not in json.dumps(inspect) for s in SECRETS)
+    _no_secrets(cli)

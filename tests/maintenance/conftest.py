@@ -1,0 +1,16 @@
+"""Fixtures for the maintenance tests (receipt cleanup scanner, lifecycles, retention)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from maint_kit import Kit
+
+
+@pytest.fixture
+def kit(tmp_path: Path) -> Iterator[Kit]:
+    k = Kit(tmp_path)
+    yield k
+    k.close()
