@@ -114,7 +114,7 @@ def build_install(
     install = LegacyInstall(root)
     install.db.parent.mkdir(parents=True)
     install.scripts.mkdir(parents=True)
-    for name, body in (scripts or {s: "" for s in SCRIPTS}).items():
+    for name, body in (scripts or dict.fromkeys(SCRIPTS, "")).items():
         path = install.scripts / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(body)

@@ -33,14 +33,14 @@ def test_set_and_read_global_variables(repo: LocalRunRepository) -> None:
     assert repo.list_global_variables() == [("A_TOKEN", "qinglong2", 1_000), ("B", "manual", 1_000)]
 
 
-@pytest.mark.parametrize(("name", "value"), [("1BAD", "x"), ("A-B", "x"), ("", "x"),
-                                             ("OK", "nul\x00here")])
+@pytest.mark.parametrize(("name", "value"), [("1BAD", "hidden"), ("A-B", "hidden"),
+                                             ("", "hidden"), ("OK", "hidden\x00value")])
 def test_bad_variables_are_refused_without_echoing_the_value(
     repo: LocalRunRepository, name: str, value: str
 ) -> None:
     with pytest.raises(ValidationError) as info:
         repo.set_global_variable(name, value, "test")
-    assert value not in str(info.value) or value == "x"
+    assert "hidden" not in str(info.value)
     assert repo.global_variables() == {}
 
 

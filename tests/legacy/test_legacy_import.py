@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from legacy_dbkit import SECRETS, LegacyInstall, build_install
+from legacy_dbkit import SECRETS, build_install
 
 from qinglong.local.app.legacy_import import (
     ImportOptions,

@@ -39,3 +39,4 @@ def test_retry_needs_a_retryable_outcome_attempts_left_and_no_cancel(
         assert at is not None and at > 1000
     else:
         assert at is None
+

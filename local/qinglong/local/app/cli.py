@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from importlib.metadata import PackageNotFoundError, version
 
 import click
 
@@ -16,15 +15,8 @@ from qinglong.local.app.cli_common import RunNotSucceededError, data_dir_option,
 from qinglong.shared.errors import QinglongError, ValidationError
 
 
-def _version() -> str:
-    try:
-        return version("qinglong")
-    except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
-        return "unknown"
-
-
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(_version(), "--version", prog_name="ql3")
+@click.version_option(None, "--version", package_name="qinglong", prog_name="ql3")
 def main() -> None:
     """Qinglong 3 runtime: register scripts with cron schedules, run them durably, read logs."""
 

@@ -61,6 +61,7 @@ from typing import Any
 
 from qinglong.local.app.task_input import TaskInput
 from qinglong.local.process.launch_request import SINGLE_STRING_MAX_BYTES
+from qinglong.local.scheduling.cron import parse_schedule
 from qinglong.local.storage.repository import LocalRunRepository
 from qinglong.shared.errors import ConflictError, ValidationError
 
@@ -373,7 +374,11 @@ def _labels(value: Any) -> list[str]:
             return []
     if not isinstance(value, list):
         return []
-    return [item.strip() for item in value if isinstance(item, str) and item.strip()]
+    return [
+        item.strip() for item in value
+        if isinstance(item, str) and item.strip()
+        and not item.strip().startswith((KEY_LABEL_PREFIX, NAME_LABEL_PREFIX))  # ours only
+    ]
 
 
 def _extra_schedules(value: Any, primary: str) -> list[str]:
@@ -431,10 +436,12 @@ def import_source(
                      "variables_skipped"}}
 
     ``status`` of a variable: ``new``, ``updated`` or ``unchanged``. In a dry run
-    "imported" means "would be imported". Storage errors propagate (tasks created before
+    "imported" means "would be imported". Raises ValidationError("timezone", ...) for an
+    unknown zone before anything changes; storage errors propagate (tasks created before
     stay; importing again continues idempotently).
     """
     opts = options or ImportOptions()
+    parse_schedule("@once", opts.timezone)  # a bad zone fails the import, not every row
     imported: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
     for unit in _plan_tasks(repo, source, skipped):
@@ -536,7 +543,7 @@ def _plan_tasks(
                                           "name_taken", f"a task named {unit.name} exists"))
                 continue
             taken.add(unit.name)
-            if unit.name != unit.original_name:
+            if unit.original_name and unit.name != unit.original_name:
                 unit.labels.append(NAME_LABEL_PREFIX + unit.original_name)
             unit.labels.append(KEY_LABEL_PREFIX + unit.key)
             plan.append(unit)

@@ -10,11 +10,10 @@ the check changes what runs.
 from __future__ import annotations
 
 import fcntl
-import hashlib
-import hmac
 import os
 import stat
 
+from qinglong.shared.digest import digests_equal, sha256_hex
 from qinglong.shared.errors import LaunchError
 
 MEMFD_NAME = "ql3-wrapper"
@@ -54,7 +53,7 @@ def read_verified(path: str, max_bytes: int, expected_sha256: str) -> bytes:
     if size > max_bytes:
         raise LaunchError(2, "wrapper exceeds its size cap")
     data = b"".join(chunks)
-    if not hmac.compare_digest(hashlib.sha256(data).hexdigest(), expected_sha256):
+    if not digests_equal(sha256_hex(data), expected_sha256):
         raise LaunchError(2, "wrapper digest does not match the pinned SHA-256")
     return data
 

@@ -8,7 +8,6 @@ missing applied file, or a database newer than the code, refuses to start with
 
 from __future__ import annotations
 
-import hashlib
 import re
 import sqlite3
 import time
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from qinglong.local.storage.database import Database
+from qinglong.shared.digest import sha256_hex
 from qinglong.shared.errors import SchemaMismatchError
 
 _NAME = re.compile(r"(\d{4})-([a-z0-9][a-z0-9-]*)\.sql")
@@ -59,7 +59,7 @@ def load_migrations(directory: Path) -> list[Migration]:
         data = path.read_bytes()
         found.append(
             Migration(
-                int(match.group(1)), path.name, data.decode(), hashlib.sha256(data).hexdigest()
+                int(match.group(1)), path.name, data.decode(), sha256_hex(data)
             )
         )
     for expected, migration in enumerate(found, start=1):
