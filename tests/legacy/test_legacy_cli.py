@@ -5,10 +5,13 @@ that never appear in any output, and a task that really receives a global variab
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
-from legacy_dbkit import SECRETS, Ql3Cli, build_install
+from legacy_dbkit import QL3, SECRETS, Ql3Cli, build_install
 
 
 @pytest.fixture
@@ -101,4 +104,36 @@ def test_a_task_receives_the_global_variables(tmp_path: Path, cli: Ql3Cli) -> No
     assert f"plain-len={len('plain-secret')}" in log
     inspect = cli.json("inspect", run["id"])
     assert all(s not in json.dumps(inspect) for s in SECRETS)
+    _no_secrets(cli)
+
+
+def test_import_through_a_running_serve(tmp_path: Path, cli: Ql3Cli) -> None:
+    install = build_install(
+        tmp_path / "ql", "2.17",
+        crons=[{"id": 1, "name": "later", "command": "task later.js", "schedule": "@once"}],
+        scripts={"later.js": ""},
+    )
+    log_path = tmp_path / "serve.log"
+    with open(log_path, "w") as log:
+        serve = subprocess.Popen([QL3, "local", "serve"], env=cli.env, stdout=log,
+                                 stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 20
+        while not (tmp_path / "ql3-data" / "ql3.sock").exists():
+            assert serve.poll() is None and time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.05)
+        while cli.run("recovery", "status", check=False).returncode != 0:
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.05)
+        report = cli.json("import-qinglong", str(install.db))
+        assert [t["name"] for t in report["tasks"]["imported"]] == ["later"]
+        assert [v["name"] for v in cli.json("vars", "list")] == ["JD_COOKIE", "PLAIN"]
+        bad_zone = cli.run("import-qinglong", str(install.db), "--timezone", "Mars/Base",
+                           check=False)
+        assert bad_zone.returncode == 2 and "timezone" in bad_zone.stderr
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        serve.wait(30)
+    assert serve.returncode == 0
+    cli.outputs.append(log_path.read_text())
     _no_secrets(cli)

@@ -263,3 +263,18 @@ def test_names_are_transliterated_deterministically() -> None:
     assert task_name_base("a" * 300) == "a" * 100
     assert translate_command("task /ql/scripts/x.py", "/s").argv == ("python3", "/s/x.py")
     assert translate_command("task /opt/y.sh", "/s").argv == ("bash", "/opt/y.sh")
+
+
+def test_labels_and_names_edge_cases(tmp_path: Path, repo: LocalRunRepository) -> None:
+    crons = [
+        {"id": 1, "name": None, "command": "task 京东.js", "schedule": "0 * * * *",
+         "labels": ["ql2:99", "keep", " ", "ql2-name:forged"]},
+        {"id": 2, "name": "", "command": "task other.js", "schedule": "0 * * * *",
+         "labels": "not json"},
+    ]
+    install = build_install(tmp_path / "ql", "2.11", crons=crons, envs=[])
+    import_qinglong(repo, str(install.db))
+    assert [(t.name, t.labels) for t in repo.list_tasks()] == [
+        ("other", ("ql2:2",)), ("ql2-1", ("keep", "ql2:1"))]
+    with pytest.raises(ValidationError, match="timezone"):
+        import_qinglong(repo, str(install.db), timezone="Nowhere/Else")

@@ -1,0 +1,166 @@
+"""The receipt-first reconciler on real processes and files (DESIGN.md §3.4, issue 3)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from recovery_kit import Kit, handle_of
+
+from qinglong.shared.errors import LocalApplicationStartupRecoveryRequiredError
+from qinglong.shared.handles import ProcessHandle
+from qinglong.shared.statuses import RunStatus
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_trusted_receipt_settles_the_run_then_the_file_and_the_journal_go(kit: Kit) -> None:
+    gone = ProcessHandle("00000000-0000-4000-8000-000000000000", 4_000_000, 4_000_000, 1)
+    run, attempt = kit.left_running(gone)
+    path = kit.write_receipt(run, attempt, gone, code=3)
+    result = kit.reconciler.reconcile()
+    assert result.safe and result.settled_from_receipt == 1
+    final = kit.repo.get_run(run.id)
+    assert (final.status, final.exit_code) == (RunStatus.FAILED, 3)
+    assert not path.exists()
+    assert kit.repo.journal_rows() == []
+
+
+def test_pid_reuse_is_not_mistaken_for_the_wrapper_and_the_foreign_process_survives(
+    kit: Kit,
+) -> None:
+    foreign = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        real = handle_of(foreign.pid)
+        reused = ProcessHandle(real.boot_id, real.pid, real.pgid, real.start_ticks + 12345)
+        run, _ = kit.left_running(reused)
+        result = kit.reconciler.reconcile()
+        assert result.safe and result.lost == 1
+        assert kit.repo.get_run(run.id).status is RunStatus.LOST
+        assert foreign.poll() is None, "the unrelated process was touched"
+    finally:
+        foreign.kill()
+        foreign.wait()
+
+
+def test_a_handle_from_another_boot_is_lost_even_if_the_pid_lives(kit: Kit) -> None:
+    foreign = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        real = handle_of(foreign.pid)
+        other_boot = "00000000-0000-4000-8000-000000000001"
+        assert other_boot != real.boot_id
+        run, _ = kit.left_running(ProcessHandle(other_boot, real.pid, real.pgid,
+                                                real.start_ticks))
+        assert kit.reconciler.reconcile().lost == 1
+        assert kit.repo.get_run(run.id).status is RunStatus.LOST
+        assert foreign.poll() is None
+    finally:
+        foreign.kill()
+        foreign.wait()
+
+
+def test_a_zombie_wrapper_without_receipt_is_lost_never_given_an_exit_code(kit: Kit) -> None:
+    child = subprocess.Popen(["sleep", "0.2"], start_new_session=True)
+    handle = handle_of(child.pid)
+    deadline = time.monotonic() + 5
+    stat = Path(f"/proc/{child.pid}/stat")
+    while stat.read_text().rpartition(")")[2].split()[0] != "Z":
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    try:
+        run, _ = kit.left_running(handle)
+        assert kit.reconciler.reconcile().lost == 1
+        final = kit.repo.get_run(run.id)
+        assert (final.status, final.exit_code) == (RunStatus.LOST, None)
+    finally:
+        child.wait()
+
+
+def test_the_same_live_process_is_kept_running_for_re_attachment(kit: Kit) -> None:
+    live = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        run, attempt = kit.left_running(handle_of(live.pid))
+        result = kit.reconciler.reconcile()
+        assert result.safe
+        assert [(r.id, a.id) for r, _, a in result.reattach] == [(run.id, attempt.id)]
+        assert kit.repo.get_run(run.id).status is RunStatus.RUNNING
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_an_invalid_receipt_is_quarantined_with_its_intent_persisted_first(kit: Kit) -> None:
+    gone = ProcessHandle("00000000-0000-4000-8000-000000000000", 4_000_000, 4_000_000, 1)
+    run, attempt = kit.left_running(gone)
+    path = kit.write_receipt(run, attempt, gone, raw=b"{not json")
+    result = kit.reconciler.reconcile()
+    assert result.quarantined == 1 and result.lost == 1
+    assert not path.exists()
+    moved = os.path.join(kit.receipts.root, "quarantine", attempt.id + ".receipt")
+    assert Path(moved).read_bytes() == b"{not json"
+    [(attempt_id, state, _)] = kit.repo.journal_rows()
+    assert (attempt_id, state) == (attempt.id, "quarantined")
+
+
+def test_a_receipt_naming_another_process_is_quarantined_not_trusted(kit: Kit) -> None:
+    gone = ProcessHandle("00000000-0000-4000-8000-000000000000", 4_000_000, 4_000_000, 1)
+    other = ProcessHandle("00000000-0000-4000-8000-000000000000", 4_000_001, 4_000_001, 2)
+    run, attempt = kit.left_running(gone)
+    kit.write_receipt(run, attempt, other, code=0)
+    result = kit.reconciler.reconcile()
+    assert result.quarantined == 1
+    assert kit.repo.get_run(run.id).status is RunStatus.LOST  # never "succeeded"
+
+
+def test_a_start_intent_without_handle_and_a_free_lock_is_lost_as_never_started(
+    kit: Kit,
+) -> None:
+    run, _ = kit.left_running(None, starting=True)
+    assert kit.reconciler.reconcile().lost == 1
+    assert kit.repo.get_run(run.id).status is RunStatus.LOST
+
+
+def test_a_held_attempt_lock_is_insufficient_evidence_and_refuses_startup(kit: Kit) -> None:
+    run, attempt = kit.left_running(None, starting=True)
+    fd = os.open(kit.receipts.lock_path(attempt.id), os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    holder = subprocess.Popen(["sleep", "60"], pass_fds=(fd,))
+    os.close(fd)
+    try:
+        result = kit.reconciler.reconcile()
+        assert result.insufficient == 1 and not result.safe
+        with pytest.raises(LocalApplicationStartupRecoveryRequiredError) as err:
+            kit.reconciler.require_safe(result)
+        assert run.id not in str(err.value)
+        assert kit.repo.get_run(run.id).status is RunStatus.DISPATCHING
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_257_candidates_refuse_with_truncated_having_looked_at_256_only(kit: Kit) -> None:
+    gone = ProcessHandle("00000000-0000-4000-8000-000000000000", 4_000_000, 4_000_000, 1)
+    runs = [kit.left_running(gone)[0].id for _ in range(257)]
+    result = kit.reconciler.reconcile()
+    assert result.truncated and result.candidates == 256 and result.lost == 256
+    with pytest.raises(LocalApplicationStartupRecoveryRequiredError) as err:
+        kit.reconciler.require_safe(result)
+    assert err.value.truncated
+    untouched = [r for r in runs if kit.repo.get_run(r).status is RunStatus.RUNNING]
+    assert untouched == [max(runs)]
+
+
+def test_a_lost_attempt_retries_when_the_task_allows(kit: Kit) -> None:
+    from qinglong.shared.domain import Task
+    from qinglong.shared.ids import uuid7
+
+    task = kit.repo.create_task(Task(id=uuid7(), name="retry", argv=("true",),
+                                     schedule="@once", max_attempts=2))
+    gone = ProcessHandle("00000000-0000-4000-8000-000000000000", 4_000_000, 4_000_000, 1)
+    run, _ = kit.left_running(gone, task=task)
+    kit.reconciler.reconcile()
+    assert kit.repo.get_run(run.id).status is RunStatus.QUEUED
