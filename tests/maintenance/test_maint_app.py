@@ -111,6 +111,7 @@ def test_serve_runs_the_cleanup_page_and_stops_maintenance_in_order(
     monkeypatch.setattr(LocalStack, "stop_maintenance", record("maintenance stop"))
     monkeypatch.setattr(LocalStack, "run_loop", record("scheduler loop"))
     monkeypatch.setattr(ExecutionCoordinator, "drain", record("stack drain", 0))
+    monkeypatch.setattr(SocketServer, "__init__", record("admission ready"))
     monkeypatch.setattr(SocketServer, "start", open_admission)
     monkeypatch.setattr(SocketServer, "stop", record("admission drain"))
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -121,7 +122,7 @@ def test_serve_runs_the_cleanup_page_and_stops_maintenance_in_order(
             signal.signal(sig, handler)
     order.remove("scheduler loop")  # its own thread: only its start is ordered
     assert order == [
-        "recover", "cleanup page", "maintenance start", "admission open",
+        "recover", "cleanup page", "maintenance start", "admission ready", "admission open",
         "admission drain", "maintenance stop", "stack drain",
     ]
 
