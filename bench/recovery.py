@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "recovery"))
 
-from recovery_kit import Kit  # noqa: E402
+from recovery_kit import Kit
 
-from qinglong.shared.handles import ProcessHandle  # noqa: E402
+from qinglong.shared.handles import ProcessHandle
 
 CANDIDATES = 256
 
@@ -52,7 +52,8 @@ def main() -> None:
         t0 = time.perf_counter()
         result = kit.reconciler.reconcile()
         elapsed = time.perf_counter() - t0
-        assert result.safe and result.candidates == CANDIDATES, result
+        if not result.safe or result.candidates != CANDIDATES:
+            raise SystemExit(f"recovery did not settle every candidate: {result}")
         kit.db.close()
         base = baseline(root)
     print(f"reconcile {CANDIDATES} candidates: {elapsed:.3f} s "

@@ -198,3 +198,22 @@ def test_run_wait_exits_1_when_the_run_did_not_succeed(ql3: Ql3) -> None:
     assert ql3.run("local", "run", "ok", "--wait", check=False).returncode == 0
     failed = ql3.run("local", "run", "bad", "--wait", check=False)
     assert failed.returncode == 1 and "failed" in failed.stderr
+
+
+def test_recovery_status_verbose_shows_each_attempts_evidence(ql3: Ql3) -> None:
+    ql3.run("local", "task", "add", "v", "--schedule", "@once", "--", "sleep", "30")
+    serve = ql3.start_serve()
+    ql3.run("local", "run", "v")
+    assert wait_for(lambda: ql3.json("local", "runs")[0]["status"] == "running", 10)
+    serve.send_signal(signal.SIGKILL)
+    serve.wait(10)
+    [run] = ql3.json("local", "runs")
+    try:
+        view = ql3.json("local", "recovery", "status", "--verbose")
+        [detail] = view["details"]
+        [evidence] = detail["attempts"]
+        assert (detail["run_id"], detail["task"]) == (run["id"], "v")
+        assert (evidence["process"], evidence["receipt"], evidence["lock"]) == (
+            "alive", "none", "held")
+    finally:
+        os.killpg(int(run["attempts"][0]["handle"].split(":")[3]), signal.SIGKILL)

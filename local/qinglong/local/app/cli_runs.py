@@ -166,23 +166,32 @@ def recovery() -> None:
 
 
 @recovery.command("status")
+@click.option("--verbose", "-v", is_flag=True,
+              help="Per run: its task and each active attempt's process, receipt and lock.")
 @data_dir_option
 @json_option
-def recovery_status(data_dir: str | None, as_json: bool) -> None:
-    """Show runs that block `serve` from starting."""
+def recovery_status(verbose: bool, data_dir: str | None, as_json: bool) -> None:
+    """Show runs that a stopped owner left in dispatching/running."""
     with open_backend(datadir_of(data_dir), "recovery status") as backend:
-        view = backend.call("recovery_status")
+        view = backend.call("recovery_status", verbose=verbose)
     if as_json:
         print_json(view)
         return
     more = " (or more)" if view["truncated"] else ""
     click.echo(f"{view['candidates']}{more} run(s) in dispatching/running, "
                f"{view['active_attempts']} active attempt(s)")
+    details = {d["run_id"]: d for d in view.get("details", [])}
     for run_id in view["runs"]:
-        click.echo(f"  {run_id}")
-    if view["runs"]:
-        click.echo("settle them with `ql3 local recovery resolve RUN_ID... --as lost|failed` "
-                   "(a published receipt wins)")
+        detail = details.get(run_id)
+        click.echo(f"  {run_id}" + (f"  task {detail['task']} ({detail['status']})"
+                                     if detail else ""))
+        for ev in (detail or {}).get("attempts", []):
+            click.echo(f"    attempt {ev['attempt']} {ev['status']}: process {ev['process']}, "
+                       f"receipt {ev['receipt']}, lock {ev['lock']}")
+    if view["runs"] and not view["supervised"]:
+        click.echo("`ql3 local serve` settles these from their receipts and process identity "
+                   "at start; `ql3 local recovery resolve RUN_ID... --as lost|failed` settles "
+                   "one by hand (a published receipt wins)")
 
 
 @recovery.command("resolve")

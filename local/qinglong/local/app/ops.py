@@ -42,7 +42,7 @@ def call(service: LocalService, op: str, args: dict[str, Any]) -> Any:
                 int(args.get("offset", 0)),
             )
         if op == "recovery_status":
-            return service.recovery_status()
+            return service.recovery_status(bool(args.get("verbose", False)))
         if op == "recovery_resolve":
             return service.recovery_resolve([str(r) for r in args["run_ids"]], str(args["as"]))
         if op == "legacy_import":

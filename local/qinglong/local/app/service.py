@@ -14,12 +14,13 @@ from typing import Any
 from qinglong.local.app.task_input import TaskInput
 from qinglong.local.app.views import event_view, iso, run_view, task_view
 from qinglong.local.process.receipt_store import ReceiptStore
+from qinglong.local.recovery.evidence import attempt_evidence
 from qinglong.local.recovery.manual import resolve_run
 from qinglong.local.scheduling.scheduler import supersede
 from qinglong.local.storage.repository import LocalRunRepository
 from qinglong.shared.domain import ConcurrencyPolicy, Trigger
 from qinglong.shared.errors import ConflictError, NotFoundError, ValidationError
-from qinglong.shared.statuses import RUN_TERMINAL, AttemptStatus
+from qinglong.shared.statuses import ATTEMPT_ACTIVE, RUN_TERMINAL, AttemptStatus
 
 LOG_CHUNK_BYTES = 64 * 1024
 VALUE_MASK = "********"
@@ -136,16 +137,30 @@ class LocalService:
             self._stop_run(run.id)
         return self._run_view(run)
 
-    def recovery_status(self) -> dict[str, Any]:
-        """The startup recovery view: runs in dispatching/running (ADR-0067 §1)."""
+    def recovery_status(self, verbose: bool = False) -> dict[str, Any]:
+        """The startup recovery view: runs in dispatching/running (ADR-0067 §1); with
+        ``verbose``, per run its task and the evidence of each active attempt."""
         page = self.repo.inspect_candidates(256)
-        return {
+        view: dict[str, Any] = {
             "supervised": self.supervised,
             "candidates": len(page.candidates),
             "truncated": page.truncated,
             "active_attempts": sum(c.active_attempt_count for c in page.candidates),
             "runs": [c.run_id for c in page.candidates],
         }
+        if verbose and self.receipts is not None:
+            details = []
+            for candidate in page.candidates:
+                run = self.repo.get_run(candidate.run_id)
+                details.append({
+                    "run_id": run.id,
+                    "task": run.task_name,
+                    "status": run.status.value,
+                    "attempts": [attempt_evidence(self.receipts, a) for a in run.attempts
+                                 if a.status in ATTEMPT_ACTIVE],
+                })
+            view["details"] = details
+        return view
 
     def recovery_resolve(self, run_ids: list[str], verdict: str) -> list[dict[str, Any]]:
         """Settle runs a stopped owner left active (receipt first, then the verdict).
