@@ -139,3 +139,14 @@ def test_a_socket_peer_of_another_user_is_refused(ql3: Ql3) -> None:
         assert ql3.stop_serve(serve) == 0
     assert reply.returncode == 0, reply.stderr
     assert '"forbidden"' in reply.stdout
+
+
+def test_bad_input_through_a_running_serve_also_exits_2_with_one_line(ql3: Ql3) -> None:
+    serve = ql3.start_serve()
+    try:
+        result = ql3.run("local", "task", "add", "bad", "--schedule", "61 * * * *", "--",
+                         "true", check=False)
+    finally:
+        assert ql3.stop_serve(serve) == 0
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "schedule" in result.stderr

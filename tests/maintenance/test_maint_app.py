@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from maint_kit import DAY_MS
+from maint_kit import BOOT_ID, DAY_MS
 
 from qinglong.local.app.application import LocalStack, LocalStore
 from qinglong.local.app.cli import run_main
@@ -22,6 +22,8 @@ from qinglong.local.recovery.retention import LocalRetention, RetentionConfig, R
 from qinglong.shared.domain import Task, Trigger
 from qinglong.shared.ids import uuid7
 from qinglong.shared.statuses import AttemptStatus
+
+HANDLE = f"ql3lp1:{BOOT_ID}:42:42:7"
 
 
 def init(tmp_path: Path, profile: str = "edge") -> DataDir:
@@ -144,7 +146,7 @@ def test_logs_of_a_retired_log_say_gone_and_when(
             attempt = repo.record_start_intent(attempt, log_path=str(log), deadline_at_ms=None)
             log.parent.mkdir(mode=0o700, exist_ok=True)
             log.write_bytes(b"output\n")
-            attempt = repo.save_handle(attempt, "ql3lp1:0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9:42:42:7")
+            attempt = repo.save_handle(attempt, HANDLE)
             repo.finish_attempt(attempt, AttemptStatus.SUCCEEDED, exit_code=0)
             run_ids.append(run.id)
         retired_at = repo.clock() + 8 * DAY_MS

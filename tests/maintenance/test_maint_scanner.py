@@ -20,15 +20,18 @@ from qinglong.shared.statuses import AttemptStatus
 HOUR_MS = 3_600_000
 
 
-def scanner(kit: Kit, page: int = 8, retention_s: int = 3600) -> LocalCompletionReceiptCleanupScanner:
-    return LocalCompletionReceiptCleanupScanner(
-        kit.repo, kit.receipts, ScannerConfig(page_size=page, missing_receipt_retention_s=retention_s)
-    )
+def scanner(
+    kit: Kit, page: int = 8, retention_s: int = 3600
+) -> LocalCompletionReceiptCleanupScanner:
+    config = ScannerConfig(page_size=page, missing_receipt_retention_s=retention_s)
+    return LocalCompletionReceiptCleanupScanner(kit.repo, kit.receipts, config)
 
 
 @pytest.mark.parametrize("status", [AttemptStatus.CLAIMED, AttemptStatus.STARTING,
                                     AttemptStatus.RUNNING])
-def test_an_active_attempt_is_kept_and_its_receipt_untouched(kit: Kit, status: AttemptStatus) -> None:
+def test_an_active_attempt_is_kept_and_its_receipt_untouched(
+    kit: Kit, status: AttemptStatus
+) -> None:
     made = kit.attempt(status)
     path = kit.write_receipt(made)
     kit.clock.advance(30 * 24 * HOUR_MS)  # however old

@@ -8,7 +8,7 @@ from typing import Any
 
 from qinglong.local.app.ops import call
 from qinglong.local.app.service import LocalService
-from qinglong.shared.errors import QinglongError
+from qinglong.shared.errors import QinglongError, ValidationError
 
 CONNECT_TIMEOUT_S = 5.0
 REPLY_TIMEOUT_S = 60.0
@@ -20,6 +20,14 @@ class RemoteError(QinglongError):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+class RemoteValidationError(ValidationError):
+    """The server refused the input (bad input: the command exits 2 as it would locally)."""
+
+    def __init__(self, message: str) -> None:
+        QinglongError.__init__(self, message)
+        self.field = "request"
 
 
 class ServerUnavailableError(QinglongError):
@@ -55,6 +63,8 @@ class SocketBackend:
         obj = json.loads(reply)
         if not obj.get("ok"):
             err = obj.get("error") or {}
+            if err.get("usage"):
+                raise RemoteValidationError(str(err.get("message")))
             raise RemoteError(str(err.get("code")), str(err.get("message")))
         return obj["result"]
 

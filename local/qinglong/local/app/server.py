@@ -19,7 +19,7 @@ from typing import Any
 
 from qinglong.local.app.ops import call
 from qinglong.local.app.service import LocalService
-from qinglong.shared.errors import QinglongError
+from qinglong.shared.errors import QinglongError, ValidationError
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,8 @@ def peer_allowed(uid: int, own_uid: int | None = None) -> bool:
 def error_reply(exc: BaseException) -> dict[str, Any]:
     """A reply for an error: its stable code and its (user-data-free) message."""
     if isinstance(exc, QinglongError):
-        return {"ok": False, "error": {"code": exc.code, "message": str(exc)}}
+        usage = isinstance(exc, ValidationError)  # bad input: the client exits 2
+        return {"ok": False, "error": {"code": exc.code, "message": str(exc), "usage": usage}}
     return {"ok": False, "error": {"code": "internal_error", "message": "internal error"}}
 
 
