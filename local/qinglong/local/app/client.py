@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 from typing import Any
@@ -54,7 +55,8 @@ class SocketBackend:
             except OSError as exc:
                 raise ServerUnavailableError("no ql3 serve answers on the socket") from exc
             sock.settimeout(REPLY_TIMEOUT_S)
-            sock.sendall(json.dumps({"op": op, "args": args}).encode() + b"\n")
+            with contextlib.suppress(BrokenPipeError):  # a refusal may come before we finish
+                sock.sendall(json.dumps({"op": op, "args": args}).encode() + b"\n")
             reply = sock.makefile("rb").readline()
         finally:
             sock.close()
