@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 
 from qinglong.local.app.datadir import DataDir, OwnerLock
 from qinglong.local.app.profiles import Profile, get_profile
@@ -150,12 +151,13 @@ class LocalStack:
         self.retention.start()
 
     def stop_maintenance(self) -> None:
-        """Stop both timers, each waiting at most the profile's stop budget (idempotent).
+        """Stop both timers, waiting at most the profile's stop budget in all (idempotent).
         Stop order: admission drain -> this -> stack -> storage (ADR-0069 §5)."""
         self.cleanup.request_stop()
         self.retention.request_stop()
-        self.cleanup.stop()
-        self.retention.stop()
+        deadline = time.monotonic() + self.store.profile.stop_wait_s
+        self.cleanup.stop(deadline - time.monotonic())
+        self.retention.stop(deadline - time.monotonic())
 
     def recover(self, *, reattach: bool = True) -> ReconcileResult:
         """Receipt-first startup recovery (DESIGN.md §3.4, ADR-0067 §3): settle what the

@@ -15,11 +15,14 @@ from typing import Generic, TypeVar
 
 from qinglong.local.recovery.cleanup_scanner import (
     LocalCompletionReceiptCleanupScanner,
+    Outcome,
     PageResult,
 )
 from qinglong.local.storage.journal import Position
 
 log = logging.getLogger(__name__)
+
+_QUIET = frozenset({Outcome.KEPT, Outcome.WAITING})  # nothing done: not worth a log line
 
 T = TypeVar("T")
 Job = Callable[[Callable[[], bool]], T]
@@ -78,8 +81,9 @@ class PeriodicLifecycle(Generic[T]):
         """Ask the timer to stop (a running job sees ``should_stop()`` become True)."""
         self._stop.set()
 
-    def stop(self) -> bool:
-        """Stop the timer and wait for it at most ``stop_wait_s``. Idempotent.
+    def stop(self, timeout_s: float | None = None) -> bool:
+        """Stop the timer and wait for it at most ``stop_wait_s`` (or the smaller
+        ``timeout_s``, for a caller sharing one budget). Idempotent.
 
         Returns True when no timer thread is left running (it ended in time, or never
         started); False when the budget ran out (the daemon thread ends with its job).
@@ -89,7 +93,8 @@ class PeriodicLifecycle(Generic[T]):
             thread = self._thread
         if thread is None or thread is threading.current_thread():
             return True
-        thread.join(self.stop_wait_s)
+        budget = self.stop_wait_s if timeout_s is None else min(timeout_s, self.stop_wait_s)
+        thread.join(max(0.0, budget))
         return not thread.is_alive()
 
     def run_once(self) -> T | None:
@@ -140,7 +145,7 @@ class CleanupLifecycle(PeriodicLifecycle[PageResult]):
         result = self.scanner.run_page(self.cursor, should_stop)
         self.cursor = result.cursor if result.truncated else None
         self.last = result
-        if result.failed or result.seen:
+        if result.failed or any(o not in _QUIET for o in result.counts):
             log.info(
                 "receipt cleanup: %d seen, %s, %d failed%s", result.seen,
                 ", ".join(f"{n} {o.value}" for o, n in result.counts.items()) or "none done",
