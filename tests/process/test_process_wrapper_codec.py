@@ -46,7 +46,7 @@ def test_wrapper_digest_matches_the_pinned_constant() -> None:
 def test_wrapper_imports_only_its_allowed_modules() -> None:
     source = Path(DEFAULT_WRAPPER_PATH).read_text(encoding="utf-8")
     imports = {line.split()[1] for line in source.splitlines() if line.startswith("import ")}
-    assert imports == {"fcntl", "os", "_signal", "sys", "time"}  # _signal: no enum import
+    assert imports == {"fcntl", "os", "_signal", "select", "sys", "time"}  # _signal: no enum
     assert not [line for line in source.splitlines() if line.startswith("from ")]
 
 

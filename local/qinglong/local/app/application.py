@@ -97,7 +97,8 @@ class LocalStack:
         self.wake_event = threading.Event()
         self.receipts = ReceiptStore(store.datadir.receipt_root)
         self.launcher = LocalProcessLauncher(
-            LaunchConfig(log_root=store.datadir.log_root, receipt_root=store.datadir.receipt_root),
+            LaunchConfig(log_root=store.datadir.log_root, receipt_root=store.datadir.receipt_root,
+                         log_cap_bytes=store.profile.log_cap_bytes),
             repo,
         )
         self.coordinator = ExecutionCoordinator(

@@ -62,7 +62,8 @@ class LaunchConfig:
     """Launcher settings. Sizes are bytes; paths absolute.
 
     ``python``: interpreter that runs the wrapper (``-I -S``); ``wrapper_path``: the bundled
-    wrapper script, verified against ``WRAPPER_SHA256`` on every launch.
+    wrapper script, verified against ``WRAPPER_SHA256`` on every launch; ``log_cap_bytes``:
+    the most output one attempt keeps (the wrapper cuts the log with a marker line).
     """
 
     log_root: str
@@ -71,6 +72,7 @@ class LaunchConfig:
     wrapper_path: str = DEFAULT_WRAPPER_PATH
     wrapper_max_bytes: int = WRAPPER_MAX_BYTES
     launch_max_bytes: int = LAUNCH_MAX_BYTES
+    log_cap_bytes: int = 0  # 0: no cap (the command writes the log directly)
 
     def __post_init__(self) -> None:
         check_absolute(self.log_root, "log_root")
@@ -78,6 +80,8 @@ class LaunchConfig:
         check_absolute(self.wrapper_path, "wrapper_path")
         if not isinstance(self.python, str) or not os.path.isabs(self.python):
             raise ValidationError("python", "must be an absolute interpreter path")
+        if type(self.log_cap_bytes) is not int or self.log_cap_bytes < 0:
+            raise ValidationError("log_cap_bytes", "must be a non-negative integer")
         for name in ("wrapper_max_bytes", "launch_max_bytes"):
             value = getattr(self, name)
             if type(value) is not int or value <= 0:

@@ -46,6 +46,7 @@ ENV_ATTEMPT_ID = "QL3_LAUNCH_ATTEMPT_ID"
 ENV_GATE_FD = "QL3_LAUNCH_GATE_FD"
 ENV_LC_CTYPE = "QL3_LAUNCH_LC_CTYPE"  # "-": the user set none; "=value": the user's value
 ENV_RECEIPT_DIR = "QL3_RECEIPT_DIR"
+ENV_LOG_CAP = "QL3_LAUNCH_LOG_CAP"
 WRAPPER_EXIT_NOT_STARTED = 125  # the wrapper ran no user code
 ABORT_TERM_GRACE_S = 1.0
 ABORT_KILL_WAIT_S = 5.0
@@ -138,6 +139,8 @@ class LocalProcessLauncher:
         lc_ctype = request.env.get("LC_CTYPE")
         env[ENV_LC_CTYPE] = "-" if lc_ctype is None else "=" + lc_ctype
         env[ENV_RECEIPT_DIR] = shard
+        if self._config.log_cap_bytes:
+            env[ENV_LOG_CAP] = str(self._config.log_cap_bytes)
         args = [self._config.python, "-I", "-S", f"/proc/self/fd/{memfd}", *request.argv]
         try:
             return subprocess.Popen(

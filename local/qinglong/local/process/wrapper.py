@@ -2,14 +2,17 @@
 
 Never imported by the runtime: the launcher verifies these bytes against ``WRAPPER_SHA256``,
 copies them into a sealed memfd and runs ``python -I -S /proc/self/fd/N <argv...>`` as the
-leader of a new process group. It imports only os, signal, fcntl, time and sys, because its
-memory is paid once per running attempt.
+leader of a new process group. It imports only os, _signal, fcntl, select, time and sys,
+because its memory is paid once per running attempt.
 
 Contract (environment, set by the launcher and removed before the user command starts):
 ``QL3_LAUNCH_RUN_ID``, ``QL3_LAUNCH_ATTEMPT_ID`` (UUIDv7), ``QL3_LAUNCH_GATE_FD`` (read end of
 the start gate), ``QL3_LAUNCH_LC_CTYPE`` (``-`` if the user set no LC_CTYPE, else ``=value``:
 CPython's locale coercion rewrites LC_CTYPE, this restores the user's own) and
-``QL3_RECEIPT_DIR`` (the attempt's private shard). User argv is ``sys.argv[1:]``.
+``QL3_RECEIPT_DIR`` (the attempt's private shard), and optionally ``QL3_LAUNCH_LOG_CAP``
+(bytes): the user's stdout/stderr then go through a pipe that this wrapper copies into the
+log, keeping at most that many bytes and then one marker line (issue 3: bounded disk).
+User argv is ``sys.argv[1:]``.
 
 Order: take the attempt lock -> block on one gate byte -> spawn the user command in this
 process group -> forward TERM/INT/HUP once to the group -> wait -> publish the receipt ->
@@ -22,6 +25,7 @@ a ``not_started`` receipt is published and the exit code is 125.
 import _signal as signal  # type: ignore[import-not-found]  # C module: `signal` pulls enum, ~1 MiB
 import fcntl
 import os
+import select
 import sys
 import time
 
@@ -31,6 +35,9 @@ ENV_ATTEMPT_ID = "QL3_LAUNCH_ATTEMPT_ID"
 ENV_GATE_FD = "QL3_LAUNCH_GATE_FD"
 ENV_LC_CTYPE = "QL3_LAUNCH_LC_CTYPE"
 ENV_RECEIPT_DIR = "QL3_RECEIPT_DIR"
+ENV_LOG_CAP = "QL3_LAUNCH_LOG_CAP"
+CHUNK = 65536
+DRAIN_CHUNKS = 16  # after the command exits, a background writer cannot hold us
 STRIPPED_PREFIXES = (b"QL3_RECEIPT_", b"QL3_LAUNCH_")
 EXIT_NOT_STARTED = 125
 EXIT_NOT_FOUND = 127
@@ -212,10 +219,69 @@ def user_environment() -> dict[bytes, bytes]:
     return env
 
 
-def _spawn(argv: list[str], env: dict[bytes, bytes]) -> int:
-    """posix_spawnp in our group with default dispositions and an empty signal mask."""
+def _spawn(argv: list[str], env: dict[bytes, bytes], out_w: int = -1) -> int:
+    """posix_spawnp in our group with default dispositions and an empty signal mask;
+    with ``out_w``, the command's stdout and stderr are that pipe."""
     defaults = tuple(s for s in range(1, 32) if s not in (signal.SIGKILL, signal.SIGSTOP))
-    return os.posix_spawnp(argv[0], argv, env, setsigmask=(), setsigdef=defaults)
+    actions = [] if out_w < 0 else [
+        (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, out_w, 2)]
+    return os.posix_spawnp(argv[0], argv, env, file_actions=actions, setsigmask=(),
+                           setsigdef=defaults)
+
+
+def _log_cap() -> int:
+    """The log cap in bytes, or 0 (no cap, or no pidfd support: output goes straight in)."""
+    text = os.environ.get(ENV_LOG_CAP, "")
+    if not text.isdigit() or int(text) <= 0:
+        return 0
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except (AttributeError, OSError):
+        return 0
+    return int(text)
+
+
+def _write_all(data: bytes) -> None:
+    """Write to the log (our fd 1); a failing write (disk full) drops the rest."""
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(1, view):]
+        except InterruptedError:
+            continue
+        except OSError:
+            return
+
+
+def _copy_capped(pipe_r: int, child: int, cap: int) -> None:
+    """Copy the command's output into the log until it exits: at most ``cap`` bytes, then
+    one marker line; the rest is read and dropped so the command never blocks on it."""
+    pidfd = os.pidfd_open(child)
+    kept, cut, after_exit = 0, False, -1
+    try:
+        while after_exit < DRAIN_CHUNKS:
+            ready = select.select([pipe_r, pidfd], [], [])[0]
+            if pidfd in ready and after_exit < 0:  # the command exited: drain, then stop
+                after_exit = 0
+                os.set_blocking(pipe_r, False)
+            if after_exit >= 0:
+                after_exit += 1
+            try:
+                data = os.read(pipe_r, CHUNK)
+            except BlockingIOError:
+                return
+            if not data:
+                return  # every writer closed its end
+            room = max(cap - kept, 0)
+            if room:
+                _write_all(data[:room])
+                kept += min(room, len(data))
+            if len(data) > room and not cut:
+                cut = True
+                _write_all(b"\n[ql3: output cut at %d bytes]\n" % cap)
+    finally:
+        os.close(pidfd)
+        os.close(pipe_r)
 
 
 def _wait(child: int) -> tuple[int, int | None]:
@@ -273,9 +339,14 @@ def main() -> int:
         publish(shard_fd, run_id, attempt_id, "not_started", None, None)
         return EXIT_NOT_STARTED
     _close_others((lock_fd, shard_fd))
+    cap = _log_cap()
+    pipe_r, pipe_w = os.pipe() if cap else (-1, -1)
     try:
-        _child = _spawn(sys.argv[1:], user_environment())
+        _child = _spawn(sys.argv[1:], user_environment(), pipe_w)
     except OSError as exc:
+        if cap:
+            os.close(pipe_r)
+            os.close(pipe_w)
         _phase = "done"
         signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
         missing = isinstance(exc, FileNotFoundError | NotADirectoryError)
@@ -287,6 +358,9 @@ def main() -> int:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
     while _pending:
         _forward(_pending.pop(0))
+    if cap:
+        os.close(pipe_w)
+        _copy_capped(pipe_r, _child, cap)
     code, sig = _wait(_child)
     _phase = "done"
     if sig is None:

@@ -6,4 +6,4 @@ a reviewed change in two places, and ``tests/process`` fails while they disagree
 
 from __future__ import annotations
 
-WRAPPER_SHA256 = "4183ccf75508dca30bf6612a9305fa7387ec0a9e52e3b0fd9bf9c5ecd88f5d81"
+WRAPPER_SHA256 = "13180a71804e0e3de03e6f0265e9e32cc89784ebcfb77f5325fe970f9b13b77f"
