@@ -14,11 +14,11 @@ import os
 from dataclasses import dataclass
 
 from qinglong.local.process.receipt_store import ReceiptStore
+from qinglong.local.recovery.reconciler import receipt_outcome
 from qinglong.local.storage.repository import LocalRunRepository
 from qinglong.shared.errors import ConflictError, ReceiptCodecError, ValidationError
 from qinglong.shared.handles import ProcessHandle
 from qinglong.shared.process.identity import Liveness, probe_handle
-from qinglong.shared.receipts import CompletionReceipt, ReceiptOutcome
 from qinglong.shared.statuses import ATTEMPT_ACTIVE, RUN_ACTIVE, AttemptStatus
 
 VERDICTS = {"lost": AttemptStatus.LOST, "failed": AttemptStatus.FAILED}
@@ -40,14 +40,6 @@ def operator_name() -> str:
     except (KeyError, OSError):
         name = "unknown"
     return f"{name} (uid {os.getuid()})"
-
-
-def _outcome_of(receipt: CompletionReceipt) -> tuple[AttemptStatus, int | None, int | None]:
-    if receipt.outcome is ReceiptOutcome.NOT_STARTED:
-        return AttemptStatus.LOST, None, None
-    code = receipt.wait_exit_code
-    signal = receipt.signal if receipt.outcome is ReceiptOutcome.SIGNALED else None
-    return (AttemptStatus.SUCCEEDED if code == 0 else AttemptStatus.FAILED), code, signal
 
 
 def resolve_run(
@@ -77,7 +69,7 @@ def resolve_run(
         except ReceiptCodecError:
             receipt = None
         if receipt is not None and handle is not None and receipt.handle == handle:
-            outcome, code, sig = _outcome_of(receipt)
+            outcome, code, sig = receipt_outcome(receipt, run, attempt)
             settled = repo.finish_attempt(
                 attempt, outcome, exit_code=code, signal=sig,
                 finished_at_ms=receipt.finished_at_ms,

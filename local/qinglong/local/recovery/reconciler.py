@@ -209,19 +209,7 @@ class LocalRunReconciler:
     def _settle_from_receipt(
         self, run: Run, task: Task, attempt: Attempt, receipt: CompletionReceipt
     ) -> None:
-        code = receipt.wait_exit_code
-        signal = receipt.signal if receipt.outcome is ReceiptOutcome.SIGNALED else None
-        if receipt.outcome is ReceiptOutcome.NOT_STARTED:
-            outcome = AttemptStatus.LOST
-        elif code == 0:
-            outcome = AttemptStatus.SUCCEEDED
-        elif signal is not None and run.cancel_requested:
-            outcome = AttemptStatus.CANCELLED
-        elif (signal is not None and attempt.deadline_at_ms is not None
-              and receipt.finished_at_ms >= attempt.deadline_at_ms):
-            outcome = AttemptStatus.TIMED_OUT
-        else:
-            outcome = AttemptStatus.FAILED
+        outcome, code, signal = receipt_outcome(receipt, run, attempt)
         self._finish(run, task, attempt, outcome, exit_code=code, signal=signal,
                      finished_at_ms=receipt.finished_at_ms, detail={"source": "receipt"})
         # ADR-0069 §3: the terminal commit, then delete the receipt, then resolve the row
@@ -252,6 +240,26 @@ class LocalRunReconciler:
             self.receipts.discard_lock(attempt_id)
         except (OSError, QinglongError):
             log.warning("could not remove the lock file of attempt %s", attempt_id)
+
+
+def receipt_outcome(
+    receipt: CompletionReceipt, run: Run, attempt: Attempt
+) -> tuple[AttemptStatus, int | None, int | None]:
+    """(attempt status, exit code, signal) that a trusted receipt proves: exit 0 succeeded;
+    ``not_started`` lost; a signal death cancelled under a cancel intent, timed out past the
+    stored deadline, else failed; any other exit code failed (DESIGN.md §3.4 step 1)."""
+    code = receipt.wait_exit_code
+    signal = receipt.signal if receipt.outcome is ReceiptOutcome.SIGNALED else None
+    if receipt.outcome is ReceiptOutcome.NOT_STARTED:
+        return AttemptStatus.LOST, None, None
+    if code == 0:
+        return AttemptStatus.SUCCEEDED, code, signal
+    if signal is not None and run.cancel_requested:
+        return AttemptStatus.CANCELLED, code, signal
+    if (signal is not None and attempt.deadline_at_ms is not None
+            and receipt.finished_at_ms >= attempt.deadline_at_ms):
+        return AttemptStatus.TIMED_OUT, code, signal
+    return AttemptStatus.FAILED, code, signal
 
 
 def _matches(
