@@ -196,7 +196,6 @@ class LocalStack:
         """The serve lifecycle: fire due slots, dispatch queued runs, sleep until the next
         slot, queued ``not_before`` or wake-up (bounded by 60 s)."""
         repo = self.store.repo
-        self.scheduler.boot(repo.clock())
         while not stop.is_set():
             now = repo.clock()
             try:

@@ -34,16 +34,19 @@ def serve(data_dir: str | None, grace: float | None, detach: bool) -> None:
     receipts and process identity (live ones are re-attached). On stop, running attempts
     are drained (TERM, a grace period, then KILL), or left running with --detach.
     """
-    from qinglong.local.app.application import LocalStack, LocalStore
-    from qinglong.local.app.server import SocketServer
+    from qinglong.local.app.local_application import LocalApplication
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s ql3 %(levelname)s %(message)s")
     datadir = datadir_of(data_dir)
     datadir.require_initialised()
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    app = LocalApplication(datadir, grace_s=grace, detach=detach)
     deadline = time.monotonic() + OWNER_WAIT_S
     while True:
         try:
-            store = LocalStore(datadir, "serve")
+            app.start()
             break
         except DataDirectoryBusyError:
             if SocketBackend.probe(datadir.socket_path):
@@ -51,40 +54,16 @@ def serve(data_dir: str | None, grace: float | None, detach: bool) -> None:
             if time.monotonic() >= deadline:  # a long foreground `run` or a wedged owner
                 raise
             time.sleep(0.1)  # a short-lived command owns the directory for a moment
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    server = None
-    loop = None
-    try:
-        stack = LocalStack(store, grace_s=grace)
-        try:
-            stack.recover()
+            app = LocalApplication(datadir, grace_s=grace, detach=detach)
         except LocalApplicationStartupRecoveryRequiredError as exc:
-            fail(f"{exc}; see `ql3 local recovery status`, then `ql3 local recovery resolve`")
-        stack.cleanup_startup_page()  # ADR-0069 §5: one bounded page before the lifecycles
-        loop = threading.Thread(target=stack.run_loop, args=(stop,), name="ql3-scheduler")
-        stack.start_maintenance()  # receipt cleanup and retention timers
-        loop.start()
-        server = SocketServer(datadir.socket_path, stack.service())
-        server.start()
-        click.echo(
-            f"ql3 serving {datadir.root} (profile {store.profile.name}); "
-            "SIGTERM or Ctrl-C stops", err=True,
-        )
+            fail(f"{exc}; see `ql3 local recovery status --verbose`, "
+                 "then `ql3 local recovery resolve`")
+    try:
+        profile = app.store.profile.name if app.store is not None else "?"
+        click.echo(f"ql3 serving {datadir.root} (profile {profile}); SIGTERM or Ctrl-C stops",
+                   err=True)
         stop.wait()
         click.echo("ql3 stopping: draining admission, then "
                    + ("detaching from" if detach else "stopping") + " running attempts", err=True)
     finally:
-        stop.set()
-        if server is not None:
-            server.stop()
-        if loop is not None:
-            stack.stop_maintenance()  # after admission drain, before the stack
-            stack.wake()
-            loop.join()
-            if detach:
-                stack.coordinator.detach(5.0)
-            else:
-                stack.coordinator.drain()
-        store.close()
+        app.stop()
