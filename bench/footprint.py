@@ -77,7 +77,7 @@ def wrapper_rss(root: str) -> tuple[float, float]:
     return max(samples) / 1024, bare_kib / 1024
 
 
-def serve_idle(root: str, seconds: float) -> tuple[float, float, float]:
+def serve_idle(root: str, seconds: float) -> tuple[float, float, float, int]:
     env = dict(os.environ, QL3_DATA_DIR=os.path.join(root, "data"))
     subprocess.run([QL3, "local", "init", "--profile", "edge"], env=env, check=True,
                    capture_output=True)
@@ -87,8 +87,12 @@ def serve_idle(root: str, seconds: float) -> tuple[float, float, float]:
         repo.create_task(Task(id=uuid7(), name=f"task{n:03d}", argv=("true",),
                               schedule="59 * * * *" if n % 2 else "0 4 * * *"))
     db.close()
-    serve = subprocess.Popen([QL3, "local", "serve"], env=env, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
+    report = os.path.join(root, "importtime.txt")
+    with open(report, "w") as err:  # -X importtime: every module the serve process loads
+        serve = subprocess.Popen(
+            [sys.executable, "-X", "importtime", "-c",
+             "from qinglong.local.app.cli import entry; entry()", "local", "serve"],
+            env=env, stdout=subprocess.DEVNULL, stderr=err)
     time.sleep(3)
     start_ticks = cpu_ticks(serve.pid)
     time.sleep(seconds)
@@ -96,12 +100,16 @@ def serve_idle(root: str, seconds: float) -> tuple[float, float, float]:
     serve_kib = rss_kib(serve.pid)
     serve.send_signal(signal.SIGTERM)
     serve.wait(30)
+    with open(report) as fh:
+        modules = {line.rsplit("|", 1)[1].strip() for line in fh
+                   if line.startswith("import time:") and "|" in line}
+    module_count = len(modules - {"imported package"})
     bare = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3)"])
     time.sleep(0.5)
     bare_kib = rss_kib(bare.pid)
     bare.kill()
     bare.wait()
-    return serve_kib / 1024, bare_kib / 1024, 100 * used / seconds
+    return serve_kib / 1024, bare_kib / 1024, 100 * used / seconds, module_count
 
 
 def main() -> None:
@@ -110,10 +118,11 @@ def main() -> None:
         wrapper, bare = wrapper_rss(root)
         print(f"wrapper RSS per running attempt: {wrapper:.1f} MiB "
               f"(bare python -I -S: {bare:.1f} MiB; ratio {wrapper / bare:.2f}; target <= 10 MiB)")
-        serve, bare_full, cpu = serve_idle(root, seconds)
+        serve, bare_full, cpu, modules = serve_idle(root, seconds)
         print(f"serve idle, 100 tasks: RSS {serve:.1f} MiB, bare python {bare_full:.1f} MiB, "
               f"over bare {serve - bare_full:.1f} MiB (target <= 16 MiB)")
         print(f"serve idle CPU over {seconds:.0f} s: {cpu:.2f} % of a core (target <= 0.5 %)")
+        print(f"modules the serve process imported: {modules}")
 
 
 if __name__ == "__main__":
