@@ -217,3 +217,27 @@ def test_recovery_status_verbose_shows_each_attempts_evidence(ql3: Ql3) -> None:
             "alive", "none", "held")
     finally:
         os.killpg(int(run["attempts"][0]["handle"].split(":")[3]), signal.SIGKILL)
+
+
+def test_a_cancel_asked_while_no_owner_runs_stops_the_run_after_restart(ql3: Ql3) -> None:
+    ql3.run("local", "task", "add", "c", "--schedule", "@once", "--", "sleep", "60")
+    serve = ql3.start_serve()
+    ql3.run("local", "run", "c")
+    assert wait_for(lambda: ql3.json("local", "runs")[0]["status"] == "running", 10)
+    serve.send_signal(signal.SIGKILL)
+    serve.wait(10)
+    [run] = ql3.json("local", "runs")
+    ql3.run("local", "cancel", run["id"])  # no owner: only the durable intent is written
+    serve = ql3.start_serve()
+    try:
+        final = wait_for(lambda: (r := ql3.json("local", "inspect", run["id"]))["finished_at"]
+                         and r, 15)
+    finally:
+        assert ql3.stop_serve(serve) == 0
+    assert final["status"] == "cancelled"
+
+
+def test_a_data_directory_too_long_for_the_socket_is_refused_at_init(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    result = Ql3(deep).run("local", "init", "--data-dir", str(deep), check=False)
+    assert result.returncode == 2 and "too long" in result.stderr

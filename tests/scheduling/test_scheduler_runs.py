@@ -149,7 +149,9 @@ def test_boot_tasks_get_one_run_per_serve_start(env) -> None:  # type: ignore[no
     sched = Scheduler(repo, stopped.append)
     assert sched.boot(T0) == 1
     assert sched.boot(T0) == 0  # the same start cannot queue it twice
-    assert sched.boot(T0 + 1) == 1  # the next serve start
+    assert sched.boot(T0 + 1) == 0  # forbid: the first boot run is still unfinished
+    repo.request_cancel(repo.list_runs(task.id)[0].id)
+    assert sched.boot(T0 + 2) == 1  # the next serve start
     assert [r.trigger for r in repo.list_runs(task.id)] == [Trigger.BOOT, Trigger.BOOT]
     assert repo.list_runs(disabled.id) == []
     assert sched.tick(clock.now) == clock.now + 60_000  # @boot never fires on schedule

@@ -95,3 +95,26 @@ def test_connection_is_wal_with_full_synchronous_commits(tmp_path: Path) -> None
     assert db.read(lambda c: c.execute("PRAGMA journal_mode").fetchone()) == ("wal",)
     assert db.read(lambda c: c.execute("PRAGMA synchronous").fetchone()) == (2,)
     db.close()
+
+
+def test_the_database_and_its_wal_files_are_private_even_in_a_shared_directory(
+    tmp_path: Path,
+) -> None:
+    import os
+    import stat
+
+    from qinglong.local.storage.migrations import open_database
+
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    os.chmod(shared, 0o755)
+    old = os.umask(0o022)
+    try:
+        db = open_database(str(shared / "ql3.db"))
+        db.write(lambda c: c.execute("INSERT INTO settings VALUES ('k', 'secret')"))
+        modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in shared.iterdir()}
+        db.close()
+    finally:
+        os.umask(old)
+    assert modes["ql3.db"] == 0o600
+    assert all(mode == 0o600 for name, mode in modes.items() if name.startswith("ql3.db-"))

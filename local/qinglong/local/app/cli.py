@@ -15,7 +15,27 @@ from qinglong.local.app.cli_common import RunNotSucceededError, data_dir_option,
 from qinglong.shared.errors import QinglongError, ValidationError
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _LazyGroup(click.Group):
+    """Resolves cluster subcommands by module name at invocation (DESIGN.md §1).
+
+    ``ql3 local ...`` never imports them, and import-linter sees no local -> control import.
+    """
+
+    lazy = {"control": "qinglong.control.cli"}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *self.lazy])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy:
+            import importlib
+
+            found = getattr(importlib.import_module(self.lazy[cmd_name]), cmd_name)
+            return found if isinstance(found, click.Command) else None
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(None, "--version", package_name="qinglong", prog_name="ql3")
 def main() -> None:
     """Qinglong 3 runtime: register scripts with cron schedules, run them durably, read logs."""

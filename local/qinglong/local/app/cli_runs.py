@@ -67,7 +67,7 @@ def _run_in_foreground(datadir: DataDir, name: str) -> dict[str, Any]:
     }
     try:
         stack = LocalStack(store)
-        stack.recover(reattach=False)
+        stack.recover()  # earlier runs still alive are supervised (deadlines) meanwhile
         service = stack.service()
         queued = service.run_now(name)
         click.echo(
@@ -76,7 +76,7 @@ def _run_in_foreground(datadir: DataDir, name: str) -> dict[str, Any]:
             err=True,
         )
         stack.supervise(queued["id"], stop)
-        stack.coordinator.drain()
+        stack.coordinator.detach(5.0)  # re-attached runs of others go on; serve takes them
         return service.run_get(queued["id"])
     finally:
         for sig, handler in previous.items():
@@ -186,8 +186,10 @@ def recovery_status(verbose: bool, data_dir: str | None, as_json: bool) -> None:
         click.echo(f"  {run_id}" + (f"  task {detail['task']} ({detail['status']})"
                                      if detail else ""))
         for ev in (detail or {}).get("attempts", []):
+            holders = ", ".join(map(str, ev.get("lock_holders") or []))
             click.echo(f"    attempt {ev['attempt']} {ev['status']}: process {ev['process']}, "
-                       f"receipt {ev['receipt']}, lock {ev['lock']}")
+                       f"receipt {ev['receipt']}, lock {ev['lock']}"
+                       + (f" (held by pids {holders})" if holders else ""))
     if view["runs"] and not view["supervised"]:
         click.echo("`ql3 local serve` settles these from their receipts and process identity "
                    "at start; `ql3 local recovery resolve RUN_ID... --as lost|failed` settles "

@@ -40,7 +40,7 @@ def serve(data_dir: str | None, grace: float | None, detach: bool) -> None:
     datadir = datadir_of(data_dir)
     datadir.require_initialised()
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # HUP: terminal closed
         signal.signal(sig, lambda *_: stop.set())
     app = LocalApplication(datadir, grace_s=grace, detach=detach)
     deadline = time.monotonic() + OWNER_WAIT_S

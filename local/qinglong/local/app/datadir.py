@@ -16,9 +16,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from qinglong.shared.errors import DataDirectoryBusyError, QinglongError
+from qinglong.shared.errors import DataDirectoryBusyError, QinglongError, ValidationError
 
 ENV_DATA_DIR = "QL3_DATA_DIR"
+SOCKET_PATH_MAX = 107  # sun_path is 108 bytes with its terminating NUL
 
 
 class NotInitialisedError(QinglongError):
@@ -76,11 +77,17 @@ class DataDir:
         return os.path.isfile(self.db_path)
 
     def create(self) -> None:
-        """Create the directories with mode 0700 (existing ones are left as they are)."""
+        """Create the directories with mode 0700; an existing root is made 0700 too (it
+        holds secrets). Raises ValidationError when the path is too long for the socket."""
+        if len(os.fsencode(self.socket_path)) > SOCKET_PATH_MAX:
+            raise ValidationError(
+                "data_dir", f"path too long: the socket path must fit in {SOCKET_PATH_MAX} bytes"
+            )
         old = os.umask(0o077)
         try:
             for path in (self.root, self.log_root, self.receipt_root):
                 os.makedirs(path, mode=0o700, exist_ok=True)
+            os.chmod(self.root, 0o700)
         finally:
             os.umask(old)
 

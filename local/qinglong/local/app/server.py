@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 MAX_REQUEST_BYTES = 1024 * 1024
 REQUEST_TIMEOUT_S = 10.0
+DRAIN_TIMEOUT_S = 5.0  # a slow client cannot hold the shutdown longer
 _UCRED = struct.Struct("3i")
 
 
@@ -84,13 +85,25 @@ class _Handler(socketserver.StreamRequestHandler):
 
 
 class _Server(socketserver.ThreadingUnixStreamServer):
-    daemon_threads = False
-    block_on_close = True  # server_close() waits for requests in flight (admission drain)
+    daemon_threads = True
+    block_on_close = False  # the drain below is bounded instead
     allow_reuse_address = False
 
     def __init__(self, path: str, service: LocalService) -> None:
         self.service = service
+        self.in_flight = 0
+        self.idle = threading.Condition()
         super().__init__(path, _Handler, bind_and_activate=False)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        with self.idle:
+            self.in_flight += 1
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self.idle:
+                self.in_flight -= 1
+                self.idle.notify_all()
 
 
 class SocketServer:
@@ -125,6 +138,9 @@ class SocketServer:
             self._server.shutdown()
             self._thread.join()
             self._thread = None
+            with self._server.idle:  # requests in flight finish, within a bound
+                self._server.idle.wait_for(lambda: self._server.in_flight == 0,
+                                           timeout=DRAIN_TIMEOUT_S)
         self._server.server_close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)

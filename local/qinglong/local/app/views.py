@@ -71,7 +71,8 @@ def run_view(run: Run, *, supervised: bool | None = None) -> dict[str, Any]:
     if supervised is False and run.status in RUN_ACTIVE:
         view["recovery"] = (
             "needs recovery: its owner stopped while the run was "
-            f"{run.status.value}; `ql3 local serve` refuses to start until it is resolved"
+            f"{run.status.value}; the next `ql3 local serve` settles it from its receipt or "
+            "re-attaches it (`ql3 local recovery status --verbose` shows the evidence)"
         )
     return view
 

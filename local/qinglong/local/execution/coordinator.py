@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 
 GRACE_S_DEFAULT = 5.0
 POLL_S = 0.2
+SETTLE_RETRY_FIRST_S = 1.0
+SETTLE_RETRY_MAX_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +114,7 @@ class ExecutionCoordinator:
         self._lock = threading.Lock()
         self._live: dict[str, _Live] = {}
         self._detached = threading.Event()
+        self._stopping = threading.Event()  # drain or detach began: stop retrying settles
 
     # -- start ----------------------------------------------------------------------------
 
@@ -192,6 +195,8 @@ class ExecutionCoordinator:
         except QinglongError:
             return False
         live = _Live(run, task, attempt, proc)
+        if run.cancel_requested:  # a cancel asked for while no owner ran still applies
+            live.stop_reason = AttemptStatus.CANCELLED
         with self._lock:
             self._live[attempt.id] = live
         live.thread = threading.Thread(
@@ -243,7 +248,9 @@ class ExecutionCoordinator:
             proc.kill_group()
         receipt: CompletionReceipt | None = None
         detail: dict[str, object] = {}
-        if live.stop_reason is not None:
+        if live.stop_reason is not None or isinstance(proc, ReattachedProcess):
+            # cancel/timeout, or a re-attached wrapper whose group can no longer be
+            # signalled safely: end every process still holding the attempt lock
             escaped = self._kill_escaped(live)
             if escaped:
                 detail["escaped_killed"] = escaped
@@ -273,8 +280,19 @@ class ExecutionCoordinator:
         finished = receipt.finished_at_ms if receipt is not None else None
         fault_point("after_receipt")
         try:
-            self._settle(live.attempt, live.task, outcome, exit_code=exit_code, signal=sig,
-                         wait_status=rc, finished_at_ms=finished, detail=detail)
+            delay = SETTLE_RETRY_FIRST_S
+            while True:  # the store may be briefly unable to write (disk full): retry
+                try:
+                    self._settle(live.attempt, live.task, outcome, exit_code=exit_code,
+                                 signal=sig, wait_status=rc, finished_at_ms=finished,
+                                 detail=detail)
+                    break
+                except QinglongError as exc:
+                    log.error("could not settle attempt %s (%s); retrying in %.0f s",
+                              live.attempt.id, exc.code, delay)
+                    if self._stopping.wait(delay):
+                        return  # the next start settles it from the same durable facts
+                    delay = min(delay * 2, SETTLE_RETRY_MAX_S)
             if receipt is not None:  # ADR-0069 §3: commit, then delete, then resolve
                 fault_point("after_commit")
                 self.receipts.delete(live.attempt.id)
@@ -283,7 +301,7 @@ class ExecutionCoordinator:
             with contextlib.suppress(OSError, QinglongError):
                 self.receipts.discard_lock(live.attempt.id)  # only if no process holds it
         except QinglongError as exc:
-            log.error("could not settle attempt %s: %s", live.attempt.id, exc.code)
+            log.error("could not clean up after attempt %s: %s", live.attempt.id, exc.code)
         finally:
             proc.close()
             with self._lock:
@@ -361,6 +379,7 @@ class ExecutionCoordinator:
         upgrades): they keep running in their groups, publish their receipts, and the next
         start re-attaches or settles them. Returns how many were live."""
         self._detached.set()
+        self._stopping.set()
         with self._lock:
             lives = list(self._live.values())
         for live in lives:
@@ -377,10 +396,14 @@ class ExecutionCoordinator:
             lives = list(self._live.values())
         for live in lives:
             if live.stop_reason is None:
+                # the cancel intent is durable first: a crash mid-drain still ends cancelled
+                with contextlib.suppress(QinglongError):
+                    self.repo.request_cancel(live.run.id, reason="shutdown")
                 live.stop_reason = AttemptStatus.CANCELLED
         for live in lives:
             if live.thread is not None:
                 live.thread.join(timeout_s)
+        self._stopping.set()
         return len(lives)
 
 

@@ -32,14 +32,19 @@ class Dispatcher:
     def dispatch(self, now_ms: int, only_run_id: str | None = None) -> int:
         """Start what may start now; returns how many attempts were started."""
         started = 0
-        free = self.max_concurrent - self.repo.count_active_attempts()
+        # attempts supervised here: after startup recovery every active attempt of the
+        # store is live here (re-attached), and none is counted twice mid-start
+        free = self.max_concurrent - self.coordinator.active_count()
         if free <= 0:
             return 0
-        for run in self.repo.queued_due(now_ms, limit=max(free * 4, 16)):
+        if only_run_id is not None:
+            run = self.repo.get_run(only_run_id)
+            due = [run] if run.status.value == "queued" and run.not_before_ms <= now_ms else []
+        else:
+            due = self.repo.queued_due(now_ms, limit=max(free * 4, 16))
+        for run in due:
             if free <= 0:
                 break
-            if only_run_id is not None and run.id != only_run_id:
-                continue
             try:
                 task = self.repo.get_task_by_id(run.task_id)
             except NotFoundError:

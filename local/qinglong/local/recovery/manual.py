@@ -13,6 +13,7 @@ import getpass
 import os
 from dataclasses import dataclass
 
+from qinglong.local.process.lock_holders import find_lock_holders
 from qinglong.local.process.receipt_store import ReceiptStore
 from qinglong.local.recovery.reconciler import receipt_outcome
 from qinglong.local.storage.repository import LocalRunRepository
@@ -82,7 +83,11 @@ def resolve_run(
         if handle is not None and probe_handle(handle) in (Liveness.ALIVE, Liveness.REGROUPED):
             raise ConflictError("a process of this run is still running; stop it first")
         if receipts.lock_held(attempt.id):
-            raise ConflictError("a process of this run still holds its attempt lock")
+            pids = find_lock_holders(receipts.lock_path(attempt.id))
+            raise ConflictError(
+                "a process of this run still holds its attempt lock (pids "
+                f"{', '.join(map(str, pids)) or 'unknown'}); stop it first"
+            )
         settled = repo.finish_attempt(
             attempt, VERDICTS[verdict],
             detail={"resolved_by": who, "source": "operator", "verdict": verdict},

@@ -246,15 +246,15 @@ def receipt_outcome(
     receipt: CompletionReceipt, run: Run, attempt: Attempt
 ) -> tuple[AttemptStatus, int | None, int | None]:
     """(attempt status, exit code, signal) that a trusted receipt proves: exit 0 succeeded;
-    ``not_started`` lost; a signal death cancelled under a cancel intent, timed out past the
-    stored deadline, else failed; any other exit code failed (DESIGN.md §3.4 step 1)."""
+    ``not_started`` lost; under a cancel intent cancelled; a signal death past the stored
+    deadline timed out; anything else failed (DESIGN.md §3.4 step 1)."""
     code = receipt.wait_exit_code
     signal = receipt.signal if receipt.outcome is ReceiptOutcome.SIGNALED else None
     if receipt.outcome is ReceiptOutcome.NOT_STARTED:
         return AttemptStatus.LOST, None, None
     if code == 0:
         return AttemptStatus.SUCCEEDED, code, signal
-    if signal is not None and run.cancel_requested:
+    if run.cancel_requested:  # stopped on request (a drain or cancel): not a failure
         return AttemptStatus.CANCELLED, code, signal
     if (signal is not None and attempt.deadline_at_ms is not None
             and receipt.finished_at_ms >= attempt.deadline_at_ms):

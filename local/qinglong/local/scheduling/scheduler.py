@@ -47,16 +47,22 @@ class Scheduler:
         return schedule
 
     def boot(self, boot_ms: int) -> int:
-        """Queue one run of every enabled ``@boot`` task for this serve start."""
+        """Queue one run of every enabled ``@boot`` task for this serve start, under the
+        task's concurrency policy (``forbid`` skips it while a run is unfinished)."""
         created = 0
         for task in self.repo.list_tasks():
             schedule = self._schedule(task)
-            if (
-                task.enabled
-                and schedule is not None
-                and schedule.kind == "boot"
-                and self.repo.create_run(task.id, Trigger.BOOT, scheduled_at_ms=boot_ms)
+            if not task.enabled or schedule is None or schedule.kind != "boot":
+                continue
+            if task.concurrency is ConcurrencyPolicy.FORBID and self.repo.has_unfinished_run(
+                task.id
             ):
+                self.repo.task_event(task.id, "slot_skipped",
+                                     {"slot_ms": boot_ms, "reason": "forbid: a run is active"})
+                continue
+            if task.concurrency is ConcurrencyPolicy.REPLACE:
+                supersede(self.repo, task.id, self.stop_run)
+            if self.repo.create_run(task.id, Trigger.BOOT, scheduled_at_ms=boot_ms):
                 created += 1
         return created
 

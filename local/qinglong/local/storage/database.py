@@ -48,6 +48,7 @@ class Database:
         self._op_lock = threading.Lock()
         self._pending = 0
         self._closed = False
+        _private_files(path)
         try:
             conn = sqlite3.connect(
                 path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
@@ -147,6 +148,20 @@ class Database:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+
+
+def _private_files(path: str) -> None:
+    """Create the database file 0600 before SQLite does (SQLite gives its -wal and -shm
+    files the database file's mode), and make existing ones 0600: the store holds secrets."""
+    if path == ":memory:":
+        return
+    try:
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+        for name in (path, path + "-wal", path + "-shm"):
+            if os.path.exists(name):
+                os.chmod(name, 0o600)
+    except OSError as exc:
+        raise StorageError("the database file cannot be opened privately") from exc
 
 
 def _storage_error(exc: sqlite3.Error, path: str) -> StorageError:

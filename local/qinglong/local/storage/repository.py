@@ -303,11 +303,9 @@ class LocalRunRepository(ReceiptJournalQueries, RetentionQueries):
         return run_from_row(row, tuple(load_attempts(conn, [run_id])[run_id]))
 
     def get_run(self, run_id: str) -> Run:
-        """The run with its attempts. Raises NotFoundError (also for a malformed id)."""
-        try:
-            validate_uuid7(run_id, "run_id")
-        except ValueError:
-            raise NotFoundError("no such run") from None
+        """The run with its attempts. Raises NotFoundError, or InvalidIdentifierError for an
+        id that is not a UUIDv7."""
+        validate_uuid7(run_id, "run_id")  # malformed: InvalidIdentifierError (bad input)
         return self.db.read(lambda conn: self._run(conn, run_id))
 
     def _runs(self, conn: sqlite3.Connection, where: str, args: tuple[object, ...]) -> list[Run]:
@@ -418,6 +416,7 @@ class LocalRunRepository(ReceiptJournalQueries, RetentionQueries):
         at: int,
         *,
         finished: bool = False,
+        finished_at_ms: int | None = None,
         exit_code: int | None = None,
         signal: int | None = None,
         not_before_ms: int | None = None,
@@ -431,7 +430,7 @@ class LocalRunRepository(ReceiptJournalQueries, RetentionQueries):
             (
                 target.value,
                 at,
-                at if finished else None,
+                (finished_at_ms or at) if finished else None,
                 exit_code,
                 signal,
                 not_before_ms,
@@ -596,8 +595,8 @@ class LocalRunRepository(ReceiptJournalQueries, RetentionQueries):
                        detail={"not_before_ms": retry_not_before_ms, "after": outcome.value})
             else:
                 target = run_status_for_attempt(outcome)
-                self._set_run(conn, run, target, at, finished=True, exit_code=exit_code,
-                              signal=signal)
+                self._set_run(conn, run, target, at, finished=True, finished_at_ms=end,
+                              exit_code=exit_code, signal=signal)
                 _event(conn, at, f"run_{target.value}", task_id=run.task_id, run_id=run.id,
                        from_status=run.status.value, to_status=target.value)
             return self._run(conn, run.id)
