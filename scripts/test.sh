@@ -9,4 +9,9 @@ export PATH="$PWD/.venv/bin:$PATH"
 echo "== ruff"; ruff check .
 echo "== mypy"; mypy
 echo "== import-linter"; lint-imports
+echo "== postgres"  # integration/control needs PostgreSQL at 127.0.0.1:5432 (SERVICES.md)
+if ! pg_isready -q -h 127.0.0.1; then
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start
+  for _ in $(seq 50); do pg_isready -q -h 127.0.0.1 && break; sleep 0.2; done
+fi
 echo "== pytest"; pytest "$@"

@@ -99,7 +99,9 @@ local.add_command(cli_import.vars_group)
 def run_main(argv: list[str] | None = None) -> int:
     """Entry point that maps typed errors to one stderr line and exit code 1."""
     try:
-        main.main(args=argv, prog_name="ql3", standalone_mode=False)
+        code = main.main(args=argv, prog_name="ql3", standalone_mode=False)
+        if isinstance(code, int) and code:  # ctx.exit(n) is returned, not raised
+            return code
     except click.exceptions.Exit as exc:
         return int(exc.exit_code or 0)
     except click.ClickException as exc:

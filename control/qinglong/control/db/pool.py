@@ -1,0 +1,41 @@
+"""Connections for the control plane: psycopg 3 with psycopg_pool (DESIGN.md §4.1).
+
+Every pooled connection is autocommit with READ COMMITTED, so each protocol step opens its
+own short ``conn.transaction()`` and nothing stays open between steps (ADR-0379 §3).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg_pool import ConnectionPool
+
+
+def configure(conn: psycopg.Connection[Any]) -> None:
+    """Autocommit plus READ COMMITTED (the claim protocol's isolation level)."""
+    from psycopg import IsolationLevel
+
+    conn.autocommit = True
+    conn.isolation_level = IsolationLevel.READ_COMMITTED
+
+
+def connect(url: str) -> psycopg.Connection[Any]:
+    """One configured connection (CLI commands, migrations); ``connect_timeout`` 10 s default."""
+    import psycopg
+
+    conn = psycopg.connect(url, autocommit=True, connect_timeout=10)
+    configure(conn)
+    return conn
+
+
+def open_pool(url: str, *, min_size: int = 1, max_size: int = 4) -> ConnectionPool:
+    """An opened pool of configured connections; close it with ``pool.close()``."""
+    from psycopg_pool import ConnectionPool
+
+    pool: ConnectionPool = ConnectionPool(
+        url, min_size=min_size, max_size=max_size, configure=configure, open=True,
+        kwargs={"connect_timeout": 10},
+    )
+    return pool

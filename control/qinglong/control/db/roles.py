@@ -1,0 +1,108 @@
+"""The runtime role: exactly the per-table grants its queries need (DESIGN.md §4.1).
+
+The migration owner (the role that runs ``ql3 control migrate``) owns every object. The
+runtime role (default ``ql3_runtime``; configurable, because roles are global to a PostgreSQL
+cluster) may read and write what the control plane's queries touch, may only SELECT/INSERT
+tombstones (immutable evidence, ADR-0379 §2), may only read the migration ledger, and may run
+no DDL. ``runtime_role_problems`` checks the effective privileges for readiness.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from qinglong.control.errors import RuntimeRoleError
+
+if TYPE_CHECKING:
+    import psycopg
+
+DEFAULT_RUNTIME_ROLE = "ql3_runtime"
+_ROLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
+
+# ADR-0379 §2: controls SELECT/INSERT/UPDATE/DELETE, tombstones SELECT/INSERT only.
+RUNTIME_GRANTS: dict[str, frozenset[str]] = {
+    "tasks": frozenset({"SELECT", "INSERT", "UPDATE"}),
+    "runs": frozenset({"SELECT", "INSERT", "UPDATE"}),
+    "attempts": frozenset({"SELECT", "INSERT", "UPDATE"}),
+    "events": frozenset({"SELECT", "INSERT"}),
+    "run_attempt_log_artifacts": frozenset({"SELECT", "INSERT"}),
+    "run_attempt_log_retention_controls": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
+    "run_attempt_log_artifact_tombstones": frozenset({"SELECT", "INSERT"}),
+    "ql3_migration_ledger": frozenset({"SELECT"}),
+}
+
+
+def validate_role_name(role: str) -> str:
+    """Return ``role`` if it is a plain lowercase identifier (≤ 63 bytes); else RuntimeRoleError."""
+    if not _ROLE_NAME.match(role):
+        raise RuntimeRoleError(f"invalid runtime role name {role!r}")
+    return role
+
+
+def apply_runtime_grants(conn: psycopg.Connection[Any], role: str) -> None:
+    """Create ``role`` (NOLOGIN) if missing, then set exactly ``RUNTIME_GRANTS`` on public.
+
+    Runs inside the caller's transaction (``migrate``); revokes everything else first, so a
+    re-run repairs drifted grants. Raises RuntimeRoleError for a bad name.
+    """
+    from psycopg import sql
+
+    ident = sql.Identifier(validate_role_name(role))
+    exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
+    if exists is None:
+        conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(ident))
+    conn.execute(sql.SQL("REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {}").format(ident))
+    conn.execute(sql.SQL("REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM {}").format(ident))
+    conn.execute(sql.SQL("REVOKE CREATE ON SCHEMA public FROM {}").format(ident))
+    conn.execute(sql.SQL("GRANT USAGE ON SCHEMA public TO {}").format(ident))
+    for table, privileges in sorted(RUNTIME_GRANTS.items()):
+        conn.execute(
+            sql.SQL("GRANT {} ON TABLE {} TO {}").format(
+                sql.SQL(", ").join(sql.SQL(p) for p in sorted(privileges)),
+                sql.Identifier(table),
+                ident,
+            )
+        )
+
+
+def runtime_role_problems(
+    conn: psycopg.Connection[Any], role: str, *, tolerate_unknown_tables: bool = False
+) -> list[str]:
+    """Every way the role's effective privileges differ from the reviewed set (empty: valid).
+
+    Checks attributes (no superuser, createrole, createdb, bypassrls), no CREATE on the
+    schema, and each privilege on every table of ``public``, so a grant left on a new table
+    counts as a problem too — unless ``tolerate_unknown_tables`` (the schema is ahead of this
+    code by additive migrations, whose tables the newer release grants).
+    """
+    if not _ROLE_NAME.match(role):
+        return [f"invalid role name {role!r}"]
+    attrs = conn.execute(
+        "SELECT rolsuper OR rolcreaterole OR rolcreatedb OR rolbypassrls"
+        " FROM pg_roles WHERE rolname = %s",
+        (role,),
+    ).fetchone()
+    if attrs is None:
+        return [f"role {role} does not exist"]
+    problems = [f"role {role} has admin attributes"] if attrs[0] else []
+    if conn.execute("SELECT has_schema_privilege(%s, 'public', 'CREATE')", (role,)).fetchone()[0]:  # type: ignore[index]
+        problems.append("CREATE on schema public")
+    rows = conn.execute(
+        "SELECT c.relname, p.priv, has_table_privilege(%s, c.oid, p.priv)"
+        " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " CROSS JOIN unnest(%s::text[]) AS p(priv)"
+        " WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'v', 'm')",
+        (role, list(PRIVILEGES)),
+    ).fetchall()
+    seen: set[str] = set()
+    for table, priv, held in rows:
+        seen.add(table)
+        if tolerate_unknown_tables and table not in RUNTIME_GRANTS:
+            continue
+        expected = priv in RUNTIME_GRANTS.get(table, frozenset())
+        if held != expected:
+            problems.append(f"{'extra' if held else 'missing'} {priv} on {table}")
+    problems.extend(f"missing table {t}" for t in sorted(set(RUNTIME_GRANTS) - seen))
+    return problems

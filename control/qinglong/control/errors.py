@@ -1,0 +1,37 @@
+"""Typed errors of the cluster control plane (names follow ADR-0379 and DESIGN.md §4.1)."""
+
+from __future__ import annotations
+
+from qinglong.shared.errors import QinglongError
+
+
+class ControlSchemaError(QinglongError):
+    """The PostgreSQL schema and this code disagree; the message names the file or row."""
+
+
+class MigrationCapError(ControlSchemaError):
+    """The migration files disagree with the reviewed hard cap pinned in the code."""
+
+
+class MigrationChecksumError(ControlSchemaError):
+    """A migration already recorded in the ledger differs from the file of the same name."""
+
+
+class SchemaNewerThanCodeError(ControlSchemaError):
+    """A non-additive migration unknown to this code is in the ledger (schema_newer_than_code)."""
+
+
+class RuntimeRoleError(QinglongError):
+    """The runtime role name is invalid, or its grants are not exactly the reviewed set."""
+
+
+class FenceMismatchError(QinglongError):
+    """A claim's owner, token, version, lease, status or identity no longer holds; no change."""
+
+
+class NotReadyError(QinglongError):
+    """``ql3 control readiness`` found the control plane not ready (exit 1, reason named)."""
+
+
+class RetryRefusedError(QinglongError):
+    """``ql3 control retention retry`` left some ids unchanged (unknown, retired or leased)."""

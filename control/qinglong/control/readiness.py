@@ -1,0 +1,91 @@
+"""Readiness of the control plane's PostgreSQL authority (DESIGN.md §4.1, §4.5 ``/readyz``).
+
+Answers ready, or one named reason: ``migration_pending`` (ledger behind the code),
+``migration_checksum_mismatch`` (a recorded file differs from ours), ``schema_newer_than_code``
+(a non-additive migration we do not know), ``runtime_role_invalid`` (grants not exactly the
+reviewed set), or the reason of an injected capability probe that is ``unavailable`` (e.g.
+``object_store_unavailable``). Degraded capabilities (e.g. ``object_store_unsafe``) are listed
+and do not fail readiness.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from qinglong.control.db.migrations import compare_ledger, load_migration_files, read_ledger
+from qinglong.control.db.roles import DEFAULT_RUNTIME_ROLE, runtime_role_problems
+from qinglong.control.errors import MigrationChecksumError, SchemaNewerThanCodeError
+
+if TYPE_CHECKING:
+    import psycopg
+
+
+@dataclass(frozen=True, slots=True)
+class CapabilityStatus:
+    """One capability's state; ``reason`` names why it is degraded or unavailable."""
+
+    name: str
+    state: Literal["ok", "degraded", "unavailable"]
+    reason: str | None = None
+
+
+CapabilityProbe = Callable[[], CapabilityStatus]
+
+
+@dataclass(frozen=True, slots=True)
+class Readiness:
+    """``ready`` with ``reason`` None, or not ready with a named reason and a ``detail``."""
+
+    ready: bool
+    reason: str | None = None
+    detail: str | None = None
+    degraded: tuple[CapabilityStatus, ...] = field(default=())
+    ahead: tuple[str, ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON shape of ``ql3 control readiness --json`` and ``/readyz``."""
+        return {
+            "ready": self.ready, "reason": self.reason, "detail": self.detail,
+            "degraded": [{"capability": c.name, "reason": c.reason} for c in self.degraded],
+            "schema_ahead_by": list(self.ahead),
+        }
+
+
+def readiness(
+    conn: psycopg.Connection[Any],
+    *,
+    runtime_role: str = DEFAULT_RUNTIME_ROLE,
+    capabilities: Sequence[CapabilityProbe] = (),
+) -> Readiness:
+    """Check ledger, runtime grants, then each capability probe, in that order.
+
+    The first failing check names the reason. Probes must not raise: a probe reports its
+    own failure as ``unavailable`` (reason defaults to ``<name>_unavailable``). ``conn`` may
+    be any role that can read the catalog and the ledger; it must be idle.
+    """
+    files = load_migration_files()
+    with conn.transaction():
+        ledger = read_ledger(conn)
+        if ledger is None or len(ledger) < len(files):
+            done = 0 if ledger is None else len(ledger)
+            return Readiness(False, "migration_pending", f"{done} of {len(files)} applied")
+        try:
+            ahead = compare_ledger(files, ledger)
+        except MigrationChecksumError as exc:
+            return Readiness(False, "migration_checksum_mismatch", str(exc))
+        except SchemaNewerThanCodeError as exc:
+            return Readiness(False, "schema_newer_than_code", str(exc))
+        problems = runtime_role_problems(conn, runtime_role, tolerate_unknown_tables=bool(ahead))
+    if problems:
+        return Readiness(False, "runtime_role_invalid", "; ".join(problems), ahead=ahead)
+    degraded: list[CapabilityStatus] = []
+    for probe in capabilities:
+        status = probe()
+        if status.state == "unavailable":
+            return Readiness(False, status.reason or f"{status.name}_unavailable",
+                             status.name, tuple(degraded), ahead)
+        if status.state == "degraded":
+            degraded.append(status)
+    return Readiness(True, degraded=tuple(degraded), ahead=ahead)

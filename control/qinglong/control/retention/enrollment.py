@@ -1,0 +1,42 @@
+"""Enrollment: the control rows retention claims walk (ADR-0379 §2; DESIGN.md §4.3).
+
+``enroll_run`` runs inside the terminal transition's own transaction, so a terminal run and
+its controls commit together; ``eligible_at`` is ``finished_at`` (the later of run and
+attempt) plus the task's log retention. ``enrollment_sweep`` is the bounded repair for rows
+that were missed (a policy change, an older version's data).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from qinglong.control.retention.claims import queries
+from qinglong.shared.errors import ValidationError
+from qinglong.shared.ids import validate_uuid7
+
+if TYPE_CHECKING:
+    import psycopg
+
+MAX_SWEEP_LIMIT = 1000
+
+
+def enroll_run(conn: psycopg.Connection[Any], run_id: str) -> int:
+    """Insert controls for every eligible attempt log of ``run_id``; returns rows inserted.
+
+    Must be called inside the caller's open transaction (the terminal transition): it opens
+    none itself. Idempotent (``ON CONFLICT DO NOTHING``); a tombstoned attempt is skipped.
+    """
+    if conn.info.transaction_status == 0:  # pq.TransactionStatus.IDLE: no transaction open
+        raise ValidationError("conn", "enroll_run needs the terminal transition's transaction")
+    return conn.execute(queries()["enroll_run"], {"run_id": validate_uuid7(run_id)}).rowcount
+
+
+def enrollment_sweep(conn: psycopg.Connection[Any], *, limit: int = 500) -> int:
+    """Enroll at most ``limit`` (1..1000) missed candidates in one short transaction.
+
+    Returns rows inserted; 0 means nothing was missing.
+    """
+    if not 1 <= limit <= MAX_SWEEP_LIMIT:
+        raise ValidationError("limit", f"{limit} outside 1..{MAX_SWEEP_LIMIT}")
+    with conn.transaction():
+        return conn.execute(queries()["enroll_sweep"], {"limit": limit}).rowcount

@@ -1,0 +1,171 @@
+"""Steps 4–5 of a sweep: finalize a retired artifact, or record why it could not be retired.
+
+Finalize is a second short transaction (ADR-0379 §3 step 5; DESIGN.md §4.3 step 4): lock the
+claimed control by primary key with a plain ``FOR UPDATE`` (never SKIP LOCKED), re-verify
+owner, token, version, lease expiry, terminal statuses and identity, insert the tombstone,
+delete the control. Any mismatch raises FenceMismatchError and changes nothing: the next
+claimant settles the artifact from S3 facts.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from qinglong.control.errors import FenceMismatchError
+from qinglong.control.retention.claims import Claim, queries
+from qinglong.shared.backoff import retry_delay_s
+from qinglong.shared.digest import sha256_hex
+from qinglong.shared.errors import ValidationError
+
+if TYPE_CHECKING:
+    import psycopg
+
+EVIDENCE_SCHEMA = "qinglong/run-attempt-log-retirement@v1"
+_TERMINAL_OK = frozenset({"succeeded", "failed", "cancelled", "timed_out"})  # terminal, not lost
+RETRY_BASE_S = 60.0
+RETRY_CAP_S = 86_400.0  # ADR-0379 §4: at most 24 h, capped before exponentiation
+MANUAL_AFTER_DEFAULT = 8
+
+
+class Outcome(StrEnum):
+    """How the object left the store: we deleted it, or HEAD found it already gone."""
+
+    DELETED = "deleted"
+    ALREADY_ABSENT = "already_absent"
+
+
+class FailureClass(StrEnum):
+    """Persisted failure classes: the ADR's three and ours, ``object_store_unsafe``."""
+
+    ARTIFACT_UNAVAILABLE = "artifact_unavailable"
+    ARTIFACT_INTEGRITY_MISMATCH = "artifact_integrity_mismatch"
+    RETIREMENT_RECORD_UNAVAILABLE = "retirement_record_unavailable"
+    OBJECT_STORE_UNSAFE = "object_store_unsafe"
+
+
+@dataclass(frozen=True, slots=True)
+class Tombstone:
+    """Immutable retirement evidence: canonical JSON ``evidence`` and its hex SHA-256."""
+
+    attempt_id: str
+    artifact_id: str
+    outcome: Outcome
+    retired_at: datetime
+    evidence: str
+    evidence_sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class FailureRecorded:
+    """The control after a failure: ``state`` pending or manual, next ``due_at`` (db time)."""
+
+    state: str
+    failure_count: int
+    due_at: datetime
+
+
+def canonical_evidence(claim: Claim, outcome: Outcome, retired_at: datetime) -> str:
+    """The ``qinglong/run-attempt-log-retirement@v1`` document: sorted keys, no spaces, ASCII."""
+    doc = {
+        "schema": EVIDENCE_SCHEMA,
+        "project_id": claim.project_id,
+        "run_id": claim.run_id,
+        "attempt_id": claim.attempt_id,
+        "artifact_id": claim.artifact_id,
+        "bucket": claim.bucket,
+        "object_key": claim.object_key,
+        "version_id": claim.version_id,
+        "size_bytes": claim.size_bytes,
+        "sha256": claim.sha256,
+        "content_type": claim.content_type,
+        "outcome": outcome.value,
+        "retired_at": retired_at.astimezone(UTC).isoformat(timespec="microseconds"),
+        "retired_by": claim.owner,
+    }
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def _fence_problem(row: dict[str, Any], claim: Claim) -> str | None:
+    """Why the locked row no longer belongs to ``claim`` (None: the fence holds)."""
+    if row["state"] != "pending":
+        return f"state is {row['state']}"
+    if (row["claim_owner"], str(row["claim_token"]), row["claim_version"]) != (
+        claim.owner, claim.token, claim.version
+    ):
+        return "owner, token or version changed"
+    if row["lease_expires_at"] is None or row["lease_expires_at"] <= row["db_now"]:
+        return "lease expired"
+    if row["run_status"] not in _TERMINAL_OK or row["attempt_status"] not in _TERMINAL_OK:
+        return "run or attempt is not terminal (or lost)"
+    recorded = (row["la_id"], row["la_bucket"], row["la_object_key"], row["la_version_id"],
+                row["la_size_bytes"], row["la_sha256"], row["la_content_type"])
+    claimed = (claim.artifact_id, claim.bucket, claim.object_key, claim.version_id,
+               claim.size_bytes, claim.sha256, claim.content_type)
+    if recorded != claimed or (str(row["project_id"]), str(row["run_id"])) != (
+        claim.project_id, claim.run_id
+    ):
+        return "artifact identity changed"
+    return None
+
+
+def finalize(conn: psycopg.Connection[Any], claim: Claim, outcome: Outcome) -> Tombstone:
+    """Tombstone ``claim``'s artifact and delete its control in one short transaction.
+
+    Call only after S3 confirmed the delete or HEAD found the object absent. Raises
+    FenceMismatchError (nothing written) when the fence no longer holds.
+    """
+    from psycopg.rows import dict_row
+
+    q = queries()
+    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        # ADR-0379 §3 step 5: plain FOR UPDATE by primary key, never SKIP LOCKED
+        row = cur.execute(q["lock_control"], {"attempt_id": claim.attempt_id}).fetchone()
+        if row is None:
+            raise FenceMismatchError(f"control {claim.attempt_id} is gone")
+        problem = _fence_problem(row, claim)
+        if problem is not None:
+            raise FenceMismatchError(f"control {claim.attempt_id}: {problem}")
+        retired_at: datetime = row["db_now"]
+        evidence = canonical_evidence(claim, outcome, retired_at)
+        digest = sha256_hex(evidence.encode("ascii"))
+        cur.execute(q["insert_tombstone"], {  # ADR-0379 §3 step 5: exact tombstone ...
+            "attempt_id": claim.attempt_id, "project_id": claim.project_id,
+            "run_id": claim.run_id, "artifact_id": claim.artifact_id, "outcome": outcome.value,
+            "retired_at": retired_at, "evidence": evidence, "evidence_sha256": digest,
+        })
+        cur.execute(q["delete_control"],  # ... then delete the control
+                    {"attempt_id": claim.attempt_id, "claim_version": claim.version})
+    return Tombstone(claim.attempt_id, claim.artifact_id, outcome, retired_at, evidence, digest)
+
+
+def record_failure(
+    conn: psycopg.Connection[Any],
+    claim: Claim,
+    failure_class: FailureClass,
+    *,
+    manual_after: int = MANUAL_AFTER_DEFAULT,
+    rng: random.Random | None = None,
+) -> FailureRecorded | None:
+    """Release ``claim`` with a failure class and a jittered, capped retry time.
+
+    The delay is ``retry_delay_s(failures, base 60 s, cap 86,400 s)``; after ``manual_after``
+    failures the control moves to ``manual``. Fenced by owner, token and version: returns
+    None (nothing changed) when another claim superseded this one.
+    """
+    if manual_after < 1:
+        raise ValidationError("manual_after", "must be at least 1")
+    delay_s = retry_delay_s(claim.failure_count + 1, base_s=RETRY_BASE_S, cap_s=RETRY_CAP_S,
+                            rng=rng)
+    with conn.transaction():
+        row = conn.execute(queries()["record_failure"], {
+            "attempt_id": claim.attempt_id, "claim_version": claim.version,
+            "claim_token": claim.token, "claim_owner": claim.owner,
+            "failure_class": FailureClass(failure_class).value,
+            "manual_after": manual_after, "delay_s": delay_s,
+        }).fetchone()
+    return None if row is None else FailureRecorded(row[0], row[1], row[2])

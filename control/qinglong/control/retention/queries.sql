@@ -1,0 +1,174 @@
+-- Run Attempt log retention (ADR-0379 §2–§4; DESIGN.md §4.3). Times come from now() only.
+
+-- enroll_run --
+-- Enroll the log of every eligible attempt of one run that just became terminal
+INSERT INTO run_attempt_log_retention_controls (
+    attempt_id, project_id, run_id, artifact_id, bucket, object_key, version_id, size_bytes,
+    sha256, content_type, eligible_at, due_at)
+SELECT a.id, r.project_id, r.id, la.id, la.bucket, la.object_key, la.version_id, la.size_bytes,
+       la.sha256, la.content_type,
+       greatest(r.finished_at, a.finished_at) + make_interval(secs => t.log_retention_s),
+       greatest(r.finished_at, a.finished_at) + make_interval(secs => t.log_retention_s)
+FROM runs r
+JOIN tasks t ON t.id = r.task_id
+JOIN attempts a ON a.run_id = r.id
+JOIN run_attempt_log_artifacts la ON la.attempt_id = a.id
+WHERE r.id = %(run_id)s
+  AND r.owner = 'runtime'
+  AND r.status IN ('succeeded', 'failed', 'cancelled', 'timed_out')
+  AND r.finished_at IS NOT NULL
+  AND a.executor = 'remote_worker'
+  AND a.status IN ('succeeded', 'failed', 'cancelled', 'timed_out')
+  AND a.finished_at IS NOT NULL
+  AND la.id = 'wlog-' || a.id::text AND la.run_id = r.id AND la.project_id = r.project_id
+  AND NOT EXISTS (SELECT 1 FROM run_attempt_log_artifact_tombstones tb WHERE tb.attempt_id = a.id)
+ON CONFLICT (attempt_id) DO NOTHING
+
+-- enroll_sweep --
+-- Enroll at most %(limit)s missed candidates, oldest attempt first (bounded repair)
+INSERT INTO run_attempt_log_retention_controls (
+    attempt_id, project_id, run_id, artifact_id, bucket, object_key, version_id, size_bytes,
+    sha256, content_type, eligible_at, due_at)
+SELECT a.id, r.project_id, r.id, la.id, la.bucket, la.object_key, la.version_id, la.size_bytes,
+       la.sha256, la.content_type,
+       greatest(r.finished_at, a.finished_at) + make_interval(secs => t.log_retention_s),
+       greatest(r.finished_at, a.finished_at) + make_interval(secs => t.log_retention_s)
+FROM attempts a
+JOIN runs r ON r.id = a.run_id
+JOIN tasks t ON t.id = r.task_id
+JOIN run_attempt_log_artifacts la ON la.attempt_id = a.id
+WHERE a.executor = 'remote_worker'
+  AND a.status IN ('succeeded', 'failed', 'cancelled', 'timed_out')
+  AND a.finished_at IS NOT NULL
+  AND r.owner = 'runtime'
+  AND r.status IN ('succeeded', 'failed', 'cancelled', 'timed_out')
+  AND r.finished_at IS NOT NULL
+  AND la.id = 'wlog-' || a.id::text AND la.run_id = r.id AND la.project_id = r.project_id
+  AND NOT EXISTS (SELECT 1 FROM run_attempt_log_retention_controls c WHERE c.attempt_id = a.id)
+  AND NOT EXISTS (SELECT 1 FROM run_attempt_log_artifact_tombstones tb WHERE tb.attempt_id = a.id)
+ORDER BY a.finished_at
+LIMIT %(limit)s
+ON CONFLICT (attempt_id) DO NOTHING
+
+-- claim --
+-- Lease at most %(limit)s due controls to %(owner)s; a row whose identity broke goes manual
+WITH picked AS MATERIALIZED (
+    SELECT attempt_id
+    FROM run_attempt_log_retention_controls
+    WHERE state = 'pending' AND due_at <= now()
+    ORDER BY due_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), checked AS MATERIALIZED (
+    SELECT c.attempt_id, EXISTS (
+        SELECT 1
+        FROM run_attempt_log_artifacts la
+        JOIN attempts a ON a.id = la.attempt_id
+        JOIN runs r ON r.id = a.run_id
+        WHERE la.id = c.artifact_id AND la.attempt_id = c.attempt_id
+          AND la.run_id = c.run_id AND la.project_id = c.project_id
+          AND la.bucket = c.bucket AND la.object_key = c.object_key
+          AND la.version_id IS NOT DISTINCT FROM c.version_id
+          AND la.size_bytes = c.size_bytes AND la.sha256 = c.sha256
+          AND la.content_type = c.content_type
+          AND a.executor = 'remote_worker'
+          AND a.status IN ('succeeded', 'failed', 'cancelled', 'timed_out')
+          AND r.id = c.run_id AND r.project_id = c.project_id AND r.owner = 'runtime'
+          AND r.status IN ('succeeded', 'failed', 'cancelled', 'timed_out')
+    ) AS intact
+    FROM picked p
+    JOIN run_attempt_log_retention_controls c ON c.attempt_id = p.attempt_id
+)
+UPDATE run_attempt_log_retention_controls AS c
+SET claim_version = c.claim_version + 1,
+    claim_owner = CASE WHEN k.intact THEN %(owner)s END,
+    claim_token = CASE WHEN k.intact THEN gen_random_uuid() END,
+    lease_expires_at = CASE WHEN k.intact THEN now() + make_interval(secs => %(lease_s)s) END,
+    due_at = CASE WHEN k.intact THEN now() + make_interval(secs => %(lease_s)s) ELSE c.due_at END,
+    state = CASE WHEN k.intact THEN c.state ELSE 'manual' END,
+    last_failure_class = CASE WHEN k.intact THEN c.last_failure_class
+                              ELSE 'artifact_integrity_mismatch' END,
+    last_failure_at = CASE WHEN k.intact THEN c.last_failure_at ELSE now() END
+FROM checked k
+WHERE c.attempt_id = k.attempt_id
+  AND c.state = 'pending' AND c.due_at <= now() AND c.eligible_at <= now()
+  AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
+RETURNING k.intact, c.attempt_id, c.project_id, c.run_id, c.artifact_id, c.bucket,
+          c.object_key, c.version_id, c.size_bytes, c.sha256, c.content_type, c.claim_owner,
+          c.claim_token, c.claim_version, c.lease_expires_at, c.failure_count
+
+-- lock_control --
+-- Lock one control by primary key (plain FOR UPDATE, never SKIP LOCKED) with its facts
+SELECT now() AS db_now, c.attempt_id, c.project_id, c.run_id, c.artifact_id, c.bucket,
+       c.object_key, c.version_id, c.size_bytes, c.sha256, c.content_type, c.state,
+       c.claim_owner, c.claim_token, c.claim_version, c.lease_expires_at, c.failure_count,
+       r.status AS run_status, a.status AS attempt_status,
+       la.id AS la_id, la.bucket AS la_bucket, la.object_key AS la_object_key,
+       la.version_id AS la_version_id, la.size_bytes AS la_size_bytes, la.sha256 AS la_sha256,
+       la.content_type AS la_content_type
+FROM run_attempt_log_retention_controls c
+LEFT JOIN runs r ON r.id = c.run_id
+LEFT JOIN attempts a ON a.id = c.attempt_id AND a.run_id = c.run_id
+LEFT JOIN run_attempt_log_artifacts la ON la.id = c.artifact_id AND la.attempt_id = c.attempt_id
+WHERE c.attempt_id = %(attempt_id)s
+FOR UPDATE OF c
+
+-- insert_tombstone --
+-- Record the immutable retirement evidence (qinglong/run-attempt-log-retirement@v1)
+INSERT INTO run_attempt_log_artifact_tombstones (
+    attempt_id, project_id, run_id, artifact_id, outcome, retired_at, evidence, evidence_sha256)
+VALUES (%(attempt_id)s, %(project_id)s, %(run_id)s, %(artifact_id)s, %(outcome)s,
+        %(retired_at)s, %(evidence)s, %(evidence_sha256)s)
+
+-- get_tombstone --
+-- The tombstone of one attempt, if any
+SELECT attempt_id, project_id, run_id, artifact_id, outcome, retired_at, evidence,
+       evidence_sha256
+FROM run_attempt_log_artifact_tombstones
+WHERE attempt_id = %(attempt_id)s
+
+-- delete_control --
+-- Delete the retired control row, fenced by its claim version
+DELETE FROM run_attempt_log_retention_controls
+WHERE attempt_id = %(attempt_id)s AND claim_version = %(claim_version)s
+
+-- record_failure --
+-- Release the claim with a failure class and the next due time (or manual)
+UPDATE run_attempt_log_retention_controls
+SET claim_owner = NULL, claim_token = NULL, lease_expires_at = NULL,
+    claim_version = claim_version + 1,
+    failure_count = failure_count + 1,
+    last_failure_class = %(failure_class)s,
+    last_failure_at = now(),
+    state = CASE WHEN failure_count + 1 >= %(manual_after)s THEN 'manual' ELSE 'pending' END,
+    due_at = now() + make_interval(secs => %(delay_s)s)
+WHERE attempt_id = %(attempt_id)s AND claim_version = %(claim_version)s
+  AND claim_token = %(claim_token)s AND claim_owner = %(claim_owner)s
+RETURNING state, failure_count, due_at
+
+-- status_counts --
+-- Controls by state (leased = pending under an unexpired lease) and tombstones by outcome
+SELECT 'control' AS kind,
+       CASE WHEN state = 'pending' AND lease_expires_at > now() THEN 'leased' ELSE state END
+           AS name,
+       count(*) AS n
+FROM run_attempt_log_retention_controls GROUP BY 2
+UNION ALL
+SELECT 'tombstone', outcome, count(*) FROM run_attempt_log_artifact_tombstones GROUP BY 2
+
+-- status_manual --
+-- The controls that wait for an operator, oldest failure first (at most %(limit)s)
+SELECT attempt_id, artifact_id, failure_count, last_failure_class, last_failure_at
+FROM run_attempt_log_retention_controls
+WHERE state = 'manual'
+ORDER BY last_failure_at NULLS FIRST, attempt_id
+LIMIT %(limit)s
+
+-- retry_controls --
+-- Make the given controls due now and reset their failure count (operator retry)
+UPDATE run_attempt_log_retention_controls
+SET state = 'pending', failure_count = 0, due_at = now(), claim_owner = NULL,
+    claim_token = NULL, lease_expires_at = NULL, claim_version = claim_version + 1
+WHERE attempt_id = ANY(%(attempt_ids)s::uuid[])
+  AND (state = 'manual' OR lease_expires_at IS NULL OR lease_expires_at <= now())
+RETURNING attempt_id

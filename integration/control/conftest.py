@@ -1,0 +1,58 @@
+"""Fixtures for the control-plane PostgreSQL tests: one migrated template per session,
+cloned per test with ``CREATE DATABASE … TEMPLATE`` and a fresh runtime role each."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+psycopg = pytest.importorskip("psycopg")
+
+from pg_control_db import PgDb, admin, db_url, drop_database, drop_role, unique  # noqa: E402
+
+from qinglong.control.db.migrations import migrate  # noqa: E402
+from qinglong.control.db.roles import apply_runtime_grants  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def pg_template() -> Iterator[PgDb]:
+    """A database migrated once per session; never connected to while tests clone it."""
+    template = PgDb(unique("ql3t_tmpl"), unique("ql3rt_tmpl"))
+    with admin() as conn:
+        conn.execute(f'CREATE DATABASE "{template.name}"')
+    try:
+        with psycopg.connect(db_url(template.name), autocommit=True) as conn:
+            migrate(conn, runtime_role=template.runtime_role)
+        yield template
+    finally:
+        drop_database(template.name)
+        drop_role(template.runtime_role)
+
+
+@pytest.fixture
+def pg_db(pg_template: PgDb) -> Iterator[PgDb]:
+    """A migrated database of this test only, with its own runtime role; dropped after."""
+    db = PgDb(unique("ql3t"), unique("ql3rt"))
+    with admin() as conn:
+        conn.execute(f'CREATE DATABASE "{db.name}" TEMPLATE "{pg_template.name}"')
+    try:
+        with db.connect() as conn, conn.transaction():
+            apply_runtime_grants(conn, db.runtime_role)
+        yield db
+    finally:
+        drop_database(db.name)
+        drop_role(db.runtime_role)
+
+
+@pytest.fixture
+def empty_db() -> Iterator[PgDb]:
+    """An empty database (no migrations) of this test only."""
+    db = PgDb(unique("ql3t_empty"), unique("ql3rt"))
+    with admin() as conn:
+        conn.execute(f'CREATE DATABASE "{db.name}"')
+    try:
+        yield db
+    finally:
+        drop_database(db.name)
+        drop_role(db.runtime_role)

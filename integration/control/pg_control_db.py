@@ -1,0 +1,139 @@
+"""Helpers for the control-plane PostgreSQL tests: URLs, throwaway databases, seed data."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from qinglong.shared.ids import uuid7
+
+PG_HOST = "127.0.0.1"
+PG_PORT = 5432
+
+
+def db_url(name: str) -> str:
+    return f"postgresql://postgres@{PG_HOST}:{PG_PORT}/{name}"
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(6)}"
+
+
+def admin() -> psycopg.Connection[Any]:
+    return psycopg.connect(db_url("postgres"), autocommit=True, connect_timeout=10)
+
+
+def drop_database(name: str) -> None:
+    with admin() as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def drop_role(name: str) -> None:
+    with admin() as conn:
+        conn.execute(f'DROP ROLE IF EXISTS "{name}"')
+
+
+@dataclass(frozen=True)
+class PgDb:
+    """One throwaway database cloned from the migrated template, with its own runtime role."""
+
+    name: str
+    runtime_role: str
+
+    @property
+    def url(self) -> str:
+        return db_url(self.name)
+
+    def connect(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+
+
+@dataclass(frozen=True)
+class Seeded:
+    run_id: str
+    attempt_ids: list[str]
+
+
+def seed_run(
+    conn: psycopg.Connection[Any],
+    *,
+    attempts: int = 1,
+    retention_s: int = 0,
+    finished_ago_s: int = 3600,
+    run_status: str = "succeeded",
+    attempt_status: str = "succeeded",
+    executor: str = "remote_worker",
+    owner: str = "runtime",
+    version_id: str | None = None,
+    artifacts: bool = True,
+    enroll: bool = False,
+) -> Seeded:
+    """A finished run (times from the database clock) with attempts and their log artifacts."""
+    from qinglong.control.retention.enrollment import enroll_run
+
+    project_id, task_id, run_id = uuid7(), uuid7(), uuid7()
+    finished = f"now() - make_interval(secs => {int(finished_ago_s)})"
+    terminal = run_status not in {"queued", "dispatching", "running"}
+    with conn.transaction():
+        conn.execute("INSERT INTO tasks (id, project_id, name, log_retention_s)"
+                     " VALUES (%s, %s, 'job', %s)", (task_id, project_id, retention_s))
+        conn.execute(
+            f"INSERT INTO runs (id, project_id, task_id, owner, status, finished_at)"
+            f" VALUES (%s, %s, %s, %s, %s, {finished if terminal else 'NULL'})",
+            (run_id, project_id, task_id, owner, run_status),
+        )
+        ids = []
+        for number in range(1, attempts + 1):
+            attempt_id = uuid7()
+            ids.append(attempt_id)
+            conn.execute(
+                f"INSERT INTO attempts (id, run_id, number, executor, status, finished_at)"
+                f" VALUES (%s, %s, %s, %s, %s, {finished})",
+                (attempt_id, run_id, number, executor, attempt_status),
+            )
+            if artifacts:
+                conn.execute(
+                    "INSERT INTO run_attempt_log_artifacts (id, attempt_id, project_id, run_id,"
+                    " bucket, object_key, version_id, size_bytes, sha256, content_type, metadata)"
+                    " VALUES (%s, %s, %s, %s, 'logs', %s, %s, 42, %s, 'text/plain', '{}')",
+                    (f"wlog-{attempt_id}", attempt_id, project_id, run_id,
+                     f"p/{project_id}/wlog-{attempt_id}", version_id, "a" * 64),
+                )
+        if enroll:
+            enroll_run(conn, run_id)
+    return Seeded(run_id, ids)
+
+
+BULK_SQL = """
+CREATE TEMP TABLE bulk AS
+  SELECT gen_random_uuid() AS run_id, gen_random_uuid() AS attempt_id, g AS n
+  FROM generate_series(1, %(n)s) AS g;
+INSERT INTO tasks (id, project_id, name, log_retention_s)
+  VALUES ('00000000-0000-7000-8000-000000000001', '00000000-0000-7000-8000-000000000002', 'b', 0);
+INSERT INTO runs (id, project_id, task_id, owner, status, finished_at)
+  SELECT run_id, '00000000-0000-7000-8000-000000000002', '00000000-0000-7000-8000-000000000001',
+         'runtime', 'succeeded', now() - interval '1 day' FROM bulk;
+INSERT INTO attempts (id, run_id, number, executor, status, finished_at)
+  SELECT attempt_id, run_id, 1, 'remote_worker', 'succeeded', now() - interval '1 day' FROM bulk;
+INSERT INTO run_attempt_log_artifacts (id, attempt_id, project_id, run_id, bucket, object_key,
+    size_bytes, sha256, content_type, metadata)
+  SELECT 'wlog-' || attempt_id, attempt_id, '00000000-0000-7000-8000-000000000002', run_id,
+         'logs', 'k/' || attempt_id, 1, repeat('b', 64), 'text/plain', '{}' FROM bulk;
+INSERT INTO run_attempt_log_retention_controls (attempt_id, project_id, run_id, artifact_id,
+    bucket, object_key, size_bytes, sha256, content_type, eligible_at, due_at)
+  SELECT attempt_id, '00000000-0000-7000-8000-000000000002', run_id, 'wlog-' || attempt_id,
+         'logs', 'k/' || attempt_id, 1, repeat('b', 64), 'text/plain',
+         now() - interval '1 day', now() - interval '1 day' + n * interval '1 microsecond'
+  FROM bulk;
+DROP TABLE bulk;
+"""
+
+
+def seed_bulk(conn: psycopg.Connection[Any], n: int) -> None:
+    """``n`` due controls with their runs, attempts and artifacts, in one transaction."""
+    with conn.transaction():
+        conn.execute("SET LOCAL session_replication_role = replica")  # skip FK triggers: speed
+        conn.execute(BULK_SQL.replace("%(n)s", str(int(n))))

@@ -1,0 +1,125 @@
+"""The runtime role holds exactly its grants; readiness names what is wrong (DESIGN.md §4.1)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from pg_control_db import PgDb, seed_run
+
+from qinglong.control.readiness import CapabilityStatus, readiness
+from qinglong.shared.ids import uuid7
+
+pytestmark = [pytest.mark.integration, pytest.mark.postgres]
+QL3 = str(Path(sys.executable).parent / "ql3")
+
+
+def _as_runtime(conn: psycopg.Connection[Any], role: str, statement: str) -> None:
+    with conn.transaction():
+        conn.execute(f'SET LOCAL ROLE "{role}"')
+        conn.execute(statement)
+
+
+def _tombstone(conn: psycopg.Connection[Any], role: str) -> str:
+    seeded = seed_run(conn)
+    attempt = seeded.attempt_ids[0]
+    _as_runtime(conn, role, (
+        "INSERT INTO run_attempt_log_artifact_tombstones (attempt_id, project_id, run_id,"
+        " artifact_id, outcome, retired_at, evidence, evidence_sha256)"
+        f" SELECT a.id, r.project_id, r.id, 'wlog-' || a.id, 'deleted', now(), '{{}}',"
+        f" repeat('d', 64) FROM attempts a JOIN runs r ON r.id = a.run_id"
+        f" WHERE a.id = '{attempt}'"
+    ))
+    return attempt
+
+
+FORBIDDEN = [
+    "UPDATE run_attempt_log_artifact_tombstones SET outcome = 'already_absent'",
+    "DELETE FROM run_attempt_log_artifact_tombstones",
+    "TRUNCATE run_attempt_log_artifact_tombstones",
+    "CREATE TABLE evil (x int)",
+    "ALTER TABLE run_attempt_log_retention_controls ADD COLUMN evil int",
+    "DROP TABLE events",
+    "CREATE INDEX evil ON runs (status)",
+    "INSERT INTO ql3_migration_ledger (seq, name, sha256, additive)"
+    " VALUES (99, '0099-x.sql', repeat('e', 64), true)",
+    "UPDATE ql3_migration_ledger SET additive = true",
+    "DELETE FROM ql3_migration_ledger",
+    "DELETE FROM events",
+]
+
+
+@pytest.mark.parametrize("statement", FORBIDDEN)
+def test_runtime_role_cannot(pg_db: PgDb, statement: str) -> None:
+    with pg_db.connect() as conn:
+        _tombstone(conn, pg_db.runtime_role)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            _as_runtime(conn, pg_db.runtime_role, statement)
+
+
+def test_runtime_role_can_insert_and_read_tombstones_and_use_controls(pg_db: PgDb) -> None:
+    with pg_db.connect() as conn:
+        attempt = _tombstone(conn, pg_db.runtime_role)
+        _as_runtime(conn, pg_db.runtime_role, "SELECT * FROM run_attempt_log_artifact_tombstones")
+        _as_runtime(conn, pg_db.runtime_role,
+                    "DELETE FROM run_attempt_log_retention_controls WHERE false")
+        _as_runtime(conn, pg_db.runtime_role, "SELECT count(*) FROM ql3_migration_ledger")
+        row = conn.execute("SELECT outcome FROM run_attempt_log_artifact_tombstones"
+                           " WHERE attempt_id = %s", (attempt,)).fetchone()
+    assert row == ("deleted",)
+
+
+def test_readiness_is_ready_and_lists_degraded_capabilities(pg_db: PgDb) -> None:
+    probes = [lambda: CapabilityStatus("object_store", "degraded", "object_store_unsafe")]
+    with pg_db.connect() as conn:
+        verdict = readiness(conn, runtime_role=pg_db.runtime_role, capabilities=probes)
+    assert verdict.ready and verdict.reason is None
+    assert verdict.to_json()["degraded"] == [
+        {"capability": "object_store", "reason": "object_store_unsafe"}
+    ]
+
+
+def test_readiness_fails_on_an_unavailable_capability(pg_db: PgDb) -> None:
+    probes = [lambda: CapabilityStatus("object_store", "unavailable", "object_store_unavailable")]
+    with pg_db.connect() as conn:
+        verdict = readiness(conn, runtime_role=pg_db.runtime_role, capabilities=probes)
+    assert (verdict.ready, verdict.reason) == (False, "object_store_unavailable")
+
+
+@pytest.mark.parametrize("drift", [
+    'GRANT UPDATE ON run_attempt_log_artifact_tombstones TO "{role}"',
+    'REVOKE DELETE ON run_attempt_log_retention_controls FROM "{role}"',
+    'GRANT CREATE ON SCHEMA public TO "{role}"',
+    'CREATE TABLE side (x int); GRANT SELECT ON side TO "{role}"',
+])
+def test_readiness_names_an_invalid_runtime_role(pg_db: PgDb, drift: str) -> None:
+    with pg_db.connect() as conn:
+        conn.execute(drift.format(role=pg_db.runtime_role))
+        verdict = readiness(conn, runtime_role=pg_db.runtime_role)
+    assert (verdict.ready, verdict.reason) == (False, "runtime_role_invalid")
+
+
+def test_readiness_of_a_missing_role(pg_db: PgDb) -> None:
+    with pg_db.connect() as conn:
+        verdict = readiness(conn, runtime_role=f"ql3rt_missing_{uuid7()[:8]}".replace("-", ""))
+    assert verdict.reason == "runtime_role_invalid"
+
+
+def test_cli_migrate_and_readiness(empty_db: PgDb) -> None:
+    args = ["--database-url", empty_db.url, "--runtime-role", empty_db.runtime_role]
+    before = subprocess.run([QL3, "control", "readiness", *args, "--json"],
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert before.returncode == 1
+    assert json.loads(before.stdout)["reason"] == "migration_pending"
+    done = subprocess.run([QL3, "control", "migrate", *args],
+                          capture_output=True, text=True, timeout=60, check=True)
+    assert "applied 2" in done.stdout
+    after = subprocess.run([QL3, "control", "readiness", *args, "--json"],
+                           capture_output=True, text=True, timeout=60, check=False)
+    assert after.returncode == 0, after.stderr
+    assert json.loads(after.stdout)["ready"] is True
