@@ -264,3 +264,26 @@ def test_the_page_query_uses_the_journal_index(kit: Kit) -> None:
         text = " ".join(str(row[3]) for row in plan)
         assert "local_completion_receipt_journal_page" in text
         assert "TEMP B-TREE" not in text, "no sort: the index gives the order"
+
+
+def test_a_lock_held_past_the_retention_keeps_the_row_until_it_frees(kit: Kit) -> None:
+    import fcntl
+    import subprocess
+
+    made = kit.attempt(AttemptStatus.SUCCEEDED)
+    path = kit.write_lock(made)
+    fd = os.open(path, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    holder = subprocess.Popen(["sleep", "30"], pass_fds=(fd,))  # an escaped process
+    os.close(fd)
+    s = scanner(kit, retention_s=0)
+    try:
+        assert s.run_page(None).count(Outcome.WAITING) == 1
+        assert kit.journal() == {made.attempt.id: "pending"}
+        assert os.path.exists(path)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert s.run_page(None).count(Outcome.RESOLVED_MISSING) == 1
+    assert kit.journal() == {}
+    assert not os.path.exists(path)  # the lock file goes with the row

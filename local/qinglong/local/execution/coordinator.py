@@ -297,6 +297,10 @@ class ExecutionCoordinator:
                 fault_point("after_commit")
                 self.receipts.delete(live.attempt.id)
                 fault_point("after_delete")
+                if self.receipts.lock_held(live.attempt.id):
+                    # a process that left the group still lives: the journal row stays, so
+                    # the cleanup scanner removes the lock file once it is free
+                    return
                 self.repo.resolve_journal(live.attempt.id)
             with contextlib.suppress(OSError, QinglongError):
                 self.receipts.discard_lock(live.attempt.id)  # only if no process holds it

@@ -176,6 +176,8 @@ class LocalCompletionReceiptCleanupScanner:
         since = max(entry.updated_at_ms, entry.attempt_updated_at_ms)
         if now - since < self.config.missing_receipt_retention_s * 1000:
             return Outcome.WAITING
+        if self.receipts.lock_held(attempt_id):
+            return Outcome.WAITING  # a process of the attempt still lives: keep its lock file
         self.repo.resolve_journal(attempt_id)
         self.receipts.discard_lock(attempt_id)
         return Outcome.RESOLVED_MISSING
