@@ -172,3 +172,15 @@ SET state = 'pending', failure_count = 0, due_at = now(), claim_owner = NULL,
 WHERE attempt_id = ANY(%(attempt_ids)s::uuid[])
   AND (state = 'manual' OR lease_expires_at IS NULL OR lease_expires_at <= now())
 RETURNING attempt_id
+
+-- read_log_state --
+-- The recorded log artifact of one attempt and its tombstone, if any (read path, §4.4)
+SELECT la.id AS artifact_id, la.project_id, la.run_id, la.bucket, la.object_key,
+       la.version_id, la.size_bytes, la.sha256, la.content_type,
+       tb.attempt_id AS tb_attempt_id, tb.project_id AS tb_project_id, tb.run_id AS tb_run_id,
+       tb.artifact_id AS tb_artifact_id, tb.outcome AS tb_outcome,
+       tb.retired_at AS tb_retired_at, tb.evidence AS tb_evidence,
+       tb.evidence_sha256 AS tb_evidence_sha256
+FROM run_attempt_log_artifacts la
+LEFT JOIN run_attempt_log_artifact_tombstones tb ON tb.attempt_id = la.attempt_id
+WHERE la.attempt_id = %(attempt_id)s

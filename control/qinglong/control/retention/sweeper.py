@@ -1,0 +1,265 @@
+"""The retention sweeper service: bounded claim → HEAD → DELETE → finalize (ADR-0379 §3–§4).
+
+One sweep of one replica (DESIGN.md §4.3):
+
+1. claim at most ``claims_per_sweep`` (≤ 16) rows in a short transaction; the pooled connection
+   goes back to the pool before any S3 call;
+2. for each row, validated HEAD of the recorded object; present → DELETE by exact VersionId
+   (versioned) or ``If-Match: <etag>`` (unversioned); absent → ``already_absent``;
+3. finalize in a second short transaction (tombstone + delete the control), or
+   ``record_failure`` with the error's failure class and a jittered retry time.
+
+Bounds per sweep: claims, DELETE calls and a wall-clock budget. Rows a sweep does not reach
+(budget spent, stop requested) stay leased and are settled by the next claim after their lease
+expires: every claimed row is always settled or leased. No cursor across sweeps, no timer per
+attempt. ``in_transaction`` of the object store is wired to a thread-local count of pooled
+connections this sweeper holds, so an S3 call with a connection checked out raises
+TransactionHeldError (ADR-0379 §3: S3 never runs inside a database transaction).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from qinglong.control.errors import FenceMismatchError
+from qinglong.control.retention import finalize as fin
+from qinglong.control.retention.claims import (
+    MAX_CLAIM_LIMIT,
+    MAX_LEASE_S,
+    MIN_LEASE_S,
+    Claim,
+    ClaimOwner,
+    claim,
+)
+from qinglong.control.retention.objects import (
+    ArtifactIdentity,
+    ObjectStoreError,
+    S3ObjectStore,
+)
+from qinglong.control.retention.probe import ProbeVerdict, probe_conditional_delete
+from qinglong.shared.errors import ValidationError
+
+if TYPE_CHECKING:
+    import psycopg
+    from mypy_boto3_s3 import S3Client
+
+    ConnectionFactory = Callable[[], AbstractContextManager[psycopg.Connection[Any]]]
+
+log = logging.getLogger(__name__)
+MAX_DELETES_PER_SWEEP = 1000
+
+
+def identity_of(c: Claim) -> ArtifactIdentity:
+    """The S3 identity a claim must match: the recorded object plus our ``ql3-*`` metadata
+    (project, run, attempt, artifact ids as written by the worker, DESIGN.md §4.2)."""
+    return ArtifactIdentity(
+        bucket=c.bucket, key=c.object_key, version_id=c.version_id,
+        content_type=c.content_type, size=c.size_bytes, sha256=c.sha256,
+        metadata={"project": c.project_id, "run": c.run_id, "attempt": c.attempt_id,
+                  "artifact": c.artifact_id})
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    """Counts of one sweep. ``counts`` keys: ``deleted``, ``already_absent``, a failure class
+    (``artifact_unavailable``, ``artifact_integrity_mismatch``, ``object_store_unsafe``,
+    ``retirement_record_unavailable``), ``fence_mismatch`` (finalize or failure discarded: the
+    next claimant settles it) and ``left_leased`` (not reached: budget or stop).
+    ``elapsed_s`` is wall-clock seconds."""
+
+    claimed: int
+    counts: Mapping[str, int] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+    def __getitem__(self, key: str) -> int:
+        return self.counts.get(key, 0)
+
+
+class RunAttemptLogRetentionSweeper:
+    """Bounded retention sweeps for one replica, run inline (``run_once``) or on one thread.
+
+    ``connect()`` returns a context manager yielding an idle autocommit connection (e.g.
+    ``pool.connection``); ``client`` a boto3 S3 client from ``objects.make_client``;
+    ``probe_bucket`` the bucket the ``If-Match`` canary runs in. Raises ValidationError on a bad
+    Config (the message names the numbers). # ADR-0379 §4
+    """
+
+    @dataclass(frozen=True, slots=True)
+    class Config:
+        """Bounds: ``claims_per_sweep`` 1..16 rows; ``deletes_per_sweep`` 1..1000 DELETE calls;
+        ``budget_s`` wall-clock seconds per sweep, below ``lease_s``; ``lease_s`` 5..300 s;
+        ``stop_budget_s`` seconds ``stop()`` waits for the running sweep (> 0; the row in
+        flight finishes first, so give it more than two S3 client timeouts plus a
+        transaction);
+        ``interval_s`` pause between sweeps; ``probe_interval_s`` between backend probes;
+        ``manual_after`` failures before ``manual``."""
+
+        claims_per_sweep: int = MAX_CLAIM_LIMIT
+        deletes_per_sweep: int = MAX_CLAIM_LIMIT
+        budget_s: float = 20.0
+        lease_s: float = 60.0
+        stop_budget_s: float = 25.0
+        interval_s: float = 5.0
+        probe_interval_s: float = 300.0
+        manual_after: int = fin.MANUAL_AFTER_DEFAULT
+
+        def validate(self) -> None:
+            """Raise ValidationError naming the first bound that does not hold."""
+            if not 1 <= self.claims_per_sweep <= MAX_CLAIM_LIMIT:
+                raise ValidationError("claims_per_sweep", f"{self.claims_per_sweep} outside "
+                                      f"1..{MAX_CLAIM_LIMIT} (ADR-0379 §4)")
+            if not 1 <= self.deletes_per_sweep <= MAX_DELETES_PER_SWEEP:
+                raise ValidationError("deletes_per_sweep", f"{self.deletes_per_sweep} outside "
+                                      f"1..{MAX_DELETES_PER_SWEEP}")
+            if not MIN_LEASE_S <= self.lease_s <= MAX_LEASE_S:
+                raise ValidationError("lease_s", f"{self.lease_s} s outside "
+                                      f"{MIN_LEASE_S}..{MAX_LEASE_S} s (ADR-0379 §4)")
+            if not 0 < self.budget_s < self.lease_s:
+                raise ValidationError("budget_s", f"{self.budget_s} s must be > 0 and below "
+                                      f"the lease of {self.lease_s} s")
+            if not self.stop_budget_s > 0:
+                raise ValidationError("stop_budget_s", f"{self.stop_budget_s} s must be > 0")
+            for name in ("interval_s", "probe_interval_s"):
+                if not getattr(self, name) > 0:
+                    raise ValidationError(name, f"{getattr(self, name)} s must be > 0")
+            if self.manual_after < 1:
+                raise ValidationError("manual_after", f"{self.manual_after} must be ≥ 1")
+
+    def __init__(self, connect: ConnectionFactory, client: S3Client, owner: ClaimOwner, *,
+                 probe_bucket: str, config: Config | None = None) -> None:
+        self.config = config or self.Config()
+        self.config.validate()
+        self._connect, self._client, self._owner = connect, client, owner
+        self._probe_bucket = probe_bucket
+        self._local = threading.local()
+        self.store = S3ObjectStore(client, in_transaction=self.holds_connection)
+        self.verdict: ProbeVerdict | None = None
+        self._probed_at = float("-inf")
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def holds_connection(self) -> bool:
+        """True while the calling thread holds a pooled connection of this sweeper."""
+        return int(getattr(self._local, "held", 0)) > 0
+
+    @contextmanager
+    def _db(self) -> Iterator[psycopg.Connection[Any]]:
+        with self._connect() as conn:
+            self._local.held = int(getattr(self._local, "held", 0)) + 1
+            try:
+                yield conn
+            finally:
+                self._local.held -= 1
+
+    def probe(self) -> ProbeVerdict:
+        """Run the ``If-Match`` canary and apply its verdict to the store (DESIGN.md §4.3)."""
+        verdict = probe_conditional_delete(self._client, self._probe_bucket,
+                                           in_transaction=self.holds_connection)
+        self.store.apply_verdict(verdict)
+        self.verdict, self._probed_at = verdict, time.monotonic()
+        if verdict.status != "safe":
+            log.warning("object store %s: %s", verdict.status, verdict.reason)
+        return verdict
+
+    def run_once(self) -> SweepResult:
+        """One bounded sweep; returns its counts. A database error on the claim propagates
+        (nothing is leased then); per-row S3 and finalize errors are counted, never raised."""
+        import psycopg
+
+        cfg, started = self.config, time.monotonic()
+        with self._db() as conn:  # ADR-0379 §3 step 1: short claim transaction
+            claims = claim(conn, self._owner, limit=cfg.claims_per_sweep, lease_s=cfg.lease_s)
+        counts: Counter[str] = Counter()
+        deletes = 0
+        for index, c in enumerate(claims):
+            if self._stop.is_set() or time.monotonic() - started >= cfg.budget_s:
+                counts["left_leased"] += len(claims) - index
+                break
+            try:
+                outcome, deleted = self._retire(c, deletes_left=cfg.deletes_per_sweep - deletes)
+            except ObjectStoreError as exc:
+                self._fail(c, fin.FailureClass(exc.failure_class), counts)
+                continue
+            deletes += deleted
+            if outcome is None:
+                counts["left_leased"] += 1
+                continue
+            try:
+                with self._db() as conn:  # ADR-0379 §3 step 5: second short transaction
+                    fin.finalize(conn, c, outcome)
+                counts[outcome.value] += 1
+            except FenceMismatchError:
+                counts["fence_mismatch"] += 1
+            except psycopg.Error:
+                self._fail(c, fin.FailureClass.RETIREMENT_RECORD_UNAVAILABLE, counts)
+        return SweepResult(len(claims), dict(counts), time.monotonic() - started)
+
+    def _retire(self, c: Claim, *, deletes_left: int) -> tuple[fin.Outcome | None, int]:
+        """HEAD, then DELETE when present: ``(outcome, DELETE calls made)``; outcome None when
+        the delete budget is spent (the row stays leased). Raises ObjectStoreError."""
+        ident = identity_of(c)
+        head = self.store.head(ident)  # ADR-0379 §3.1 validated HEAD
+        if head.state == "absent":
+            return fin.Outcome.ALREADY_ABSENT, 0
+        if deletes_left <= 0:
+            return None, 0
+        result = self.store.delete(ident, head.etag)  # ADR-0379 §3.2 exact or If-Match
+        return fin.Outcome(result.outcome), 1
+
+    def _fail(self, c: Claim, failure: fin.FailureClass, counts: Counter[str]) -> None:
+        """Persist ``failure`` with a retry time (ADR-0379 §4); a failed write leaves it leased."""
+        import psycopg
+
+        counts[failure.value] += 1
+        try:
+            with self._db() as conn:
+                if fin.record_failure(conn, c, failure,
+                                      manual_after=self.config.manual_after) is None:
+                    counts["fence_mismatch"] += 1
+        except psycopg.Error:
+            log.warning("could not record %s for %s; the lease will expire", failure.value,
+                        c.attempt_id)
+
+    def start(self) -> None:
+        """Probe the backend, then sweep on one daemon thread until ``stop()``. Idempotent."""
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._stop.clear()
+            self.probe()
+            self._thread = threading.Thread(target=self._loop, name="ql3-retention-sweeper",
+                                            daemon=True)
+            self._thread.start()
+
+    def stop(self) -> bool:
+        """Ask the running sweep to finish its current row and wait up to ``stop_budget_s``.
+        Returns True when the thread ended in budget (unreached rows stay leased). Idempotent."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+            self._stop.set()
+            if thread is None:
+                return True
+            thread.join(self.config.stop_budget_s)
+            if thread.is_alive():
+                log.warning("retention sweep did not drain within %.1f s",
+                            self.config.stop_budget_s)
+                return False
+            return True
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if time.monotonic() - self._probed_at >= self.config.probe_interval_s:
+                    self.probe()
+                self.run_once()
+            except Exception:  # keep the lifecycle alive; the next sweep retries
+                log.exception("retention sweep failed")
+            self._stop.wait(self.config.interval_s)

@@ -1,0 +1,89 @@
+"""Test helper for the sweeper tier: uploaded log objects recorded in PostgreSQL and enrolled
+for retention, the way a worker and the terminal transition leave them (DESIGN.md §4.2)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from qinglong.control.retention.enrollment import enroll_run
+from qinglong.control.retention.objects import ArtifactIdentity
+from qinglong.shared.ids import uuid7
+
+
+@dataclass(frozen=True)
+class Logged:
+    attempt_id: str
+    identity: ArtifactIdentity
+    body: bytes
+
+
+def seed_logs(conn: psycopg.Connection[Any], client: Any, bucket: str, n: int) -> list[Logged]:
+    """``n`` finished remote attempts of one run, each with an uploaded log, enrolled and due."""
+    project_id, task_id, run_id = uuid7(), uuid7(), uuid7()
+    out: list[Logged] = []
+    with conn.transaction():
+        conn.execute("INSERT INTO tasks (id, project_id, name, log_retention_s)"
+                     " VALUES (%s, %s, 'job', 0)", (task_id, project_id))
+        conn.execute("INSERT INTO runs (id, project_id, task_id, owner, status, finished_at)"
+                     " VALUES (%s, %s, %s, 'runtime', 'succeeded', now() - interval '1 hour')",
+                     (run_id, project_id, task_id))
+        for number in range(1, n + 1):
+            attempt_id = uuid7()
+            body = f"attempt {attempt_id} line\n".encode() * number
+            draft = ArtifactIdentity(
+                bucket=bucket, key=f"p/{project_id}/wlog-{attempt_id}", version_id=None,
+                content_type="text/plain; charset=utf-8", size=len(body),
+                sha256=hashlib.sha256(body).hexdigest(),
+                metadata={"project": project_id, "run": run_id, "attempt": attempt_id,
+                          "artifact": f"wlog-{attempt_id}"})
+            resp = client.put_object(Bucket=bucket, Key=draft.key, Body=body,
+                                     ContentType=draft.content_type,
+                                     Metadata=draft.object_metadata())
+            version = resp.get("VersionId")
+            version = None if not version or version == "null" else version
+            ident = ArtifactIdentity(bucket, draft.key, version, draft.content_type,
+                                     draft.size, draft.sha256, draft.metadata)
+            conn.execute(
+                "INSERT INTO attempts (id, run_id, number, executor, status, finished_at)"
+                " VALUES (%s, %s, %s, 'remote_worker', 'succeeded',"
+                " now() - interval '1 hour')", (attempt_id, run_id, number))
+            conn.execute(
+                "INSERT INTO run_attempt_log_artifacts (id, attempt_id, project_id, run_id,"
+                " bucket, object_key, version_id, size_bytes, sha256, content_type, metadata)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                (f"wlog-{attempt_id}", attempt_id, project_id, run_id, bucket, ident.key,
+                 version, ident.size, ident.sha256, ident.content_type,
+                 Jsonb(dict(ident.metadata))))
+            out.append(Logged(attempt_id, ident, body))
+        enroll_run(conn, run_id)
+    return out
+
+
+def exists(client: Any, ident: ArtifactIdentity) -> bool:
+    """Whether the recorded object (its exact version, when versioned) is still stored."""
+    kwargs: dict[str, Any] = {"Bucket": ident.bucket, "Key": ident.key}
+    if ident.version_id:
+        kwargs["VersionId"] = ident.version_id
+    try:
+        client.head_object(**kwargs)
+    except client.exceptions.ClientError as exc:
+        if exc.response["ResponseMetadata"]["HTTPStatusCode"] == 404:
+            return False
+        raise
+    return True
+
+
+def rows(conn: psycopg.Connection[Any], sql: str) -> list[tuple[Any, ...]]:
+    return conn.execute(sql).fetchall()  # type: ignore[arg-type]
+
+
+def make_due(conn: psycopg.Connection[Any]) -> None:
+    """Time passes: every pending control's retry time and lease are over."""
+    conn.execute("UPDATE run_attempt_log_retention_controls SET due_at = now() - interval"
+                 " '1 s', lease_expires_at = CASE WHEN lease_expires_at IS NULL THEN NULL"
+                 " ELSE now() - interval '1 s' END WHERE state = 'pending'")

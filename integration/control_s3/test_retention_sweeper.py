@@ -1,0 +1,256 @@
+"""The retention sweeper end to end: real PostgreSQL, moto behind our fault proxy (ADR-0379
+§3–§4; cases C08, C09, C10)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from pg_control_db import PgDb
+from sweep_world import Logged, exists, make_due, rows, seed_logs
+
+from qinglong.control.db.pool import open_pool
+from qinglong.control.retention.claims import ClaimOwner
+from qinglong.control.retention.objects import TransactionHeldError
+from qinglong.control.retention.sweeper import RunAttemptLogRetentionSweeper
+from qinglong.shared.errors import ValidationError
+
+pytestmark = [pytest.mark.integration, pytest.mark.postgres]
+Config = RunAttemptLogRetentionSweeper.Config
+OWNER = ClaimOwner("replica-a", "a" * 32)
+FAST = Config(lease_s=30, budget_s=20, stop_budget_s=5, interval_s=0.05)
+
+MakeSweeper = Callable[..., RunAttemptLogRetentionSweeper]
+
+
+@pytest.fixture
+def make_sweeper(pg_db: PgDb, s3: Any) -> Iterator[MakeSweeper]:
+    pool = open_pool(pg_db.url, min_size=1, max_size=2)
+    made: list[RunAttemptLogRetentionSweeper] = []
+
+    def make(bucket: str, config: Any = FAST) -> RunAttemptLogRetentionSweeper:
+        sweeper = RunAttemptLogRetentionSweeper(pool.connection, s3, OWNER, probe_bucket=bucket,
+                                                config=config)
+        made.append(sweeper)
+        return sweeper
+
+    try:
+        yield make
+    finally:
+        for sweeper in made:
+            sweeper.stop()
+        pool.close()
+
+
+def _tombstones(pg_db: PgDb) -> dict[str, str]:
+    with pg_db.connect() as conn:
+        return {str(a): o for a, o in rows(
+            conn, "SELECT attempt_id, outcome FROM run_attempt_log_artifact_tombstones")}
+
+
+def _controls(pg_db: PgDb) -> list[tuple[Any, ...]]:
+    with pg_db.connect() as conn:
+        return rows(conn, "SELECT attempt_id::text, state, failure_count, last_failure_class,"
+                          " due_at > now(), claim_owner, lease_expires_at > now()"
+                          " FROM run_attempt_log_retention_controls")
+
+
+@pytest.mark.parametrize(("field", "value", "numbers"), [
+    ("claims_per_sweep", 17, "17 outside 1..16"), ("claims_per_sweep", 0, "0 outside"),
+    ("lease_s", 4.0, "4.0 s outside 5.0..300.0"), ("lease_s", 301.0, "301.0 s"),
+    ("budget_s", 60.0, "60.0 s must be > 0 and below the lease of 60.0"),
+    ("deletes_per_sweep", 0, "0 outside 1..1000"), ("stop_budget_s", 0.0, "0.0 s"),
+])
+def test_config_is_validated_with_the_numbers(field: str, value: float, numbers: str) -> None:
+    with pytest.raises(ValidationError, match=field) as err:
+        RunAttemptLogRetentionSweeper(
+            lambda: None, object(), OWNER, probe_bucket="b",  # type: ignore[arg-type]
+            config=Config(**{field: value}))
+    assert numbers in str(err.value)
+
+
+def test_a_sweep_retires_versioned_and_unversioned_logs(
+        pg_db: PgDb, s3: Any, direct_s3: Any, make_bucket: Callable[[bool], str],
+        make_sweeper: MakeSweeper, proxy: Any) -> None:
+    plain, versioned = make_bucket(False), make_bucket(True)
+    with pg_db.connect() as conn:
+        logs = seed_logs(conn, direct_s3, plain, 3) + seed_logs(conn, direct_s3, versioned, 3)
+    sweeper = make_sweeper(plain)
+    assert sweeper.probe().status == "safe"
+    result = sweeper.run_once()
+    assert (result.claimed, result["deleted"]) == (6, 6), result
+    assert _tombstones(pg_db) == {log.attempt_id: "deleted" for log in logs}
+    assert _controls(pg_db) == []
+    assert not any(exists(direct_s3, log.identity) for log in logs)
+    sent = [d for d in proxy.deletes() if not d["key"].startswith(f"/{plain}/ql3-probe/")]
+    assert sorted((d["version"] is None, d["if_match"] is None) for d in sent) == (
+        [(False, True)] * 3 + [(True, False)] * 3)  # exact version XOR If-Match, never both
+    assert sweeper.run_once().claimed == 0
+
+
+def test_the_s3_guard_sees_the_sweepers_pooled_connection(
+        make_bucket: Callable[[bool], str], make_sweeper: MakeSweeper,
+        direct_s3: Any, pg_db: PgDb) -> None:
+    bucket = make_bucket(False)
+    with pg_db.connect() as conn:
+        (log,) = seed_logs(conn, direct_s3, bucket, 1)
+    sweeper = make_sweeper(bucket)
+    with sweeper._db(), pytest.raises(TransactionHeldError):
+        sweeper.store.head(log.identity)
+    assert not sweeper.holds_connection()
+
+
+@pytest.mark.parametrize("versioned", [False, True])
+def test_c09_a_lost_delete_response_settles_already_absent_exactly_once(
+        pg_db: PgDb, direct_s3: Any, make_bucket: Callable[[bool], str],
+        make_sweeper: MakeSweeper, proxy: Any, versioned: bool) -> None:
+    bucket = make_bucket(versioned)
+    with pg_db.connect() as conn:
+        (log,) = seed_logs(conn, direct_s3, bucket, 1)
+    sweeper = make_sweeper(make_bucket(False))
+    sweeper.probe()
+    proxy.set(drop_delete_response=True)
+    first = sweeper.run_once()
+    assert first["artifact_unavailable"] == 1, first
+    assert not exists(direct_s3, log.identity)  # the server did delete it
+    ((_, state, failures, failure, later, owner, _),) = _controls(pg_db)
+    assert (state, failures, failure, later, owner) == (
+        "pending", 1, "artifact_unavailable", True, None)
+    assert sweeper.run_once().claimed == 0  # not due before its retry time
+    proxy.set()
+    with pg_db.connect() as conn:
+        make_due(conn)
+    second = sweeper.run_once()
+    assert (second.claimed, second["already_absent"]) == (1, 1), second
+    assert sweeper.run_once().claimed == 0
+    assert _tombstones(pg_db) == {log.attempt_id: "already_absent"}
+    ours = [d for d in proxy.deletes() if "ql3-probe/" not in d["key"]]
+    assert len(ours) == 1 and ours[0]["dropped"]  # the healing claim sent no second DELETE
+
+
+def _reupload_after_head(sweeper: RunAttemptLogRetentionSweeper, client: Any, log: Logged,
+                         monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    real_head, versions = sweeper.store.head, []
+
+    def head(identity: Any) -> Any:
+        result = real_head(identity)
+        resp = client.put_object(Bucket=identity.bucket, Key=identity.key, Body=b"newer run\n",
+                                 ContentType=identity.content_type,
+                                 Metadata=identity.object_metadata())
+        versions.append(resp.get("VersionId"))
+        return result
+
+    monkeypatch.setattr(sweeper.store, "head", head)
+    return versions
+
+
+def test_c10_reupload_between_head_and_delete_keeps_the_new_object_unversioned(
+        pg_db: PgDb, direct_s3: Any, make_bucket: Callable[[bool], str],
+        make_sweeper: MakeSweeper, monkeypatch: pytest.MonkeyPatch, proxy: Any) -> None:
+    bucket = make_bucket(False)
+    with pg_db.connect() as conn:
+        (log,) = seed_logs(conn, direct_s3, bucket, 1)
+    sweeper = make_sweeper(bucket)
+    sweeper.probe()
+    _reupload_after_head(sweeper, direct_s3, log, monkeypatch)
+    result = sweeper.run_once()
+    assert result["artifact_integrity_mismatch"] == 1, result
+    body = direct_s3.get_object(Bucket=bucket, Key=log.identity.key)["Body"].read()
+    assert body == b"newer run\n"
+    ((_, state, failures, failure, later, owner, _),) = _controls(pg_db)
+    assert (state, failures, failure, later, owner) == (
+        "pending", 1, "artifact_integrity_mismatch", True, None)
+    assert _tombstones(pg_db) == {}
+    assert [d["status"] for d in proxy.deletes() if d["if_match"]][-1] == 412
+
+
+def test_c10_reupload_on_a_versioned_bucket_leaves_the_new_version_untouched(
+        pg_db: PgDb, direct_s3: Any, make_bucket: Callable[[bool], str],
+        make_sweeper: MakeSweeper, monkeypatch: pytest.MonkeyPatch) -> None:
+    bucket = make_bucket(True)
+    with pg_db.connect() as conn:
+        (log,) = seed_logs(conn, direct_s3, bucket, 1)
+    sweeper = make_sweeper(make_bucket(False))
+    sweeper.probe()
+    versions = _reupload_after_head(sweeper, direct_s3, log, monkeypatch)
+    result = sweeper.run_once()
+    (newer,) = versions
+    assert result["deleted"] == 1, result  # exactly the recorded version
+    assert not exists(direct_s3, log.identity)
+    body = direct_s3.get_object(Bucket=bucket, Key=log.identity.key, VersionId=newer)
+    assert body["Body"].read() == b"newer run\n"
+
+
+def test_c08_an_if_match_stripping_backend_refuses_unversioned_deletes_only(
+        pg_db: PgDb, direct_s3: Any, make_bucket: Callable[[bool], str],
+        make_sweeper: MakeSweeper, proxy: Any) -> None:
+    plain, versioned = make_bucket(False), make_bucket(True)
+    with pg_db.connect() as conn:
+        (kept,) = seed_logs(conn, direct_s3, plain, 1)
+        (gone,) = seed_logs(conn, direct_s3, versioned, 1)
+    proxy.set(strip_if_match=True)
+    sweeper = make_sweeper(plain)
+    verdict = sweeper.probe()
+    assert verdict.status == "unsafe" and verdict.degraded == ("object_store_unsafe",)
+    result = sweeper.run_once()
+    assert (result["deleted"], result["object_store_unsafe"]) == (1, 1), result
+    assert exists(direct_s3, kept.identity) and not exists(direct_s3, gone.identity)
+    ((attempt, state, _, failure, later, _, _),) = _controls(pg_db)
+    assert (attempt, state, failure, later) == (kept.attempt_id, "pending",
+                                                "object_store_unsafe", True)
+    assert _tombstones(pg_db) == {gone.attempt_id: "deleted"}
+
+
+def test_stop_drains_the_running_sweep_within_its_budget(
+        pg_db: PgDb, direct_s3: Any, make_bucket: Callable[[bool], str],
+        make_sweeper: MakeSweeper, proxy: Any) -> None:
+    bucket = make_bucket(False)
+    with pg_db.connect() as conn:
+        logs = seed_logs(conn, direct_s3, bucket, 16)
+    sweeper = make_sweeper(bucket, Config(lease_s=60, budget_s=50, stop_budget_s=3,
+                                          interval_s=0.05))
+    sweeper.probe()
+    proxy.set(latency_ms=150)
+    sweeper.start()
+    sweeper.start()  # idempotent: still one thread
+    deadline = time.monotonic() + 20
+    while not _tombstones(pg_db) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    began = time.monotonic()
+    assert sweeper.stop() is True
+    assert time.monotonic() - began < 3
+    assert sweeper.stop() is True  # idempotent
+    settled, controls = _tombstones(pg_db), _controls(pg_db)
+    assert 0 < len(settled) < 16 and len(settled) + len(controls) == len(logs)
+    for _, state, _, _, _, owner, leased in controls:  # every claimed row is still leased
+        assert state == "pending" and (owner is None or leased)
+    assert any(owner is not None for *_, owner, _ in controls)
+
+
+def test_c09_a_replica_that_died_after_a_lost_response_is_healed_after_its_lease(
+        pg_db: PgDb, direct_s3: Any, make_bucket: Callable[[bool], str],
+        make_sweeper: MakeSweeper, proxy: Any) -> None:
+    from qinglong.control.retention.claims import claim
+    from qinglong.control.retention.objects import ArtifactUnavailableError
+    from qinglong.control.retention.sweeper import identity_of
+
+    bucket = make_bucket(False)
+    with pg_db.connect() as conn:
+        (log,) = seed_logs(conn, direct_s3, bucket, 1)
+        (dead,) = claim(conn, ClaimOwner("replica-b", "d" * 32), limit=1, lease_s=30)
+    sweeper = make_sweeper(bucket)
+    sweeper.probe()
+    proxy.set(drop_delete_response=True)
+    head = sweeper.store.head(identity_of(dead))
+    with pytest.raises(ArtifactUnavailableError):
+        sweeper.store.delete(identity_of(dead), head.etag)  # replica b dies here
+    proxy.set()
+    assert sweeper.run_once().claimed == 0  # b's lease still holds
+    with pg_db.connect() as conn:
+        make_due(conn)
+    result = sweeper.run_once()
+    assert (result.claimed, result["already_absent"]) == (1, 1), result
+    assert _tombstones(pg_db) == {log.attempt_id: "already_absent"}
+    assert not exists(direct_s3, log.identity)
