@@ -1,0 +1,160 @@
+"""Claim(16) + finalize rows per second (no S3) at 1, 2 and 4 sessions, beside pgbench.
+
+ours:     N processes, each with its own psycopg 3 connection (autocommit, READ COMMITTED, as
+          the runtime role), looping ``claims.claim(limit=16)`` then ``finalize.finalize`` per
+          claimed row (outcome ``deleted``), exactly as a sweep does minus the S3 calls.
+baseline: ``pgbench -M prepared -c N -j N -T DURATION -n`` running the same statements from
+          ``retention/queries.sql``: BEGIN; claim; COMMIT, then 16 × (BEGIN; lock_control;
+          insert_tombstone; delete_control; COMMIT). pgbench cannot loop over a result set, so
+          the claim statement is wrapped, unchanged, in an outer CTE that hands the 16 claimed
+          ids to the finalize blocks through ``\\gset``; the evidence document is a fixed string
+          of the usual length (ours builds it in Python and hashes it).
+
+Each configuration runs on a fresh clone of one seeded database (identical starting state),
+in the same run, interleaved per session count. Prints rows/s for both and ours/pgbench
+(issue 4 target: >= 0.8 at 2 and 4 sessions).
+Usage: python bench/claims.py [SECONDS_PER_RUN]
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "integration" / "control"))
+
+from pg_control_db import seed_bulk
+
+from bench_support import admin, cloned_database, db_url, migrated_database, role_url
+
+PGBENCH = shutil.which("pgbench") or "/usr/lib/postgresql/15/bin/pgbench"
+SESSIONS = (1, 2, 4)
+LIMIT = 16
+LEASE_S = 60.0
+ROWS = 160_000  # > 13k rows/s × the longest run: no session may run out of due rows
+
+
+def pgbench_script(path: Path) -> None:
+    """Write the pgbench script: the claim and finalize statements of queries.sql verbatim,
+    with ``%(name)s`` turned into pgbench's ``:name``."""
+    from qinglong.control.retention.claims import queries
+
+    q = {k: re.sub(r"%\((\w+)\)s", r":\1", v) for k, v in queries().items()}
+    ids = ", ".join(f"ids[{i}] AS a{i}" for i in range(1, LIMIT + 1))
+    claim_sql = " ".join(q["claim"].split())  # pgbench: one SQL command per line
+    lines = ["BEGIN;",
+             f"WITH claimed AS ({claim_sql}) SELECT {ids}"
+             " FROM (SELECT array_agg(attempt_id) AS ids FROM claimed WHERE intact) s",
+             "\\gset", "COMMIT;"]
+    for i in range(1, LIMIT + 1):
+        lock = " ".join(q["lock_control"].split()).replace(":attempt_id", f":a{i}")
+        lines += ["BEGIN;", lock, "\\gset f_",
+                  " ".join(q["insert_tombstone"].split()).replace(":", ":f_")
+                  .replace(":f_outcome", ":outcome").replace(":f_retired_at", ":f_db_now")
+                  .replace(":f_evidence_sha256", ":digest").replace(":f_evidence", ":evidence")
+                  + ";",
+                  " ".join(q["delete_control"].split()).replace(":", ":f_") + ";",
+                  "COMMIT;"]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def run_pgbench(db: str, role: str, sessions: int, seconds: int, script: Path) -> float:
+    """Rows/s of pgbench on ``db``: its tps (excluding connection time) × rows per cycle."""
+    evidence = "x" * 560
+    env = dict(os.environ, PGOPTIONS=f"-c role={role}")
+    out = subprocess.run(
+        [PGBENCH, "-h", "127.0.0.1", "-U", "postgres", "-n", "-M", "prepared",
+         "-c", str(sessions), "-j", str(sessions), "-T", str(seconds), "-f", str(script),
+         "-D", "owner=pgbench/0", "-D", f"limit={LIMIT}", "-D", f"lease_s={LEASE_S}",
+         "-D", "outcome=deleted", "-D", f"evidence={evidence}", "-D", f"digest={'0' * 64}",
+         db], capture_output=True, text=True, env=env, timeout=seconds + 60, check=False)
+    tps = re.search(r"tps = ([\d.]+) \(without initial connection time\)", out.stdout)
+    done = re.search(r"number of transactions actually processed: (\d+)", out.stdout)
+    if out.returncode != 0 or tps is None or done is None:
+        raise RuntimeError(f"pgbench failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
+    import psycopg
+
+    with psycopg.connect(db_url(db)) as conn:
+        row = conn.execute("SELECT count(*) FROM run_attempt_log_artifact_tombstones").fetchone()
+    rows = int(row[0]) if row else 0
+    return float(tps.group(1)) * rows / max(int(done.group(1)), 1)
+
+
+def _session(url: str, index: int, start: float, seconds: float, out: mp.Queue) -> None:  # type: ignore[type-arg]
+    """One session of ours: claim+finalize until ``start + seconds``; reports (rows, elapsed)."""
+    from qinglong.control.db.pool import connect
+    from qinglong.control.retention.claims import claim, process_owner
+    from qinglong.control.retention.finalize import Outcome, finalize
+
+    conn = connect(url)
+    owner = process_owner(f"bench-{index}")
+    while time.time() < start:
+        time.sleep(0.001)
+    t0, rows = time.perf_counter(), 0
+    end = t0 + seconds
+    while time.perf_counter() < end:
+        claims = claim(conn, owner, limit=LIMIT, lease_s=LEASE_S)
+        if not claims:
+            raise RuntimeError("ran out of due controls: raise ROWS")
+        for c in claims:
+            finalize(conn, c, Outcome.DELETED)
+        rows += len(claims)
+    out.put((rows, time.perf_counter() - t0))
+    conn.close()
+
+
+def run_ours(db: str, role: str, sessions: int, seconds: int) -> float:
+    """Rows/s summed over ``sessions`` processes (each rows / its own elapsed)."""
+    ctx = mp.get_context("spawn")
+    out: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
+    start = time.time() + 2.0  # after every process has imported and connected
+    procs = [ctx.Process(target=_session, args=(role_url(db, role), i, start, seconds, out))
+             for i in range(sessions)]
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=seconds + 60) for _ in procs]
+    for p in procs:
+        p.join(30)
+    return sum(rows / elapsed for rows, elapsed in results)
+
+
+def main() -> None:
+    seconds = int(sys.argv[1]) if len(sys.argv) > 1 else 6
+    if not Path(PGBENCH).exists():
+        raise SystemExit(f"pgbench not found at {PGBENCH}")
+    with tempfile.TemporaryDirectory() as tmp, migrated_database("ql3bench_claims") as (tmpl,
+                                                                                       role):
+        script = Path(tmp) / "claim_finalize.sql"
+        pgbench_script(script)
+        import psycopg
+
+        with psycopg.connect(db_url(tmpl), autocommit=True) as conn:
+            seed_bulk(conn, ROWS)
+            conn.execute("VACUUM ANALYZE")
+        ours: dict[int, float] = {}
+        base: dict[int, float] = {}
+        for n in SESSIONS:  # interleaved, so drift hits both alike
+            with cloned_database(tmpl) as db:
+                base[n] = run_pgbench(db, role, n, seconds, script)
+            with cloned_database(tmpl) as db:
+                ours[n] = run_ours(db, role, n, seconds)
+        with admin() as conn:
+            version = conn.execute("SHOW server_version").fetchone()
+    print(f"PostgreSQL {version[0] if version else '?'}; {ROWS} due controls per run; "
+          f"{seconds} s per run; claim limit {LIMIT}; no S3")
+    print(f"{'sessions':>8}  {'pgbench rows/s':>15}  {'ours rows/s':>12}  {'ours/pgbench':>12}")
+    for n in SESSIONS:
+        print(f"{n:>8}  {base[n]:>15.0f}  {ours[n]:>12.0f}  {ours[n] / base[n]:>12.2f}")
+    print("target: ours/pgbench >= 0.8 at 2 and 4 sessions")
+
+
+if __name__ == "__main__":
+    main()
