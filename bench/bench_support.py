@@ -9,13 +9,8 @@ context managers here.
 
 from __future__ import annotations
 
-import json
-import os
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,11 +18,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "integration" / "control"))
+sys.path.insert(0, str(ROOT / "integration" / "s3"))
 
 from pg_control_db import admin, db_url, drop_database, drop_role, unique  # noqa: E402
+from s3_services import CREDS, FaultProxy, moto_server  # noqa: E402
 
-FAULT_PROXY = ROOT / "integration" / "s3" / "fault_proxy.py"
-CREDS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+__all__ = ["CREDS", "moto_server"]  # re-exported for bench/retention.py
 
 
 def role_url(name: str, role: str) -> str:
@@ -67,69 +63,14 @@ def cloned_database(template: str) -> Iterator[str]:
         drop_database(name)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _wait_port(port: int, proc: subprocess.Popen[bytes], deadline_s: float) -> None:
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"process exited early with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"port {port} did not open within {deadline_s}s")
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-
-
-@contextmanager
-def moto_server() -> Iterator[str]:
-    """``http://127.0.0.1:PORT`` of a ``python -m moto.server`` process, stopped on exit."""
-    port = free_port()
-    env = dict(os.environ, PYTHONWARNINGS="ignore", **{k.upper(): v for k, v in CREDS.items()})
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    try:
-        _wait_port(port, proc, 20)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        stop(proc)
-
-
 @contextmanager
 def fault_proxy(upstream: str, **faults: object) -> Iterator[str]:
     """Endpoint of ``integration/s3/fault_proxy.py`` in front of ``upstream`` with ``faults``
     (e.g. ``latency_ms=20``); the process is stopped on exit."""
     with tempfile.TemporaryDirectory(prefix="ql3bench-proxy-") as tmp:
-        config, port_file = Path(tmp) / "config.json", Path(tmp) / "port"
-        config.write_text(json.dumps(faults))
-        proc = subprocess.Popen(
-            [sys.executable, str(FAULT_PROXY), "--upstream", upstream.removeprefix("http://"),
-             "--config", str(config), "--log", str(Path(tmp) / "deletes.jsonl"),
-             "--port-file", str(port_file)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proxy = FaultProxy(Path(tmp), upstream)
         try:
-            deadline = time.monotonic() + 10
-            while not port_file.exists() or not port_file.read_text().strip():
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("fault proxy did not start")
-                time.sleep(0.02)
-            yield f"http://127.0.0.1:{int(port_file.read_text())}"
+            proxy.set(**faults)
+            yield proxy.endpoint
         finally:
-            stop(proc)
+            proxy.stop()

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 from artifacts import upload
+from s3_services import CREDS, FaultProxy
 
-from conftest import CREDS, FaultProxy
 from qinglong.control.retention.objects import (
     ArtifactIdentity,
     ArtifactIntegrityMismatchError,

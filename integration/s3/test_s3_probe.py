@@ -6,8 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from s3_services import FaultProxy
 
-from conftest import FaultProxy
 from qinglong.control.retention.objects import TransactionHeldError
 from qinglong.control.retention.probe import CANARY_PREFIX, probe_conditional_delete
 
