@@ -18,7 +18,6 @@ Usage: python bench/retention.py [SECONDS_PER_PHASE]
 
 from __future__ import annotations
 
-import hashlib
 import multiprocessing as mp
 import sys
 import time
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "integration" / "control_s3"))
 
 from bench_support import (
     CREDS,
@@ -41,44 +41,14 @@ LATENCY_MS = 20
 
 
 def seed(db: str, client: Any, bucket: str, n: int) -> None:
-    """``n`` finished remote attempts of one run, each with an uploaded log (same size),
-    recorded and enrolled the way a worker and the terminal transition leave them."""
+    """``n`` finished remote attempts of one run, each with an uploaded log of about 3 KiB,
+    recorded and enrolled the way a worker and the terminal transition leave them (the
+    sweeper tier's own seeding, ``integration/control_s3/sweep_world.py``)."""
     import psycopg
-    from psycopg.types.json import Jsonb
+    from sweep_world import seed_logs
 
-    from qinglong.control.retention.enrollment import enroll_run
-    from qinglong.control.retention.objects import ArtifactIdentity
-    from qinglong.shared.ids import uuid7
-
-    project_id, task_id, run_id = uuid7(), uuid7(), uuid7()
-    with psycopg.connect(db_url(db), autocommit=True) as conn, conn.transaction():
-        conn.execute("INSERT INTO tasks (id, project_id, name, log_retention_s)"
-                     " VALUES (%s, %s, 'job', 0)", (task_id, project_id))
-        conn.execute("INSERT INTO runs (id, project_id, task_id, owner, status, finished_at)"
-                     " VALUES (%s, %s, %s, 'runtime', 'succeeded', now() - interval '1 hour')",
-                     (run_id, project_id, task_id))
-        for number in range(1, n + 1):
-            attempt_id = uuid7()
-            body = f"attempt {attempt_id} log line\n".encode() * 64  # about 3 KiB
-            ident = ArtifactIdentity(
-                bucket=bucket, key=f"p/{project_id}/wlog-{attempt_id}", version_id=None,
-                content_type="text/plain; charset=utf-8", size=len(body),
-                sha256=hashlib.sha256(body).hexdigest(),
-                metadata={"project": project_id, "run": run_id, "attempt": attempt_id,
-                          "artifact": f"wlog-{attempt_id}"})
-            client.put_object(Bucket=bucket, Key=ident.key, Body=body,
-                              ContentType=ident.content_type, Metadata=ident.object_metadata())
-            conn.execute(
-                "INSERT INTO attempts (id, run_id, number, executor, status, finished_at)"
-                " VALUES (%s, %s, %s, 'remote_worker', 'succeeded',"
-                " now() - interval '1 hour')", (attempt_id, run_id, number))
-            conn.execute(
-                "INSERT INTO run_attempt_log_artifacts (id, attempt_id, project_id, run_id,"
-                " bucket, object_key, version_id, size_bytes, sha256, content_type, metadata)"
-                " VALUES (%s, %s, %s, %s, %s, %s, NULL, %s, %s, %s, %s)",
-                (f"wlog-{attempt_id}", attempt_id, project_id, run_id, bucket, ident.key,
-                 ident.size, ident.sha256, ident.content_type, Jsonb(dict(ident.metadata))))
-        enroll_run(conn, run_id)
+    with psycopg.connect(db_url(db), autocommit=True) as conn:
+        seed_logs(conn, client, bucket, n, repeat=64)
 
 
 def _replica(url: str, endpoint: str, bucket: str, index: int, start: float, seconds: float,

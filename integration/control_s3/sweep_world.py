@@ -22,8 +22,13 @@ class Logged:
     body: bytes
 
 
-def seed_logs(conn: psycopg.Connection[Any], client: Any, bucket: str, n: int) -> list[Logged]:
-    """``n`` finished remote attempts of one run, each with an uploaded log, enrolled and due."""
+def seed_logs(
+    conn: psycopg.Connection[Any], client: Any, bucket: str, n: int, repeat: int | None = None
+) -> list[Logged]:
+    """``n`` finished remote attempts of one run, each with an uploaded log, enrolled and due.
+
+    Log ``k`` holds its line ``k`` times (distinct sizes), or ``repeat`` times for all
+    (equal sizes, as bench/retention.py wants)."""
     project_id, task_id, run_id = uuid7(), uuid7(), uuid7()
     out: list[Logged] = []
     with conn.transaction():
@@ -34,7 +39,7 @@ def seed_logs(conn: psycopg.Connection[Any], client: Any, bucket: str, n: int) -
                      (run_id, project_id, task_id))
         for number in range(1, n + 1):
             attempt_id = uuid7()
-            body = f"attempt {attempt_id} line\n".encode() * number
+            body = f"attempt {attempt_id} line\n".encode() * (repeat or number)
             draft = ArtifactIdentity(
                 bucket=bucket, key=f"p/{project_id}/wlog-{attempt_id}", version_id=None,
                 content_type="text/plain; charset=utf-8", size=len(body),
