@@ -62,6 +62,8 @@ def _controls(pg_db: PgDb) -> list[tuple[Any, ...]]:
     ("lease_s", 4.0, "4.0 s outside 5.0..300.0"), ("lease_s", 301.0, "301.0 s"),
     ("budget_s", 60.0, "60.0 s must be > 0 and below the lease of 60.0"),
     ("deletes_per_sweep", 0, "0 outside 1..1000"), ("stop_budget_s", 0.0, "0.0 s"),
+    ("retry_base_s", 0.0, "0.0 s outside (0, 86400] s"),
+    ("retry_base_s", 90_000.0, "90000.0 s outside"),
 ])
 def test_config_is_validated_with_the_numbers(field: str, value: float, numbers: str) -> None:
     with pytest.raises(ValidationError, match=field) as err:

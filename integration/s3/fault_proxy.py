@@ -12,11 +12,13 @@ request, so a test changes faults mid-test:
 - ``strip_if_match`` (bool): drop ``If-Match`` from DELETE requests (a backend that ignores it);
 - ``drop_delete_response`` (bool): forward a DELETE, read the server's answer, then close the
   client connection without a byte of response (the server executed it, the client never knows);
+- ``drop_delete_fraction`` (float 0..1): the same, for that random share of DELETEs;
 - ``fail`` (object METHOD -> status): answer that status without forwarding (5xx injection).
 
 Every DELETE appends one JSON line to ``--log``: key, version (``versionId`` query or null),
 ``if_match`` as received, ``forwarded_if_match``, upstream ``status`` (null when not forwarded),
-``dropped``.
+``dropped``, and ``at``/``done`` (wall-clock seconds when the request arrived / the server
+answered).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import contextlib
 import http.client
 import json
 import os
+import random
 import socket
 import threading
 import time
@@ -112,7 +115,7 @@ class Handler(BaseHTTPRequestHandler):
                      "version": versions[0] if versions else None, "if_match": received,
                      "forwarded_if_match": next((v for k, v in headers.items()
                                                  if k.lower() == "if-match"), None),
-                     "status": None, "dropped": False}
+                     "status": None, "dropped": False, "at": time.time()}
         fail = (cfg.get("fail") or {}).get(method)
         if fail:
             if is_delete:
@@ -129,7 +132,10 @@ class Handler(BaseHTTPRequestHandler):
             conn.close()
         if is_delete:
             entry["status"] = status
-            entry["dropped"] = bool(cfg.get("drop_delete_response"))
+            entry["done"] = time.time()
+            fraction = float(cfg.get("drop_delete_fraction") or 0.0)
+            entry["dropped"] = bool(cfg.get("drop_delete_response")) or (
+                fraction > 0 and random.random() < fraction)
             self.server.record(entry)
             if entry["dropped"]:
                 self.close_connection = True

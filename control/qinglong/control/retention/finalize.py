@@ -14,7 +14,7 @@ import random
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from qinglong.control.errors import FenceMismatchError
 from qinglong.control.retention.claims import Claim, queries
@@ -69,6 +69,10 @@ class FailureRecorded:
     due_at: datetime
 
 
+# Canonical JSON encoder, built once (``json.dumps`` with options builds one per call).
+_EVIDENCE_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
 def canonical_evidence(claim: Claim, outcome: Outcome, retired_at: datetime) -> str:
     """The ``qinglong/run-attempt-log-retirement@v1`` document: sorted keys, no spaces, ASCII."""
     doc = {
@@ -87,26 +91,68 @@ def canonical_evidence(claim: Claim, outcome: Outcome, retired_at: datetime) -> 
         "retired_at": retired_at.astimezone(UTC).isoformat(timespec="microseconds"),
         "retired_by": claim.owner,
     }
-    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return _EVIDENCE_JSON.encode(doc)
 
 
-def _fence_problem(row: dict[str, Any], claim: Claim) -> str | None:
+class _Locked(NamedTuple):
+    """One ``lock_control`` row; the fields are its select list, in order (checked once)."""
+
+    db_now: datetime
+    attempt_id: Any
+    project_id: Any
+    run_id: Any
+    artifact_id: str
+    bucket: str
+    object_key: str
+    version_id: str | None
+    size_bytes: int
+    sha256: str
+    content_type: str
+    state: str
+    claim_owner: str | None
+    claim_token: Any
+    claim_version: int
+    lease_expires_at: datetime | None
+    failure_count: int
+    run_status: str | None
+    attempt_status: str | None
+    la_id: str | None
+    la_bucket: str | None
+    la_object_key: str | None
+    la_version_id: str | None
+    la_size_bytes: int | None
+    la_sha256: str | None
+    la_content_type: str | None
+
+
+_LOCK_COLUMNS_CHECKED: list[bool] = []  # non-empty once this process matched the select list
+
+
+def _check_lock_columns(cur: psycopg.Cursor[Any]) -> None:
+    """RuntimeError unless ``lock_control`` returns exactly ``_Locked``'s fields, in order."""
+    names = tuple(c.name for c in cur.description or ())
+    if names != _Locked._fields:
+        raise RuntimeError(f"lock_control returns {names}, finalize expects {_Locked._fields}")
+    _LOCK_COLUMNS_CHECKED.append(True)
+
+
+def _fence_problem(row: _Locked, claim: Claim) -> str | None:
     """Why the locked row no longer belongs to ``claim`` (None: the fence holds)."""
-    if row["state"] != "pending":
-        return f"state is {row['state']}"
-    if (row["claim_owner"], str(row["claim_token"]), row["claim_version"]) != (
+    if row.state != "pending":
+        return f"state is {row.state}"
+    if (row.claim_owner, str(row.claim_token), row.claim_version) != (
         claim.owner, claim.token, claim.version
     ):
         return "owner, token or version changed"
-    if row["lease_expires_at"] is None or row["lease_expires_at"] <= row["db_now"]:
+    if row.lease_expires_at is None or row.lease_expires_at <= row.db_now:
         return "lease expired"
-    if row["run_status"] not in _TERMINAL_OK or row["attempt_status"] not in _TERMINAL_OK:
+    if row.run_status not in _TERMINAL_OK or row.attempt_status not in _TERMINAL_OK:
         return "run or attempt is not terminal (or lost)"
-    recorded = (row["la_id"], row["la_bucket"], row["la_object_key"], row["la_version_id"],
-                row["la_size_bytes"], row["la_sha256"], row["la_content_type"])
+    recorded = (row.la_id, row.la_bucket, row.la_object_key, row.la_version_id,
+                row.la_size_bytes, row.la_sha256, row.la_content_type)
     claimed = (claim.artifact_id, claim.bucket, claim.object_key, claim.version_id,
                claim.size_bytes, claim.sha256, claim.content_type)
-    if recorded != claimed or (str(row["project_id"]), str(row["run_id"])) != (
+    if recorded != claimed or (str(row.project_id), str(row.run_id)) != (
         claim.project_id, claim.run_id
     ):
         return "artifact identity changed"
@@ -119,27 +165,33 @@ def finalize(conn: psycopg.Connection[Any], claim: Claim, outcome: Outcome) -> T
     Call only after S3 confirmed the delete or HEAD found the object absent. Raises
     FenceMismatchError (nothing written) when the fence no longer holds.
     """
-    from psycopg.rows import dict_row
+    from psycopg.rows import args_row
 
     q = queries()
-    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+    # Every statement prepared from the first call (a sweep repeats them per row); rows as
+    # _Locked tuples: no per-statement column-name lookup as with dict rows.
+    with conn.transaction(), conn.cursor(row_factory=args_row(_Locked)) as cur:
         # ADR-0379 §3 step 5: plain FOR UPDATE by primary key, never SKIP LOCKED
-        row = cur.execute(q["lock_control"], {"attempt_id": claim.attempt_id}).fetchone()
+        row = cur.execute(q["lock_control"], {"attempt_id": claim.attempt_id},
+                          prepare=True).fetchone()
+        if not _LOCK_COLUMNS_CHECKED:
+            _check_lock_columns(cur)
         if row is None:
             raise FenceMismatchError(f"control {claim.attempt_id} is gone")
         problem = _fence_problem(row, claim)
         if problem is not None:
             raise FenceMismatchError(f"control {claim.attempt_id}: {problem}")
-        retired_at: datetime = row["db_now"]
+        retired_at: datetime = row.db_now
         evidence = canonical_evidence(claim, outcome, retired_at)
         digest = sha256_hex(evidence.encode("ascii"))
         cur.execute(q["insert_tombstone"], {  # ADR-0379 §3 step 5: exact tombstone ...
             "attempt_id": claim.attempt_id, "project_id": claim.project_id,
             "run_id": claim.run_id, "artifact_id": claim.artifact_id, "outcome": outcome.value,
             "retired_at": retired_at, "evidence": evidence, "evidence_sha256": digest,
-        })
+        }, prepare=True)
         cur.execute(q["delete_control"],  # ... then delete the control
-                    {"attempt_id": claim.attempt_id, "claim_version": claim.version})
+                    {"attempt_id": claim.attempt_id, "claim_version": claim.version},
+                    prepare=True)
     return Tombstone(claim.attempt_id, claim.artifact_id, outcome, retired_at, evidence, digest)
 
 
@@ -149,17 +201,22 @@ def record_failure(
     failure_class: FailureClass,
     *,
     manual_after: int = MANUAL_AFTER_DEFAULT,
+    retry_base_s: float = RETRY_BASE_S,
     rng: random.Random | None = None,
 ) -> FailureRecorded | None:
     """Release ``claim`` with a failure class and a jittered, capped retry time.
 
-    The delay is ``retry_delay_s(failures, base 60 s, cap 86,400 s)``; after ``manual_after``
+    The delay is ``retry_delay_s(failures, base retry_base_s (default 60 s), cap 86,400 s)``:
+    full jitter, capped at 24 h before exponentiation (ADR-0379 §4). After ``manual_after``
     failures the control moves to ``manual``. Fenced by owner, token and version: returns
-    None (nothing changed) when another claim superseded this one.
+    None (nothing changed) when another claim superseded this one. Raises ValidationError
+    when ``manual_after`` < 1 or ``retry_base_s`` is outside 0 < base ≤ 86,400 s.
     """
     if manual_after < 1:
         raise ValidationError("manual_after", "must be at least 1")
-    delay_s = retry_delay_s(claim.failure_count + 1, base_s=RETRY_BASE_S, cap_s=RETRY_CAP_S,
+    if not 0 < retry_base_s <= RETRY_CAP_S:
+        raise ValidationError("retry_base_s", f"{retry_base_s} s outside (0, {RETRY_CAP_S:g}] s")
+    delay_s = retry_delay_s(claim.failure_count + 1, base_s=retry_base_s, cap_s=RETRY_CAP_S,
                             rng=rng)
     with conn.transaction():
         row = conn.execute(queries()["record_failure"], {

@@ -99,7 +99,8 @@ class RunAttemptLogRetentionSweeper:
         flight finishes first, so give it more than two S3 client timeouts plus a
         transaction);
         ``interval_s`` pause between sweeps; ``probe_interval_s`` between backend probes;
-        ``manual_after`` failures before ``manual``."""
+        ``manual_after`` failures before ``manual``; ``retry_base_s`` the first retry delay's
+        base (jittered, doubling, capped at 24 h; ADR-0379 §4)."""
 
         claims_per_sweep: int = MAX_CLAIM_LIMIT
         deletes_per_sweep: int = MAX_CLAIM_LIMIT
@@ -109,6 +110,7 @@ class RunAttemptLogRetentionSweeper:
         interval_s: float = 5.0
         probe_interval_s: float = 300.0
         manual_after: int = fin.MANUAL_AFTER_DEFAULT
+        retry_base_s: float = fin.RETRY_BASE_S
 
         def validate(self) -> None:
             """Raise ValidationError naming the first bound that does not hold."""
@@ -131,6 +133,9 @@ class RunAttemptLogRetentionSweeper:
                     raise ValidationError(name, f"{getattr(self, name)} s must be > 0")
             if self.manual_after < 1:
                 raise ValidationError("manual_after", f"{self.manual_after} must be ≥ 1")
+            if not 0 < self.retry_base_s <= fin.RETRY_CAP_S:
+                raise ValidationError("retry_base_s", f"{self.retry_base_s} s outside "
+                                      f"(0, {fin.RETRY_CAP_S:g}] s")
 
     def __init__(self, connect: ConnectionFactory, client: S3Client, owner: ClaimOwner, *,
                  probe_bucket: str, config: Config | None = None) -> None:
@@ -214,19 +219,25 @@ class RunAttemptLogRetentionSweeper:
         result = self.store.delete(ident, head.etag)  # ADR-0379 §3.2 exact or If-Match
         return fin.Outcome(result.outcome), 1
 
-    def _fail(self, c: Claim, failure: fin.FailureClass, counts: Counter[str]) -> None:
-        """Persist ``failure`` with a retry time (ADR-0379 §4); a failed write leaves it leased."""
+    def _fail(self, c: Claim, failure: fin.FailureClass,
+              counts: Counter[str]) -> fin.FailureRecorded | None:
+        """Persist ``failure`` with a retry time (ADR-0379 §4) and return what was recorded;
+        None when the fence no longer held or the write failed (the row stays leased)."""
         import psycopg
 
         counts[failure.value] += 1
         try:
             with self._db() as conn:
-                if fin.record_failure(conn, c, failure,
-                                      manual_after=self.config.manual_after) is None:
-                    counts["fence_mismatch"] += 1
+                recorded = fin.record_failure(conn, c, failure,
+                                              manual_after=self.config.manual_after,
+                                              retry_base_s=self.config.retry_base_s)
         except psycopg.Error:
             log.warning("could not record %s for %s; the lease will expire", failure.value,
                         c.attempt_id)
+            return None
+        if recorded is None:
+            counts["fence_mismatch"] += 1
+        return recorded
 
     def start(self) -> None:
         """Probe the backend, then sweep on one daemon thread until ``stop()``. Idempotent."""
