@@ -46,18 +46,39 @@ def migrate(database_url: str, runtime_role: str) -> None:
 @control.command()
 @_url
 @_role
+@click.option("--log-bucket", envvar="QL3_LOG_BUCKET", default=None,
+              help="Also check the log bucket's object store (env QL3_LOG_BUCKET): a canary "
+                   "PUT and a DELETE with a wrong If-Match. Credentials come from the usual "
+                   "AWS_* environment.")
+@click.option("--s3-endpoint", envvar="QL3_S3_ENDPOINT", default=None,
+              help="S3-compatible endpoint URL (env QL3_S3_ENDPOINT); default AWS.")
 @_json
-def readiness(database_url: str, runtime_role: str, as_json: bool) -> None:
-    """Exit 0 when ready; otherwise exit 1 with the named reason."""
+def readiness(database_url: str, runtime_role: str, log_bucket: str | None,
+              s3_endpoint: str | None, as_json: bool) -> None:
+    """Exit 0 when ready; otherwise exit 1 with the named reason.
+
+    Reasons: migration_pending, migration_checksum_mismatch, schema_newer_than_code,
+    runtime_role_invalid and, with --log-bucket, object_store_unavailable. A backend that
+    ignores If-Match on DELETE is listed as degraded (object_store_unsafe) and stays ready.
+    """
     from qinglong.control.db.pool import connect
+    from qinglong.control.readiness import CapabilityProbe
     from qinglong.control.readiness import readiness as check
 
+    probes: list[CapabilityProbe] = []
+    if log_bucket:
+        from qinglong.control.retention.objects import make_client
+        from qinglong.control.retention.probe import object_store_capability
+
+        probes.append(object_store_capability(make_client(s3_endpoint, timeout_s=5),
+                                              log_bucket))
     with connect(database_url) as conn:
-        verdict = check(conn, runtime_role=runtime_role)
+        verdict = check(conn, runtime_role=runtime_role, capabilities=probes)
     if as_json:
         click.echo(json.dumps(verdict.to_json(), sort_keys=True))
     elif verdict.ready:
-        click.echo("ready")
+        degraded = ", ".join(f"{c.name} ({c.reason})" for c in verdict.degraded)
+        click.echo(f"ready; degraded: {degraded}" if degraded else "ready")
     if not verdict.ready:
         from qinglong.control.errors import NotReadyError
 

@@ -30,6 +30,8 @@ from qinglong.control.retention.objects import TransactionHeldError, http_status
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
+    from qinglong.control.readiness import CapabilityStatus
+
 CANARY_PREFIX = "ql3-probe/"
 _CANARY_BODY = b"ql3 conditional-delete probe\n"
 
@@ -160,3 +162,24 @@ def _describe(exc: ClientError | BotoCoreError) -> str:
     if isinstance(exc, ClientError):
         return f"HTTP {http_status(exc)}"
     return type(exc).__name__
+
+
+def object_store_capability(client: S3Client, bucket: str) -> Callable[[], CapabilityStatus]:
+    """A readiness capability probe (``readiness.CapabilityProbe``) for the log bucket.
+
+    Each call runs ``probe_conditional_delete`` on ``bucket`` (no database transaction is held
+    by readiness callers) and maps the verdict: ``safe`` → ok, ``unsafe`` → degraded
+    ``object_store_unsafe`` (readiness stays ready), ``unavailable`` → unavailable
+    ``object_store_unavailable`` (not ready). Never raises. # DESIGN.md §4.1, §4.3
+    """
+    from qinglong.control.readiness import CapabilityStatus
+
+    def check() -> CapabilityStatus:
+        verdict = probe_conditional_delete(client, bucket, in_transaction=lambda: False)
+        if verdict.status == "safe":
+            return CapabilityStatus("object_store", "ok")
+        if verdict.status == "unsafe":
+            return CapabilityStatus("object_store", "degraded", "object_store_unsafe")
+        return CapabilityStatus("object_store", "unavailable", "object_store_unavailable")
+
+    return check
