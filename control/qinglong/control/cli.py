@@ -127,3 +127,78 @@ def retry(database_url: str, attempt_ids: tuple[str, ...]) -> None:
         from qinglong.control.errors import RetryRefusedError
 
         raise RetryRefusedError(f"not retried (unknown, retired or leased): {' '.join(missing)}")
+
+
+@retention.command()
+@_url
+@click.option("--log-bucket", envvar="QL3_LOG_BUCKET", required=True,
+              help="Bucket of the If-Match probe's canary (env QL3_LOG_BUCKET). Credentials "
+                   "come from the usual AWS_* environment.")
+@click.option("--s3-endpoint", envvar="QL3_S3_ENDPOINT", default=None,
+              help="S3-compatible endpoint URL (env QL3_S3_ENDPOINT); default AWS.")
+@click.option("--replica-id", envvar="QL3_REPLICA_ID", default=None,
+              help="This replica's id (env QL3_REPLICA_ID; default the host name). A random "
+                   "incarnation is added per process.")
+@click.option("--once", is_flag=True, help="Probe, run one bounded sweep, print its counts.")
+@click.option("--claims", type=click.IntRange(1, 16), default=16, show_default=True,
+              help="Rows claimed per sweep (ADR-0379 §4: at most 16).")
+@click.option("--lease-s", type=click.FloatRange(5, 300), default=60.0, show_default=True,
+              help="Claim lease in seconds (5..300).")
+@click.option("--interval-s", type=click.FloatRange(min=0.01), default=5.0,
+              show_default=True, help="Pause between sweeps in seconds.")
+@_json
+def sweep(database_url: str, log_bucket: str, s3_endpoint: str | None,
+          replica_id: str | None, once: bool, claims: int, lease_s: float,
+          interval_s: float, as_json: bool) -> None:
+    """Retire due Run Attempt logs: claim, HEAD, exact delete, tombstone (ADR-0379 §3–§4).
+
+    Without --once it sweeps until SIGTERM or SIGINT, then lets the sweep in flight finish
+    its current row within the stop budget (exit 1 if it could not) and exits 0.
+    """
+    import signal
+    import socket
+    import threading
+
+    from qinglong.control.db.pool import open_pool
+    from qinglong.control.retention.claims import process_owner
+    from qinglong.control.retention.objects import make_client
+    from qinglong.control.retention.sweeper import RunAttemptLogRetentionSweeper
+
+    config = RunAttemptLogRetentionSweeper.Config(
+        claims_per_sweep=claims, deletes_per_sweep=claims, lease_s=lease_s,
+        budget_s=min(20.0, lease_s / 2), interval_s=interval_s)
+    owner = process_owner(replica_id or socket.gethostname())
+    pool = open_pool(database_url, min_size=1, max_size=2)
+    try:
+        sweeper = RunAttemptLogRetentionSweeper(
+            pool.connection, make_client(s3_endpoint), owner, probe_bucket=log_bucket,
+            config=config)
+        if once:
+            verdict = sweeper.probe()
+            result = sweeper.run_once()
+            out = {"owner": str(owner), "object_store": verdict.status,
+                   "claimed": result.claimed, "counts": dict(result.counts),
+                   "elapsed_s": round(result.elapsed_s, 3)}
+            if as_json:
+                click.echo(json.dumps(out, sort_keys=True))
+            else:
+                counts = " ".join(f"{k}={v}" for k, v in sorted(result.counts.items()))
+                click.echo(f"object store {verdict.status}; claimed {result.claimed}"
+                           + (f": {counts}" if counts else ""))
+            return
+        stop = threading.Event()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: stop.set())
+        sweeper.start()
+        click.echo(f"sweeping as {owner}; object store {sweeper.verdict.status}"
+                   if sweeper.verdict else f"sweeping as {owner}")
+        while not stop.wait(0.5):
+            pass
+        if not sweeper.stop():
+            from qinglong.control.errors import DrainTimeoutError
+
+            raise DrainTimeoutError(f"the running sweep did not drain within "
+                                    f"{config.stop_budget_s:g} s; its rows stay leased")
+        click.echo("stopped: the running sweep drained")
+    finally:
+        pool.close()

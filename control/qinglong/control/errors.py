@@ -35,3 +35,8 @@ class NotReadyError(QinglongError):
 
 class RetryRefusedError(QinglongError):
     """``ql3 control retention retry`` left some ids unchanged (unknown, retired or leased)."""
+
+
+class DrainTimeoutError(QinglongError):
+    """``ql3 control retention sweep`` did not drain its running sweep within the stop budget
+    (unreached rows stay leased and are settled after their lease expires)."""
