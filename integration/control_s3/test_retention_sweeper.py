@@ -256,3 +256,40 @@ def test_c09_a_replica_that_died_after_a_lost_response_is_healed_after_its_lease
     assert (result.claimed, result["already_absent"]) == (1, 1), result
     assert _tombstones(pg_db) == {log.attempt_id: "already_absent"}
     assert not exists(direct_s3, log.identity)
+
+
+def test_a_failed_tombstone_write_is_retirement_record_unavailable_then_healed_from_s3(
+        pg_db: PgDb, direct_s3: Any, make_bucket: Callable[[bool], str], s3: Any) -> None:
+    """The DELETE succeeded but the finalize transaction fails (here: the runtime role lost
+    INSERT on tombstones): the control records ``retirement_record_unavailable`` with a
+    retry time; the next claim settles it from S3 facts as ``already_absent``."""
+    import urllib.parse
+
+    from qinglong.control.db.roles import apply_runtime_grants
+
+    bucket = make_bucket(True)
+    with pg_db.connect() as conn:
+        (log,) = seed_logs(conn, direct_s3, bucket, 1)
+        conn.execute(f'REVOKE INSERT ON run_attempt_log_artifact_tombstones'
+                     f' FROM "{pg_db.runtime_role}"')
+    runtime = pg_db.url + "?options=" + urllib.parse.quote(f"-c role={pg_db.runtime_role}")
+    pool = open_pool(runtime, min_size=1, max_size=2)
+    try:
+        sweeper = RunAttemptLogRetentionSweeper(pool.connection, s3, OWNER,
+                                                probe_bucket=bucket, config=FAST)
+        first = sweeper.run_once()
+        assert (first.claimed, first["retirement_record_unavailable"]) == (1, 1), first
+        assert not exists(direct_s3, log.identity)  # deleted, but not yet recorded
+        assert _tombstones(pg_db) == {}
+        ((_, state, failures, failure, later, owner, _),) = _controls(pg_db)
+        assert (state, failures, failure, later, owner) == (
+            "pending", 1, "retirement_record_unavailable", True, None)
+        with pg_db.connect() as conn, conn.transaction():
+            apply_runtime_grants(conn, pg_db.runtime_role)
+            make_due(conn)
+        second = sweeper.run_once()
+        assert (second.claimed, second["already_absent"]) == (1, 1), second
+    finally:
+        pool.close()
+    assert _tombstones(pg_db) == {log.attempt_id: "already_absent"}
+    assert _controls(pg_db) == []
