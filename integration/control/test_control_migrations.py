@@ -19,6 +19,9 @@ from qinglong.control.readiness import readiness
 from qinglong.shared.digest import sha256_hex
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
+NEXT = m.EXPECTED_MIGRATION_COUNT + 1  # the first sequence number a newer release would use
+EXPAND = f"{NEXT:04d}-future-expand.sql"
+CONTRACT = f"{NEXT + 1:04d}-future-contract.sql"
 
 
 def test_reviewed_cap_pins_the_file_count_and_the_last_checksum() -> None:
@@ -38,10 +41,10 @@ def test_every_migration_declares_whether_it_is_additive() -> None:
 def test_a_file_added_without_moving_the_cap_fails_closed(tmp_path: Path) -> None:
     for file in m.load_migration_files():
         (tmp_path / file.name).write_text(file.sql)
-    (tmp_path / "0003-extra.sql").write_text("-- additive: true\nSELECT 1;\n")
+    (tmp_path / f"{NEXT:04d}-extra.sql").write_text("-- additive: true\nSELECT 1;\n")
     with pytest.raises(MigrationCapError):
         m.check_reviewed_cap(m.load_migration_files(tmp_path))
-    (tmp_path / "0004-nohdr.sql").write_text("SELECT 1;\n")
+    (tmp_path / f"{NEXT + 1:04d}-nohdr.sql").write_text("SELECT 1;\n")
     with pytest.raises(MigrationCapError):
         m.load_migration_files(tmp_path)
 
@@ -98,7 +101,7 @@ def _append_ledger(conn: psycopg.Connection[object], name: str, additive: bool) 
 
 def test_a_schema_ahead_by_additive_migrations_is_accepted(pg_db: PgDb) -> None:
     with pg_db.connect() as conn:
-        _append_ledger(conn, "0003-future-expand.sql", True)
+        _append_ledger(conn, EXPAND, True)
         role = pg_db.runtime_role
         conn.execute(f'CREATE TABLE future (x int); GRANT SELECT ON future TO "{role}"')
         result = m.migrate(conn, runtime_role=pg_db.runtime_role)
@@ -106,15 +109,15 @@ def test_a_schema_ahead_by_additive_migrations_is_accepted(pg_db: PgDb) -> None:
                             (role,)).fetchone()
         assert held == (True,)  # an old replica's migrate leaves the newer grants alone
         verdict = readiness(conn, runtime_role=pg_db.runtime_role)
-    assert result.ahead == ("0003-future-expand.sql",)
+    assert result.ahead == (EXPAND,)
     assert verdict.ready, verdict
-    assert verdict.ahead == ("0003-future-expand.sql",)
+    assert verdict.ahead == (EXPAND,)
 
 
 def test_a_non_additive_migration_ahead_of_the_code_is_refused(pg_db: PgDb) -> None:
     with pg_db.connect() as conn:
-        _append_ledger(conn, "0003-future-expand.sql", True)
-        _append_ledger(conn, "0004-future-contract.sql", False)
+        _append_ledger(conn, EXPAND, True)
+        _append_ledger(conn, CONTRACT, False)
         with pytest.raises(SchemaNewerThanCodeError):
             m.migrate(conn, runtime_role=pg_db.runtime_role)
         verdict = readiness(conn, runtime_role=pg_db.runtime_role)

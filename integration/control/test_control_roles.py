@@ -118,7 +118,9 @@ def test_cli_migrate_and_readiness(empty_db: PgDb) -> None:
     assert json.loads(before.stdout)["reason"] == "migration_pending"
     done = subprocess.run([QL3, "control", "migrate", *args],
                           capture_output=True, text=True, timeout=60, check=True)
-    assert "applied 2" in done.stdout
+    from qinglong.control.db.migrations import EXPECTED_MIGRATION_COUNT
+
+    assert f"applied {EXPECTED_MIGRATION_COUNT}" in done.stdout
     after = subprocess.run([QL3, "control", "readiness", *args, "--json"],
                            capture_output=True, text=True, timeout=60, check=False)
     assert after.returncode == 0, after.stderr

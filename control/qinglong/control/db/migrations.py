@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     import psycopg
 
 # ADR-0379 §阶段验收: the reviewed hard cap moves exactly, one migration at a time.
-EXPECTED_MIGRATION_COUNT = 2
-EXPECTED_LAST_SHA256 = "57403ca0a2b1ed4e5239f500e876f2720491968c17e26684a0050a4a546fdb1b"
+EXPECTED_MIGRATION_COUNT = 3
+EXPECTED_LAST_SHA256 = "13af373116000787fd0ef0af3426fc472259402b29cd3184ae3e390c09559e81"
 
 LEDGER_TABLE = "ql3_migration_ledger"
 ADVISORY_LOCK_KEY = 0x716C335F6D6967  # "ql3_mig": one key for every replica and release

@@ -30,6 +30,7 @@ RUNTIME_GRANTS: dict[str, frozenset[str]] = {
     "run_attempt_log_artifacts": frozenset({"SELECT", "INSERT"}),
     "run_attempt_log_retention_controls": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
     "run_attempt_log_artifact_tombstones": frozenset({"SELECT", "INSERT"}),
+    "run_attempt_log_retention_candidates": frozenset({"SELECT"}),  # a view (0003)
     "ql3_migration_ledger": frozenset({"SELECT"}),
 }
 

@@ -1,27 +1,14 @@
 -- Run Attempt log retention (ADR-0379 §2–§4; DESIGN.md §4.3). Times come from now() only.
 
 -- enroll_run --
--- Enroll the log of every eligible attempt of one run that just became terminal
+-- Enroll the log of every candidate attempt of one run that just became terminal
 INSERT INTO run_attempt_log_retention_controls (
     attempt_id, project_id, run_id, artifact_id, bucket, object_key, version_id, size_bytes,
     sha256, content_type, eligible_at, due_at)
-SELECT a.id, r.project_id, r.id, la.id, la.bucket, la.object_key, la.version_id, la.size_bytes,
-       la.sha256, la.content_type,
-       greatest(r.finished_at, a.finished_at) + make_interval(secs => t.log_retention_s),
-       greatest(r.finished_at, a.finished_at) + make_interval(secs => t.log_retention_s)
-FROM runs r
-JOIN tasks t ON t.id = r.task_id
-JOIN attempts a ON a.run_id = r.id
-JOIN run_attempt_log_artifacts la ON la.attempt_id = a.id
-WHERE r.id = %(run_id)s
-  AND r.owner = 'runtime'
-  AND r.status IN ('succeeded', 'failed', 'cancelled', 'timed_out')
-  AND r.finished_at IS NOT NULL
-  AND a.executor = 'remote_worker'
-  AND a.status IN ('succeeded', 'failed', 'cancelled', 'timed_out')
-  AND a.finished_at IS NOT NULL
-  AND la.id = 'wlog-' || a.id::text AND la.run_id = r.id AND la.project_id = r.project_id
-  AND NOT EXISTS (SELECT 1 FROM run_attempt_log_artifact_tombstones tb WHERE tb.attempt_id = a.id)
+SELECT k.attempt_id, k.project_id, k.run_id, k.artifact_id, k.bucket, k.object_key,
+       k.version_id, k.size_bytes, k.sha256, k.content_type, k.eligible_at, k.eligible_at
+FROM run_attempt_log_retention_candidates k
+WHERE k.run_id = %(run_id)s
 ON CONFLICT (attempt_id) DO NOTHING
 
 -- enroll_sweep --
@@ -29,24 +16,12 @@ ON CONFLICT (attempt_id) DO NOTHING
 INSERT INTO run_attempt_log_retention_controls (
     attempt_id, project_id, run_id, artifact_id, bucket, object_key, version_id, size_bytes,
     sha256, content_type, eligible_at, due_at)
-SELECT a.id, r.project_id, r.id, la.id, la.bucket, la.object_key, la.version_id, la.size_bytes,
-       la.sha256, la.content_type,
-       greatest(r.finished_at, a.finished_at) + make_interval(secs => t.log_retention_s),
-       greatest(r.finished_at, a.finished_at) + make_interval(secs => t.log_retention_s)
-FROM attempts a
-JOIN runs r ON r.id = a.run_id
-JOIN tasks t ON t.id = r.task_id
-JOIN run_attempt_log_artifacts la ON la.attempt_id = a.id
-WHERE a.executor = 'remote_worker'
-  AND a.status IN ('succeeded', 'failed', 'cancelled', 'timed_out')
-  AND a.finished_at IS NOT NULL
-  AND r.owner = 'runtime'
-  AND r.status IN ('succeeded', 'failed', 'cancelled', 'timed_out')
-  AND r.finished_at IS NOT NULL
-  AND la.id = 'wlog-' || a.id::text AND la.run_id = r.id AND la.project_id = r.project_id
-  AND NOT EXISTS (SELECT 1 FROM run_attempt_log_retention_controls c WHERE c.attempt_id = a.id)
-  AND NOT EXISTS (SELECT 1 FROM run_attempt_log_artifact_tombstones tb WHERE tb.attempt_id = a.id)
-ORDER BY a.finished_at
+SELECT k.attempt_id, k.project_id, k.run_id, k.artifact_id, k.bucket, k.object_key,
+       k.version_id, k.size_bytes, k.sha256, k.content_type, k.eligible_at, k.eligible_at
+FROM run_attempt_log_retention_candidates k
+WHERE NOT EXISTS (SELECT 1 FROM run_attempt_log_retention_controls c
+                  WHERE c.attempt_id = k.attempt_id)
+ORDER BY k.attempt_finished_at
 LIMIT %(limit)s
 ON CONFLICT (attempt_id) DO NOTHING
 
