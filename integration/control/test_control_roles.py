@@ -75,12 +75,14 @@ def test_runtime_role_can_insert_and_read_tombstones_and_use_controls(pg_db: PgD
 
 
 def test_readiness_is_ready_and_lists_degraded_capabilities(pg_db: PgDb) -> None:
-    probes = [lambda: CapabilityStatus("object_store", "degraded", "object_store_unsafe")]
+    probes = [lambda: CapabilityStatus("object_store", "degraded", "object_store_unsafe",
+                                       "DELETE with a wrong If-Match succeeded")]
     with pg_db.connect() as conn:
         verdict = readiness(conn, runtime_role=pg_db.runtime_role, capabilities=probes)
     assert verdict.ready and verdict.reason is None
     assert verdict.to_json()["degraded"] == [
-        {"capability": "object_store", "reason": "object_store_unsafe"}
+        {"capability": "object_store", "reason": "object_store_unsafe",
+         "detail": "DELETE with a wrong If-Match succeeded"}
     ]
 
 

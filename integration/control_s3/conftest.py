@@ -40,6 +40,7 @@ _s3 = _load("ql3_sweep_s3_fixtures", _TIER / "s3" / "conftest.py")
 
 pg_template = _pg.pg_template
 pg_db = _pg.pg_db
+empty_db = _pg.empty_db
 moto_endpoint = _s3.moto_endpoint
 proxy = _s3.proxy
 s3 = _s3.s3

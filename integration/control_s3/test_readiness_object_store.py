@@ -45,10 +45,12 @@ def test_a_store_that_ignores_if_match_is_ready_but_degraded(
     out = _readiness(pg_db, proxy.endpoint, bucket, "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["degraded"] == [
-        {"capability": "object_store", "reason": "object_store_unsafe"}]
+        {"capability": "object_store", "reason": "object_store_unsafe",
+         "detail": "DELETE with a wrong If-Match succeeded"}]
     text = _readiness(pg_db, proxy.endpoint, bucket)
-    assert (text.returncode, text.stdout.strip()) == (
-        0, "ready; degraded: object_store (object_store_unsafe)")
+    assert (text.returncode, text.stdout.strip()) == (0, "ready; degraded: object_store "
+                                                         "(object_store_unsafe: DELETE with a"
+                                                         " wrong If-Match succeeded)")
 
 
 @pytest.mark.parametrize("broken", ["5xx", "refused"])

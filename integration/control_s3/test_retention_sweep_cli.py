@@ -25,8 +25,9 @@ ENV = dict(os.environ, AWS_ACCESS_KEY_ID=CREDS["aws_access_key_id"],
            AWS_SECRET_ACCESS_KEY=CREDS["aws_secret_access_key"], AWS_DEFAULT_REGION="us-east-1")
 
 
-def _args(pg_db: PgDb, proxy: Any, bucket: str) -> list[str]:
-    runtime = pg_db.url + "?options=" + urllib.parse.quote(f"-c role={pg_db.runtime_role}")
+def _args(pg_db: PgDb, proxy: Any, bucket: str, *, as_owner: bool = False) -> list[str]:
+    runtime = pg_db.url + ("" if as_owner else "?options=" + urllib.parse.quote(
+        f"-c role={pg_db.runtime_role}"))
     return [QL3, "control", "retention", "sweep", "--database-url", runtime, "--log-bucket",
             bucket, "--s3-endpoint", proxy.endpoint, "--replica-id", "cli-test"]
 
@@ -77,5 +78,40 @@ def test_sweep_runs_until_sigterm_and_drains(
             proc.kill()
             proc.wait()
     assert proc.returncode == 0, stderr
-    assert "sweeping as cli-test/" in stdout and "drained" in stdout
+    lines = stdout.splitlines()
+    assert lines[0].startswith("sweeping as cli-test/") and lines[0].endswith("store safe")
+    assert lines[-1].startswith("stopped: the sweep in flight finished its current row")
+    assert sum(int(line.split("deleted=")[1]) for line in lines[1:-1]) == len(logs)
     assert set(_tombstones(pg_db).values()) == {"deleted"}
+
+
+def test_sweep_refuses_an_unmigrated_database_and_an_unavailable_store(
+        empty_db: PgDb, pg_db: PgDb, proxy: Any, make_bucket: Callable[[bool], str]) -> None:
+    bucket = make_bucket(False)
+    before = subprocess.run([*_args(empty_db, proxy, bucket, as_owner=True), "--once"], env=ENV,
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert before.returncode == 1 and before.stdout == ""
+    assert before.stderr.strip().endswith("(run `ql3 control migrate`)"), before.stderr
+    assert "migration_pending" in before.stderr and "Traceback" not in before.stderr
+    proxy.set(fail={"PUT": 503})
+    down = subprocess.run([*_args(pg_db, proxy, bucket), "--once", "--json"], env=ENV,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert down.returncode == 1, down.stderr
+    report = json.loads(down.stdout)
+    assert (report["object_store"], report["claimed"], report["counts"]) == (
+        "unavailable", 0, {"object_store_unavailable": 1})
+    assert "object store unavailable: canary PUT failed: HTTP 503" in down.stderr
+
+
+@pytest.mark.parametrize(("args", "field"), [
+    (["--interval-s", "inf"], "--interval-s"), (["--log-bucket", " "], "--log-bucket"),
+    (["--replica-id", ""], "--replica-id"), (["--s3-endpoint", "not-a-url"], "--s3-endpoint"),
+])
+def test_sweep_rejects_bad_options_before_connecting(
+        args: list[str], field: str) -> None:
+    base = [QL3, "control", "retention", "sweep", "--database-url",
+            "postgresql://nobody:pw@127.0.0.1:1/none", "--log-bucket", "b", "--once"]
+    out = subprocess.run([*base, *args], env=ENV, capture_output=True, text=True, timeout=60,
+                         check=False)
+    assert out.returncode == 2, out.stderr
+    assert field in out.stderr and "Traceback" not in out.stderr

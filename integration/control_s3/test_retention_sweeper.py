@@ -293,3 +293,41 @@ def test_a_failed_tombstone_write_is_retirement_record_unavailable_then_healed_f
         pool.close()
     assert _tombstones(pg_db) == {log.attempt_id: "already_absent"}
     assert _controls(pg_db) == []
+
+
+def test_an_unavailable_store_claims_nothing_and_is_probed_again(
+        pg_db: PgDb, direct_s3: Any, make_bucket: Callable[[bool], str],
+        make_sweeper: MakeSweeper, proxy: Any) -> None:
+    bucket = make_bucket(False)
+    with pg_db.connect() as conn:
+        logs = seed_logs(conn, direct_s3, bucket, 3)
+    sweeper = make_sweeper(bucket, Config(lease_s=30, budget_s=20, stop_budget_s=5,
+                                          probe_interval_s=0.05))
+    proxy.set(fail={"PUT": 503})
+    down = sweeper.run_once()
+    assert (down.claimed, dict(down.counts)) == (0, {"object_store_unavailable": 1})
+    assert sweeper.verdict is not None and sweeper.verdict.status == "unavailable"
+    assert [c[1:6] for c in _controls(pg_db)] == [("pending", 0, None, False, None)] * 3
+    proxy.set()
+    time.sleep(0.1)
+    up = sweeper.run_once()
+    assert (up.claimed, up["deleted"], sweeper.verdict.status) == (3, 3, "safe")
+    assert _tombstones(pg_db) == {log.attempt_id: "deleted" for log in logs}
+
+
+def test_an_outage_mid_sweep_ends_it_after_two_rows_and_pauses_claims(
+        pg_db: PgDb, direct_s3: Any, make_bucket: Callable[[bool], str],
+        make_sweeper: MakeSweeper, proxy: Any) -> None:
+    bucket = make_bucket(True)
+    with pg_db.connect() as conn:
+        seed_logs(conn, direct_s3, bucket, 6)
+    sweeper = make_sweeper(bucket)
+    assert sweeper.probe().status == "safe"
+    proxy.set(fail={"HEAD": 503, "PUT": 503, "DELETE": 503})
+    first = sweeper.run_once()
+    assert (first.claimed, first["artifact_unavailable"], first["left_leased"]) == (6, 2, 4)
+    states = sorted((failures, owner is None) for _, _, failures, _, _, owner, _
+                    in _controls(pg_db))
+    assert states == [(0, False)] * 4 + [(1, True)] * 2  # only two rows count a failure
+    second = sweeper.run_once()  # re-probes at once: still down, so no claim
+    assert (second.claimed, dict(second.counts)) == (0, {"object_store_unavailable": 1})

@@ -2,40 +2,85 @@
 
 Resolved lazily by the ``ql3`` root (by module name), and itself imports psycopg only inside
 commands, so ``ql3 --help`` and every ``ql3 local`` command load no cluster library.
+Malformed input exits 2 before any connection; a database or object store that fails exits 1
+with one redacted line (``cli_errors.py``), never a traceback.
 """
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
+from qinglong.control.cli_errors import checked_database_url, external_error
 from qinglong.control.db.roles import DEFAULT_RUNTIME_ROLE
 
+
+def _check_url(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str:
+    return checked_database_url(value)
+
+
 _url = click.option(
-    "--database-url", envvar="QL3_DATABASE_URL", required=True,
-    help="PostgreSQL URL (env QL3_DATABASE_URL).",
+    "--database-url", envvar="QL3_DATABASE_URL", required=True, callback=_check_url,
+    help="PostgreSQL URL, postgresql://... (env QL3_DATABASE_URL).",
 )
 _role = click.option(
     "--runtime-role", envvar="QL3_RUNTIME_ROLE", default=DEFAULT_RUNTIME_ROLE,
     show_default=True, help="The least-privilege role the control service runs as.",
 )
 _json = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+_endpoint = click.option(
+    "--s3-endpoint", envvar="QL3_S3_ENDPOINT", default=None,
+    help="S3-compatible endpoint URL, http(s)://host:port (env QL3_S3_ENDPOINT); default AWS.")
 
 
-@click.group()
+class _ControlGroup(click.Group):
+    """Maps psycopg/botocore exceptions of any subcommand to one typed, redacted line."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except Exception as exc:
+            mapped = external_error(exc)
+            if mapped is None:
+                raise
+            raise mapped from None
+
+
+@click.group(cls=_ControlGroup)
 def control() -> None:
     """The cluster control plane: PostgreSQL authority and log retention."""
+
+
+def _s3_client(endpoint: str | None) -> Any:
+    """A boto3 client for ``endpoint``; ValidationError (exit 2) for a malformed URL."""
+    import urllib.parse
+
+    from qinglong.shared.errors import ValidationError
+
+    if endpoint is not None:
+        parts = urllib.parse.urlsplit(endpoint)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValidationError("--s3-endpoint", "must be an http:// or https:// URL")
+    from qinglong.control.retention.objects import make_client
+
+    return make_client(endpoint, timeout_s=5)
 
 
 @control.command()
 @_url
 @_role
 def migrate(database_url: str, runtime_role: str) -> None:
-    """Apply pending migrations under an advisory lock and set the runtime role's grants."""
+    """Apply pending migrations under an advisory lock and set the runtime role's grants.
+
+    Run it as the migration owner. The runtime role must be another, non-superuser role
+    that owns nothing here (exit 2 otherwise)."""
     from qinglong.control.db.migrations import migrate as run_migrate
     from qinglong.control.db.pool import connect
+    from qinglong.control.db.roles import validate_role_name
 
+    validate_role_name(runtime_role)
     with connect(database_url) as conn:
         result = run_migrate(conn, runtime_role=runtime_role)
     click.echo(f"applied {len(result.applied)} migration(s): {', '.join(result.applied) or '-'}")
@@ -50,8 +95,7 @@ def migrate(database_url: str, runtime_role: str) -> None:
               help="Also check the log bucket's object store (env QL3_LOG_BUCKET): a canary "
                    "PUT and a DELETE with a wrong If-Match. Credentials come from the usual "
                    "AWS_* environment.")
-@click.option("--s3-endpoint", envvar="QL3_S3_ENDPOINT", default=None,
-              help="S3-compatible endpoint URL (env QL3_S3_ENDPOINT); default AWS.")
+@_endpoint
 @_json
 def readiness(database_url: str, runtime_role: str, log_bucket: str | None,
               s3_endpoint: str | None, as_json: bool) -> None:
@@ -64,20 +108,21 @@ def readiness(database_url: str, runtime_role: str, log_bucket: str | None,
     from qinglong.control.db.pool import connect
     from qinglong.control.readiness import CapabilityProbe
     from qinglong.control.readiness import readiness as check
+    from qinglong.shared.errors import ValidationError
 
+    if s3_endpoint and not log_bucket:
+        raise ValidationError("--s3-endpoint", "needs --log-bucket (the bucket to check)")
     probes: list[CapabilityProbe] = []
     if log_bucket:
-        from qinglong.control.retention.objects import make_client
         from qinglong.control.retention.probe import object_store_capability
 
-        probes.append(object_store_capability(make_client(s3_endpoint, timeout_s=5),
-                                              log_bucket))
+        probes.append(object_store_capability(_s3_client(s3_endpoint), log_bucket))
     with connect(database_url) as conn:
         verdict = check(conn, runtime_role=runtime_role, capabilities=probes)
     if as_json:
         click.echo(json.dumps(verdict.to_json(), sort_keys=True))
     elif verdict.ready:
-        degraded = ", ".join(f"{c.name} ({c.reason})" for c in verdict.degraded)
+        degraded = ", ".join(f"{c.name} ({c.reason}: {c.detail})" for c in verdict.degraded)
         click.echo(f"ready; degraded: {degraded}" if degraded else "ready")
     if not verdict.ready:
         from qinglong.control.errors import NotReadyError
@@ -85,9 +130,22 @@ def readiness(database_url: str, runtime_role: str, log_bucket: str | None,
         raise NotReadyError(f"not ready: {verdict.reason} ({verdict.detail})")
 
 
-@control.group()
+@control.group(cls=_ControlGroup)
 def retention() -> None:
     """Run Attempt log retention (ADR-0379)."""
+
+
+def _require_schema(conn: Any) -> None:
+    """NotReadyError unless the ledger matches this code (the ledger part of readiness)."""
+    from qinglong.control.readiness import schema_readiness
+
+    with conn.transaction():
+        verdict = schema_readiness(conn)
+    if not verdict.ready:
+        from qinglong.control.errors import NotReadyError
+
+        hint = " (run `ql3 control migrate`)" if verdict.reason == "migration_pending" else ""
+        raise NotReadyError(f"not ready: {verdict.reason} ({verdict.detail}){hint}")
 
 
 @retention.command()
@@ -99,6 +157,7 @@ def status(database_url: str, as_json: bool) -> None:
     from qinglong.control.retention.admin import retention_status
 
     with connect(database_url) as conn:
+        _require_schema(conn)
         out = retention_status(conn)
     if as_json:
         click.echo(json.dumps(out, sort_keys=True))
@@ -114,11 +173,23 @@ def status(database_url: str, as_json: bool) -> None:
 @_url
 @click.argument("attempt_ids", nargs=-1, required=True)
 def retry(database_url: str, attempt_ids: tuple[str, ...]) -> None:
-    """Make manual (or failed, unleased) controls due now with a reset failure count."""
+    """Make manual (or failed, unleased) controls due now with a reset failure count.
+
+    Prints each attempt id it changed; exits 1 naming the ids it left alone (unknown,
+    already retired, or under a live lease)."""
     from qinglong.control.db.pool import connect
     from qinglong.control.retention.admin import retention_retry
+    from qinglong.shared.errors import ValidationError
+    from qinglong.shared.ids import validate_uuid7
 
+    for position, attempt_id in enumerate(attempt_ids, 1):
+        try:
+            validate_uuid7(attempt_id, "attempt_id")
+        except ValidationError:
+            raise ValidationError("ATTEMPT_ID", f"argument {position} is not a UUIDv7 "
+                                                "attempt id") from None
     with connect(database_url) as conn:
+        _require_schema(conn)
         changed = retention_retry(conn, list(attempt_ids))
     for attempt_id in changed:
         click.echo(attempt_id)
@@ -129,13 +200,21 @@ def retry(database_url: str, attempt_ids: tuple[str, ...]) -> None:
         raise RetryRefusedError(f"not retried (unknown, retired or leased): {' '.join(missing)}")
 
 
+def _sweep_line(result: Any, as_json: bool, **extra: Any) -> str:
+    if as_json:
+        return json.dumps({**extra, "claimed": result.claimed, "counts": dict(result.counts),
+                           "elapsed_s": round(result.elapsed_s, 3)}, sort_keys=True)
+    counts = " ".join(f"{k}={v}" for k, v in sorted(result.counts.items()))
+    store = f"object store {extra['object_store']}; " if "object_store" in extra else ""
+    return f"{store}claimed {result.claimed}" + (f": {counts}" if counts else "")
+
+
 @retention.command()
 @_url
 @click.option("--log-bucket", envvar="QL3_LOG_BUCKET", required=True,
               help="Bucket of the If-Match probe's canary (env QL3_LOG_BUCKET). Credentials "
                    "come from the usual AWS_* environment.")
-@click.option("--s3-endpoint", envvar="QL3_S3_ENDPOINT", default=None,
-              help="S3-compatible endpoint URL (env QL3_S3_ENDPOINT); default AWS.")
+@_endpoint
 @click.option("--replica-id", envvar="QL3_REPLICA_ID", default=None,
               help="This replica's id (env QL3_REPLICA_ID; default the host name). A random "
                    "incarnation is added per process.")
@@ -144,61 +223,73 @@ def retry(database_url: str, attempt_ids: tuple[str, ...]) -> None:
               help="Rows claimed per sweep (ADR-0379 §4: at most 16).")
 @click.option("--lease-s", type=click.FloatRange(5, 300), default=60.0, show_default=True,
               help="Claim lease in seconds (5..300).")
-@click.option("--interval-s", type=click.FloatRange(min=0.01), default=5.0,
-              show_default=True, help="Pause between sweeps in seconds.")
+@click.option("--interval-s", type=click.FloatRange(0.01, 3600), default=5.0,
+              show_default=True, help="Pause between sweeps in seconds (0.01..3600).")
 @_json
 def sweep(database_url: str, log_bucket: str, s3_endpoint: str | None,
           replica_id: str | None, once: bool, claims: int, lease_s: float,
           interval_s: float, as_json: bool) -> None:
     """Retire due Run Attempt logs: claim, HEAD, exact delete, tombstone (ADR-0379 §3–§4).
 
-    Without --once it sweeps until SIGTERM or SIGINT, then lets the sweep in flight finish
-    its current row within the stop budget (exit 1 if it could not) and exits 0.
+    Connect with the runtime role's URL. Refuses to start unless the schema is migrated for
+    this code. While the object store is unavailable it claims nothing and re-probes.
+    Without --once it sweeps until SIGTERM or SIGINT, printing a line per busy sweep; a
+    signal lets the sweep in flight finish its current row (rows it had not reached stay
+    leased until their lease ends). Exit 1 if the store is unavailable (--once) or the stop
+    budget ran out.
     """
     import signal
     import socket
-    import threading
+    import time
 
-    from qinglong.control.db.pool import open_pool
+    from qinglong.control.db.pool import connect, open_pool
+    from qinglong.control.errors import DrainTimeoutError, ObjectStoreUnavailableError
     from qinglong.control.retention.claims import process_owner
-    from qinglong.control.retention.objects import make_client
     from qinglong.control.retention.sweeper import RunAttemptLogRetentionSweeper
+    from qinglong.shared.errors import ValidationError
 
+    if not log_bucket.strip():
+        raise ValidationError("--log-bucket", "is empty")
+    if replica_id is not None and not replica_id.strip():
+        raise ValidationError("--replica-id", "is empty")
+    client = _s3_client(s3_endpoint)
     config = RunAttemptLogRetentionSweeper.Config(
         claims_per_sweep=claims, deletes_per_sweep=claims, lease_s=lease_s,
         budget_s=min(20.0, lease_s / 2), interval_s=interval_s)
     owner = process_owner(replica_id or socket.gethostname())
+    with connect(database_url) as conn:  # a clear error before the pool starts retrying
+        _require_schema(conn)
     pool = open_pool(database_url, min_size=1, max_size=2)
     try:
-        sweeper = RunAttemptLogRetentionSweeper(
-            pool.connection, make_client(s3_endpoint), owner, probe_bucket=log_bucket,
-            config=config)
-        if once:
-            verdict = sweeper.probe()
-            result = sweeper.run_once()
-            out = {"owner": str(owner), "object_store": verdict.status,
-                   "claimed": result.claimed, "counts": dict(result.counts),
-                   "elapsed_s": round(result.elapsed_s, 3)}
-            if as_json:
-                click.echo(json.dumps(out, sort_keys=True))
-            else:
-                counts = " ".join(f"{k}={v}" for k, v in sorted(result.counts.items()))
-                click.echo(f"object store {verdict.status}; claimed {result.claimed}"
-                           + (f": {counts}" if counts else ""))
-            return
-        stop = threading.Event()
+        sweeper = RunAttemptLogRetentionSweeper(pool.connection, client, owner,
+                                                probe_bucket=log_bucket, config=config)
         for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, lambda *_: stop.set())
+            signal.signal(signum, lambda *_: sweeper.request_stop())
+        if once:
+            result = sweeper.run_once()
+            verdict = sweeper.verdict
+            store = verdict.status if verdict else "unknown"
+            click.echo(_sweep_line(result, as_json, owner=str(owner), object_store=store))
+            if store == "unavailable":
+                raise ObjectStoreUnavailableError(
+                    f"object store unavailable: {verdict.reason if verdict else '-'}")
+            return
+        sweeper.on_sweep = lambda result: click.echo(_sweep_line(result, as_json))
         sweeper.start()
-        click.echo(f"sweeping as {owner}; object store {sweeper.verdict.status}"
-                   if sweeper.verdict else f"sweeping as {owner}")
-        while not stop.wait(0.5):
-            pass
-        if not sweeper.stop():
-            from qinglong.control.errors import DrainTimeoutError
-
+        verdict = sweeper.verdict
+        started = {"event": "started", "owner": str(owner),
+                   "object_store": verdict.status if verdict else "unknown"}
+        click.echo(json.dumps(started, sort_keys=True) if as_json else
+                   f"sweeping as {owner}; object store {started['object_store']}")
+        while sweeper.running() and not sweeper.stop_requested():
+            time.sleep(0.2)
+        drained = sweeper.stop()
+        stopped = {"event": "stopped", "drained": drained}
+        click.echo(json.dumps(stopped, sort_keys=True) if as_json else
+                   "stopped: the sweep in flight finished its current row; rows it had not "
+                   "reached stay leased until their lease ends")
+        if not drained:
             raise DrainTimeoutError(f"the running sweep did not drain within "
                                     f"{config.stop_budget_s:g} s; its rows stay leased")
-        click.echo("stopped: the running sweep drained")
     finally:
         pool.close()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from qinglong.shared.errors import QinglongError
+from qinglong.shared.errors import QinglongError, ValidationError
 
 
 class ControlSchemaError(QinglongError):
@@ -25,6 +25,12 @@ class RuntimeRoleError(QinglongError):
     """The runtime role name is invalid, or its grants are not exactly the reviewed set."""
 
 
+class RuntimeRoleRefusedError(ValidationError, RuntimeRoleError):
+    """The runtime role given is malformed, or one that must not get the runtime grants:
+    the connecting (owner) role, a superuser, or a role owning objects in ``public``
+    (exit 2: bad input)."""
+
+
 class FenceMismatchError(QinglongError):
     """A claim's owner, token, version, lease, status or identity no longer holds; no change."""
 
@@ -40,3 +46,12 @@ class RetryRefusedError(QinglongError):
 class DrainTimeoutError(QinglongError):
     """``ql3 control retention sweep`` did not drain its running sweep within the stop budget
     (unreached rows stay leased and are settled after their lease expires)."""
+
+
+class DatabaseUnavailableError(QinglongError):
+    """PostgreSQL refused or failed a command's work (connect, permission, missing schema).
+    The message is one line with the server's reason and never the URL or its password."""
+
+
+class ObjectStoreUnavailableError(QinglongError):
+    """The S3-compatible store could not be used (unreachable, no credentials, no bucket)."""

@@ -24,11 +24,13 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class CapabilityStatus:
-    """One capability's state; ``reason`` names why it is degraded or unavailable."""
+    """One capability's state; ``reason`` names why it is degraded or unavailable (a stable
+    code), ``detail`` says what was seen (short, secret-free)."""
 
     name: str
     state: Literal["ok", "degraded", "unavailable"]
     reason: str | None = None
+    detail: str | None = None
 
 
 CapabilityProbe = Callable[[], CapabilityStatus]
@@ -48,9 +50,32 @@ class Readiness:
         """JSON shape of ``ql3 control readiness --json`` and ``/readyz``."""
         return {
             "ready": self.ready, "reason": self.reason, "detail": self.detail,
-            "degraded": [{"capability": c.name, "reason": c.reason} for c in self.degraded],
+            "degraded": [{"capability": c.name, "reason": c.reason, "detail": c.detail}
+                         for c in self.degraded],
             "schema_ahead_by": list(self.ahead),
         }
+
+
+MAX_PROBLEMS_SHOWN = 5
+
+
+def schema_readiness(conn: psycopg.Connection[Any]) -> Readiness:
+    """The ledger part of readiness alone: ready (with ``ahead``), or ``migration_pending``,
+    ``migration_checksum_mismatch`` or ``schema_newer_than_code``. Reads the ledger only; the
+    runtime-role check is not made. Commands that use the schema (``retention sweep``) call
+    it before their first claim."""
+    files = load_migration_files()
+    ledger = read_ledger(conn)
+    if ledger is None or len(ledger) < len(files):
+        done = 0 if ledger is None else len(ledger)
+        return Readiness(False, "migration_pending", f"{done} of {len(files)} applied")
+    try:
+        ahead = compare_ledger(files, ledger)
+    except MigrationChecksumError as exc:
+        return Readiness(False, "migration_checksum_mismatch", str(exc))
+    except SchemaNewerThanCodeError as exc:
+        return Readiness(False, "schema_newer_than_code", str(exc))
+    return Readiness(True, ahead=ahead)
 
 
 def readiness(
@@ -65,27 +90,24 @@ def readiness(
     own failure as ``unavailable`` (reason defaults to ``<name>_unavailable``). ``conn`` may
     be any role that can read the catalog and the ledger; it must be idle.
     """
-    files = load_migration_files()
     with conn.transaction():
-        ledger = read_ledger(conn)
-        if ledger is None or len(ledger) < len(files):
-            done = 0 if ledger is None else len(ledger)
-            return Readiness(False, "migration_pending", f"{done} of {len(files)} applied")
-        try:
-            ahead = compare_ledger(files, ledger)
-        except MigrationChecksumError as exc:
-            return Readiness(False, "migration_checksum_mismatch", str(exc))
-        except SchemaNewerThanCodeError as exc:
-            return Readiness(False, "schema_newer_than_code", str(exc))
+        schema = schema_readiness(conn)
+        if not schema.ready:
+            return schema
+        ahead = schema.ahead
         problems = runtime_role_problems(conn, runtime_role, tolerate_unknown_tables=bool(ahead))
     if problems:
-        return Readiness(False, "runtime_role_invalid", "; ".join(problems), ahead=ahead)
+        shown = "; ".join(problems[:MAX_PROBLEMS_SHOWN])
+        more = len(problems) - MAX_PROBLEMS_SHOWN
+        return Readiness(False, "runtime_role_invalid",
+                         shown + (f"; and {more} more" if more > 0 else ""), ahead=ahead)
     degraded: list[CapabilityStatus] = []
     for probe in capabilities:
         status = probe()
         if status.state == "unavailable":
             return Readiness(False, status.reason or f"{status.name}_unavailable",
-                             status.name, tuple(degraded), ahead)
+                             f"{status.name}: {status.detail}" if status.detail
+                             else status.name, tuple(degraded), ahead)
         if status.state == "degraded":
             degraded.append(status)
     return Readiness(True, degraded=tuple(degraded), ahead=ahead)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from qinglong.control.errors import RuntimeRoleError
+from qinglong.control.errors import RuntimeRoleRefusedError
 
 if TYPE_CHECKING:
     import psycopg
@@ -36,21 +36,47 @@ RUNTIME_GRANTS: dict[str, frozenset[str]] = {
 
 
 def validate_role_name(role: str) -> str:
-    """Return ``role`` if it is a plain lowercase identifier (≤ 63 bytes); else RuntimeRoleError."""
+    """Return ``role`` if it is a plain lowercase identifier (≤ 63 bytes); else
+    RuntimeRoleRefusedError (a RuntimeRoleError and a ValidationError: exit 2)."""
     if not _ROLE_NAME.match(role):
-        raise RuntimeRoleError(f"invalid runtime role name {role!r}")
+        raise RuntimeRoleRefusedError(
+            "--runtime-role", "must be a lowercase identifier: a-z, 0-9, _ (at most 63)")
     return role
+
+
+def refuse_unfit_runtime_role(conn: psycopg.Connection[Any], role: str) -> None:
+    """RuntimeRoleRefusedError when ``role`` is the connecting role, a superuser, or owns
+    objects in ``public``: revoking "everything else" from it would strip the owner's own
+    rights and break every later migrate (DESIGN.md §4.1: the runtime role is not the
+    owner)."""
+    row = conn.execute(
+        "SELECT %(role)s IN (current_user, session_user),"
+        " coalesce((SELECT rolsuper FROM pg_roles WHERE rolname = %(role)s), false),"
+        " EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        "         JOIN pg_roles r ON r.oid = c.relowner"
+        "         WHERE n.nspname = 'public' AND r.rolname = %(role)s)",
+        {"role": role},
+    ).fetchone()
+    assert row is not None
+    same, superuser, owner = row
+    why = ("is the role running the migration" if same else "is a superuser" if superuser
+           else "owns objects in schema public" if owner else None)
+    if why:
+        raise RuntimeRoleRefusedError("--runtime-role", f"{role} {why}; give a separate "
+                                                        "least-privilege role")
 
 
 def apply_runtime_grants(conn: psycopg.Connection[Any], role: str) -> None:
     """Create ``role`` (NOLOGIN) if missing, then set exactly ``RUNTIME_GRANTS`` on public.
 
     Runs inside the caller's transaction (``migrate``); revokes everything else first, so a
-    re-run repairs drifted grants. Raises RuntimeRoleError for a bad name.
+    re-run repairs drifted grants. Raises RuntimeRoleRefusedError for a bad name or an unfit
+    role (``refuse_unfit_runtime_role``).
     """
     from psycopg import sql
 
     ident = sql.Identifier(validate_role_name(role))
+    refuse_unfit_runtime_role(conn, role)
     exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
     if exists is None:
         conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(ident))

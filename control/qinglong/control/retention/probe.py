@@ -179,7 +179,9 @@ def object_store_capability(client: S3Client, bucket: str) -> Callable[[], Capab
         if verdict.status == "safe":
             return CapabilityStatus("object_store", "ok")
         if verdict.status == "unsafe":
-            return CapabilityStatus("object_store", "degraded", "object_store_unsafe")
-        return CapabilityStatus("object_store", "unavailable", "object_store_unavailable")
+            return CapabilityStatus("object_store", "degraded", "object_store_unsafe",
+                                    verdict.reason)
+        return CapabilityStatus("object_store", "unavailable", "object_store_unavailable",
+                                verdict.reason)
 
     return check

@@ -54,6 +54,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 MAX_DELETES_PER_SWEEP = 1000
+UNAVAILABLE_REPROBE_S = 30.0  # re-probe an unavailable store at least this often
+OUTAGE_AFTER_ROWS = 2  # consecutive artifact_unavailable rows that end a sweep early
 
 
 def identity_of(c: Claim) -> ArtifactIdentity:
@@ -71,8 +73,9 @@ class SweepResult:
     """Counts of one sweep. ``counts`` keys: ``deleted``, ``already_absent``, a failure class
     (``artifact_unavailable``, ``artifact_integrity_mismatch``, ``object_store_unsafe``,
     ``retirement_record_unavailable``), ``fence_mismatch`` (finalize or failure discarded: the
-    next claimant settles it) and ``left_leased`` (not reached: budget or stop).
-    ``elapsed_s`` is wall-clock seconds."""
+    next claimant settles it), ``left_leased`` (not reached: budget, stop, or an outage
+    ended the sweep) and ``object_store_unavailable`` (1: the probe found the store
+    unavailable, nothing was claimed). ``elapsed_s`` is wall-clock seconds."""
 
     claimed: int
     counts: Mapping[str, int] = field(default_factory=dict)
@@ -148,8 +151,10 @@ class RunAttemptLogRetentionSweeper:
         self.verdict: ProbeVerdict | None = None
         self._probed_at = float("-inf")
         self._stop = threading.Event()
+        self._stop_requested = False
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self.on_sweep: Callable[[SweepResult], None] | None = None  # called after busy sweeps
 
     def holds_connection(self) -> bool:
         """True while the calling thread holds a pooled connection of this sweeper."""
@@ -174,25 +179,66 @@ class RunAttemptLogRetentionSweeper:
             log.warning("object store %s: %s", verdict.status, verdict.reason)
         return verdict
 
+    def probe_due(self) -> bool:
+        """Whether the next sweep probes first: never probed, ``probe_interval_s`` passed, or
+        the last verdict was ``unavailable`` and ``min(30 s, probe_interval_s)`` passed."""
+        if self.verdict is None:
+            return True
+        every = self.config.probe_interval_s
+        if self.verdict.status == "unavailable":
+            every = min(UNAVAILABLE_REPROBE_S, every)
+        return time.monotonic() - self._probed_at >= every
+
+    def stop_requested(self) -> bool:
+        """True once ``request_stop()`` or ``stop()`` was called (until the next ``start``)."""
+        return self._stop_requested or self._stop.is_set()
+
+    def running(self) -> bool:
+        """True while the sweep thread started by ``start()`` is alive."""
+        thread = self._thread
+        return thread is not None and thread.is_alive()
+
+    def request_stop(self) -> None:
+        """Ask the sweep in flight (``run_once`` or the thread) to stop after its current row;
+        the rows it has not reached stay leased. Safe from a signal handler: it only sets a
+        flag (no lock); call ``stop()`` afterwards from normal code to join the thread."""
+        self._stop_requested = True
+
     def run_once(self) -> SweepResult:
         """One bounded sweep; returns its counts. A database error on the claim propagates
-        (nothing is leased then); per-row S3 and finalize errors are counted, never raised."""
+        (nothing is leased then); per-row S3 and finalize errors are counted, never raised.
+
+        Probes first when ``probe_due()``. While the store is ``unavailable`` it claims
+        nothing (counts ``{"object_store_unavailable": 1}``), so an outage cannot push due
+        rows towards ``manual``; two rows in a row failing ``artifact_unavailable`` end the
+        sweep early (the rest stay leased) and make the next sweep probe again.
+        """
         import psycopg
 
         cfg, started = self.config, time.monotonic()
+        if self.probe_due():
+            self.probe()
+        if self.verdict is not None and self.verdict.status == "unavailable":
+            return SweepResult(0, {"object_store_unavailable": 1}, time.monotonic() - started)
         with self._db() as conn:  # ADR-0379 §3 step 1: short claim transaction
             claims = claim(conn, self._owner, limit=cfg.claims_per_sweep, lease_s=cfg.lease_s)
         counts: Counter[str] = Counter()
-        deletes = 0
+        deletes = unavailable_run = 0
         for index, c in enumerate(claims):
-            if self._stop.is_set() or time.monotonic() - started >= cfg.budget_s:
+            if (self.stop_requested() or time.monotonic() - started >= cfg.budget_s
+                    or unavailable_run >= OUTAGE_AFTER_ROWS):
                 counts["left_leased"] += len(claims) - index
                 break
             try:
                 outcome, deleted = self._retire(c, deletes_left=cfg.deletes_per_sweep - deletes)
             except ObjectStoreError as exc:
                 self._fail(c, fin.FailureClass(exc.failure_class), counts)
+                if exc.failure_class == fin.FailureClass.ARTIFACT_UNAVAILABLE:
+                    unavailable_run += 1
+                    if unavailable_run >= OUTAGE_AFTER_ROWS:
+                        self._probed_at = float("-inf")  # looks like an outage: re-probe
                 continue
+            unavailable_run = 0
             deletes += deleted
             if outcome is None:
                 counts["left_leased"] += 1
@@ -245,6 +291,7 @@ class RunAttemptLogRetentionSweeper:
             if self._thread is not None and self._thread.is_alive():
                 return
             self._stop.clear()
+            self._stop_requested = False
             self.probe()
             self._thread = threading.Thread(target=self._loop, name="ql3-retention-sweeper",
                                             daemon=True)
@@ -266,11 +313,15 @@ class RunAttemptLogRetentionSweeper:
             return True
 
     def _loop(self) -> None:
-        while not self._stop.is_set():
+        from qinglong.control.cli_errors import redact
+
+        while not self.stop_requested():
             try:
-                if time.monotonic() - self._probed_at >= self.config.probe_interval_s:
-                    self.probe()
-                self.run_once()
-            except Exception:  # keep the lifecycle alive; the next sweep retries
-                log.exception("retention sweep failed")
+                result = self.run_once()
+                if result.claimed and self.on_sweep is not None:
+                    self.on_sweep(result)
+            except Exception as exc:  # keep the lifecycle alive; the next sweep retries
+                log.warning("retention sweep failed: %s: %s", type(exc).__name__,
+                            redact(str(exc)))
+                log.debug("retention sweep failure", exc_info=True)
             self._stop.wait(self.config.interval_s)

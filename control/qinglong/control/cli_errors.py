@@ -1,0 +1,79 @@
+"""Input checks and one-line errors for ``ql3 control`` (DESIGN.md §4.1; ground rules: a
+clear typed error, no secrets in messages).
+
+``checked_database_url`` rejects what is not a PostgreSQL URL before any connection (exit 2)
+and remembers the URL's password so ``external_error`` can redact it: libpq echoes the
+connection string in some messages (a malformed percent-escape, a bad option). Library
+exceptions (psycopg, psycopg_pool, botocore) become DatabaseUnavailableError or
+ObjectStoreUnavailableError carrying the first line of their reason, redacted.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+
+from qinglong.control.errors import DatabaseUnavailableError, ObjectStoreUnavailableError
+from qinglong.shared.errors import QinglongError, ValidationError
+
+_SCHEMES = ("postgresql", "postgres")
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+_USERINFO = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)[^@\s/\"']*@", re.IGNORECASE)
+_PASSWORD_KV = re.compile(r"(password\s*=\s*)('[^']*'|\S+)", re.IGNORECASE)
+_SECRETS: set[str] = set()
+MAX_MESSAGE = 300
+
+
+def checked_database_url(url: str | None) -> str:
+    """``url`` when it is a ``postgresql://`` or ``postgres://`` URL with valid escapes.
+
+    Raises ValidationError (exit 2) naming the problem, never echoing the value. The URL's
+    password (raw and decoded) is kept for redaction of later error messages.
+    """
+    if not url or not url.strip():
+        raise ValidationError("--database-url", "is empty (give a postgresql:// URL or set "
+                                                "QL3_DATABASE_URL)")
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in _SCHEMES:
+        raise ValidationError("--database-url", "must be a postgresql:// URL")
+    if _BAD_ESCAPE.search(url):
+        raise ValidationError("--database-url", "has a malformed %-escape (write % as %25)")
+    try:
+        parts.port  # noqa: B018  (raises ValueError on a non-numeric port)
+    except ValueError:
+        raise ValidationError("--database-url", "has an invalid port") from None
+    if parts.password:
+        _SECRETS.update({parts.password, urllib.parse.unquote(parts.password)})
+    _SECRETS.add(url)
+    return url
+
+
+def redact(text: str) -> str:
+    """``text`` on one line, without URL user-info, ``password=`` values or known secrets."""
+    line = (text.strip().splitlines() or [""])[0]
+    for secret in sorted(_SECRETS, key=len, reverse=True):
+        if secret:
+            line = line.replace(secret, "***")
+    line = _USERINFO.sub(r"\g<scheme>***@", line)
+    line = _PASSWORD_KV.sub(r"\1***", line)
+    return line[:MAX_MESSAGE]
+
+
+def external_error(exc: BaseException) -> QinglongError | None:
+    """The typed one-line error for a library exception, or None for anything else."""
+    module = type(exc).__module__ or ""
+    name = type(exc).__name__
+    if module.startswith(("psycopg", "psycopg_pool")):
+        sqlstate = getattr(exc, "sqlstate", None)
+        reason = redact(str(exc)) or name
+        if name == "PoolTimeout":
+            reason = "no connection could be opened in time (see the server's reason above)"
+        hint = ""
+        if sqlstate == "42P01":
+            hint = " (is the schema migrated? run `ql3 control migrate`)"
+        elif sqlstate == "42501":
+            hint = " (the role lacks a privilege this command needs)"
+        return DatabaseUnavailableError(f"database: {reason}{hint}")
+    if module.startswith(("botocore", "boto3")):
+        return ObjectStoreUnavailableError(f"object store: {name}: {redact(str(exc))}")
+    return None
