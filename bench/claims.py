@@ -2,7 +2,9 @@
 
 ours:     N processes, each with its own psycopg 3 connection (autocommit, READ COMMITTED, as
           the runtime role), looping ``claims.claim(limit=16)`` then ``finalize.finalize`` per
-          claimed row (outcome ``deleted``), exactly as a sweep does minus the S3 calls.
+          claimed row (outcome ``deleted``), exactly as a sweep does minus the S3 calls. The
+          sessions start their timed windows together, after every process has imported and
+          connected (a barrier), so no start-up work lands inside anyone's window.
 baseline: ``pgbench -M prepared -c N -j N -T DURATION -n`` running the same statements from
           ``retention/queries.sql``: BEGIN; claim; COMMIT, then 16 × (BEGIN; lock_control;
           insert_tombstone; delete_control; COMMIT). pgbench cannot loop over a result set, so
@@ -11,9 +13,10 @@ baseline: ``pgbench -M prepared -c N -j N -T DURATION -n`` running the same stat
           of the usual length (ours builds it in Python and hashes it).
 
 Each configuration runs on a fresh clone of one seeded database (identical starting state),
-in the same run, interleaved per session count. Prints rows/s for both and ours/pgbench
-(issue 4 target: >= 0.8 at 2 and 4 sessions).
-Usage: python bench/claims.py [SECONDS_PER_RUN]
+in the same run, interleaved per session count, for ROUNDS rounds (a single few-second
+sample on a shared 2-core machine moves by ±30 %). Prints the median rows/s of both, the
+ratio of the medians, and each round's ratio (issue 4 target: >= 0.8 at 2 and 4 sessions).
+Usage: python bench/claims.py [SECONDS_PER_RUN] [ROUNDS]
 """
 
 from __future__ import annotations
@@ -22,11 +25,13 @@ import multiprocessing as mp
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "integration" / "control"))
@@ -88,16 +93,16 @@ def run_pgbench(db: str, role: str, sessions: int, seconds: int, script: Path) -
     return float(tps.group(1)) * rows / max(int(done.group(1)), 1)
 
 
-def _session(url: str, index: int, start: float, seconds: float, out: mp.Queue) -> None:  # type: ignore[type-arg]
-    """One session of ours: claim+finalize until ``start + seconds``; reports (rows, elapsed)."""
+def _session(url: str, index: int, ready: Any, seconds: float, out: mp.Queue) -> None:  # type: ignore[type-arg]
+    """One session of ours: claim+finalize for ``seconds`` once every session is ready;
+    reports (rows, elapsed)."""
     from qinglong.control.db.pool import connect
     from qinglong.control.retention.claims import claim, process_owner
     from qinglong.control.retention.finalize import Outcome, finalize
 
     conn = connect(url)
     owner = process_owner(f"bench-{index}")
-    while time.time() < start:
-        time.sleep(0.001)
+    ready.wait(120)  # imported and connected: no start-up work inside anyone's timed window
     t0, rows = time.perf_counter(), 0
     end = t0 + seconds
     while time.perf_counter() < end:
@@ -115,11 +120,12 @@ def run_ours(db: str, role: str, sessions: int, seconds: int) -> float:
     """Rows/s summed over ``sessions`` processes (each rows / its own elapsed)."""
     ctx = mp.get_context("spawn")
     out: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
-    start = time.time() + 2.0  # after every process has imported and connected
-    procs = [ctx.Process(target=_session, args=(role_url(db, role), i, start, seconds, out))
+    ready = ctx.Barrier(sessions + 1)  # all sessions start together, after start-up
+    procs = [ctx.Process(target=_session, args=(role_url(db, role), i, ready, seconds, out))
              for i in range(sessions)]
     for p in procs:
         p.start()
+    ready.wait(120)
     results = [out.get(timeout=seconds + 60) for _ in procs]
     for p in procs:
         p.join(30)
@@ -128,6 +134,7 @@ def run_ours(db: str, role: str, sessions: int, seconds: int) -> float:
 
 def main() -> None:
     seconds = int(sys.argv[1]) if len(sys.argv) > 1 else 6
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
     if not Path(PGBENCH).exists():
         raise SystemExit(f"pgbench not found at {PGBENCH}")
     with tempfile.TemporaryDirectory() as tmp, migrated_database("ql3bench_claims") as (tmpl,
@@ -139,21 +146,25 @@ def main() -> None:
         with psycopg.connect(db_url(tmpl), autocommit=True) as conn:
             seed_bulk(conn, ROWS)
             conn.execute("VACUUM ANALYZE")
-        ours: dict[int, float] = {}
-        base: dict[int, float] = {}
-        for n in SESSIONS:  # interleaved, so drift hits both alike
-            with cloned_database(tmpl) as db:
-                base[n] = run_pgbench(db, role, n, seconds, script)
-            with cloned_database(tmpl) as db:
-                ours[n] = run_ours(db, role, n, seconds)
+        ours: dict[int, list[float]] = {n: [] for n in SESSIONS}
+        base: dict[int, list[float]] = {n: [] for n in SESSIONS}
+        for _ in range(rounds):
+            for n in SESSIONS:  # interleaved, so drift hits both alike
+                with cloned_database(tmpl) as db:
+                    base[n].append(run_pgbench(db, role, n, seconds, script))
+                with cloned_database(tmpl) as db:
+                    ours[n].append(run_ours(db, role, n, seconds))
         with admin() as conn:
             version = conn.execute("SHOW server_version").fetchone()
     print(f"PostgreSQL {version[0] if version else '?'}; {ROWS} due controls per run; "
-          f"{seconds} s per run; claim limit {LIMIT}; no S3")
-    print(f"{'sessions':>8}  {'pgbench rows/s':>15}  {'ours rows/s':>12}  {'ours/pgbench':>12}")
+          f"{seconds} s per run; {rounds} rounds; claim limit {LIMIT}; no S3")
+    print(f"{'sessions':>8}  {'pgbench rows/s':>15}  {'ours rows/s':>12}  {'ours/pgbench':>12}"
+          f"  per-round ratios")
     for n in SESSIONS:
-        print(f"{n:>8}  {base[n]:>15.0f}  {ours[n]:>12.0f}  {ours[n] / base[n]:>12.2f}")
-    print("target: ours/pgbench >= 0.8 at 2 and 4 sessions")
+        b, o = statistics.median(base[n]), statistics.median(ours[n])
+        each = " ".join(f"{x / y:.2f}" for x, y in zip(ours[n], base[n], strict=True))
+        print(f"{n:>8}  {b:>15.0f}  {o:>12.0f}  {o / b:>12.2f}  {each}")
+    print("medians over the rounds; target: ours/pgbench >= 0.8 at 2 and 4 sessions")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import random
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
+from functools import cache
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from qinglong.control.errors import FenceMismatchError
@@ -24,6 +25,7 @@ from qinglong.shared.errors import ValidationError
 
 if TYPE_CHECKING:
     import psycopg
+    from psycopg.rows import RowFactory
 
 EVIDENCE_SCHEMA = "qinglong/run-attempt-log-retirement@v1"
 _TERMINAL_OK = frozenset({"succeeded", "failed", "cancelled", "timed_out"})  # terminal, not lost
@@ -98,9 +100,9 @@ class _Locked(NamedTuple):
     """One ``lock_control`` row; the fields are its select list, in order (checked once)."""
 
     db_now: datetime
-    attempt_id: Any
-    project_id: Any
-    run_id: Any
+    attempt_id: str  # ids and token as text (``::text`` in the statement)
+    project_id: str
+    run_id: str
     artifact_id: str
     bucket: str
     object_key: str
@@ -110,7 +112,7 @@ class _Locked(NamedTuple):
     content_type: str
     state: str
     claim_owner: str | None
-    claim_token: Any
+    claim_token: str | None
     claim_version: int
     lease_expires_at: datetime | None
     failure_count: int
@@ -140,7 +142,7 @@ def _fence_problem(row: _Locked, claim: Claim) -> str | None:
     """Why the locked row no longer belongs to ``claim`` (None: the fence holds)."""
     if row.state != "pending":
         return f"state is {row.state}"
-    if (row.claim_owner, str(row.claim_token), row.claim_version) != (
+    if (row.claim_owner, row.claim_token, row.claim_version) != (
         claim.owner, claim.token, claim.version
     ):
         return "owner, token or version changed"
@@ -152,11 +154,19 @@ def _fence_problem(row: _Locked, claim: Claim) -> str | None:
                 row.la_size_bytes, row.la_sha256, row.la_content_type)
     claimed = (claim.artifact_id, claim.bucket, claim.object_key, claim.version_id,
                claim.size_bytes, claim.sha256, claim.content_type)
-    if recorded != claimed or (str(row.project_id), str(row.run_id)) != (
+    if recorded != claimed or (row.project_id, row.run_id) != (
         claim.project_id, claim.run_id
     ):
         return "artifact identity changed"
     return None
+
+
+@cache
+def _locked_rows() -> RowFactory[_Locked]:
+    """Row factory of ``lock_control``: positional ``_Locked`` (built once; psycopg lazily)."""
+    from psycopg.rows import args_row
+
+    return args_row(_Locked)
 
 
 def finalize(conn: psycopg.Connection[Any], claim: Claim, outcome: Outcome) -> Tombstone:
@@ -165,12 +175,10 @@ def finalize(conn: psycopg.Connection[Any], claim: Claim, outcome: Outcome) -> T
     Call only after S3 confirmed the delete or HEAD found the object absent. Raises
     FenceMismatchError (nothing written) when the fence no longer holds.
     """
-    from psycopg.rows import args_row
-
     q = queries()
     # Every statement prepared from the first call (a sweep repeats them per row); rows as
     # _Locked tuples: no per-statement column-name lookup as with dict rows.
-    with conn.transaction(), conn.cursor(row_factory=args_row(_Locked)) as cur:
+    with conn.transaction(), conn.cursor(row_factory=_locked_rows()) as cur:
         # ADR-0379 §3 step 5: plain FOR UPDATE by primary key, never SKIP LOCKED
         row = cur.execute(q["lock_control"], {"attempt_id": claim.attempt_id},
                           prepare=True).fetchone()

@@ -68,15 +68,17 @@ FROM checked k
 WHERE c.attempt_id = k.attempt_id
   AND c.state = 'pending' AND c.due_at <= now() AND c.eligible_at <= now()
   AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
-RETURNING k.intact, c.attempt_id, c.project_id, c.run_id, c.artifact_id, c.bucket,
-          c.object_key, c.version_id, c.size_bytes, c.sha256, c.content_type, c.claim_owner,
-          c.claim_token, c.claim_version, c.lease_expires_at, c.failure_count
+RETURNING k.intact, c.attempt_id::text, c.project_id::text, c.run_id::text, c.artifact_id,
+          c.bucket, c.object_key, c.version_id, c.size_bytes, c.sha256, c.content_type,
+          c.claim_owner, c.claim_token::text, c.claim_version, c.lease_expires_at,
+          c.failure_count
 
 -- lock_control --
 -- Lock one control by primary key (plain FOR UPDATE, never SKIP LOCKED) with its facts
-SELECT now() AS db_now, c.attempt_id, c.project_id, c.run_id, c.artifact_id, c.bucket,
-       c.object_key, c.version_id, c.size_bytes, c.sha256, c.content_type, c.state,
-       c.claim_owner, c.claim_token, c.claim_version, c.lease_expires_at, c.failure_count,
+SELECT now() AS db_now, c.attempt_id::text, c.project_id::text, c.run_id::text, c.artifact_id,
+       c.bucket, c.object_key, c.version_id, c.size_bytes, c.sha256, c.content_type, c.state,
+       c.claim_owner, c.claim_token::text, c.claim_version, c.lease_expires_at,
+       c.failure_count,
        r.status AS run_status, a.status AS attempt_status,
        la.id AS la_id, la.bucket AS la_bucket, la.object_key AS la_object_key,
        la.version_id AS la_version_id, la.size_bytes AS la_size_bytes, la.sha256 AS la_sha256,
