@@ -7,7 +7,7 @@ ours:     N processes, each with its own psycopg 3 connection (autocommit, READ 
           connected (a barrier), so no start-up work lands inside anyone's window.
 baseline: ``pgbench -M prepared -c N -j N -T DURATION -n`` running the same statements from
           ``retention/queries.sql``: BEGIN; claim; COMMIT, then 16 × (BEGIN; lock_control;
-          insert_tombstone; delete_control; COMMIT). pgbench cannot loop over a result set, so
+          retire_control; COMMIT). pgbench cannot loop over a result set, so
           the claim statement is wrapped, unchanged, in an outer CTE that hands the 16 claimed
           ids to the finalize blocks through ``\\gset``; the evidence document is a fixed string
           of the usual length (ours builds it in Python and hashes it).
@@ -61,13 +61,10 @@ def pgbench_script(path: Path) -> None:
              "\\gset", "COMMIT;"]
     for i in range(1, LIMIT + 1):
         lock = " ".join(q["lock_control"].split()).replace(":attempt_id", f":a{i}")
-        lines += ["BEGIN;", lock, "\\gset f_",
-                  " ".join(q["insert_tombstone"].split()).replace(":", ":f_")
-                  .replace(":f_outcome", ":outcome").replace(":f_retired_at", ":f_db_now")
-                  .replace(":f_evidence_sha256", ":digest").replace(":f_evidence", ":evidence")
-                  + ";",
-                  " ".join(q["delete_control"].split()).replace(":", ":f_") + ";",
-                  "COMMIT;"]
+        retire = re.sub(r"(?<!:):(\w+)", r":f_\1", " ".join(q["retire_control"].split()))
+        retire = (retire.replace(":f_outcome", ":outcome").replace(":f_retired_at", ":f_db_now")
+                  .replace(":f_evidence_sha256", ":digest").replace(":f_evidence", ":evidence"))
+        lines += ["BEGIN;", lock, "\\gset f_", retire + ";", "COMMIT;"]
     path.write_text("\n".join(lines) + "\n")
 
 

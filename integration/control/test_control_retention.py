@@ -123,6 +123,44 @@ def test_finalize_writes_exact_evidence_and_deletes_the_control(pg_db: PgDb) -> 
     assert tomb.evidence == json.dumps(doc, sort_keys=True, separators=(",", ":"))
 
 
+def test_a_lease_that_ends_while_finalize_waits_for_the_lock_is_a_fence_mismatch(
+        pg_db: PgDb) -> None:
+    """The lock wait outlives the lease: the fence checked at the transaction's start still
+    holds, but the retiring statement re-checks the lease at its own clock and writes
+    nothing (no tombstone, the control stays for the next claimant)."""
+    import threading
+    import time
+
+    with pg_db.connect() as conn:
+        seed_run(conn, enroll=True)
+        (c,) = claim(conn, A, limit=1, lease_s=5)
+    errors: list[BaseException] = []
+    with pg_db.connect() as blocker, blocker.transaction():
+        blocker.execute("SELECT 1 FROM run_attempt_log_retention_controls WHERE attempt_id = %s"
+                        " FOR UPDATE", (c.attempt_id,))
+
+        def finalize_now() -> None:
+            with pg_db.connect() as conn:
+                try:
+                    fin.finalize(conn, c, fin.Outcome.DELETED)
+                except BaseException as exc:
+                    errors.append(exc)
+
+        worker = threading.Thread(target=finalize_now)
+        worker.start()
+        time.sleep(0.3)  # finalize has begun and waits for the row lock
+        assert worker.is_alive()
+        while blocker.execute("SELECT lease_expires_at > clock_timestamp() FROM"
+                              " run_attempt_log_retention_controls").fetchone() == (True,):
+            time.sleep(0.1)
+    worker.join(10)
+    assert [type(e) for e in errors] == [FenceMismatchError] and "lease expired" in str(errors[0])
+    with pg_db.connect() as conn:
+        assert _controls(conn) == 1
+        assert conn.execute("SELECT count(*) FROM run_attempt_log_artifact_tombstones"
+                            ).fetchone() == (0,)
+
+
 def test_a_fence_mismatch_changes_nothing(pg_db: PgDb) -> None:
     with pg_db.connect() as conn:
         seed_run(conn, enroll=True)

@@ -2,9 +2,10 @@
 
 Finalize is a second short transaction (ADR-0379 §3 step 5; DESIGN.md §4.3 step 4): lock the
 claimed control by primary key with a plain ``FOR UPDATE`` (never SKIP LOCKED), re-verify
-owner, token, version, lease expiry, terminal statuses and identity, insert the tombstone,
-delete the control. Any mismatch raises FenceMismatchError and changes nothing: the next
-claimant settles the artifact from S3 facts.
+owner, token, version, lease expiry, terminal statuses and identity, then in one statement
+delete the control (fenced by version and by the lease at that statement's clock, since the
+lock wait may outlive it) and insert the tombstone. Any mismatch raises FenceMismatchError and
+changes nothing: the next claimant settles the artifact from S3 facts.
 """
 
 from __future__ import annotations
@@ -192,14 +193,14 @@ def finalize(conn: psycopg.Connection[Any], claim: Claim, outcome: Outcome) -> T
         retired_at: datetime = row.db_now
         evidence = canonical_evidence(claim, outcome, retired_at)
         digest = sha256_hex(evidence.encode("ascii"))
-        cur.execute(q["insert_tombstone"], {  # ADR-0379 §3 step 5: exact tombstone ...
-            "attempt_id": claim.attempt_id, "project_id": claim.project_id,
-            "run_id": claim.run_id, "artifact_id": claim.artifact_id, "outcome": outcome.value,
+        cur.execute(q["retire_control"], {  # ADR-0379 §3 step 5: delete the control and
+            "attempt_id": claim.attempt_id, "claim_version": claim.version,  # insert the exact
+            "project_id": claim.project_id, "run_id": claim.run_id,  # tombstone, one statement
+            "artifact_id": claim.artifact_id, "outcome": outcome.value,
             "retired_at": retired_at, "evidence": evidence, "evidence_sha256": digest,
         }, prepare=True)
-        cur.execute(q["delete_control"],  # ... then delete the control
-                    {"attempt_id": claim.attempt_id, "claim_version": claim.version},
-                    prepare=True)
+        if cur.rowcount != 1:  # the lease ran out while this transaction waited: roll back
+            raise FenceMismatchError(f"control {claim.attempt_id}: lease expired")
     return Tombstone(claim.attempt_id, claim.artifact_id, outcome, retired_at, evidence, digest)
 
 

@@ -90,12 +90,22 @@ LEFT JOIN run_attempt_log_artifacts la ON la.id = c.artifact_id AND la.attempt_i
 WHERE c.attempt_id = %(attempt_id)s
 FOR UPDATE OF c
 
--- insert_tombstone --
--- Record the immutable retirement evidence (qinglong/run-attempt-log-retirement@v1)
+-- retire_control --
+-- Delete the retired control, fenced by its claim version and by a lease still live at this
+-- statement's clock (the lock wait may have outlived it), and insert the immutable
+-- retirement evidence (qinglong/run-attempt-log-retirement@v1) only if the delete happened
+WITH retired AS (
+    DELETE FROM run_attempt_log_retention_controls
+    WHERE attempt_id = %(attempt_id)s AND claim_version = %(claim_version)s
+      AND lease_expires_at > clock_timestamp()
+    RETURNING attempt_id
+)
 INSERT INTO run_attempt_log_artifact_tombstones (
     attempt_id, project_id, run_id, artifact_id, outcome, retired_at, evidence, evidence_sha256)
-VALUES (%(attempt_id)s, %(project_id)s, %(run_id)s, %(artifact_id)s, %(outcome)s,
-        %(retired_at)s, %(evidence)s, %(evidence_sha256)s)
+SELECT attempt_id, %(project_id)s::uuid, %(run_id)s::uuid, %(artifact_id)s::text,
+       %(outcome)s::text, %(retired_at)s::timestamptz, %(evidence)s::text,
+       %(evidence_sha256)s::text
+FROM retired
 
 -- get_tombstone --
 -- The tombstone of one attempt, if any
@@ -103,11 +113,6 @@ SELECT attempt_id, project_id, run_id, artifact_id, outcome, retired_at, evidenc
        evidence_sha256
 FROM run_attempt_log_artifact_tombstones
 WHERE attempt_id = %(attempt_id)s
-
--- delete_control --
--- Delete the retired control row, fenced by its claim version
-DELETE FROM run_attempt_log_retention_controls
-WHERE attempt_id = %(attempt_id)s AND claim_version = %(claim_version)s
 
 -- record_failure --
 -- Release the claim with a failure class and the next due time (or manual)
