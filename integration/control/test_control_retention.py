@@ -227,3 +227,31 @@ def test_the_retry_delay_is_capped_at_24_hours(pg_db: PgDb) -> None:
 def _make_due(conn: psycopg.Connection[Any]) -> None:
     conn.execute("UPDATE run_attempt_log_retention_controls SET due_at = now()"
                  " WHERE state = 'pending'")
+
+
+def test_retry_only_touches_failed_rows_and_never_before_eligibility(pg_db: PgDb) -> None:
+    with pg_db.connect() as conn:
+        fresh = seed_run(conn, enroll=True)  # pending, never failed
+        later = seed_run(conn, enroll=True, retention_s=7200)  # eligible in about an hour
+        conn.execute("UPDATE run_attempt_log_retention_controls SET state = 'manual',"
+                     " failure_count = 8 WHERE attempt_id = %s", (later.attempt_ids[0],))
+        assert retention_retry(conn, [fresh.attempt_ids[0]]) == []
+        assert retention_retry(conn, [later.attempt_ids[0]]) == later.attempt_ids
+        row = conn.execute("SELECT state, failure_count, due_at = eligible_at,"
+                           " due_at > now() FROM run_attempt_log_retention_controls"
+                           " WHERE attempt_id = %s", (later.attempt_ids[0],)).fetchone()
+        assert row == ("pending", 0, True, True)
+        (only,) = claim(conn, A, limit=16, lease_s=30)  # the retried row is not due yet
+        assert only.attempt_id == fresh.attempt_ids[0]
+
+
+def test_record_failure_after_the_lease_ended_changes_nothing(pg_db: PgDb) -> None:
+    with pg_db.connect() as conn:
+        seed_run(conn, enroll=True)
+        (c,) = claim(conn, A, limit=1, lease_s=30)
+        conn.execute("UPDATE run_attempt_log_retention_controls"
+                     " SET lease_expires_at = now() - interval '1 s'")
+        assert fin.record_failure(conn, c, fin.FailureClass.ARTIFACT_UNAVAILABLE) is None
+        row = conn.execute("SELECT failure_count, claim_owner FROM"
+                           " run_attempt_log_retention_controls").fetchone()
+    assert row == (0, str(A))

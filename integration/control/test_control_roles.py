@@ -98,6 +98,8 @@ def test_readiness_fails_on_an_unavailable_capability(pg_db: PgDb) -> None:
     'REVOKE DELETE ON run_attempt_log_retention_controls FROM "{role}"',
     'GRANT CREATE ON SCHEMA public TO "{role}"',
     'CREATE TABLE side (x int); GRANT SELECT ON side TO "{role}"',
+    'GRANT UPDATE (evidence, outcome) ON run_attempt_log_artifact_tombstones TO "{role}"',
+    'GRANT REFERENCES (name) ON ql3_migration_ledger TO "{role}"',
 ])
 def test_readiness_names_an_invalid_runtime_role(pg_db: PgDb, drift: str) -> None:
     with pg_db.connect() as conn:

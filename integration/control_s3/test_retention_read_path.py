@@ -101,7 +101,13 @@ def test_missing_then_retired_meanwhile_is_410(world: World) -> None:
     "UPDATE run_attempt_log_artifact_tombstones SET outcome = 'already_absent'",
     "UPDATE run_attempt_log_artifact_tombstones SET retired_at = retired_at + interval '1 s'",
     "UPDATE run_attempt_log_artifacts SET sha256 = repeat('0', 64)",
-], ids=["evidence", "outcome", "retired_at", "artifact"])
+    # rewritten evidence whose digest was recomputed: an extra field, then non-canonical bytes
+    "UPDATE run_attempt_log_artifact_tombstones SET evidence = replace(evidence, '{',"
+    " '{\"note\":\"x\",'), evidence_sha256 = encode(sha256(convert_to(replace(evidence, '{',"
+    " '{\"note\":\"x\",'), 'UTF8')), 'hex')",
+    "UPDATE run_attempt_log_artifact_tombstones SET evidence = replace(evidence, ',', ', '),"
+    " evidence_sha256 = encode(sha256(convert_to(replace(evidence, ',', ', '), 'UTF8')), 'hex')",
+], ids=["evidence", "outcome", "retired_at", "artifact", "extra-field", "non-canonical"])
 def test_a_tampered_tombstone_fails_closed(world: World, tamper: str) -> None:
     (log,) = world.seed()
     world.sweeper.run_once()

@@ -331,3 +331,20 @@ def test_an_outage_mid_sweep_ends_it_after_two_rows_and_pauses_claims(
     assert states == [(0, False)] * 4 + [(1, True)] * 2  # only two rows count a failure
     second = sweeper.run_once()  # re-probes at once: still down, so no claim
     assert (second.claimed, dict(second.counts)) == (0, {"object_store_unavailable": 1})
+
+
+def test_a_recorded_null_version_id_is_an_integrity_mismatch_and_nothing_is_deleted(
+        pg_db: PgDb, direct_s3: Any, make_bucket: Callable[[bool], str],
+        make_sweeper: MakeSweeper, proxy: Any) -> None:
+    """``VersionId=null`` would delete whatever a suspended-versioning bucket holds under the
+    key now (a re-upload included), so such a record is never trusted."""
+    bucket = make_bucket(False)
+    with pg_db.connect() as conn:
+        (log,) = seed_logs(conn, direct_s3, bucket, 1)
+        for table in ("run_attempt_log_artifacts", "run_attempt_log_retention_controls"):
+            conn.execute(f"UPDATE {table} SET version_id = 'null'")
+    sweeper = make_sweeper(bucket)
+    result = sweeper.run_once()
+    assert (result.claimed, result["artifact_integrity_mismatch"]) == (1, 1), result
+    assert [d for d in proxy.deletes() if "ql3-probe/" not in d["key"]] == []
+    assert exists(direct_s3, log.identity)

@@ -237,3 +237,37 @@ def test_guard_refuses_every_call_inside_a_transaction(s3: Any, proxy: FaultProx
     assert proxy.deletes() == []
     inside[0] = False
     assert st.delete(plain, etag).outcome == "deleted"
+
+
+def test_an_unversioned_record_in_a_bucket_versioned_later_is_never_called_retired(
+        s3: Any, direct_s3: Any, make_bucket: Callable[[bool], str]) -> None:
+    """DELETE only adds a delete marker there: the bytes stay as the "null" version. Neither
+    that DELETE nor a later HEAD (404 behind the marker) may read as deleted/absent."""
+    bucket = make_bucket(False)
+    ident = upload(s3, bucket, BODY)
+    direct_s3.put_bucket_versioning(Bucket=bucket,
+                                    VersioningConfiguration={"Status": "Enabled"})
+    st = store(s3)
+    head = st.head(ident)
+    with pytest.raises(ObjectStoreUnsafeError, match="delete marker"):
+        st.delete(ident, head.etag)
+    with pytest.raises(ObjectStoreUnsafeError, match="delete marker hides"):
+        st.head(ident)
+    versions = direct_s3.list_object_versions(Bucket=bucket)
+    assert [v["VersionId"] for v in versions["Versions"]] == ["null"]  # the bytes remain
+
+
+def test_a_404_from_a_missing_bucket_is_unavailable_not_absent(
+        s3: Any, make_bucket: Callable[[bool], str]) -> None:
+    ident = upload(s3, make_bucket(False), BODY)
+    gone = dataclasses.replace(ident, bucket="ql3-no-such-bucket-zz")
+    with pytest.raises(ArtifactUnavailableError, match="HeadBucket answered 404"):
+        store(s3).head(gone)
+
+
+def test_a_null_version_id_is_not_an_identity() -> None:
+    with pytest.raises(ValueError, match="not null"):
+        ArtifactIdentity(bucket="b", key="k", version_id="null", content_type="text/plain",
+                         size=1, sha256="0" * 64,
+                         metadata={"project": "p", "run": "r", "attempt": "a",
+                                   "artifact": "x"})

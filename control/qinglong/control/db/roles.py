@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 DEFAULT_RUNTIME_ROLE = "ql3_runtime"
 _ROLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
+COLUMN_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "REFERENCES")  # grantable per column
 
 # ADR-0379 §2: controls SELECT/INSERT/UPDATE/DELETE, tombstones SELECT/INSERT only.
 RUNTIME_GRANTS: dict[str, frozenset[str]] = {
@@ -124,6 +125,7 @@ def runtime_role_problems(
         (role, list(PRIVILEGES)),
     ).fetchall()
     seen: set[str] = set()
+    extra: set[tuple[str, str]] = set()
     for table, priv, held in rows:
         seen.add(table)
         if tolerate_unknown_tables and table not in RUNTIME_GRANTS:
@@ -131,5 +133,22 @@ def runtime_role_problems(
         expected = priv in RUNTIME_GRANTS.get(table, frozenset())
         if held != expected:
             problems.append(f"{'extra' if held else 'missing'} {priv} on {table}")
+            if held:
+                extra.add((table, priv))
     problems.extend(f"missing table {t}" for t in sorted(set(RUNTIME_GRANTS) - seen))
+    # a column-level grant (GRANT UPDATE (evidence) ON tombstones) is invisible to
+    # has_table_privilege; has_any_column_privilege sees table- and column-level grants
+    columns = conn.execute(
+        "SELECT c.relname, p.priv, has_any_column_privilege(%s, c.oid, p.priv)"
+        " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " CROSS JOIN unnest(%s::text[]) AS p(priv)"
+        " WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'v', 'm')",
+        (role, list(COLUMN_PRIVILEGES)),
+    ).fetchall()
+    for table, priv, held in columns:
+        if tolerate_unknown_tables and table not in RUNTIME_GRANTS:
+            continue
+        if (held and priv not in RUNTIME_GRANTS.get(table, frozenset())
+                and (table, priv) not in extra):
+            problems.append(f"extra column-level {priv} on {table}")
     return problems

@@ -39,11 +39,12 @@ def retention_status(conn: psycopg.Connection[Any]) -> dict[str, Any]:
 
 
 def retention_retry(conn: psycopg.Connection[Any], attempt_ids: list[str]) -> list[str]:
-    """Make the given controls due now with a reset failure count; returns the ids changed.
+    """Make the given manual or failed controls due with a reset failure count; returns the
+    ids changed.
 
-    A control under an unexpired lease is left alone (its claimant still owns it); an
-    unknown or already retired id is simply absent from the result. ValidationError on a
-    malformed id.
+    Due means now, or at the row's eligibility if that is later. A control under an unexpired
+    lease, one that never failed, an unknown or an already retired id is absent from the
+    result. ValidationError on a malformed id.
     """
     ids = [validate_uuid7(a, "attempt_id") for a in attempt_ids]
     if not ids:

@@ -96,8 +96,10 @@ class ArtifactIdentity:
     def __post_init__(self) -> None:
         if not self.bucket or not self.key:
             raise ValidationError("bucket", "bucket and key must be non-empty")
-        if self.version_id is not None and not self.version_id:
-            raise ValidationError("version_id", "must be None or non-empty")
+        if self.version_id is not None and self.version_id in ("", "null"):
+            # "null" names whatever object a suspended-versioning bucket holds now, so a
+            # re-upload could be deleted by it: record None (unversioned) instead
+            raise ValidationError("version_id", "must be None or a real VersionId (not null)")
         if not self.content_type:
             raise ValidationError("content_type", "must be non-empty")
         if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 0:
@@ -211,7 +213,7 @@ class S3ObjectStore:
         except ClientError as exc:
             status = http_status(exc)
             if status == 404:
-                return HeadResult("absent")
+                return self._confirm_absent(identity, exc)
             raise ArtifactUnavailableError(f"HEAD answered {status}") from exc
         except BotoCoreError as exc:
             raise ArtifactUnavailableError(f"HEAD failed: {type(exc).__name__}") from exc
@@ -260,7 +262,38 @@ class S3ObjectStore:
             raise ArtifactUnavailableError(f"DELETE answered {status}") from exc
         except BotoCoreError as exc:
             raise ArtifactUnavailableError(f"DELETE failed: {type(exc).__name__}") from exc
+        if resp.get("DeleteMarker") and identity.version_id is None:
+            raise ObjectStoreUnsafeError(
+                "DELETE only added a delete marker: the bucket is versioned now, the recorded "
+                "object has no VersionId and its bytes remain")
         return DeleteResult("deleted", delete_marker=bool(resp.get("DeleteMarker")))
+
+    def _confirm_absent(self, identity: ArtifactIdentity, exc: ClientError) -> HeadResult:
+        """A 404 on HEAD means absent only when nothing hides the bytes and the bucket is there.
+
+        A current delete marker (``x-amz-delete-marker: true``) over an unversioned record
+        means the bucket became versioned and the bytes remain: ObjectStoreUnsafeError. A
+        missing or unreachable bucket (HeadBucket not 200): ArtifactUnavailableError, never a
+        tombstone. # ADR-0379 §3.6, DESIGN.md §4.4 (never a fake retired)
+        """
+        meta: Any = exc.response.get("ResponseMetadata", {})
+        headers = {str(k).lower(): v for k, v in (meta.get("HTTPHeaders") or {}).items()}
+        if (identity.version_id is None
+                and str(headers.get("x-amz-delete-marker", "")).lower() == "true"):
+            raise ObjectStoreUnsafeError(
+                "a delete marker hides the object: the bucket is versioned now and the "
+                "recorded object has no VersionId")
+        self.guard()
+        try:
+            self._client.head_bucket(Bucket=identity.bucket)
+        except ClientError as bucket_exc:
+            raise ArtifactUnavailableError(
+                f"object not found and HeadBucket answered {http_status(bucket_exc)}"
+            ) from bucket_exc
+        except BotoCoreError as bucket_exc:
+            raise ArtifactUnavailableError(
+                f"HeadBucket failed: {type(bucket_exc).__name__}") from bucket_exc
+        return HeadResult("absent")
 
     def _settle_not_found(self, identity: ArtifactIdentity) -> DeleteResult:
         """A 404 on DELETE: HEAD decides (ADR-0379 §3.6 already_absent path)."""

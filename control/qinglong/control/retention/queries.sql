@@ -126,6 +126,7 @@ SET claim_owner = NULL, claim_token = NULL, lease_expires_at = NULL,
     due_at = now() + make_interval(secs => %(delay_s)s)
 WHERE attempt_id = %(attempt_id)s AND claim_version = %(claim_version)s
   AND claim_token = %(claim_token)s AND claim_owner = %(claim_owner)s
+  AND state = 'pending' AND lease_expires_at > clock_timestamp()
 RETURNING state, failure_count, due_at
 
 -- status_counts --
@@ -147,12 +148,15 @@ ORDER BY last_failure_at NULLS FIRST, attempt_id
 LIMIT %(limit)s
 
 -- retry_controls --
--- Make the given controls due now and reset their failure count (operator retry)
+-- Make the given manual or failed controls due (now, or at their eligibility if later: a
+-- retry never makes a row claimable early) and reset their failure count (operator retry)
 UPDATE run_attempt_log_retention_controls
-SET state = 'pending', failure_count = 0, due_at = now(), claim_owner = NULL,
-    claim_token = NULL, lease_expires_at = NULL, claim_version = claim_version + 1
+SET state = 'pending', failure_count = 0, due_at = greatest(now(), eligible_at),
+    claim_owner = NULL, claim_token = NULL, lease_expires_at = NULL,
+    claim_version = claim_version + 1
 WHERE attempt_id = ANY(%(attempt_ids)s::uuid[])
-  AND (state = 'manual' OR lease_expires_at IS NULL OR lease_expires_at <= now())
+  AND (state = 'manual'
+       OR (failure_count > 0 AND (lease_expires_at IS NULL OR lease_expires_at <= now())))
 RETURNING attempt_id
 
 -- read_log_state --

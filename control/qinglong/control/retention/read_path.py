@@ -30,6 +30,7 @@ from qinglong.control.retention.objects import (
     ArtifactIdentity,
     ArtifactIntegrityMismatchError,
     ArtifactUnavailableError,
+    ObjectStoreUnsafeError,
     S3ObjectStore,
     http_status,
 )
@@ -162,6 +163,11 @@ def verify_tombstone(attempt_id: str, row: dict[str, Any]) -> None:
     for name, value in expected.items():
         if doc.get(name) != value:
             raise TombstoneIntegrityError(f"tombstone {attempt_id}: evidence {name} differs")
+    by = doc.get("retired_by")
+    if set(doc) != {*expected, "retired_by"} or not isinstance(by, str) or not by:
+        raise TombstoneIntegrityError(f"tombstone {attempt_id}: evidence fields differ")
+    if json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True) != evidence:
+        raise TombstoneIntegrityError(f"tombstone {attempt_id}: evidence is not canonical")
 
 
 def _retired(attempt_id: str, row: dict[str, Any]) -> LogReadResult:
@@ -193,6 +199,8 @@ def read_attempt_log(gate: ConnectionGate, store: LogObjectReader,
         body = store.get(identity)
     except ArtifactUnavailableError as exc:
         return LogReadResult(503, f"log store unavailable: {exc.reason}")
+    except ObjectStoreUnsafeError as exc:  # e.g. a delete marker hides the recorded object
+        return LogReadResult(503, f"log object hidden: {exc.reason}")
     if body is not None:
         return LogReadResult(200, "ok", body=body)
     again = _state(gate, attempt_id)  # ADR-0379 §5: missing → check the tombstone again

@@ -40,6 +40,7 @@ from qinglong.control.retention.claims import (
 )
 from qinglong.control.retention.objects import (
     ArtifactIdentity,
+    ArtifactIntegrityMismatchError,
     ObjectStoreError,
     S3ObjectStore,
 )
@@ -60,12 +61,18 @@ OUTAGE_AFTER_ROWS = 2  # consecutive artifact_unavailable rows that end a sweep 
 
 def identity_of(c: Claim) -> ArtifactIdentity:
     """The S3 identity a claim must match: the recorded object plus our ``ql3-*`` metadata
-    (project, run, attempt, artifact ids as written by the worker, DESIGN.md §4.2)."""
-    return ArtifactIdentity(
-        bucket=c.bucket, key=c.object_key, version_id=c.version_id,
-        content_type=c.content_type, size=c.size_bytes, sha256=c.sha256,
-        metadata={"project": c.project_id, "run": c.run_id, "attempt": c.attempt_id,
-                  "artifact": c.artifact_id})
+    (project, run, attempt, artifact ids as written by the worker, DESIGN.md §4.2).
+    Raises ArtifactIntegrityMismatchError when the record itself is not a valid identity
+    (e.g. a VersionId of ``null``): nothing is deleted by an identity we cannot trust."""
+    try:
+        return ArtifactIdentity(
+            bucket=c.bucket, key=c.object_key, version_id=c.version_id,
+            content_type=c.content_type, size=c.size_bytes, sha256=c.sha256,
+            metadata={"project": c.project_id, "run": c.run_id, "attempt": c.attempt_id,
+                      "artifact": c.artifact_id})
+    except ValidationError as exc:
+        raise ArtifactIntegrityMismatchError(f"recorded identity is invalid: {exc.field}"
+                                             ) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,9 +222,10 @@ class RunAttemptLogRetentionSweeper:
         """
         import psycopg
 
-        cfg, started = self.config, time.monotonic()
+        cfg = self.config
         if self.probe_due():
             self.probe()
+        started = time.monotonic()  # the budget bounds the claimed rows' work, not the probe
         if self.verdict is not None and self.verdict.status == "unavailable":
             return SweepResult(0, {"object_store_unavailable": 1}, time.monotonic() - started)
         with self._db() as conn:  # ADR-0379 §3 step 1: short claim transaction
