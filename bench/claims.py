@@ -57,7 +57,7 @@ def pgbench_script(path: Path) -> None:
     claim_sql = " ".join(q["claim"].split())  # pgbench: one SQL command per line
     lines = ["BEGIN;",
              f"WITH claimed AS ({claim_sql}) SELECT {ids}"
-             " FROM (SELECT array_agg(attempt_id) AS ids FROM claimed WHERE intact) s",
+             " FROM (SELECT array_agg(attempt_id) AS ids FROM claimed WHERE leased) s",
              "\\gset", "COMMIT;"]
     for i in range(1, LIMIT + 1):
         lock = " ".join(q["lock_control"].split()).replace(":attempt_id", f":a{i}")

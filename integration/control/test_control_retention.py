@@ -255,3 +255,20 @@ def test_record_failure_after_the_lease_ended_changes_nothing(pg_db: PgDb) -> No
         row = conn.execute("SELECT failure_count, claim_owner FROM"
                            " run_attempt_log_retention_controls").fetchone()
     assert row == (0, str(A))
+
+
+def test_a_retention_raised_after_enrollment_postpones_the_claim(pg_db: PgDb) -> None:
+    with pg_db.connect() as conn:
+        seeded = seed_run(conn, enroll=True, retention_s=0)  # eligible an hour ago
+        conn.execute("UPDATE tasks SET log_retention_s = 7200")  # now: in about an hour
+        assert claim(conn, A, limit=16, lease_s=30) == []
+        row = conn.execute(
+            "SELECT state, claim_owner, lease_expires_at, due_at = eligible_at,"
+            " eligible_at - now() BETWEEN interval '59 min' AND interval '61 min'"
+            " FROM run_attempt_log_retention_controls").fetchone()
+        assert row == ("pending", None, None, True, True)
+        conn.execute("UPDATE tasks SET log_retention_s = 0")
+        conn.execute("UPDATE run_attempt_log_retention_controls SET due_at = now(),"
+                     " eligible_at = now()")
+        (c,) = claim(conn, A, limit=16, lease_s=30)
+    assert c.attempt_id == seeded.attempt_ids[0]

@@ -4,8 +4,10 @@ A claim is one short READ COMMITTED transaction: ``FOR UPDATE SKIP LOCKED`` insi
 ``MATERIALIZED`` CTE (a plain ``IN (subquery LIMIT n)`` can claim more than n rows under a
 nested loop, DESIGN.md §4.3), then an update that re-checks state, due time, lease expiry and
 immutable identity and bumps the version. A row whose identity broke moves to ``manual`` with
-``artifact_integrity_mismatch`` instead of being leased. The caller commits, returns the
-connection to the pool, and only then talks to S3.
+``artifact_integrity_mismatch`` instead of being leased; a row whose retention is not over by
+today's facts (``finished_at`` + the task's current ``log_retention_s``: the policy may have
+been raised since enrollment) moves to its new eligibility instead. The caller commits,
+returns the connection to the pool, and only then talks to S3.
 """
 
 from __future__ import annotations

@@ -26,7 +26,9 @@ LIMIT %(limit)s
 ON CONFLICT (attempt_id) DO NOTHING
 
 -- claim --
--- Lease at most %(limit)s due controls to %(owner)s; a row whose identity broke goes manual
+-- Lease at most %(limit)s due controls to %(owner)s. A row whose identity broke goes manual; a
+-- row whose retention is not over by today's facts (the task's retention was raised after
+-- enrollment) is not leased but moved to its new eligibility. ``leased`` marks the claims.
 WITH picked AS MATERIALIZED (
     SELECT attempt_id
     FROM run_attempt_log_retention_controls
@@ -35,11 +37,17 @@ WITH picked AS MATERIALIZED (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), checked AS MATERIALIZED (
-    SELECT c.attempt_id, EXISTS (
-        SELECT 1
+    SELECT c.attempt_id, f.eligible_now IS NOT NULL AS intact,
+           coalesce(f.eligible_now <= now(), false) AS ripe, f.eligible_now
+    FROM picked p
+    JOIN run_attempt_log_retention_controls c ON c.attempt_id = p.attempt_id
+    LEFT JOIN LATERAL (
+        SELECT greatest(r.finished_at, a.finished_at)
+                   + make_interval(secs => t.log_retention_s) AS eligible_now
         FROM run_attempt_log_artifacts la
         JOIN attempts a ON a.id = la.attempt_id
         JOIN runs r ON r.id = a.run_id
+        JOIN tasks t ON t.id = r.task_id
         WHERE la.id = c.artifact_id AND la.attempt_id = c.attempt_id
           AND la.run_id = c.run_id AND la.project_id = c.project_id
           AND la.bucket = c.bucket AND la.object_key = c.object_key
@@ -48,18 +56,23 @@ WITH picked AS MATERIALIZED (
           AND la.content_type = c.content_type
           AND a.executor = 'remote_worker'
           AND a.status IN ('succeeded', 'failed', 'cancelled', 'timed_out')
+          AND a.finished_at IS NOT NULL
           AND r.id = c.run_id AND r.project_id = c.project_id AND r.owner = 'runtime'
           AND r.status IN ('succeeded', 'failed', 'cancelled', 'timed_out')
-    ) AS intact
-    FROM picked p
-    JOIN run_attempt_log_retention_controls c ON c.attempt_id = p.attempt_id
+          AND r.finished_at IS NOT NULL
+    ) f ON true
 )
 UPDATE run_attempt_log_retention_controls AS c
 SET claim_version = c.claim_version + 1,
-    claim_owner = CASE WHEN k.intact THEN %(owner)s END,
-    claim_token = CASE WHEN k.intact THEN gen_random_uuid() END,
-    lease_expires_at = CASE WHEN k.intact THEN now() + make_interval(secs => %(lease_s)s) END,
-    due_at = CASE WHEN k.intact THEN now() + make_interval(secs => %(lease_s)s) ELSE c.due_at END,
+    claim_owner = CASE WHEN k.intact AND k.ripe THEN %(owner)s END,
+    claim_token = CASE WHEN k.intact AND k.ripe THEN gen_random_uuid() END,
+    lease_expires_at = CASE WHEN k.intact AND k.ripe
+                            THEN now() + make_interval(secs => %(lease_s)s) END,
+    due_at = CASE WHEN NOT k.intact THEN c.due_at
+                  WHEN k.ripe THEN now() + make_interval(secs => %(lease_s)s)
+                  ELSE k.eligible_now END,
+    eligible_at = CASE WHEN k.intact AND NOT k.ripe THEN k.eligible_now
+                       ELSE c.eligible_at END,
     state = CASE WHEN k.intact THEN c.state ELSE 'manual' END,
     last_failure_class = CASE WHEN k.intact THEN c.last_failure_class
                               ELSE 'artifact_integrity_mismatch' END,
@@ -68,10 +81,10 @@ FROM checked k
 WHERE c.attempt_id = k.attempt_id
   AND c.state = 'pending' AND c.due_at <= now() AND c.eligible_at <= now()
   AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
-RETURNING k.intact, c.attempt_id::text, c.project_id::text, c.run_id::text, c.artifact_id,
-          c.bucket, c.object_key, c.version_id, c.size_bytes, c.sha256, c.content_type,
-          c.claim_owner, c.claim_token::text, c.claim_version, c.lease_expires_at,
-          c.failure_count
+RETURNING k.intact AND k.ripe AS leased, c.attempt_id::text, c.project_id::text,
+          c.run_id::text, c.artifact_id, c.bucket, c.object_key, c.version_id, c.size_bytes,
+          c.sha256, c.content_type, c.claim_owner, c.claim_token::text, c.claim_version,
+          c.lease_expires_at, c.failure_count
 
 -- lock_control --
 -- Lock one control by primary key (plain FOR UPDATE, never SKIP LOCKED) with its facts
