@@ -107,7 +107,8 @@ def claim(
     Raises ValidationError on out-of-range bounds; psycopg errors pass through.
     """
     validate_bounds(limit, lease_s)
-    with conn.transaction(), conn.cursor() as cur:  # ADR-0379 §2: short READ COMMITTED tx
+    # ADR-0379 §2: short READ COMMITTED transaction; binary results (less client CPU)
+    with conn.transaction(), conn.cursor(binary=True) as cur:
         rows = cur.execute(
             queries()["claim"], {"limit": limit, "owner": str(owner), "lease_s": float(lease_s)},
             prepare=True,  # a sweeper repeats it: server-side prepared from the first call
