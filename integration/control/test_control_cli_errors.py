@@ -30,6 +30,7 @@ def _ql3(*args: str) -> subprocess.CompletedProcess[str]:
     (f"postgresql://postgres:{SECRET}%zz@127.0.0.1:5432/x", "malformed %-escape"),
     (f"postgresql://postgres:{SECRET}@127.0.0.1:notaport/x", "invalid port"),
     ("not a url", "must be a postgresql:// URL"),
+    (f"postgresql://x:{SECRET}@[::1/db", "is not a valid URL"),
 ])
 @pytest.mark.parametrize("command", [["readiness"], ["migrate"], ["retention", "status"]])
 def test_a_malformed_database_url_exits_2_without_echoing_it(
@@ -67,6 +68,18 @@ def test_retry_checks_every_id_before_connecting() -> None:
 def test_readiness_rejects_an_endpoint_without_a_bucket(pg_db: PgDb) -> None:
     out = _ql3("readiness", "--database-url", pg_db.url, "--s3-endpoint", "http://h:1")
     assert out.returncode == 2 and "needs --log-bucket" in out.stderr
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--log-bucket", ""], "--log-bucket: is empty"),
+    (["--log-bucket", "Bad_Bucket!"], "--log-bucket: is not a bucket name"),
+    (["--runtime-role", "Bad-Name"], "lowercase identifier"),
+    (["--log-bucket", "b12", "--s3-endpoint", "http://127.0.0.1:99999"], "--s3-endpoint"),
+    (["--log-bucket", "b12", "--s3-endpoint", "http://[::1"], "--s3-endpoint"),
+])
+def test_readiness_rejects_bad_options_with_exit_2(args: list[str], says: str) -> None:
+    out = _ql3("readiness", "--database-url", "postgresql://x@127.0.0.1:1/x", *args)
+    assert out.returncode == 2 and says in out.stderr, out.stderr
 
 
 def test_migrate_refuses_the_owner_or_a_superuser_as_runtime_role(empty_db: PgDb) -> None:

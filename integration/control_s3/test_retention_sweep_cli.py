@@ -106,11 +106,12 @@ def test_sweep_refuses_an_unmigrated_database_and_an_unavailable_store(
 @pytest.mark.parametrize(("args", "field"), [
     (["--interval-s", "inf"], "--interval-s"), (["--log-bucket", " "], "--log-bucket"),
     (["--replica-id", ""], "--replica-id"), (["--s3-endpoint", "not-a-url"], "--s3-endpoint"),
+    (["--replica-id", "a\nb"], "replica_id"), (["--log-bucket", "a/b"], "--log-bucket"),
 ])
 def test_sweep_rejects_bad_options_before_connecting(
         args: list[str], field: str) -> None:
     base = [QL3, "control", "retention", "sweep", "--database-url",
-            "postgresql://nobody:pw@127.0.0.1:1/none", "--log-bucket", "b", "--once"]
+            "postgresql://nobody:pw@127.0.0.1:1/none", "--log-bucket", "bkt", "--once"]
     out = subprocess.run([*base, *args], env=ENV, capture_output=True, text=True, timeout=60,
                          check=False)
     assert out.returncode == 2, out.stderr

@@ -348,3 +348,15 @@ def test_a_recorded_null_version_id_is_an_integrity_mismatch_and_nothing_is_dele
     assert (result.claimed, result["artifact_integrity_mismatch"]) == (1, 1), result
     assert [d for d in proxy.deletes() if "ql3-probe/" not in d["key"]] == []
     assert exists(direct_s3, log.identity)
+
+
+def test_a_stop_requested_before_the_claim_claims_nothing(
+        pg_db: PgDb, direct_s3: Any, make_bucket: Callable[[bool], str],
+        make_sweeper: MakeSweeper) -> None:
+    bucket = make_bucket(True)
+    with pg_db.connect() as conn:
+        seed_logs(conn, direct_s3, bucket, 2)
+    sweeper = make_sweeper(bucket)
+    sweeper.request_stop()  # e.g. SIGTERM while the probe ran
+    assert sweeper.run_once().claimed == 0
+    assert [c[5] for c in _controls(pg_db)] == [None, None]  # nothing leased

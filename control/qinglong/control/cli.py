@@ -9,6 +9,7 @@ with one redacted line (``cli_errors.py``), never a traceback.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import click
@@ -60,12 +61,30 @@ def _s3_client(endpoint: str | None) -> Any:
     from qinglong.shared.errors import ValidationError
 
     if endpoint is not None:
-        parts = urllib.parse.urlsplit(endpoint)
+        try:
+            parts = urllib.parse.urlsplit(endpoint)
+            parts.port  # noqa: B018  (raises ValueError on a bad or out-of-range port)
+        except ValueError:
+            raise ValidationError("--s3-endpoint", "is not a valid URL (host, port)") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValidationError("--s3-endpoint", "must be an http:// or https:// URL")
     from qinglong.control.retention.objects import make_client
 
     return make_client(endpoint, timeout_s=5)
+
+
+_BUCKET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,253}[A-Za-z0-9]$")
+
+
+def _checked_bucket(bucket: str) -> str:
+    """``bucket`` when it looks like an S3 bucket name; ValidationError (exit 2) otherwise."""
+    from qinglong.shared.errors import ValidationError
+
+    if not bucket.strip():
+        raise ValidationError("--log-bucket", "is empty")
+    if not _BUCKET.match(bucket):
+        raise ValidationError("--log-bucket", "is not a bucket name (letters, digits, . _ -)")
+    return bucket
 
 
 @control.command()
@@ -106,11 +125,15 @@ def readiness(database_url: str, runtime_role: str, log_bucket: str | None,
     ignores If-Match on DELETE is listed as degraded (object_store_unsafe) and stays ready.
     """
     from qinglong.control.db.pool import connect
+    from qinglong.control.db.roles import validate_role_name
     from qinglong.control.readiness import CapabilityProbe
     from qinglong.control.readiness import readiness as check
     from qinglong.shared.errors import ValidationError
 
-    if s3_endpoint and not log_bucket:
+    validate_role_name(runtime_role)
+    if log_bucket is not None:
+        _checked_bucket(log_bucket)
+    elif s3_endpoint:
         raise ValidationError("--s3-endpoint", "needs --log-bucket (the bucket to check)")
     probes: list[CapabilityProbe] = []
     if log_bucket:
@@ -182,6 +205,7 @@ def retry(database_url: str, attempt_ids: tuple[str, ...]) -> None:
     from qinglong.shared.errors import ValidationError
     from qinglong.shared.ids import validate_uuid7
 
+    attempt_ids = tuple(a.strip().lower() for a in attempt_ids)
     for position, attempt_id in enumerate(attempt_ids, 1):
         try:
             validate_uuid7(attempt_id, "attempt_id")
@@ -197,7 +221,8 @@ def retry(database_url: str, attempt_ids: tuple[str, ...]) -> None:
     if missing:
         from qinglong.control.errors import RetryRefusedError
 
-        raise RetryRefusedError(f"not retried (unknown, retired or leased): {' '.join(missing)}")
+        raise RetryRefusedError("not retried (unknown, retired, under a live lease, or never "
+                                f"failed): {' '.join(missing)}")
 
 
 def _sweep_line(result: Any, as_json: bool, **extra: Any) -> str:
@@ -248,8 +273,7 @@ def sweep(database_url: str, log_bucket: str, s3_endpoint: str | None,
     from qinglong.control.retention.sweeper import RunAttemptLogRetentionSweeper
     from qinglong.shared.errors import ValidationError
 
-    if not log_bucket.strip():
-        raise ValidationError("--log-bucket", "is empty")
+    _checked_bucket(log_bucket)
     if replica_id is not None and not replica_id.strip():
         raise ValidationError("--replica-id", "is empty")
     client = _s3_client(s3_endpoint)
@@ -285,11 +309,14 @@ def sweep(database_url: str, log_bucket: str, s3_endpoint: str | None,
             time.sleep(0.2)
         drained = sweeper.stop()
         stopped = {"event": "stopped", "drained": drained}
-        click.echo(json.dumps(stopped, sort_keys=True) if as_json else
-                   "stopped: the sweep in flight finished its current row; rows it had not "
-                   "reached stay leased until their lease ends")
+        if as_json:
+            click.echo(json.dumps(stopped, sort_keys=True))
+        elif drained:
+            click.echo("stopped: the sweep in flight finished its current row; rows it had "
+                       "not reached stay leased until their lease ends")
         if not drained:
-            raise DrainTimeoutError(f"the running sweep did not drain within "
-                                    f"{config.stop_budget_s:g} s; its rows stay leased")
+            raise DrainTimeoutError(f"the running sweep did not end within "
+                                    f"{config.stop_budget_s:g} s (blocked in the database or "
+                                    "the object store); any rows it holds stay leased")
     finally:
         pool.close()

@@ -33,7 +33,10 @@ def checked_database_url(url: str | None) -> str:
     if not url or not url.strip():
         raise ValidationError("--database-url", "is empty (give a postgresql:// URL or set "
                                                 "QL3_DATABASE_URL)")
-    parts = urllib.parse.urlsplit(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        raise ValidationError("--database-url", "is not a valid URL") from None
     if parts.scheme not in _SCHEMES:
         raise ValidationError("--database-url", "must be a postgresql:// URL")
     if _BAD_ESCAPE.search(url):

@@ -58,8 +58,10 @@ _INCARNATION: dict[int, str] = {}
 
 def process_owner(replica_id: str) -> ClaimOwner:
     """The owner of this process: one random 128-bit incarnation per pid (fork-safe)."""
-    if not replica_id or "/" in replica_id or len(replica_id) > 200:
-        raise ValidationError("replica_id", f"invalid replica id {replica_id!r}")
+    if (not replica_id or "/" in replica_id or len(replica_id) > 200
+            or not replica_id.isprintable() or any(ch.isspace() for ch in replica_id)):
+        raise ValidationError("replica_id", "must be 1..200 printable characters without "
+                                            "spaces or '/'")
     incarnation = _INCARNATION.setdefault(os.getpid(), secrets.token_hex(16))
     return ClaimOwner(replica_id, incarnation)
 

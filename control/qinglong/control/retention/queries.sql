@@ -28,7 +28,8 @@ ON CONFLICT (attempt_id) DO NOTHING
 -- claim --
 -- Lease at most %(limit)s due controls to %(owner)s. A row whose identity broke goes manual; a
 -- row whose retention is not over by today's facts (the task's retention was raised after
--- enrollment) is not leased but moved to its new eligibility. ``leased`` marks the claims.
+-- enrollment) is not leased but moved to its new eligibility. ``leased`` marks the claims. The
+-- lease runs from clock_timestamp(): a claim that waited on a lock still gets its full lease.
 WITH picked AS MATERIALIZED (
     SELECT attempt_id
     FROM run_attempt_log_retention_controls
@@ -67,9 +68,9 @@ SET claim_version = c.claim_version + 1,
     claim_owner = CASE WHEN k.intact AND k.ripe THEN %(owner)s END,
     claim_token = CASE WHEN k.intact AND k.ripe THEN gen_random_uuid() END,
     lease_expires_at = CASE WHEN k.intact AND k.ripe
-                            THEN now() + make_interval(secs => %(lease_s)s) END,
+                            THEN clock_timestamp() + make_interval(secs => %(lease_s)s) END,
     due_at = CASE WHEN NOT k.intact THEN c.due_at
-                  WHEN k.ripe THEN now() + make_interval(secs => %(lease_s)s)
+                  WHEN k.ripe THEN clock_timestamp() + make_interval(secs => %(lease_s)s)
                   ELSE k.eligible_now END,
     eligible_at = CASE WHEN k.intact AND NOT k.ripe THEN k.eligible_now
                        ELSE c.eligible_at END,

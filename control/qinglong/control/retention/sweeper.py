@@ -226,6 +226,8 @@ class RunAttemptLogRetentionSweeper:
         if self.probe_due():
             self.probe()
         started = time.monotonic()  # the budget bounds the claimed rows' work, not the probe
+        if self.stop_requested():  # never claim rows a stopping sweep would only leave leased
+            return SweepResult(0, {}, 0.0)
         if self.verdict is not None and self.verdict.status == "unavailable":
             return SweepResult(0, {"object_store_unavailable": 1}, time.monotonic() - started)
         with self._db() as conn:  # ADR-0379 §3 step 1: short claim transaction
