@@ -75,7 +75,8 @@ def run_pgbench(db: str, role: str, sessions: int, seconds: int, script: Path) -
     out = subprocess.run(
         [PGBENCH, "-h", "127.0.0.1", "-U", "postgres", "-n", "-M", "prepared",
          "-c", str(sessions), "-j", str(sessions), "-T", str(seconds), "-f", str(script),
-         "-D", "owner=pgbench/0", "-D", f"limit={LIMIT}", "-D", f"lease_s={LEASE_S}",
+         "-D", "owner=pgbench/0", "-D", f"limit={LIMIT}", "-D", "versioned_only=false",
+         "-D", f"lease_s={LEASE_S}",
          "-D", "outcome=deleted", "-D", f"evidence={evidence}", "-D", f"digest={'0' * 64}",
          db], capture_output=True, text=True, env=env, timeout=seconds + 60, check=False)
     tps = re.search(r"tps = ([\d.]+) \(without initial connection time\)", out.stdout)

@@ -185,7 +185,7 @@ def test_c10_reupload_on_a_versioned_bucket_leaves_the_new_version_untouched(
     assert body["Body"].read() == b"newer run\n"
 
 
-def test_c08_an_if_match_stripping_backend_refuses_unversioned_deletes_only(
+def test_c08_an_if_match_stripping_backend_leaves_unversioned_rows_alone(
         pg_db: PgDb, direct_s3: Any, make_bucket: Callable[[bool], str],
         make_sweeper: MakeSweeper, proxy: Any) -> None:
     plain, versioned = make_bucket(False), make_bucket(True)
@@ -196,13 +196,19 @@ def test_c08_an_if_match_stripping_backend_refuses_unversioned_deletes_only(
     sweeper = make_sweeper(plain)
     verdict = sweeper.probe()
     assert verdict.status == "unsafe" and verdict.degraded == ("object_store_unsafe",)
-    result = sweeper.run_once()
-    assert (result["deleted"], result["object_store_unsafe"]) == (1, 1), result
+    result = sweeper.run_once()  # only the versioned row is claimed while unsafe
+    assert (result.claimed, dict(result.counts)) == (1, {"deleted": 1}), result
     assert exists(direct_s3, kept.identity) and not exists(direct_s3, gone.identity)
-    ((attempt, state, _, failure, later, _, _),) = _controls(pg_db)
-    assert (attempt, state, failure, later) == (kept.attempt_id, "pending",
-                                                "object_store_unsafe", True)
+    ((attempt, state, failures, failure, _, owner, _),) = _controls(pg_db)
+    assert (attempt, state, failures, failure, owner) == (kept.attempt_id, "pending", 0,
+                                                          None, None)  # untouched, no failure
     assert _tombstones(pg_db) == {gone.attempt_id: "deleted"}
+    assert [d for d in proxy.deletes() if d["if_match"] and "ql3-probe/" not in d["key"]] == []
+    proxy.set()  # the backend is fixed: the next probe says safe and the row is retired
+    assert sweeper.probe().status == "safe"
+    again = sweeper.run_once()
+    assert (again.claimed, dict(again.counts)) == (1, {"deleted": 1}), again
+    assert _tombstones(pg_db) == {gone.attempt_id: "deleted", kept.attempt_id: "deleted"}
 
 
 def test_stop_drains_the_running_sweep_within_its_budget(

@@ -100,9 +100,13 @@ def validate_bounds(limit: int, lease_s: float) -> None:
 
 
 def claim(
-    conn: psycopg.Connection[Any], owner: ClaimOwner, *, limit: int, lease_s: float
+    conn: psycopg.Connection[Any], owner: ClaimOwner, *, limit: int, lease_s: float,
+    versioned_only: bool = False,
 ) -> list[Claim]:
     """Lease at most ``limit`` due controls to ``owner`` for ``lease_s`` seconds.
+
+    ``versioned_only``: claim only rows with a recorded VersionId (the sweeper sets it while
+    the backend probe says ``unsafe``: unversioned rows would only fail towards ``manual``).
 
     Opens and commits its own transaction on ``conn`` (which must be idle). Returns the
     intact claims (possibly fewer than the rows touched: broken identities go manual).
@@ -112,7 +116,8 @@ def claim(
     # ADR-0379 §2: short READ COMMITTED transaction; binary results (less client CPU)
     with conn.transaction(), conn.cursor(binary=True) as cur:
         rows = cur.execute(
-            queries()["claim"], {"limit": limit, "owner": str(owner), "lease_s": float(lease_s)},
+            queries()["claim"], {"limit": limit, "owner": str(owner), "lease_s": float(lease_s),
+                                 "versioned_only": versioned_only},
             prepare=True,  # a sweeper repeats it: server-side prepared from the first call
         ).fetchall()
     # ids and token come back as text (``::text`` in the statement): no uuid.UUID round trip

@@ -30,10 +30,13 @@ ON CONFLICT (attempt_id) DO NOTHING
 -- row whose retention is not over by today's facts (the task's retention was raised after
 -- enrollment) is not leased but moved to its new eligibility. ``leased`` marks the claims. The
 -- lease runs from clock_timestamp(): a claim that waited on a lock still gets its full lease.
+-- %(versioned_only)s: only rows with a recorded VersionId (the store ignores If-Match, so an
+-- unversioned row could only fail towards manual).
 WITH picked AS MATERIALIZED (
     SELECT attempt_id
     FROM run_attempt_log_retention_controls
     WHERE state = 'pending' AND due_at <= now()
+      AND (NOT %(versioned_only)s OR version_id IS NOT NULL)
     ORDER BY due_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED

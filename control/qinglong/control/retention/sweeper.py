@@ -231,7 +231,9 @@ class RunAttemptLogRetentionSweeper:
         if self.verdict is not None and self.verdict.status == "unavailable":
             return SweepResult(0, {"object_store_unavailable": 1}, time.monotonic() - started)
         with self._db() as conn:  # ADR-0379 §3 step 1: short claim transaction
-            claims = claim(conn, self._owner, limit=cfg.claims_per_sweep, lease_s=cfg.lease_s)
+            claims = claim(conn, self._owner, limit=cfg.claims_per_sweep, lease_s=cfg.lease_s,
+                           versioned_only=self.verdict is not None
+                           and self.verdict.status == "unsafe")
         counts: Counter[str] = Counter()
         deletes = unavailable_run = 0
         for index, c in enumerate(claims):
