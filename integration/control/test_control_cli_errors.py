@@ -50,6 +50,16 @@ def test_a_failing_database_is_one_redacted_line_and_exit_1(url: str, says: str)
     assert len(out.stderr.strip().splitlines()) == 1
 
 
+def test_readiness_json_still_prints_a_verdict_when_the_database_is_down() -> None:
+    import json
+
+    out = _ql3("readiness", "--database-url", f"postgresql://postgres:{SECRET}@127.0.0.1:1/x",
+               "--json")
+    assert out.returncode == 1
+    verdict = json.loads(out.stdout)
+    assert (verdict["ready"], verdict["reason"]) == (False, "database_unavailable")
+
+
 def test_retention_commands_before_migrate_say_to_migrate(empty_db: PgDb) -> None:
     for command in (["retention", "status"], ["retention", "retry", "0" * 8 + "-0000-7000-8000-"
                                                                   + "0" * 12]):

@@ -73,6 +73,7 @@ def _s3_client(endpoint: str | None) -> Any:
     return make_client(endpoint, timeout_s=5)
 
 
+LOCK_TIMEOUT_MS = 10_000  # a sweep gives up a lock wait after 10 s (and retries next sweep)
 _BUCKET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,253}[A-Za-z0-9]$")
 
 
@@ -140,8 +141,18 @@ def readiness(database_url: str, runtime_role: str, log_bucket: str | None,
         from qinglong.control.retention.probe import object_store_capability
 
         probes.append(object_store_capability(_s3_client(s3_endpoint), log_bucket))
-    with connect(database_url) as conn:
-        verdict = check(conn, runtime_role=runtime_role, capabilities=probes)
+    try:
+        with connect(database_url) as conn:
+            verdict = check(conn, runtime_role=runtime_role, capabilities=probes)
+    except Exception as exc:
+        mapped = external_error(exc)
+        if mapped is None:
+            raise
+        if as_json:  # a JSON consumer still gets a verdict on stdout
+            click.echo(json.dumps({"ready": False, "reason": "database_unavailable",
+                                   "detail": str(mapped), "degraded": [],
+                                   "schema_ahead_by": []}, sort_keys=True))
+        raise mapped from None
     if as_json:
         click.echo(json.dumps(verdict.to_json(), sort_keys=True))
     elif verdict.ready:
@@ -283,7 +294,7 @@ def sweep(database_url: str, log_bucket: str, s3_endpoint: str | None,
     owner = process_owner(replica_id or socket.gethostname())
     with connect(database_url) as conn:  # a clear error before the pool starts retrying
         _require_schema(conn)
-    pool = open_pool(database_url, min_size=1, max_size=2)
+    pool = open_pool(database_url, min_size=1, max_size=2, lock_timeout_ms=LOCK_TIMEOUT_MS)
     try:
         sweeper = RunAttemptLogRetentionSweeper(pool.connection, client, owner,
                                                 probe_bucket=log_bucket, config=config)

@@ -30,12 +30,22 @@ def connect(url: str) -> psycopg.Connection[Any]:
     return conn
 
 
-def open_pool(url: str, *, min_size: int = 1, max_size: int = 4) -> ConnectionPool:
-    """An opened pool of configured connections; close it with ``pool.close()``."""
+def open_pool(url: str, *, min_size: int = 1, max_size: int = 4,
+              lock_timeout_ms: int | None = None) -> ConnectionPool:
+    """An opened pool of configured connections; close it with ``pool.close()``.
+
+    ``lock_timeout_ms``: when set, every pooled connection gives up a lock wait after that
+    many milliseconds (the statement fails with LockNotAvailable), so a sweeper blocked by a
+    table lock gets back to its loop, and to a pending stop, instead of waiting forever."""
     from psycopg_pool import ConnectionPool
 
+    def setup(conn: psycopg.Connection[Any]) -> None:
+        configure(conn)
+        if lock_timeout_ms is not None:
+            conn.execute(f"SET lock_timeout = {int(lock_timeout_ms)}")
+
     pool: ConnectionPool = ConnectionPool(
-        url, min_size=min_size, max_size=max_size, configure=configure, open=True,
+        url, min_size=min_size, max_size=max_size, configure=setup, open=True,
         kwargs={"connect_timeout": 10},
     )
     return pool
