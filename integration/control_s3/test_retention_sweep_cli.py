@@ -101,6 +101,7 @@ def test_sweep_refuses_an_unmigrated_database_and_an_unavailable_store(
     assert (report["object_store"], report["claimed"], report["counts"]) == (
         "unavailable", 0, {"object_store_unavailable": 1})
     assert "object store unavailable: canary PUT failed: HTTP 503" in down.stderr
+    assert down.stderr.count("canary PUT failed") == 1  # said once, not also by the log
 
 
 @pytest.mark.parametrize(("args", "field"), [

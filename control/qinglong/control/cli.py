@@ -274,6 +274,7 @@ def sweep(database_url: str, log_bucket: str, s3_endpoint: str | None,
     leased until their lease ends). Exit 1 if the store is unavailable (--once) or the stop
     budget ran out.
     """
+    import logging
     import signal
     import socket
     import time
@@ -294,13 +295,16 @@ def sweep(database_url: str, log_bucket: str, s3_endpoint: str | None,
     owner = process_owner(replica_id or socket.gethostname())
     with connect(database_url) as conn:  # a clear error before the pool starts retrying
         _require_schema(conn)
+    # the pool's own reconnect chatter ("discarding closed connection") is not for operators
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     pool = open_pool(database_url, min_size=1, max_size=2, lock_timeout_ms=LOCK_TIMEOUT_MS)
     try:
         sweeper = RunAttemptLogRetentionSweeper(pool.connection, client, owner,
                                                 probe_bucket=log_bucket, config=config)
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: sweeper.request_stop())
-        if once:
+        if once:  # the verdict is reported below: no second copy from the sweeper's log
+            logging.getLogger("qinglong.control.retention.sweeper").setLevel(logging.ERROR)
             result = sweeper.run_once()
             verdict = sweeper.verdict
             store = verdict.status if verdict else "unknown"
