@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -13,12 +12,11 @@ from typing import Any
 
 import pytest
 from pg_control_db import PgDb
-from s3_services import CREDS, free_port
+from s3_services import aws_env, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 QL3 = str(Path(sys.executable).parent / "ql3")
-ENV = dict(os.environ, AWS_ACCESS_KEY_ID=CREDS["aws_access_key_id"],
-           AWS_SECRET_ACCESS_KEY=CREDS["aws_secret_access_key"], AWS_DEFAULT_REGION="us-east-1")
+ENV = aws_env()
 
 
 def _readiness(pg_db: PgDb, endpoint: str, bucket: str, *extra: str

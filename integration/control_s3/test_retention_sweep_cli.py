@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -16,13 +15,12 @@ from typing import Any
 
 import pytest
 from pg_control_db import PgDb
-from s3_services import CREDS
+from s3_services import aws_env
 from sweep_world import exists, rows, seed_logs
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 QL3 = str(Path(sys.executable).parent / "ql3")
-ENV = dict(os.environ, AWS_ACCESS_KEY_ID=CREDS["aws_access_key_id"],
-           AWS_SECRET_ACCESS_KEY=CREDS["aws_secret_access_key"], AWS_DEFAULT_REGION="us-east-1")
+ENV = aws_env()
 
 
 def _args(pg_db: PgDb, proxy: Any, bucket: str, *, as_owner: bool = False) -> list[str]:
@@ -30,6 +28,13 @@ def _args(pg_db: PgDb, proxy: Any, bucket: str, *, as_owner: bool = False) -> li
         f"-c role={pg_db.runtime_role}"))
     return [QL3, "control", "retention", "sweep", "--database-url", runtime, "--log-bucket",
             bucket, "--s3-endpoint", proxy.endpoint, "--replica-id", "cli-test"]
+
+
+def _sweep(pg_db: PgDb, proxy: Any, bucket: str, *extra: str,
+           as_owner: bool = False) -> subprocess.CompletedProcess[str]:
+    """``ql3 control retention sweep`` to completion (``--once`` runs), output captured."""
+    return subprocess.run([*_args(pg_db, proxy, bucket, as_owner=as_owner), *extra], env=ENV,
+                          capture_output=True, text=True, timeout=60, check=False)
 
 
 def _tombstones(pg_db: PgDb) -> dict[str, str]:
@@ -43,8 +48,7 @@ def test_sweep_once_retires_due_logs_and_prints_counts(
     bucket = make_bucket(False)
     with pg_db.connect() as conn:
         logs = seed_logs(conn, direct_s3, bucket, 3)
-    out = subprocess.run([*_args(pg_db, proxy, bucket), "--once", "--json"], env=ENV,
-                         capture_output=True, text=True, timeout=60, check=False)
+    out = _sweep(pg_db, proxy, bucket, "--once", "--json")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert (report["object_store"], report["claimed"], report["counts"]) == (
@@ -52,8 +56,7 @@ def test_sweep_once_retires_due_logs_and_prints_counts(
     assert report["owner"].startswith("cli-test/")
     assert _tombstones(pg_db) == {log.attempt_id: "deleted" for log in logs}
     assert not any(exists(direct_s3, log.identity) for log in logs)
-    again = subprocess.run([*_args(pg_db, proxy, bucket), "--once"], env=ENV,
-                           capture_output=True, text=True, timeout=60, check=False)
+    again = _sweep(pg_db, proxy, bucket, "--once")
     assert (again.returncode, again.stdout.strip()) == (0, "object store safe; claimed 0")
 
 
@@ -88,14 +91,12 @@ def test_sweep_runs_until_sigterm_and_drains(
 def test_sweep_refuses_an_unmigrated_database_and_an_unavailable_store(
         empty_db: PgDb, pg_db: PgDb, proxy: Any, make_bucket: Callable[[bool], str]) -> None:
     bucket = make_bucket(False)
-    before = subprocess.run([*_args(empty_db, proxy, bucket, as_owner=True), "--once"], env=ENV,
-                            capture_output=True, text=True, timeout=60, check=False)
+    before = _sweep(empty_db, proxy, bucket, "--once", as_owner=True)
     assert before.returncode == 1 and before.stdout == ""
     assert before.stderr.strip().endswith("(run `ql3 control migrate`)"), before.stderr
     assert "migration_pending" in before.stderr and "Traceback" not in before.stderr
     proxy.set(fail={"PUT": 503})
-    down = subprocess.run([*_args(pg_db, proxy, bucket), "--once", "--json"], env=ENV,
-                          capture_output=True, text=True, timeout=60, check=False)
+    down = _sweep(pg_db, proxy, bucket, "--once", "--json")
     assert down.returncode == 1, down.stderr
     report = json.loads(down.stdout)
     assert (report["object_store"], report["claimed"], report["counts"]) == (

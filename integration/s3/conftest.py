@@ -8,7 +8,6 @@ stops the processes it started.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ import pytest
 pytest.importorskip("boto3")
 pytest.importorskip("moto")
 
-from s3_services import CREDS, FaultProxy, moto_server
+from s3_services import CREDS, FaultProxy, moto_server, new_bucket
 
 from qinglong.control.retention.objects import make_client
 
@@ -30,9 +29,23 @@ def moto_endpoint() -> Iterator[str]:
         yield endpoint
 
 
+# The fixtures below work on any S3 server: another tier (integration/s3_minio) loads this
+# module and overrides ``s3_endpoint`` and ``s3_credentials``.
+@pytest.fixture(scope="session")
+def s3_endpoint(moto_endpoint: str) -> str:
+    """The S3 server the tier talks to (here moto)."""
+    return moto_endpoint
+
+
+@pytest.fixture(scope="session")
+def s3_credentials() -> dict[str, str]:
+    """``make_client`` credentials for ``s3_endpoint``."""
+    return dict(CREDS)
+
+
 @pytest.fixture
-def proxy(tmp_path: Path, moto_endpoint: str) -> Iterator[FaultProxy]:
-    fp = FaultProxy(tmp_path, moto_endpoint)
+def proxy(tmp_path: Path, s3_endpoint: str) -> Iterator[FaultProxy]:
+    fp = FaultProxy(tmp_path, s3_endpoint)
     try:
         yield fp
     finally:
@@ -40,25 +53,20 @@ def proxy(tmp_path: Path, moto_endpoint: str) -> Iterator[FaultProxy]:
 
 
 @pytest.fixture
-def s3(proxy: FaultProxy) -> Any:
+def s3(proxy: FaultProxy, s3_credentials: dict[str, str]) -> Any:
     """A boto3 client that goes through the proxy (one attempt, path style)."""
-    return make_client(proxy.endpoint, timeout_s=5, **CREDS)
+    return make_client(proxy.endpoint, timeout_s=5, **s3_credentials)
 
 
 @pytest.fixture
-def direct_s3(moto_endpoint: str) -> Any:
-    """A boto3 client straight to moto (test setup and out-of-band re-uploads)."""
-    return make_client(moto_endpoint, timeout_s=5, **CREDS)
+def direct_s3(s3_endpoint: str, s3_credentials: dict[str, str]) -> Any:
+    """A boto3 client straight to the server (test setup and out-of-band re-uploads)."""
+    return make_client(s3_endpoint, timeout_s=5, **s3_credentials)
 
 
 @pytest.fixture
 def make_bucket(direct_s3: Any) -> Callable[[bool], str]:
     def make(versioned: bool) -> str:
-        name = f"ql3-{uuid.uuid4().hex[:20]}"
-        direct_s3.create_bucket(Bucket=name)
-        if versioned:
-            direct_s3.put_bucket_versioning(
-                Bucket=name, VersioningConfiguration={"Status": "Enabled"})
-        return name
+        return new_bucket(direct_s3, versioned)
 
     return make

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +19,25 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 CREDS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+
+
+def aws_env(credentials: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment plus ``AWS_*`` credentials and region, for ``ql3`` children
+    that build their own boto3 client."""
+    creds = credentials or CREDS
+    return dict(os.environ, AWS_ACCESS_KEY_ID=creds["aws_access_key_id"],
+                AWS_SECRET_ACCESS_KEY=creds["aws_secret_access_key"],
+                AWS_DEFAULT_REGION="us-east-1")
+
+
+def new_bucket(client: Any, versioned: bool) -> str:
+    """Create a fresh ``ql3-<random>`` bucket (versioning enabled when asked); its name."""
+    name = f"ql3-{uuid.uuid4().hex[:20]}"
+    client.create_bucket(Bucket=name)
+    if versioned:
+        client.put_bucket_versioning(Bucket=name,
+                                     VersioningConfiguration={"Status": "Enabled"})
+    return name
 
 
 def free_port() -> int:

@@ -13,12 +13,13 @@ MinIO; ``make_bucket(versioned)`` creates a fresh bucket.
 from __future__ import annotations
 
 import gc
+import importlib.util
 import os
 import sys
-import uuid
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -33,7 +34,7 @@ _S3_TIER = Path(__file__).resolve().parent.parent / "s3"
 if str(_S3_TIER) not in sys.path:
     sys.path.insert(0, str(_S3_TIER))
 
-from s3_services import FaultProxy  # noqa: E402
+from s3_services import new_bucket  # noqa: E402
 
 MINIO_IMAGE = os.environ.get("QL3_MINIO_IMAGE",
                              "quay.io/minio/minio:RELEASE.2025-04-22T22-12-26Z")
@@ -100,52 +101,41 @@ def minio_endpoint() -> Iterator[str]:
             container.stop()
 
 
-def _client(endpoint: str) -> Any:
-    return make_client(endpoint, timeout_s=10, aws_access_key_id=MINIO_USER,
-                       aws_secret_access_key=MINIO_PASSWORD)
+def _load_s3_fixtures() -> ModuleType:
+    """The S3 tier's conftest under a unique module name (its fixtures are reused here)."""
+    name = "ql3_minio_s3_fixtures"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, _S3_TIER / "conftest.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
-def _new_bucket(client: Any, versioned: bool) -> str:
-    name = f"ql3-{uuid.uuid4().hex[:20]}"
-    client.create_bucket(Bucket=name)
-    if versioned:
-        client.put_bucket_versioning(
-            Bucket=name, VersioningConfiguration={"Status": "Enabled"})
-    return name
+_s3 = _load_s3_fixtures()
+proxy = _s3.proxy
+s3 = _s3.s3
+direct_s3 = _s3.direct_s3
+make_bucket = _s3.make_bucket
+CREDENTIALS = {"aws_access_key_id": MINIO_USER, "aws_secret_access_key": MINIO_PASSWORD}
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(minio_endpoint: str) -> str:
+    """The S3 tier's fixtures talk to MinIO here."""
+    return minio_endpoint
+
+
+@pytest.fixture(scope="session")
+def s3_credentials() -> dict[str, str]:
+    return dict(CREDENTIALS)
 
 
 @pytest.fixture(scope="session")
 def minio_verdict(minio_endpoint: str) -> ProbeVerdict:
     """The conditional-delete probe's verdict on this MinIO (an unversioned bucket)."""
-    client = _client(minio_endpoint)
-    return probe_conditional_delete(client, _new_bucket(client, False),
+    client = make_client(minio_endpoint, timeout_s=10, **CREDENTIALS)
+    return probe_conditional_delete(client, new_bucket(client, False),
                                     in_transaction=lambda: False)
-
-
-@pytest.fixture
-def proxy(tmp_path: Path, minio_endpoint: str) -> Iterator[FaultProxy]:
-    fp = FaultProxy(tmp_path, minio_endpoint)
-    try:
-        yield fp
-    finally:
-        fp.stop()
-
-
-@pytest.fixture
-def s3(proxy: FaultProxy) -> Any:
-    """A boto3 client that goes through the proxy to MinIO (one attempt, path style)."""
-    return _client(proxy.endpoint)
-
-
-@pytest.fixture
-def direct_s3(minio_endpoint: str) -> Any:
-    """A boto3 client straight to MinIO (test setup and out-of-band re-uploads)."""
-    return _client(minio_endpoint)
-
-
-@pytest.fixture
-def make_bucket(direct_s3: Any) -> Callable[[bool], str]:
-    def make(versioned: bool) -> str:
-        return _new_bucket(direct_s3, versioned)
-
-    return make
