@@ -164,7 +164,7 @@ def readiness(database_url: str, runtime_role: str, log_bucket: str | None,
         raise NotReadyError(f"not ready: {verdict.reason} ({verdict.detail})")
 
 
-@control.group(cls=_ControlGroup)
+@control.group()  # its errors are mapped by the ``control`` group it runs under
 def retention() -> None:
     """Run Attempt log retention (ADR-0379)."""
 

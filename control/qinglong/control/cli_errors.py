@@ -14,14 +14,11 @@ import re
 import urllib.parse
 
 from qinglong.control.errors import DatabaseUnavailableError, ObjectStoreUnavailableError
+from qinglong.control.redaction import redact, remember_secret
 from qinglong.shared.errors import QinglongError, ValidationError
 
 _SCHEMES = ("postgresql", "postgres")
 _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
-_USERINFO = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)[^@\s/\"']*@", re.IGNORECASE)
-_PASSWORD_KV = re.compile(r"(password\s*=\s*)('[^']*'|\S+)", re.IGNORECASE)
-_SECRETS: set[str] = set()
-MAX_MESSAGE = 300
 
 
 def checked_database_url(url: str | None) -> str:
@@ -46,20 +43,9 @@ def checked_database_url(url: str | None) -> str:
     except ValueError:
         raise ValidationError("--database-url", "has an invalid port") from None
     if parts.password:
-        _SECRETS.update({parts.password, urllib.parse.unquote(parts.password)})
-    _SECRETS.add(url)
+        remember_secret(parts.password, urllib.parse.unquote(parts.password))
+    remember_secret(url)
     return url
-
-
-def redact(text: str) -> str:
-    """``text`` on one line, without URL user-info, ``password=`` values or known secrets."""
-    line = (text.strip().splitlines() or [""])[0]
-    for secret in sorted(_SECRETS, key=len, reverse=True):
-        if secret:
-            line = line.replace(secret, "***")
-    line = _USERINFO.sub(r"\g<scheme>***@", line)
-    line = _PASSWORD_KV.sub(r"\1***", line)
-    return line[:MAX_MESSAGE]
 
 
 def external_error(exc: BaseException) -> QinglongError | None:

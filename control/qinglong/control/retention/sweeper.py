@@ -325,7 +325,7 @@ class RunAttemptLogRetentionSweeper:
             return True
 
     def _loop(self) -> None:
-        from qinglong.control.cli_errors import redact
+        from qinglong.control.redaction import redact
 
         while not self.stop_requested():
             try:
