@@ -6,11 +6,12 @@ ours:     N processes, each with its own psycopg 3 connection (autocommit, READ 
           sessions start their timed windows together, after every process has imported and
           connected (a barrier), so no start-up work lands inside anyone's window.
 baseline: ``pgbench -M prepared -c N -j N -T DURATION -n`` running the same statements from
-          ``retention/queries.sql``: BEGIN; claim; COMMIT, then 16 × (BEGIN; lock_control;
-          retire_control; COMMIT). pgbench cannot loop over a result set, so
-          the claim statement is wrapped, unchanged, in an outer CTE that hands the 16 claimed
-          ids to the finalize blocks through ``\\gset``; the evidence document is a fixed string
-          of the usual length (ours builds it in Python and hashes it).
+          ``retention/queries.sql`` in the same round trips as ours: BEGIN | claim | COMMIT,
+          then 16 × (BEGIN | lock_control | retire_control + COMMIT, the last two pipelined
+          with ``\\startpipeline`` as ours sends them). pgbench cannot loop over a result set,
+          so the claim statement is wrapped, unchanged, in an outer CTE that hands the 16
+          claimed ids to the finalize blocks through ``\\gset``; the evidence document is a
+          fixed string of the usual length (ours builds it in Python and hashes it).
 
 Each configuration runs on a fresh clone of one seeded database (identical starting state),
 in the same run, interleaved per session count, for ROUNDS rounds (a single few-second
@@ -64,7 +65,8 @@ def pgbench_script(path: Path) -> None:
         retire = re.sub(r"(?<!:):(\w+)", r":f_\1", " ".join(q["retire_control"].split()))
         retire = (retire.replace(":f_outcome", ":outcome").replace(":f_retired_at", ":f_db_now")
                   .replace(":f_evidence_sha256", ":digest").replace(":f_evidence", ":evidence"))
-        lines += ["BEGIN;", lock, "\\gset f_", retire + ";", "COMMIT;"]
+        lines += ["BEGIN;", lock, "\\gset f_",
+                  "\\startpipeline", retire + ";", "COMMIT;", "\\endpipeline"]
     path.write_text("\n".join(lines) + "\n")
 
 

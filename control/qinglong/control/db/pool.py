@@ -14,11 +14,15 @@ if TYPE_CHECKING:
 
 
 def configure(conn: psycopg.Connection[Any]) -> None:
-    """Autocommit plus READ COMMITTED (the claim protocol's isolation level)."""
+    """Autocommit plus READ COMMITTED (the claim protocol's isolation level), and the session
+    time zone UTC: timestamps load with ``datetime.timezone.utc``, which the evidence
+    documents format without a zone lookup (all columns are ``timestamptz``, so no value
+    changes)."""
     from psycopg import IsolationLevel
 
     conn.autocommit = True
     conn.isolation_level = IsolationLevel.READ_COMMITTED
+    conn.execute("SET TIME ZONE 'UTC'")
 
 
 def connect(url: str) -> psycopg.Connection[Any]:

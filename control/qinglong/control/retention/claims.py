@@ -16,9 +16,11 @@ import os
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from qinglong.control.db.prepared import Statements
 from qinglong.control.db.queries import load_queries
 from qinglong.shared.errors import ValidationError
 
@@ -36,6 +38,12 @@ _QUERIES_DIR = str(Path(__file__).parent)  # computed once: a Path per call cost
 def queries() -> dict[str, Any]:
     """The named statements of ``retention/queries.sql`` (read once per process)."""
     return load_queries(_QUERIES_DIR, "queries.sql")
+
+
+@cache
+def statements() -> Statements:
+    """``retention/queries.sql`` as server-side prepared statements (``ql3_retention_*``)."""
+    return Statements(queries(), prefix="ql3_retention_")
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,12 +121,10 @@ def claim(
     Raises ValidationError on out-of-range bounds; psycopg errors pass through.
     """
     validate_bounds(limit, lease_s)
-    # ADR-0379 §2: short READ COMMITTED transaction; binary results (less client CPU)
-    with conn.transaction(), conn.cursor(binary=True) as cur:
-        rows = cur.execute(
-            queries()["claim"], {"limit": limit, "owner": str(owner), "lease_s": float(lease_s),
-                                 "versioned_only": versioned_only},
-            prepare=True,  # a sweeper repeats it: server-side prepared from the first call
-        ).fetchall()
+    st = statements()
+    with st.transaction(conn):  # ADR-0379 §2: one short READ COMMITTED transaction
+        rows = st.execute(conn, "claim", {
+            "limit": limit, "owner": str(owner), "lease_s": float(lease_s),
+            "versioned_only": versioned_only}).rows(tuple)
     # ids and token come back as text (``::text`` in the statement): no uuid.UUID round trip
     return [Claim(*r[1:]) for r in rows if r[0]]
