@@ -95,11 +95,12 @@ class DrillReplica(RunAttemptLogRetentionSweeper):
 
         self.store.delete = delete  # type: ignore[method-assign]
 
-    def _retire(self, c: Claim, *, deletes_left: int) -> tuple[fin.Outcome | None, int]:
+    def _retire(self, c: Claim, *, deletes_left: int,
+                lease_deadline: float) -> tuple[fin.Outcome | None, int]:
         self._current = c
         self._events.write(ev="claim", attempt=c.attempt_id, owner=c.owner, token=c.token,
                            version=c.version, lease_expires_at=c.lease_expires_at.isoformat())
-        return super()._retire(c, deletes_left=deletes_left)
+        return super()._retire(c, deletes_left=deletes_left, lease_deadline=lease_deadline)
 
     def _fail(self, c: Claim, failure: fin.FailureClass,
               counts: Counter[str]) -> fin.FailureRecorded | None:

@@ -64,6 +64,8 @@ def _controls(pg_db: PgDb) -> list[tuple[Any, ...]]:
     ("deletes_per_sweep", 0, "0 outside 1..1000"), ("stop_budget_s", 0.0, "0.0 s"),
     ("retry_base_s", 0.0, "0.0 s outside (0, 86400] s"),
     ("retry_base_s", 90_000.0, "90000.0 s outside"),
+    ("delete_guard_s", 60.0, "60.0 s must be ≥ 0 and below the lease of 60.0"),
+    ("delete_guard_s", -1.0, "-1.0 s must be ≥ 0"),
 ])
 def test_config_is_validated_with_the_numbers(field: str, value: float, numbers: str) -> None:
     with pytest.raises(ValidationError, match=field) as err:
@@ -90,6 +92,37 @@ def test_a_sweep_retires_versioned_and_unversioned_logs(
     assert sorted((d["version"] is None, d["if_match"] is None) for d in sent) == (
         [(False, True)] * 3 + [(True, False)] * 3)  # exact version XOR If-Match, never both
     assert sweeper.run_once().claimed == 0
+
+
+@pytest.mark.parametrize("guard_s", [None, 1.0, 4.0])
+def test_a_row_whose_lease_is_too_short_for_a_delete_is_left_leased(
+        pg_db: PgDb, direct_s3: Any, make_bucket: Callable[[bool], str],
+        make_sweeper: MakeSweeper, guard_s: float | None) -> None:
+    bucket = make_bucket(False)
+    with pg_db.connect() as conn:
+        (log,) = seed_logs(conn, direct_s3, bucket, 1)
+    sweeper = make_sweeper(bucket, Config(lease_s=5, budget_s=4, stop_budget_s=5,
+                                          delete_guard_s=guard_s))
+    # default guard: the client's read timeout, at most half the lease
+    assert sweeper.delete_guard_s == (2.5 if guard_s is None else guard_s)
+    sweeper.probe()
+    real_head = sweeper.store.head
+
+    def slow_head(identity: Any) -> Any:  # a HEAD that eats 2 s of the 5 s lease
+        time.sleep(2.0)
+        return real_head(identity)
+
+    sweeper.store.head = slow_head  # type: ignore[method-assign]
+    result = sweeper.run_once()
+    if guard_s == 4.0:  # about 3 s left < 4 s: no DELETE; the row stays leased
+        assert dict(result.counts) == {"left_leased": 1}, result
+        assert exists(direct_s3, log.identity)
+        ((_, state, failures, _, _, owner, leased),) = _controls(pg_db)
+        assert (state, failures, owner is not None, leased) == ("pending", 0, True, True)
+    else:  # about 3 s left ≥ the guard: deleted and finalized within the lease
+        assert dict(result.counts) == {"deleted": 1}, result
+        assert not exists(direct_s3, log.identity)
+        assert _tombstones(pg_db) == {log.attempt_id: "deleted"}
 
 
 def test_the_s3_guard_sees_the_sweepers_pooled_connection(

@@ -110,7 +110,10 @@ class RunAttemptLogRetentionSweeper:
         transaction);
         ``interval_s`` pause between sweeps; ``probe_interval_s`` between backend probes;
         ``manual_after`` failures before ``manual``; ``retry_base_s`` the first retry delay's
-        base (jittered, doubling, capped at 24 h; ADR-0379 §4)."""
+        base (jittered, doubling, capped at 24 h; ADR-0379 §4); ``delete_guard_s`` seconds of
+        lease that must remain before a DELETE is sent (0 ≤ guard < lease; None: the S3
+        client's read timeout, at most half the lease), so a row slowed down by its HEAD is
+        left leased rather than deleted by a claim that can no longer finalize it."""
 
         claims_per_sweep: int = MAX_CLAIM_LIMIT
         deletes_per_sweep: int = MAX_CLAIM_LIMIT
@@ -121,6 +124,7 @@ class RunAttemptLogRetentionSweeper:
         probe_interval_s: float = 300.0
         manual_after: int = fin.MANUAL_AFTER_DEFAULT
         retry_base_s: float = fin.RETRY_BASE_S
+        delete_guard_s: float | None = None
 
         def validate(self) -> None:
             """Raise ValidationError naming the first bound that does not hold."""
@@ -146,6 +150,9 @@ class RunAttemptLogRetentionSweeper:
             if not 0 < self.retry_base_s <= fin.RETRY_CAP_S:
                 raise ValidationError("retry_base_s", f"{self.retry_base_s} s outside "
                                       f"(0, {fin.RETRY_CAP_S:g}] s")
+            if self.delete_guard_s is not None and not 0 <= self.delete_guard_s < self.lease_s:
+                raise ValidationError("delete_guard_s", f"{self.delete_guard_s} s must be ≥ 0 "
+                                      f"and below the lease of {self.lease_s} s")
 
     def __init__(self, connect: ConnectionFactory, client: S3Client, owner: ClaimOwner, *,
                  probe_bucket: str, config: Config | None = None) -> None:
@@ -162,6 +169,12 @@ class RunAttemptLogRetentionSweeper:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.on_sweep: Callable[[SweepResult], None] | None = None  # called after busy sweeps
+        self.delete_guard_s = self.config.delete_guard_s
+        if self.delete_guard_s is None:
+            # botocore's Config has read_timeout (default 60 s); its stub does not declare it
+            read_timeout = getattr(client.meta.config, "read_timeout", None)
+            read_s = float(read_timeout) if isinstance(read_timeout, int | float) else 60.0
+            self.delete_guard_s = min(read_s, self.config.lease_s / 2)
 
     def holds_connection(self) -> bool:
         """True while the calling thread holds a pooled connection of this sweeper."""
@@ -230,6 +243,9 @@ class RunAttemptLogRetentionSweeper:
             return SweepResult(0, {}, 0.0)
         if self.verdict is not None and self.verdict.status == "unavailable":
             return SweepResult(0, {"object_store_unavailable": 1}, time.monotonic() - started)
+        # the lease runs from the claim statement's clock, later than this instant: by the
+        # local clock it ends no earlier than lease_deadline
+        lease_deadline = time.monotonic() + cfg.lease_s
         with self._db() as conn:  # ADR-0379 §3 step 1: short claim transaction
             claims = claim(conn, self._owner, limit=cfg.claims_per_sweep, lease_s=cfg.lease_s,
                            versioned_only=self.verdict is not None
@@ -242,7 +258,8 @@ class RunAttemptLogRetentionSweeper:
                 counts["left_leased"] += len(claims) - index
                 break
             try:
-                outcome, deleted = self._retire(c, deletes_left=cfg.deletes_per_sweep - deletes)
+                outcome, deleted = self._retire(c, deletes_left=cfg.deletes_per_sweep - deletes,
+                                                lease_deadline=lease_deadline)
             except ObjectStoreError as exc:
                 self._fail(c, fin.FailureClass(exc.failure_class), counts)
                 if exc.failure_class == fin.FailureClass.ARTIFACT_UNAVAILABLE:
@@ -265,14 +282,20 @@ class RunAttemptLogRetentionSweeper:
                 self._fail(c, fin.FailureClass.RETIREMENT_RECORD_UNAVAILABLE, counts)
         return SweepResult(len(claims), dict(counts), time.monotonic() - started)
 
-    def _retire(self, c: Claim, *, deletes_left: int) -> tuple[fin.Outcome | None, int]:
+    def _retire(self, c: Claim, *, deletes_left: int,
+                lease_deadline: float) -> tuple[fin.Outcome | None, int]:
         """HEAD, then DELETE when present: ``(outcome, DELETE calls made)``; outcome None when
-        the delete budget is spent (the row stays leased). Raises ObjectStoreError."""
+        the delete budget is spent or less than ``delete_guard_s`` of the lease is left at
+        ``lease_deadline`` (monotonic seconds): the row stays leased. Raises
+        ObjectStoreError."""
         ident = identity_of(c)
         head = self.store.head(ident)  # ADR-0379 §3.1 validated HEAD
         if head.state == "absent":
             return fin.Outcome.ALREADY_ABSENT, 0
         if deletes_left <= 0:
+            return None, 0
+        if time.monotonic() + (self.delete_guard_s or 0.0) > lease_deadline:
+            log.info("lease of %s too short for a DELETE; leaving it leased", c.attempt_id)
             return None, 0
         result = self.store.delete(ident, head.etag)  # ADR-0379 §3.2 exact or If-Match
         return fin.Outcome(result.outcome), 1
