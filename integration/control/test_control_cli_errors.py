@@ -31,6 +31,8 @@ def _ql3(*args: str) -> subprocess.CompletedProcess[str]:
     (f"postgresql://postgres:{SECRET}@127.0.0.1:notaport/x", "invalid port"),
     ("not a url", "must be a postgresql:// URL"),
     (f"postgresql://x:{SECRET}@[::1/db", "is not a valid URL"),
+    (f"postgresql://postgres:{SECRET}@127.0.0.1:5432/x?foo=bar",
+     "has an unknown query parameter 'foo'"),
 ])
 @pytest.mark.parametrize("command", [["readiness"], ["migrate"], ["retention", "status"]])
 def test_a_malformed_database_url_exits_2_without_echoing_it(

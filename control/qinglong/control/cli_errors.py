@@ -45,7 +45,23 @@ def checked_database_url(url: str | None) -> str:
     if parts.password:
         remember_secret(parts.password, urllib.parse.unquote(parts.password))
     remember_secret(url)
+    _check_parameters(url)
     return url
+
+
+def _check_parameters(url: str) -> None:
+    """ValidationError when libpq would refuse the URL's query parameters (an unknown name
+    such as ``?foo=bar``), checked offline by libpq's own parser; values are not echoed."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        name = re.search(r'invalid URI query parameter: "(\w{1,64})"', str(exc))
+        what = f"an unknown query parameter {name.group(1)!r}" if name else (
+            "a connection parameter libpq cannot parse")
+        raise ValidationError("--database-url", f"has {what}") from None
 
 
 def external_error(exc: BaseException) -> QinglongError | None:
