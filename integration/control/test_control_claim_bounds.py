@@ -93,3 +93,11 @@ def test_cli_retention_status_and_retry(pg_db: PgDb) -> None:
     bad = subprocess.run([*base, "retry", *url, missing], capture_output=True, text=True,
                          timeout=60, check=False)
     assert bad.returncode == 1 and missing in bad.stderr
+    with pg_db.connect() as conn:  # manual again, then retried beside an unknown id, as JSON
+        (c,) = claim(conn, ClaimOwner("r", "y" * 32), limit=1, lease_s=30)
+        fin.record_failure(conn, c, fin.FailureClass.ARTIFACT_INTEGRITY_MISMATCH, manual_after=1)
+    both = subprocess.run([*base, "retry", *url, "--json", seeded.attempt_ids[0], missing],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert both.returncode == 1 and missing in both.stderr
+    assert json.loads(both.stdout) == {"retried": [seeded.attempt_ids[0]],
+                                       "not_retried": [missing]}

@@ -129,3 +129,6 @@ def test_cli_migrate_and_readiness(empty_db: PgDb) -> None:
                            capture_output=True, text=True, timeout=60, check=False)
     assert after.returncode == 0, after.stderr
     assert json.loads(after.stdout)["ready"] is True
+    again = subprocess.run([QL3, "control", "migrate", *args, "--json"],
+                           capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(again.stdout) == {"applied": [], "ahead": []}

@@ -91,11 +91,13 @@ def _checked_bucket(bucket: str) -> str:
 @control.command()
 @_url
 @_role
-def migrate(database_url: str, runtime_role: str) -> None:
+@_json
+def migrate(database_url: str, runtime_role: str, as_json: bool) -> None:
     """Apply pending migrations under an advisory lock and set the runtime role's grants.
 
     Run it as the migration owner. The runtime role must be another, non-superuser role
-    that owns nothing here (exit 2 otherwise)."""
+    that owns nothing here (exit 2 otherwise). ``--json`` prints
+    ``{"applied": [...], "ahead": [...]}`` (migration names)."""
     from qinglong.control.db.migrations import migrate as run_migrate
     from qinglong.control.db.pool import connect
     from qinglong.control.db.roles import validate_role_name
@@ -103,6 +105,10 @@ def migrate(database_url: str, runtime_role: str) -> None:
     validate_role_name(runtime_role)
     with connect(database_url) as conn:
         result = run_migrate(conn, runtime_role=runtime_role)
+    if as_json:
+        click.echo(json.dumps({"applied": list(result.applied), "ahead": list(result.ahead)},
+                              sort_keys=True))
+        return
     click.echo(f"applied {len(result.applied)} migration(s): {', '.join(result.applied) or '-'}")
     if result.ahead:
         click.echo(f"schema ahead of code by additive migration(s): {', '.join(result.ahead)}")
@@ -206,11 +212,13 @@ def status(database_url: str, as_json: bool) -> None:
 @retention.command()
 @_url
 @click.argument("attempt_ids", nargs=-1, required=True)
-def retry(database_url: str, attempt_ids: tuple[str, ...]) -> None:
+@_json
+def retry(database_url: str, attempt_ids: tuple[str, ...], as_json: bool) -> None:
     """Make manual (or failed, unleased) controls due now with a reset failure count.
 
     Prints each attempt id it changed; exits 1 naming the ids it left alone (unknown,
-    already retired, or under a live lease)."""
+    already retired, or under a live lease). ``--json`` prints
+    ``{"retried": [...], "not_retried": [...]}`` first (same exit codes)."""
     from qinglong.control.db.pool import connect
     from qinglong.control.retention.admin import retention_retry
     from qinglong.shared.errors import ValidationError
@@ -226,9 +234,13 @@ def retry(database_url: str, attempt_ids: tuple[str, ...]) -> None:
     with connect(database_url) as conn:
         _require_schema(conn)
         changed = retention_retry(conn, list(attempt_ids))
-    for attempt_id in changed:
-        click.echo(attempt_id)
     missing = sorted(set(attempt_ids) - set(changed))
+    if as_json:
+        click.echo(json.dumps({"retried": list(changed), "not_retried": missing},
+                              sort_keys=True))
+    else:
+        for attempt_id in changed:
+            click.echo(attempt_id)
     if missing:
         from qinglong.control.errors import RetryRefusedError
 
