@@ -105,6 +105,35 @@ def test_sweep_refuses_an_unmigrated_database_and_an_unavailable_store(
     assert down.stderr.count("canary PUT failed") == 1  # said once, not also by the log
 
 
+def test_sweep_refuses_a_superuser_or_the_schema_owner(
+        pg_db: PgDb, proxy: Any, make_bucket: Callable[[bool], str]) -> None:
+    from pg_control_db import admin, drop_role, unique
+
+    bucket = make_bucket(False)
+    superuser = _sweep(pg_db, proxy, bucket, "--once", as_owner=True)  # user postgres
+    assert superuser.returncode == 2 and superuser.stdout == "", superuser.stderr
+    assert "connects as a superuser; use the runtime role's URL" in superuser.stderr
+    owner = unique("ql3owner")
+    with admin() as conn:
+        conn.execute(f'CREATE ROLE "{owner}" NOLOGIN')
+    try:
+        with pg_db.connect() as conn:  # a non-superuser owner of the migrated schema
+            for (table,) in conn.execute("SELECT tablename FROM pg_tables"
+                                         " WHERE schemaname = 'public'").fetchall():
+                conn.execute(f'ALTER TABLE "{table}" OWNER TO "{owner}"')
+        url = pg_db.url + "?options=" + urllib.parse.quote(f"-c role={owner}")
+        out = subprocess.run([QL3, "control", "retention", "sweep", "--database-url", url,
+                              "--log-bucket", bucket, "--s3-endpoint", proxy.endpoint,
+                              "--once"], env=ENV, capture_output=True, text=True, timeout=60,
+                             check=False)
+        assert out.returncode == 2, out.stderr
+        assert "connects as the owner of the schema" in out.stderr
+    finally:
+        with pg_db.connect() as conn:
+            conn.execute(f'REASSIGN OWNED BY "{owner}" TO postgres')
+        drop_role(owner)
+
+
 @pytest.mark.parametrize(("args", "field"), [
     (["--interval-s", "inf"], "--interval-s"), (["--log-bucket", " "], "--log-bucket"),
     (["--replica-id", ""], "--replica-id"), (["--s3-endpoint", "not-a-url"], "--s3-endpoint"),

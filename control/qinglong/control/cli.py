@@ -279,12 +279,12 @@ def sweep(database_url: str, log_bucket: str, s3_endpoint: str | None,
           interval_s: float, as_json: bool) -> None:
     """Retire due Run Attempt logs: claim, HEAD, exact delete, tombstone (ADR-0379 §3–§4).
 
-    Connect with the runtime role's URL. Refuses to start unless the schema is migrated for
-    this code. While the object store is unavailable it claims nothing and re-probes.
-    Without --once it sweeps until SIGTERM or SIGINT, printing a line per busy sweep; a
-    signal lets the sweep in flight finish its current row (rows it had not reached stay
-    leased until their lease ends). Exit 1 if the store is unavailable (--once) or the stop
-    budget ran out.
+    Connect with the runtime role's URL: a superuser or the schema owner is refused (exit
+    2). Refuses to start unless the schema is migrated for this code. While the object
+    store is unavailable it claims nothing and re-probes. Without --once it sweeps until
+    SIGTERM or SIGINT, printing a line per busy sweep; a signal lets the sweep in flight
+    finish its current row (rows it had not reached stay leased until their lease ends).
+    Exit 1 if the store is unavailable (--once) or the stop budget ran out.
     """
     import logging
     import signal
@@ -292,6 +292,7 @@ def sweep(database_url: str, log_bucket: str, s3_endpoint: str | None,
     import time
 
     from qinglong.control.db.pool import connect, open_pool
+    from qinglong.control.db.roles import refuse_privileged_session
     from qinglong.control.errors import DrainTimeoutError, ObjectStoreUnavailableError
     from qinglong.control.retention.claims import process_owner
     from qinglong.control.retention.sweeper import RunAttemptLogRetentionSweeper
@@ -307,6 +308,7 @@ def sweep(database_url: str, log_bucket: str, s3_endpoint: str | None,
     owner = process_owner(replica_id or socket.gethostname())
     with connect(database_url) as conn:  # a clear error before the pool starts retrying
         _require_schema(conn)
+        refuse_privileged_session(conn, "--database-url")
     # the pool's own reconnect chatter ("discarding closed connection") is not for operators
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     pool = open_pool(database_url, min_size=1, max_size=2, lock_timeout_ms=LOCK_TIMEOUT_MS)

@@ -67,6 +67,25 @@ def refuse_unfit_runtime_role(conn: psycopg.Connection[Any], role: str) -> None:
                                                         "least-privilege role")
 
 
+def refuse_privileged_session(conn: psycopg.Connection[Any], option: str) -> None:
+    """RuntimeRoleRefusedError when ``conn`` acts as a superuser or as a role owning objects
+    in ``public`` (the migration owner): runtime commands run with the runtime role's
+    grants only (DESIGN.md §4.1, least privilege). ``option`` names the offending input."""
+    row = conn.execute(
+        "SELECT current_user, rolsuper, EXISTS (SELECT 1 FROM pg_class c"
+        "  JOIN pg_namespace n ON n.oid = c.relnamespace"
+        "  WHERE n.nspname = 'public' AND c.relowner = r.oid)"
+        " FROM pg_roles r WHERE r.rolname = current_user").fetchone()
+    if row is None:
+        return
+    _, superuser, owner = row
+    why = "a superuser" if superuser else "the owner of the schema" if owner else None
+    if why:
+        raise RuntimeRoleRefusedError(option, f"connects as {why}; use the runtime role's URL "
+                                              "(the role given to `ql3 control migrate "
+                                              "--runtime-role`, e.g. ?options=-c%20role%3DNAME)")
+
+
 def apply_runtime_grants(conn: psycopg.Connection[Any], role: str) -> None:
     """Create ``role`` (NOLOGIN) if missing, then set exactly ``RUNTIME_GRANTS`` on public.
 
