@@ -272,3 +272,15 @@ def test_a_retention_raised_after_enrollment_postpones_the_claim(pg_db: PgDb) ->
                      " eligible_at = now()")
         (c,) = claim(conn, A, limit=16, lease_s=30)
     assert c.attempt_id == seeded.attempt_ids[0]
+
+
+@pytest.mark.parametrize("version_id", ["null", ""])
+def test_a_version_id_that_names_no_version_is_refused(pg_db: PgDb, version_id: str) -> None:
+    """Migration 0004: S3's literal "null" VersionId (or an empty one) is not an identity."""
+    with pg_db.connect() as conn:
+        seeded = seed_run(conn)
+        with pytest.raises(psycopg.errors.CheckViolation, match="names_a_version"):
+            conn.execute("UPDATE run_attempt_log_artifacts SET version_id = %s"
+                         " WHERE attempt_id = %s", (version_id, seeded.attempt_ids[0]))
+        conn.execute("UPDATE run_attempt_log_artifacts SET version_id = 'v-3'"
+                     " WHERE attempt_id = %s", (seeded.attempt_ids[0],))

@@ -378,10 +378,16 @@ def test_a_recorded_null_version_id_is_an_integrity_mismatch_and_nothing_is_dele
     """``VersionId=null`` would delete whatever a suspended-versioning bucket holds under the
     key now (a re-upload included), so such a record is never trusted."""
     bucket = make_bucket(False)
+    check = ("run_attempt_log_artifacts_version_id_names_a_version CHECK (version_id IS NULL"
+             " OR version_id NOT IN ('', 'null')) NOT VALID")
     with pg_db.connect() as conn:
         (log,) = seed_logs(conn, direct_s3, bucket, 1)
+        # a row written before migration 0004 (which refuses new ones), as the owner
+        conn.execute("ALTER TABLE run_attempt_log_artifacts DROP CONSTRAINT "
+                     "run_attempt_log_artifacts_version_id_names_a_version")
         for table in ("run_attempt_log_artifacts", "run_attempt_log_retention_controls"):
             conn.execute(f"UPDATE {table} SET version_id = 'null'")
+        conn.execute(f"ALTER TABLE run_attempt_log_artifacts ADD CONSTRAINT {check}")
     sweeper = make_sweeper(bucket)
     result = sweeper.run_once()
     assert (result.claimed, result["artifact_integrity_mismatch"]) == (1, 1), result

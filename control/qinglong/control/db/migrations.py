@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     import psycopg
 
 # ADR-0379 §阶段验收: the reviewed hard cap moves exactly, one migration at a time.
-EXPECTED_MIGRATION_COUNT = 3
-EXPECTED_LAST_SHA256 = "13af373116000787fd0ef0af3426fc472259402b29cd3184ae3e390c09559e81"
+EXPECTED_MIGRATION_COUNT = 4
+EXPECTED_LAST_SHA256 = "3068a844bae35fd3e9b423e98da2696e673267dfc0454c8ba8c5593389925b77"
 
 LEDGER_TABLE = "ql3_migration_ledger"
 ADVISORY_LOCK_KEY = 0x716C335F6D6967  # "ql3_mig": one key for every replica and release
