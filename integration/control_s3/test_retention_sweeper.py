@@ -125,6 +125,24 @@ def test_a_row_whose_lease_is_too_short_for_a_delete_is_left_leased(
         assert _tombstones(pg_db) == {log.attempt_id: "deleted"}
 
 
+def test_failed_sweeps_back_off_up_to_a_minute_and_reset() -> None:
+    from qinglong.control.retention.objects import make_client
+
+    client = make_client("http://127.0.0.1:9", aws_access_key_id="k",
+                         aws_secret_access_key="s")  # never called here
+    sweeper = RunAttemptLogRetentionSweeper(
+        lambda: None, client, OWNER, probe_bucket="b",  # type: ignore[arg-type]
+        config=Config(interval_s=2.0))
+    assert sweeper.pause_s(0) == 2.0
+    pauses = [sweeper.pause_s(n) for n in range(1, 40) for _ in range(20)]
+    assert all(2.0 <= p <= 60.0 for p in pauses)
+    assert max(sweeper.pause_s(12) for _ in range(200)) > 30.0  # it does grow
+    slow = RunAttemptLogRetentionSweeper(
+        lambda: None, client, OWNER, probe_bucket="b",  # type: ignore[arg-type]
+        config=Config(interval_s=120.0))
+    assert slow.pause_s(5) == 120.0  # never below the configured interval
+
+
 def test_the_s3_guard_sees_the_sweepers_pooled_connection(
         make_bucket: Callable[[bool], str], make_sweeper: MakeSweeper,
         direct_s3: Any, pg_db: PgDb) -> None:

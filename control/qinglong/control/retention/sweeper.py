@@ -45,6 +45,7 @@ from qinglong.control.retention.objects import (
     S3ObjectStore,
 )
 from qinglong.control.retention.probe import ProbeVerdict, probe_conditional_delete
+from qinglong.shared.backoff import retry_delay_s
 from qinglong.shared.errors import ValidationError
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ log = logging.getLogger(__name__)
 MAX_DELETES_PER_SWEEP = 1000
 UNAVAILABLE_REPROBE_S = 30.0  # re-probe an unavailable store at least this often
 OUTAGE_AFTER_ROWS = 2  # consecutive artifact_unavailable rows that end a sweep early
+FAILED_SWEEP_PAUSE_CAP_S = 60.0  # longest pause after failed sweeps (database outage)
 
 
 def identity_of(c: Claim) -> ArtifactIdentity:
@@ -172,7 +174,8 @@ class RunAttemptLogRetentionSweeper:
         self.delete_guard_s = self.config.delete_guard_s
         if self.delete_guard_s is None:
             # botocore's Config has read_timeout (default 60 s); its stub does not declare it
-            read_timeout = getattr(client.meta.config, "read_timeout", None)
+            meta = getattr(client, "meta", None)
+            read_timeout = getattr(getattr(meta, "config", None), "read_timeout", None)
             read_s = float(read_timeout) if isinstance(read_timeout, int | float) else 60.0
             self.delete_guard_s = min(read_s, self.config.lease_s / 2)
 
@@ -350,13 +353,26 @@ class RunAttemptLogRetentionSweeper:
     def _loop(self) -> None:
         from qinglong.control.redaction import redact
 
+        failures = 0
         while not self.stop_requested():
             try:
                 result = self.run_once()
+                failures = 0
                 if result.claimed and self.on_sweep is not None:
                     self.on_sweep(result)
             except Exception as exc:  # keep the lifecycle alive; the next sweep retries
-                log.warning("retention sweep failed: %s: %s", type(exc).__name__,
-                            redact(str(exc)))
+                failures += 1
+                log.warning("retention sweep failed (%d in a row): %s: %s", failures,
+                            type(exc).__name__, redact(str(exc)))
                 log.debug("retention sweep failure", exc_info=True)
-            self._stop.wait(self.config.interval_s)
+            self._stop.wait(self.pause_s(failures))
+
+    def pause_s(self, failures: int) -> float:
+        """Seconds between sweeps: ``interval_s``, or after ``failures`` failed sweeps in a
+        row (e.g. the database is down) a jittered backoff from ``interval_s`` doubling up to
+        ``FAILED_SWEEP_PAUSE_CAP_S`` (but never below ``interval_s``)."""
+        interval = self.config.interval_s
+        if failures <= 0:
+            return interval
+        cap = max(interval, FAILED_SWEEP_PAUSE_CAP_S)
+        return max(interval, retry_delay_s(failures, base_s=interval, cap_s=cap))
