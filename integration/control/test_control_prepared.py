@@ -3,8 +3,12 @@ psycopg's libpq binding, with psycopg's adapters and psycopg's exceptions."""
 
 from __future__ import annotations
 
+import gc
+import os
+import signal
 import threading
 import time
+import weakref
 from datetime import UTC, datetime
 from typing import Any
 
@@ -69,9 +73,9 @@ def test_a_failed_statement_raises_the_psycopg_error_and_rolls_back(
     st = Statements(QUERIES, prefix="t_")
 
     def insert_twice() -> None:
-        with st.transaction(conn):
-            st.execute(conn, "insert", {"id": 1, "at": None, "note": None})
-            st.execute(conn, "insert", {"id": 1, "at": None, "note": None})
+        with st.transaction(conn) as tx:
+            tx.execute("insert", {"id": 1, "at": None, "note": None})
+            tx.execute("insert", {"id": 1, "at": None, "note": None})
 
     with pytest.raises(errors.UniqueViolation):
         insert_twice()
@@ -85,8 +89,8 @@ def test_a_block_that_raises_rolls_back(conn: Any, empty_db: PgDb) -> None:
     st = Statements(QUERIES, prefix="t_")
 
     def insert_then_raise() -> None:
-        with st.transaction(conn):
-            st.execute(conn, "insert", {"id": 1, "at": None, "note": None})
+        with st.transaction(conn) as tx:
+            tx.execute("insert", {"id": 1, "at": None, "note": None})
             raise RuntimeError("fence mismatch")
 
     with pytest.raises(RuntimeError):
@@ -98,15 +102,15 @@ def test_a_block_that_raises_rolls_back(conn: Any, empty_db: PgDb) -> None:
 def test_execute_and_commit_commits_and_ends_the_transaction(
         conn: Any, empty_db: PgDb) -> None:
     st = Statements(QUERIES, prefix="t_")
-    with st.transaction(conn):
-        st.execute(conn, "insert", {"id": 1, "at": None, "note": None})
-        last = st.execute_and_commit(conn, "insert", {"id": 2, "at": None, "note": "b"})
+    with st.transaction(conn) as tx:
+        tx.execute("insert", {"id": 1, "at": None, "note": None})
+        last = tx.execute_and_commit("insert", {"id": 2, "at": None, "note": "b"})
         assert last.rowcount == 1
         assert conn.pgconn.transaction_status == TransactionStatus.IDLE
         assert _count(empty_db) == 2  # committed before the block ends
+        with pytest.raises(psycopg.ProgrammingError, match="committed already"):
+            tx.execute("insert", {"id": 3, "at": None, "note": None})  # would autocommit
     assert conn.pgconn.transaction_status == TransactionStatus.IDLE
-    with pytest.raises(psycopg.ProgrammingError, match="open transaction"):
-        st.execute_and_commit(conn, "insert", {"id": 3, "at": None, "note": None})
     assert _count(empty_db) == 2
 
 
@@ -115,17 +119,17 @@ def test_execute_and_commit_skips_the_commit_when_its_statement_fails(
     st = Statements(QUERIES, prefix="t_")
 
     def insert_then_commit_a_duplicate() -> None:
-        with st.transaction(conn):
-            st.execute(conn, "insert", {"id": 1, "at": None, "note": None})
-            st.execute_and_commit(conn, "insert", {"id": 1, "at": None, "note": None})
+        with st.transaction(conn) as tx:
+            tx.execute("insert", {"id": 1, "at": None, "note": None})
+            tx.execute_and_commit("insert", {"id": 1, "at": None, "note": None})
 
     with pytest.raises(errors.UniqueViolation):
         insert_then_commit_a_duplicate()
     assert conn.pgconn.transaction_status == TransactionStatus.IDLE
     assert conn.pgconn.pipeline_status == 0
     assert _count(empty_db) == 0  # nothing committed: the first insert is gone too
-    with st.transaction(conn):
-        st.execute_and_commit(conn, "insert", {"id": 1, "at": None, "note": None})
+    with st.transaction(conn) as tx:
+        tx.execute_and_commit("insert", {"id": 1, "at": None, "note": None})
     assert _count(empty_db) == 1
 
 
@@ -144,10 +148,20 @@ def test_deallocated_statements_are_prepared_again(conn: Any) -> None:
     # outside a transaction the call is retried once, after preparing again
     assert st.execute(conn, "select", {"low": 0}).rowcount == 1
     conn.execute("DEALLOCATE ALL")
-    # inside one the error aborts the transaction; the next call prepares again
-    with pytest.raises(errors.InvalidSqlStatementName), st.transaction(conn):
-        st.execute(conn, "select", {"low": 0})
-    assert st.execute(conn, "select", {"low": 0}).rowcount == 1
+    # inside one the error aborts the transaction, and every name is forgotten at once ...
+    with pytest.raises(errors.InvalidSqlStatementName), st.transaction(conn) as tx:
+        tx.execute("select", {"low": 0})
+    with st.transaction(conn) as tx:  # ... so the next transaction prepares all before BEGIN
+        assert tx.execute("select", {"low": 0}).rowcount == 1
+        tx.execute("insert", {"id": 2, "at": None, "note": None})
+    conn.execute("DEALLOCATE ALL")  # run_transaction runs such a transaction once more
+    calls: list[int] = []
+
+    def body(tx: Any) -> int:
+        calls.append(1)
+        return int(tx.execute("select", {"low": 0}).rowcount)
+
+    assert st.run_transaction(conn, body) == 2 and len(calls) == 2
 
 
 def test_a_lock_wait_past_lock_timeout_raises_lock_not_available(
@@ -157,8 +171,8 @@ def test_a_lock_wait_past_lock_timeout_raises_lock_not_available(
     conn.execute("SET lock_timeout = 200")
     with empty_db.connect() as holder, holder.transaction():
         holder.execute("SELECT id FROM t WHERE id = 1 FOR UPDATE")
-        with pytest.raises(errors.LockNotAvailable), st.transaction(conn):
-            st.execute(conn, "lock", {"id": 1})
+        with pytest.raises(errors.LockNotAvailable), st.transaction(conn) as tx:
+            tx.execute("lock", {"id": 1})
     assert conn.pgconn.transaction_status == TransactionStatus.IDLE
 
 
@@ -167,7 +181,7 @@ def test_a_lost_connection_raises_operational_error(conn: Any) -> None:
     st.execute(conn, "select", {"low": 0})
     with admin() as other:
         other.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
-    with pytest.raises(psycopg.OperationalError):
+    with pytest.raises(psycopg.OperationalError):  # AdminShutdown when the reason arrived
         st.execute(conn, "select", {"low": 0})
     assert conn.closed
     with pytest.raises(psycopg.OperationalError, match="closed"), st.transaction(conn):
@@ -185,7 +199,97 @@ def test_a_connection_lost_inside_the_pipeline_is_closed(conn: Any) -> None:
 
     killer = threading.Thread(target=terminate)
     killer.start()
-    with pytest.raises(psycopg.OperationalError), st.transaction(conn):
-        st.execute_and_commit(conn, "sleep", {"s": 5})
+    with pytest.raises(psycopg.OperationalError), st.transaction(conn) as tx:
+        tx.execute_and_commit("sleep", {"s": 5})
     killer.join()
     assert conn.closed
+
+
+def _terminate_soon(pid: int, after_s: float = 0.3) -> threading.Thread:
+    def terminate() -> None:
+        time.sleep(after_s)
+        with admin() as other:
+            other.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+    killer = threading.Thread(target=terminate)
+    killer.start()
+    return killer
+
+
+def test_a_backend_terminated_mid_statement_raises_operational_error(conn: Any) -> None:
+    st = Statements(QUERIES, prefix="t_")
+    killer = _terminate_soon(conn.info.backend_pid)
+    # AdminShutdown (57P01) when libpq kept the server's reason, else OperationalError with
+    # libpq's text, which still carries it
+    with pytest.raises(psycopg.OperationalError, match="administrator command"):
+        st.execute(conn, "sleep", {"s": 5})
+    killer.join()
+    assert conn.closed
+
+
+def test_ctrl_c_interrupts_a_statement_that_waits_and_closes_the_connection(
+        conn: Any) -> None:
+    st = Statements(QUERIES, prefix="t_")
+    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+    began = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        st.execute(conn, "sleep", {"s": 5})
+    waited = time.monotonic() - began
+    assert waited < 4, waited  # interrupted, not after the 5 s statement
+    assert conn.closed  # the server aborts the statement with the session
+
+
+def test_a_statement_the_server_already_holds_is_prepared_again(
+        conn: Any, empty_db: PgDb) -> None:
+    """A name on the server the client did not record (e.g. a signal between the server's
+    answer and our bookkeeping, or another object with the same prefix) is replaced by this
+    file's text, not an endless DuplicatePreparedStatement."""
+    conn.execute("PREPARE t_select AS SELECT 'stale'")
+    st = Statements(QUERIES, prefix="t_")
+    st.execute(conn, "insert", {"id": 7, "at": None, "note": None})
+    with st.transaction(conn) as tx:
+        assert tx.execute("select", {"low": 0}).rows(tuple) == [(7, None, None)]
+
+
+def test_psycopgs_own_deallocate_all_is_survived_by_run_transaction(empty_db: PgDb) -> None:
+    """psycopg sends DEALLOCATE ALL after a rollback once it auto-prepared a query (our
+    configure() turns that off; a plain connection has it on)."""
+    with psycopg.connect(empty_db.url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, at timestamptz, note text)")
+        st = Statements(QUERIES, prefix="t_")
+        st.run_transaction(conn, lambda tx: tx.execute(
+            "insert", {"id": 1, "at": None, "note": None}))
+        for _ in range(6):
+            conn.execute("SELECT 1")  # auto-prepared by psycopg
+        def fail_in_a_psycopg_transaction() -> None:
+            with conn.transaction():
+                conn.execute("SELECT 1")
+                raise RuntimeError  # rollback, then psycopg's DEALLOCATE ALL
+
+        with pytest.raises(RuntimeError):
+            fail_in_a_psycopg_transaction()
+        rows = st.run_transaction(conn, lambda tx: tx.execute("select", {"low": 0}).rows(tuple))
+        assert rows == [(1, None, None)]
+
+
+def test_statements_keep_no_connection_alive(empty_db: PgDb) -> None:
+    st = Statements({"one": "SELECT %(x)s::int"}, prefix="t_")
+    refs = []
+    for _ in range(3):
+        c = psycopg.connect(empty_db.url, autocommit=True)
+        assert st.execute(c, "one", {"x": 1}).first(tuple) == (1,)
+        refs.append(weakref.ref(c))
+        c.close()
+        del c
+    gc.collect()
+    assert [r() for r in refs] == [None, None, None]
+
+
+def test_the_client_encoding_is_read_per_call(conn: Any, empty_db: PgDb) -> None:
+    st = Statements(QUERIES, prefix="t_")
+    st.execute(conn, "insert", {"id": 1, "at": None, "note": "x"})
+    conn.execute("SET client_encoding TO 'LATIN1'")
+    st.execute(conn, "insert", {"id": 2, "at": None, "note": "é"})
+    conn.execute("SET client_encoding TO 'UTF8'")
+    with empty_db.connect() as other:
+        assert other.execute("SELECT note FROM t WHERE id = 2").fetchone() == ("é",)

@@ -1,7 +1,8 @@
 """Connections for the control plane: psycopg 3 with psycopg_pool (DESIGN.md §4.1).
 
 Every pooled connection is autocommit with READ COMMITTED, so each protocol step opens its
-own short ``conn.transaction()`` and nothing stays open between steps (ADR-0379 §3).
+own short transaction (``conn.transaction()``, or ``db/prepared.py`` for the sweeper's
+statements) and nothing stays open between steps (ADR-0379 §3).
 """
 
 from __future__ import annotations
@@ -14,14 +15,17 @@ if TYPE_CHECKING:
 
 
 def configure(conn: psycopg.Connection[Any]) -> None:
-    """Autocommit plus READ COMMITTED (the claim protocol's isolation level), and the session
-    time zone UTC: timestamps load with ``datetime.timezone.utc``, which the evidence
-    documents format without a zone lookup (all columns are ``timestamptz``, so no value
-    changes)."""
+    """Autocommit plus READ COMMITTED (the claim protocol's isolation level), no psycopg
+    auto-prepare, and the session time zone UTC: timestamps load with
+    ``datetime.timezone.utc``, which the evidence documents format without a zone lookup
+    (all columns are ``timestamptz``, so no value changes)."""
     from psycopg import IsolationLevel
 
     conn.autocommit = True
     conn.isolation_level = IsolationLevel.READ_COMMITTED
+    # psycopg's own auto-prepare is off: after a rollback it would send DEALLOCATE ALL,
+    # which also drops the statements db/prepared.py keeps on this connection
+    conn.prepare_threshold = None
     conn.execute("SET TIME ZONE 'UTC'")
 
 

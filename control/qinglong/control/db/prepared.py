@@ -1,16 +1,24 @@
 """Named statements prepared once per connection and run over psycopg's libpq binding.
 
 The sweeper's statements (claim; per row lock, retire, record failure: DESIGN.md §4.3) run
-thousands of times per second on hosts whose CPU the database shares. A psycopg cursor costs
-about 25 µs of Python per round trip; ``psycopg.pq`` costs about 5 µs (bench/claims.py shows
-what that buys against pgbench running the same statements). Everything else stays psycopg's:
-parameters are dumped and binary results loaded by its adapters (``psycopg.adapt.Transformer``),
-and a failed statement raises the psycopg exception its SQLSTATE maps to
-(``psycopg.errors.error_from_result``), so callers catch exactly what a cursor would raise.
+thousands of times per second on hosts whose CPU the database shares. Run through
+``psycopg.pq`` they cost about 40 % less client CPU per call than a psycopg cursor (measured:
+24 → 15 µs per call), and the last statement of a transaction travels with its COMMIT in one
+round trip (libpq pipeline mode). Everything else stays psycopg's: parameters are dumped and
+binary results loaded by its adapters (``psycopg.adapt.Transformer``, one per call, so a
+changed client encoding is honoured), and a failed statement raises the psycopg exception its
+SQLSTATE maps to (``psycopg.errors.error_from_result``; ``OperationalError`` when the link
+broke without one). Parameters go as text and take the type the server infers from the
+statement, so a statement casts any parameter whose range matters (``%(n)s::bigint``).
 
-A connection used here must be autocommit and must not be shared between threads while a
-call runs (a pooled connection is held by one caller). ``transaction`` opens a READ COMMITTED
-transaction (ADR-0379 §2: short transactions at that level) and ends it before returning.
+Rules for callers: the connection is autocommit and held by one thread while a call runs (a
+pooled connection is). ``transaction`` opens one short READ COMMITTED transaction (ADR-0379
+§2); run its body through ``Statements.run_transaction`` so that a transaction which failed
+only because the server forgot our statements (``DEALLOCATE ALL`` / ``DISCARD ALL``, which
+psycopg itself sends after a rollback once it has auto-prepared anything) is run once more:
+it changed nothing. Results are awaited in Python (``select.poll``, the GIL released), so a
+signal handler runs while a statement waits; an exception raised meanwhile (Ctrl-C) closes
+the connection, which aborts the statement and its transaction on the server.
 """
 
 from __future__ import annotations
@@ -23,8 +31,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
+from psycopg import errors
 from psycopg.adapt import PyFormat, Transformer
-from psycopg.errors import error_from_result
 from psycopg.pq import ConnStatus, DiagnosticField, ExecStatus, Format, TransactionStatus
 
 if TYPE_CHECKING:
@@ -34,7 +42,12 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
-_INVALID_STATEMENT_NAME = "26000"  # SQLSTATE: the server no longer knows our prepared name
+_INVALID_STATEMENT_NAME = "26000"  # the server no longer knows our prepared name
+_DUPLICATE_PREPARED = "42P05"  # the server knows a name we thought we had not prepared
+_OK = (ExecStatus.TUPLES_OK, ExecStatus.COMMAND_OK)
+_COMMAND_OK = (ExecStatus.COMMAND_OK,)
+_OPEN = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
+_BEGIN = b"BEGIN ISOLATION LEVEL READ COMMITTED"
 
 
 def positional(sql: str) -> tuple[str, tuple[str, ...]]:
@@ -55,12 +68,6 @@ def positional(sql: str) -> tuple[str, tuple[str, ...]]:
     return converted, tuple(names)
 
 
-_OK = (ExecStatus.TUPLES_OK, ExecStatus.COMMAND_OK)
-_COMMAND_OK = (ExecStatus.COMMAND_OK,)
-_OPEN = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
-_BEGIN = b"BEGIN ISOLATION LEVEL READ COMMITTED"
-
-
 @dataclass(slots=True)
 class _Prepared:
     """One statement: its server-side name, text, parameter names and their formats."""
@@ -73,19 +80,17 @@ class _Prepared:
 
 @dataclass(slots=True)
 class _ConnectionState:
-    """What one connection has prepared, and its adapter (built once per connection)."""
+    """What one connection has prepared (no reference to the connection: it may be freed)."""
 
-    transformer: Adapter
     prepared: set[str] = field(default_factory=set)
     poller: select.poll = field(default_factory=select.poll)  # waits of pipelined calls
 
 
 class Statements:
-    """The named statements of one ``.sql`` file, each prepared on first use per connection.
+    """The named statements of one ``.sql`` file, prepared per connection on first use.
 
     ``queries``: ``{name: SQL with %(param)s placeholders}``; ``prefix`` names them on the
-    server (``prefix + name``), apart from psycopg's own ``_pg3_*`` statements. ValueError
-    when a statement holds a literal ``%``.
+    server (``prefix + name``). ValueError when a statement holds a literal ``%``.
     """
 
     def __init__(self, queries: Mapping[str, str], *, prefix: str) -> None:
@@ -97,72 +102,85 @@ class Statements:
                                                [PyFormat.TEXT] * len(params))
         self._states: weakref.WeakKeyDictionary[psycopg.Connection[Any], _ConnectionState] = (
             weakref.WeakKeyDictionary())
-        # the last connection used, checked first (a sweep runs many statements on one)
-        self._last: tuple[weakref.ref[psycopg.Connection[Any]], _ConnectionState] | None = None
 
     def _state(self, conn: psycopg.Connection[Any]) -> _ConnectionState:
-        last = self._last
-        if last is not None and last[0]() is conn:
-            return last[1]
         state = self._states.get(conn)
         if state is None:
-            state = self._states[conn] = _ConnectionState(Transformer(conn))
-        self._last = (weakref.ref(conn), state)
+            state = self._states[conn] = _ConnectionState()
         return state
 
-    def _ready(self, conn: psycopg.Connection[Any],
-               name: str) -> tuple[_Prepared, _ConnectionState]:
-        """Statement ``name``, prepared on ``conn`` (KeyError: unknown name)."""
+    def prepare_all(self, conn: psycopg.Connection[Any]) -> None:
+        """Prepare every statement ``conn`` lacks. Call it while no transaction is open (a
+        ``Transaction`` does, before BEGIN): a name the server already holds is deallocated
+        and prepared again, so the server runs exactly this file's text."""
+        state = self._state(conn)
+        if len(state.prepared) == len(self._statements):
+            return
+        pgconn = conn.pgconn
+        for name, stmt in self._statements.items():
+            if name in state.prepared:
+                continue
+            result = pgconn.prepare(stmt.server_name, stmt.sql)
+            if result.status not in _COMMAND_OK and _sqlstate(result) == _DUPLICATE_PREPARED:
+                # e.g. a signal arrived between the server's answer and our bookkeeping
+                _check(conn, pgconn.exec_(b"DEALLOCATE " + stmt.server_name), _COMMAND_OK)
+                result = pgconn.prepare(stmt.server_name, stmt.sql)
+            _check(conn, result, _COMMAND_OK)
+            state.prepared.add(name)
+
+    def _call(self, conn: psycopg.Connection[Any], name: str, params: Mapping[str, Any]
+              ) -> tuple[_Prepared, _ConnectionState, Adapter, Sequence[Any]]:
+        """The prepared statement, the connection's state, a fresh adapter and the dumped
+        parameters. KeyError for an unknown statement or a missing parameter."""
         stmt = self._statements[name]
         state = self._state(conn)
         if name not in state.prepared:
-            _check(conn, conn.pgconn.prepare(stmt.server_name, stmt.sql), _COMMAND_OK)
-            state.prepared.add(name)
-        return stmt, state
+            self.prepare_all(conn)  # a wiped session: only reachable outside a transaction
+        adapter = Transformer(conn)
+        values = adapter.dump_sequence([params[n] for n in stmt.params], stmt.formats)
+        return stmt, state, adapter, values
 
-    def _failed(self, conn: psycopg.Connection[Any], name: str, result: PGresult,
-                ok: tuple[ExecStatus, ...]) -> None:
-        """Raise the error of ``result`` unless its status is in ``ok``."""
-        if result.status not in ok:
-            if _sqlstate(result) == _INVALID_STATEMENT_NAME:
-                self._state(conn).prepared.discard(name)  # DEALLOCATE or DISCARD ran
-            _check(conn, result, ok)
+    def _raise(self, conn: psycopg.Connection[Any], result: PGresult) -> None:
+        """Raise ``result``'s error; on 26000 forget every name (DEALLOCATE ALL ran)."""
+        if _sqlstate(result) == _INVALID_STATEMENT_NAME:
+            self._state(conn).prepared.clear()
+        _check(conn, result, _OK)
 
     def execute(self, conn: psycopg.Connection[Any], name: str,
                 params: Mapping[str, Any]) -> Result:
         """Run statement ``name`` with ``params`` (every placeholder, by name); results in
         binary. Raises KeyError for an unknown name or a missing parameter, and the psycopg
-        error of a failed statement (the connection's transaction, if any, is then aborted)."""
-        stmt, state = self._ready(conn, name)
-        tx = state.transformer
-        values = tx.dump_sequence([params[n] for n in stmt.params], stmt.formats)
+        error of a failed statement (an open transaction is then aborted). Outside a
+        transaction a statement the server forgot is prepared again and run once more."""
+        stmt, state, adapter, values = self._call(conn, name, params)
         pgconn = conn.pgconn
-        result = pgconn.exec_prepared(stmt.server_name, values,  # type: ignore[arg-type]
-                                      result_format=Format.BINARY)  # (stub omits NULL)
-        if (result.status == ExecStatus.FATAL_ERROR
-                and pgconn.transaction_status == TransactionStatus.IDLE
-                and _sqlstate(result) == _INVALID_STATEMENT_NAME):
-            # outside a transaction the failed call changed nothing: prepare again, retry once
-            state.prepared.discard(name)
-            stmt, state = self._ready(conn, name)
-            result = pgconn.exec_prepared(stmt.server_name, values,  # type: ignore[arg-type]
-                                          result_format=Format.BINARY)
-        self._failed(conn, name, result, _OK)
-        return Result(result, tx)
 
-    def execute_and_commit(self, conn: psycopg.Connection[Any], name: str,
-                           params: Mapping[str, Any]) -> Result:
-        """Run statement ``name`` and COMMIT the open transaction in one round trip (libpq
-        pipeline mode: both messages, then one Sync). Raises like ``execute``; when the
-        statement fails, COMMIT is skipped and the transaction stays aborted (the caller's
-        ``Transaction`` rolls it back). psycopg.ProgrammingError when no transaction is open.
-        """
+        def send() -> None:
+            pgconn.send_query_prepared(stmt.server_name, values, result_format=Format.BINARY)
+
+        result = _exchange(conn, state.poller, send)
+        if result.status not in _OK:
+            if (_sqlstate(result) == _INVALID_STATEMENT_NAME
+                    and pgconn.transaction_status == TransactionStatus.IDLE):
+                state.prepared.clear()  # the failed call changed nothing: prepare, retry
+                self.prepare_all(conn)
+                result = _exchange(conn, state.poller, send)
+            if result.status not in _OK:
+                self._raise(conn, result)
+        return Result(result, adapter)
+
+    def _command(self, conn: psycopg.Connection[Any], command: bytes) -> PGresult:
+        """Run one parameterless command (BEGIN, COMMIT, ROLLBACK) and return its result."""
+        pgconn = conn.pgconn
+        return _exchange(conn, self._state(conn).poller, lambda: pgconn.send_query(command))
+
+    def _execute_and_commit(self, conn: psycopg.Connection[Any], name: str,
+                            params: Mapping[str, Any]) -> Result:
+        """``name`` and COMMIT in one round trip (see ``Transaction.execute_and_commit``)."""
         pgconn = conn.pgconn
         if pgconn.transaction_status != TransactionStatus.INTRANS:
             raise psycopg.ProgrammingError("execute_and_commit needs an open transaction")
-        stmt, state = self._ready(conn, name)  # prepared before the pipeline starts
-        tx = state.transformer
-        values = tx.dump_sequence([params[n] for n in stmt.params], stmt.formats)
+        stmt, state, adapter, values = self._call(conn, name, params)
         pgconn.enter_pipeline_mode()
         try:
             pgconn.send_query_prepared(stmt.server_name, values, result_format=Format.BINARY)
@@ -176,40 +194,79 @@ class Statements:
             conn.close()
             raise
         pgconn.exit_pipeline_mode()
-        self._failed(conn, name, result, _OK)
+        if result.status not in _OK:
+            self._raise(conn, result)  # COMMIT was skipped: the transaction is aborted
         _check(conn, commit, _COMMAND_OK)
-        return Result(result, tx)
+        return Result(result, adapter)
 
     def transaction(self, conn: psycopg.Connection[Any]) -> Transaction:
-        """A context manager: BEGIN a READ COMMITTED transaction on ``conn``; COMMIT when
-        the block ends (unless ``execute_and_commit`` already did), ROLLBACK when it raises.
-        psycopg.ProgrammingError when ``conn`` is not idle (a transaction is already open)."""
-        return Transaction(conn)
+        """A context manager yielding a ``Transaction``: BEGIN READ COMMITTED on ``conn``;
+        COMMIT when the block ends (unless ``execute_and_commit`` did), ROLLBACK when it
+        raises. psycopg.ProgrammingError when ``conn`` is not idle (a transaction is open)."""
+        return Transaction(self, conn)
+
+    def run_transaction(self, conn: psycopg.Connection[Any],
+                        body: Callable[[Transaction], T]) -> T:
+        """``body(tx)`` inside ``transaction(conn)``, run once more when it failed with
+        InvalidSqlStatementName (the server forgot our statements; the aborted transaction
+        changed nothing). Raises whatever ``body`` or the transaction raises."""
+        try:
+            with self.transaction(conn) as tx:
+                return body(tx)
+        except errors.InvalidSqlStatementName:
+            if conn.closed:
+                raise
+        with self.transaction(conn) as tx:  # prepares everything again before BEGIN
+            return body(tx)
 
 
 class Transaction:
-    """``with Transaction(conn):`` one short READ COMMITTED transaction (see Statements)."""
+    """One short READ COMMITTED transaction of ``Statements`` on one connection.
 
-    __slots__ = ("_conn",)
+    ``execute`` runs a statement in it; ``execute_and_commit`` runs the last one with the
+    COMMIT (one round trip), after which the transaction is over and ``execute`` refuses.
+    """
 
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
-        self._conn = conn
+    __slots__ = ("_conn", "_done", "_statements")
 
-    def __enter__(self) -> None:
+    def __init__(self, statements: Statements, conn: psycopg.Connection[Any]) -> None:
+        self._statements, self._conn, self._done = statements, conn, False
+
+    def execute(self, name: str, params: Mapping[str, Any]) -> Result:
+        """``Statements.execute`` inside this transaction. psycopg.ProgrammingError once
+        ``execute_and_commit`` ended it (the statement would run outside any transaction)."""
+        if self._done:
+            raise psycopg.ProgrammingError("the transaction was committed already")
+        return self._statements.execute(self._conn, name, params)
+
+    def execute_and_commit(self, name: str, params: Mapping[str, Any]) -> Result:
+        """Run statement ``name`` and COMMIT in one round trip (libpq pipeline mode: both
+        messages, then one Sync). Raises like ``execute``; when the statement fails the
+        COMMIT is skipped and the block's exit rolls the transaction back."""
+        if self._done:
+            raise psycopg.ProgrammingError("the transaction was committed already")
+        self._done = True
+        return self._statements._execute_and_commit(self._conn, name, params)
+
+    def __enter__(self) -> Transaction:
         conn = self._conn
-        if conn.pgconn.status != ConnStatus.OK:
+        pgconn = conn.pgconn
+        if pgconn.status != ConnStatus.OK:
             raise psycopg.OperationalError("the connection is closed")
-        if conn.pgconn.transaction_status != TransactionStatus.IDLE:
+        if pgconn.transaction_status != TransactionStatus.IDLE:
             raise psycopg.ProgrammingError("the connection is not idle: a transaction is open")
-        _check(conn, conn.pgconn.exec_(_BEGIN), _COMMAND_OK)
+        self._statements.prepare_all(conn)  # never inside the transaction: see prepare_all
+        _check(conn, self._statements._command(conn, _BEGIN), _COMMAND_OK)
+        return self
 
     def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
-        conn = self._conn
+        self._done = True
+        conn, run = self._conn, self._statements._command
         pgconn = conn.pgconn
         status = pgconn.transaction_status
         if exc_type is not None:
             if pgconn.status == ConnStatus.OK and status in _OPEN:
-                pgconn.exec_(b"ROLLBACK")
+                run(conn, b"ROLLBACK")  # its own failure closes the connection
             return
         if pgconn.status != ConnStatus.OK:
             raise psycopg.OperationalError("the connection was lost before the transaction "
@@ -217,10 +274,50 @@ class Transaction:
         if status == TransactionStatus.IDLE:  # execute_and_commit committed it
             return
         if status != TransactionStatus.INTRANS:  # aborted: never report a commit
-            if pgconn.status == ConnStatus.OK:
-                pgconn.exec_(b"ROLLBACK")
-            raise psycopg.errors.InFailedSqlTransaction("the transaction was aborted")
-        _check(conn, pgconn.exec_(b"COMMIT"), _COMMAND_OK)
+            run(conn, b"ROLLBACK")
+            raise errors.InFailedSqlTransaction("the transaction was aborted")
+        _check(conn, run(conn, b"COMMIT"), _COMMAND_OK)
+
+
+def _exchange(conn: psycopg.Connection[Any], poller: select.poll,
+              send: Callable[[], None]) -> PGresult:
+    """Send one statement with ``send`` and wait for its result without blocking in C, so a
+    signal handler runs while the server works. An exception while waiting (KeyboardInterrupt
+    from Ctrl-C, a broken link) closes the connection, which makes the server abort the
+    statement and its transaction, and propagates."""
+    pgconn = conn.pgconn
+    result: PGresult | None = None
+    try:
+        send()
+        while pgconn.flush():  # 1: the socket buffer is full, wait until it drains
+            _wait(pgconn, poller, select.POLLOUT)
+        while True:
+            while pgconn.is_busy():
+                _wait(pgconn, poller, select.POLLIN)
+                _consume(conn)
+            last = pgconn.get_result()
+            if last is None:
+                break
+            result = last
+    except BaseException:
+        conn.close()
+        raise
+    if result is None:
+        raise psycopg.OperationalError("the connection to the server was lost")
+    return result
+
+
+def _consume(conn: psycopg.Connection[Any]) -> None:
+    """Read what the server sent. When the link broke, raise the class of the server's last
+    word if it left one (AdminShutdown for a terminated backend), else OperationalError."""
+    pgconn = conn.pgconn
+    try:
+        pgconn.consume_input()
+    except psycopg.OperationalError as exc:
+        reason = pgconn.get_result()
+        if reason is not None and _sqlstate(reason):
+            raise errors.error_from_result(reason, encoding=conn.info.encoding) from exc
+        raise
 
 
 def _wait(pgconn: PGconn, poller: select.poll, events: int) -> None:
@@ -238,7 +335,7 @@ def _pipeline_results(pgconn: PGconn, poller: select.poll) -> tuple[PGresult, PG
     while True:
         while pgconn.is_busy():
             _wait(pgconn, poller, select.POLLIN)
-            pgconn.consume_input()
+            pgconn.consume_input()  # a failure closes the connection (the caller's except)
         result = pgconn.get_result()
         if result is None:  # the end of one statement's results
             if pgconn.status != ConnStatus.OK:
@@ -256,10 +353,10 @@ class Result:
     """One statement's result: ``rowcount`` (rows returned or affected) and its rows, loaded
     by psycopg's binary loaders and shaped by ``make_row`` (a callable over the values)."""
 
-    __slots__ = ("_pgresult", "_transformer")
+    __slots__ = ("_adapter", "_pgresult")
 
-    def __init__(self, pgresult: PGresult, transformer: Adapter) -> None:
-        self._pgresult, self._transformer = pgresult, transformer
+    def __init__(self, pgresult: PGresult, adapter: Adapter) -> None:
+        self._pgresult, self._adapter = pgresult, adapter
 
     @property
     def rowcount(self) -> int:
@@ -276,17 +373,17 @@ class Result:
 
     def rows(self, make_row: Callable[[Sequence[Any]], T]) -> list[T]:
         """Every row, each as ``make_row(values)``."""
-        tx = self._transformer
-        tx.set_pgresult(self._pgresult)
-        return tx.load_rows(0, self._pgresult.ntuples, make_row)
+        adapter = self._adapter
+        adapter.set_pgresult(self._pgresult)
+        return adapter.load_rows(0, self._pgresult.ntuples, make_row)
 
     def first(self, make_row: Callable[[Sequence[Any]], T]) -> T | None:
         """The first row as ``make_row(values)``, or None when there is none."""
         if not self._pgresult.ntuples:
             return None
-        tx = self._transformer
-        tx.set_pgresult(self._pgresult)
-        return tx.load_row(0, make_row)
+        adapter = self._adapter
+        adapter.set_pgresult(self._pgresult)
+        return adapter.load_row(0, make_row)
 
 
 def _sqlstate(result: PGresult) -> str:
@@ -296,11 +393,12 @@ def _sqlstate(result: PGresult) -> str:
 
 def _check(conn: psycopg.Connection[Any], result: PGresult,
            ok: tuple[ExecStatus, ...]) -> None:
-    """Raise the psycopg error of ``result`` unless its status is in ``ok``. A broken
-    connection raises OperationalError, as a cursor would."""
+    """Raise the psycopg error of ``result`` unless its status is in ``ok``: the class of
+    its SQLSTATE (e.g. AdminShutdown when the backend was terminated), or OperationalError
+    when the connection broke without one."""
     if result.status in ok:
         return
-    if conn.pgconn.status != ConnStatus.OK:
+    if not _sqlstate(result) and conn.pgconn.status != ConnStatus.OK:
         message = (result.error_message or b"").decode("utf-8", "replace").strip()
         raise psycopg.OperationalError(message or "the connection to the server was lost")
-    raise error_from_result(result, encoding=conn.info.encoding)
+    raise errors.error_from_result(result, encoding=conn.info.encoding)

@@ -121,10 +121,10 @@ def claim(
     Raises ValidationError on out-of-range bounds; psycopg errors pass through.
     """
     validate_bounds(limit, lease_s)
-    st = statements()
-    with st.transaction(conn):  # ADR-0379 §2: one short READ COMMITTED transaction
-        rows = st.execute(conn, "claim", {
-            "limit": limit, "owner": str(owner), "lease_s": float(lease_s),
-            "versioned_only": versioned_only}).rows(tuple)
+    params = {"limit": limit, "owner": str(owner), "lease_s": float(lease_s),
+              "versioned_only": versioned_only}
+    # ADR-0379 §2: one short READ COMMITTED transaction
+    rows = statements().run_transaction(
+        conn, lambda tx: tx.execute("claim", params).rows(tuple))
     # ids and token come back as text (``::text`` in the statement): no uuid.UUID round trip
     return [Claim(*r[1:]) for r in rows if r[0]]

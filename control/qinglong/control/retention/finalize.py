@@ -27,6 +27,8 @@ from qinglong.shared.errors import ValidationError
 if TYPE_CHECKING:
     import psycopg
 
+    from qinglong.control.db.prepared import Transaction
+
 EVIDENCE_SCHEMA = "qinglong/run-attempt-log-retirement@v1"
 _TERMINAL_OK = frozenset({"succeeded", "failed", "cancelled", "timed_out"})  # terminal, not lost
 RETRY_BASE_S = 60.0
@@ -166,32 +168,37 @@ def finalize(conn: psycopg.Connection[Any], claim: Claim, outcome: Outcome) -> T
     Call only after S3 confirmed the delete or HEAD found the object absent. Raises
     FenceMismatchError (nothing written) when the fence no longer holds.
     """
-    st = statements()  # prepared once per connection, run over libpq (db/prepared.py)
-    with st.transaction(conn):
-        # ADR-0379 §3 step 5: plain FOR UPDATE by primary key, never SKIP LOCKED
-        locked = st.execute(conn, "lock_control", {"attempt_id": claim.attempt_id})
-        if not _LOCK_COLUMNS_CHECKED:
-            _check_lock_columns(locked.column_names)
-        row = locked.first(_Locked._make)
-        if row is None:
-            raise FenceMismatchError(f"control {claim.attempt_id} is gone")
-        problem = _fence_problem(row, claim)
-        if problem is not None:
-            raise FenceMismatchError(f"control {claim.attempt_id}: {problem}")
-        retired_at: datetime = row.db_now
-        evidence = canonical_evidence(claim, outcome, retired_at)
-        digest = sha256_hex(evidence.encode("ascii"))
-        # ADR-0379 §3 step 5: delete the control and insert the exact tombstone in one
-        # statement, sent with the COMMIT (one round trip)
-        retired = st.execute_and_commit(conn, "retire_control", {
-            "attempt_id": claim.attempt_id, "claim_version": claim.version,
-            "project_id": claim.project_id, "run_id": claim.run_id,
-            "artifact_id": claim.artifact_id, "outcome": outcome.value,
-            "retired_at": retired_at, "evidence": evidence, "evidence_sha256": digest,
-        })
-        if retired.rowcount != 1:  # the lease ran out while this transaction waited: the
-            # statement changed nothing, so its commit only released the row lock
-            raise FenceMismatchError(f"control {claim.attempt_id}: lease expired")
+    # prepared once per connection, run over libpq (db/prepared.py); run once more only if
+    # the server had forgotten the statements (that attempt changed nothing)
+    return statements().run_transaction(conn, lambda tx: _finalize(tx, claim, outcome))
+
+
+def _finalize(tx: Transaction, claim: Claim, outcome: Outcome) -> Tombstone:
+    """The body of ``finalize`` inside its transaction ``tx``."""
+    # ADR-0379 §3 step 5: plain FOR UPDATE by primary key, never SKIP LOCKED
+    locked = tx.execute("lock_control", {"attempt_id": claim.attempt_id})
+    if not _LOCK_COLUMNS_CHECKED:
+        _check_lock_columns(locked.column_names)
+    row = locked.first(_Locked._make)
+    if row is None:
+        raise FenceMismatchError(f"control {claim.attempt_id} is gone")
+    problem = _fence_problem(row, claim)
+    if problem is not None:
+        raise FenceMismatchError(f"control {claim.attempt_id}: {problem}")
+    retired_at: datetime = row.db_now
+    evidence = canonical_evidence(claim, outcome, retired_at)
+    digest = sha256_hex(evidence.encode("ascii"))
+    # ADR-0379 §3 step 5: delete the control and insert the exact tombstone in one
+    # statement, sent with the COMMIT (one round trip)
+    retired = tx.execute_and_commit("retire_control", {
+        "attempt_id": claim.attempt_id, "claim_version": claim.version,
+        "project_id": claim.project_id, "run_id": claim.run_id,
+        "artifact_id": claim.artifact_id, "outcome": outcome.value,
+        "retired_at": retired_at, "evidence": evidence, "evidence_sha256": digest,
+    })
+    if retired.rowcount != 1:  # the lease ran out while this transaction waited: the
+        # statement changed nothing, so its commit only released the row lock
+        raise FenceMismatchError(f"control {claim.attempt_id}: lease expired")
     return Tombstone(claim.attempt_id, claim.artifact_id, outcome, retired_at, evidence, digest)
 
 
@@ -218,12 +225,12 @@ def record_failure(
         raise ValidationError("retry_base_s", f"{retry_base_s} s outside (0, {RETRY_CAP_S:g}] s")
     delay_s = retry_delay_s(claim.failure_count + 1, base_s=retry_base_s, cap_s=RETRY_CAP_S,
                             rng=rng)
-    st = statements()
-    with st.transaction(conn):
-        row = st.execute(conn, "record_failure", {
-            "attempt_id": claim.attempt_id, "claim_version": claim.version,
-            "claim_token": claim.token, "claim_owner": claim.owner,
-            "failure_class": FailureClass(failure_class).value,
-            "manual_after": manual_after, "delay_s": delay_s,
-        }).first(tuple)
+    params = {
+        "attempt_id": claim.attempt_id, "claim_version": claim.version,
+        "claim_token": claim.token, "claim_owner": claim.owner,
+        "failure_class": FailureClass(failure_class).value,
+        "manual_after": manual_after, "delay_s": delay_s,
+    }
+    row = statements().run_transaction(
+        conn, lambda tx: tx.execute("record_failure", params).first(tuple))
     return None if row is None else FailureRecorded(row[0], row[1], row[2])

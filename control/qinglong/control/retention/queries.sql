@@ -139,7 +139,8 @@ SET claim_owner = NULL, claim_token = NULL, lease_expires_at = NULL,
     failure_count = failure_count + 1,
     last_failure_class = %(failure_class)s,
     last_failure_at = now(),
-    state = CASE WHEN failure_count + 1 >= %(manual_after)s THEN 'manual' ELSE 'pending' END,
+    state = CASE WHEN failure_count + 1 >= %(manual_after)s::bigint THEN 'manual'
+                 ELSE 'pending' END,
     due_at = now() + make_interval(secs => %(delay_s)s)
 WHERE attempt_id = %(attempt_id)s AND claim_version = %(claim_version)s
   AND claim_token = %(claim_token)s AND claim_owner = %(claim_owner)s
