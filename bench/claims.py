@@ -6,12 +6,16 @@ ours:     N processes, each with its own psycopg 3 connection (autocommit, READ 
           sessions start their timed windows together, after every process has imported and
           connected (a barrier), so no start-up work lands inside anyone's window.
 baseline: ``pgbench -M prepared -c N -j N -T DURATION -n`` running the same statements from
-          ``retention/queries.sql`` in the same round trips as ours: BEGIN | claim | COMMIT,
-          then 16 × (BEGIN | lock_control | retire_control + COMMIT, the last two pipelined
-          with ``\\startpipeline`` as ours sends them). pgbench cannot loop over a result set,
-          so the claim statement is wrapped, unchanged, in an outer CTE that hands the 16
-          claimed ids to the finalize blocks through ``\\gset``; the evidence document is a
-          fixed string of the usual length (ours builds it in Python and hashes it).
+          ``retention/queries.sql`` in the round trips ours uses per row: [BEGIN; lock_control]
+          then [retire_control; COMMIT], each pair pipelined (``\\startpipeline``). The claim
+          is BEGIN | claim | COMMIT for pgbench (its ``\\gset`` cannot be pipelined) and
+          [BEGIN; claim] | COMMIT for ours: 1/16 of a round trip per row in ours' favour.
+          pgbench cannot loop over a result set, so the claim statement is wrapped,
+          unchanged, in an outer CTE that hands the claimed rows' ids and versions to the
+          finalize blocks through ``\\gset``; retire_control takes those (what the locked row
+          holds when the fence holds), a fixed ``retired_at`` and a fixed evidence string of
+          the usual length (ours builds the evidence in Python from the locked row and
+          hashes it, and checks the fence in Python between the two round trips).
 
 Each configuration runs on a fresh clone of one seeded database (identical starting state),
 in the same run, interleaved per session count, for ROUNDS rounds (a single few-second
@@ -48,24 +52,35 @@ LEASE_S = 60.0
 ROWS = 160_000  # > 13k rows/s × the longest run: no session may run out of due rows
 
 
+# claim columns handed to the finalize blocks (pgbench variable prefix, RETURNING column)
+_HANDED = {"a": "attempt_id", "v": "claim_version", "p": "project_id", "r": "run_id",
+           "f": "artifact_id"}
+
+
 def pgbench_script(path: Path) -> None:
     """Write the pgbench script: the claim and finalize statements of queries.sql verbatim,
-    with ``%(name)s`` turned into pgbench's ``:name``."""
+    with ``%(name)s`` turned into pgbench's ``:name``, in ours' round trips: BEGIN | claim |
+    COMMIT, then per row [BEGIN; lock_control] and [retire_control; COMMIT] pipelined.
+    pgbench cannot ``\\gset`` inside a pipeline, so retire_control takes the claim's values
+    (what the locked row holds when the fence holds) and a fixed ``retired_at``."""
     from qinglong.control.retention.claims import queries
 
     q = {k: re.sub(r"%\((\w+)\)s", r":\1", v) for k, v in queries().items()}
-    ids = ", ".join(f"ids[{i}] AS a{i}" for i in range(1, LIMIT + 1))
+    handed = ", ".join(f"{col}s[{i}] AS {var}{i}" for var, col in _HANDED.items()
+                       for i in range(1, LIMIT + 1))
+    arrays = ", ".join(f"array_agg({col}) AS {col}s" for col in _HANDED.values())
     claim_sql = " ".join(q["claim"].split())  # pgbench: one SQL command per line
     lines = ["BEGIN;",
-             f"WITH claimed AS ({claim_sql}) SELECT {ids}"
-             " FROM (SELECT array_agg(attempt_id) AS ids FROM claimed WHERE leased) s",
+             f"WITH claimed AS ({claim_sql}) SELECT {handed}"
+             f" FROM (SELECT {arrays} FROM claimed WHERE leased) s",
              "\\gset", "COMMIT;"]
     for i in range(1, LIMIT + 1):
         lock = " ".join(q["lock_control"].split()).replace(":attempt_id", f":a{i}")
-        retire = re.sub(r"(?<!:):(\w+)", r":f_\1", " ".join(q["retire_control"].split()))
-        retire = (retire.replace(":f_outcome", ":outcome").replace(":f_retired_at", ":f_db_now")
-                  .replace(":f_evidence_sha256", ":digest").replace(":f_evidence", ":evidence"))
-        lines += ["BEGIN;", lock, "\\gset f_",
+        retire = " ".join(q["retire_control"].split())
+        for var, col in _HANDED.items():
+            retire = retire.replace(f":{col}", f":{var}{i}")
+        retire = retire.replace(":evidence_sha256", ":digest")
+        lines += ["\\startpipeline", "BEGIN;", lock + ";", "\\endpipeline",
                   "\\startpipeline", retire + ";", "COMMIT;", "\\endpipeline"]
     path.write_text("\n".join(lines) + "\n")
 
@@ -80,6 +95,7 @@ def run_pgbench(db: str, role: str, sessions: int, seconds: int, script: Path) -
          "-D", "owner=pgbench/0", "-D", f"limit={LIMIT}", "-D", "versioned_only=false",
          "-D", f"lease_s={LEASE_S}",
          "-D", "outcome=deleted", "-D", f"evidence={evidence}", "-D", f"digest={'0' * 64}",
+         "-D", "retired_at=2026-01-01T00:00:00+00:00",
          db], capture_output=True, text=True, env=env, timeout=seconds + 60, check=False)
     tps = re.search(r"tps = ([\d.]+) \(without initial connection time\)", out.stdout)
     done = re.search(r"number of transactions actually processed: (\d+)", out.stdout)

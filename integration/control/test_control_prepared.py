@@ -293,3 +293,25 @@ def test_the_client_encoding_is_read_per_call(conn: Any, empty_db: PgDb) -> None
     conn.execute("SET client_encoding TO 'UTF8'")
     with empty_db.connect() as other:
         assert other.execute("SELECT note FROM t WHERE id = 2").fetchone() == ("é",)
+
+
+def test_begin_travels_with_the_first_statement(conn: Any, empty_db: PgDb) -> None:
+    st = Statements(QUERIES, prefix="t_")
+    with st.transaction(conn):
+        pass  # a block without statements sends nothing
+    assert conn.pgconn.transaction_status == TransactionStatus.IDLE
+    with st.transaction(conn) as tx:
+        tx.execute("insert", {"id": 1, "at": None, "note": None})  # [BEGIN; insert]
+        assert conn.pgconn.transaction_status == TransactionStatus.INTRANS
+        assert _count(empty_db) == 0  # not committed yet
+    assert _count(empty_db) == 1
+
+    def fail_first() -> None:
+        with st.transaction(conn) as tx:
+            tx.execute("insert", {"id": 1, "at": None, "note": None})  # duplicate
+
+    with pytest.raises(errors.UniqueViolation):
+        fail_first()
+    assert conn.pgconn.transaction_status == TransactionStatus.IDLE
+    assert conn.pgconn.pipeline_status == 0
+    assert st.execute(conn, "select", {"low": 0}).rowcount == 1

@@ -2,14 +2,15 @@
 
 The sweeper's statements (claim; per row lock, retire, record failure: DESIGN.md §4.3) run
 thousands of times per second on hosts whose CPU the database shares. Run through
-``psycopg.pq`` they cost about 40 % less client CPU per call than a psycopg cursor (measured:
-24 → 15 µs per call), and the last statement of a transaction travels with its COMMIT in one
-round trip (libpq pipeline mode). Everything else stays psycopg's: parameters are dumped and
-binary results loaded by its adapters (``psycopg.adapt.Transformer``, one per connection,
-rebuilt when the client encoding changes), and a failed statement raises the psycopg exception its
-SQLSTATE maps to (``psycopg.errors.error_from_result``; ``OperationalError`` when the link
-broke without one). Parameters go as text and take the type the server infers from the
-statement, so a statement casts any parameter whose range matters (``%(n)s::bigint``).
+``psycopg.pq`` they cost about 40 % less client CPU per call than a psycopg cursor
+(measured: 24 → 15 µs per call), and a transaction's BEGIN travels with its first statement
+and its last statement with the COMMIT (libpq pipeline mode), so finalize takes two round
+trips. Everything else stays psycopg's: parameters are dumped and binary results loaded by
+its adapters (``psycopg.adapt.Transformer``, one per connection, rebuilt when the client
+encoding changes), and a failed statement raises the psycopg exception its SQLSTATE maps to
+(``psycopg.errors.error_from_result``; ``OperationalError`` when the link broke without
+one). Parameters go as text and take the type the server infers from the statement, so a
+statement casts any parameter whose range matters (``%(n)s::bigint``).
 
 Rules for callers: the connection is autocommit and held by one thread while a call runs (a
 pooled connection is). ``transaction`` opens one short READ COMMITTED transaction (ADR-0379
@@ -187,19 +188,23 @@ class Statements:
         pgconn = conn.pgconn
         return _exchange(conn, self._state(conn).poller, lambda: pgconn.send_query(command))
 
-    def _execute_and_commit(self, conn: psycopg.Connection[Any], name: str,
-                            params: Mapping[str, Any]) -> Result:
-        """``name`` and COMMIT in one round trip (see ``Transaction.execute_and_commit``)."""
-        pgconn = conn.pgconn
-        if pgconn.transaction_status != TransactionStatus.INTRANS:
-            raise psycopg.ProgrammingError("execute_and_commit needs an open transaction")
+    def _pipelined(self, conn: psycopg.Connection[Any], name: str, params: Mapping[str, Any],
+                   *, begin: bool, commit: bool) -> Result:
+        """Statement ``name`` preceded by BEGIN and/or followed by COMMIT, in one round trip
+        (libpq pipeline mode: the messages, then one Sync). When the statement fails, the
+        server skips the COMMIT and the transaction stays aborted for the caller's
+        ``Transaction`` to roll back."""
         stmt, state, adapter, values = self._call(conn, name, params)
+        pgconn = conn.pgconn
         pgconn.enter_pipeline_mode()
         try:
+            if begin:
+                pgconn.send_query_params(_BEGIN, None)
             pgconn.send_query_prepared(stmt.server_name, values, result_format=Format.BINARY)
-            pgconn.send_query_params(b"COMMIT", None)
+            if commit:
+                pgconn.send_query_params(b"COMMIT", None)
             pgconn.pipeline_sync()
-            result, commit = _pipeline_results(pgconn, state.poller)
+            results = _pipeline_results(pgconn, state.poller)
         except BaseException:
             # interrupted with results unread (or the link broke): the session's state is
             # unknown, so the connection is closed (a pool discards it; the server rolls
@@ -207,9 +212,15 @@ class Statements:
             conn.close()
             raise
         pgconn.exit_pipeline_mode()
+        if len(results) != 1 + begin + commit:
+            raise psycopg.InterfaceError(f"pipeline returned {len(results)} results")
+        if begin:
+            _check(conn, results[0], _COMMAND_OK)
+        result = results[int(begin)]
         if result.status not in _OK:
-            self._raise(conn, result)  # COMMIT was skipped: the transaction is aborted
-        _check(conn, commit, _COMMAND_OK)
+            self._raise(conn, result)  # a COMMIT after it was skipped: still aborted
+        if commit:
+            _check(conn, results[-1], _COMMAND_OK)
         return Result(result, adapter)
 
     def transaction(self, conn: psycopg.Connection[Any]) -> Transaction:
@@ -236,30 +247,35 @@ class Statements:
 class Transaction:
     """One short READ COMMITTED transaction of ``Statements`` on one connection.
 
-    ``execute`` runs a statement in it; ``execute_and_commit`` runs the last one with the
-    COMMIT (one round trip), after which the transaction is over and ``execute`` refuses.
+    Its BEGIN travels with its first statement (one round trip); ``execute_and_commit``
+    sends the last statement with the COMMIT, after which the transaction is over and
+    ``execute`` refuses. A block that runs no statement sends nothing.
     """
 
-    __slots__ = ("_conn", "_done", "_statements")
+    __slots__ = ("_begun", "_conn", "_done", "_statements")
 
     def __init__(self, statements: Statements, conn: psycopg.Connection[Any]) -> None:
-        self._statements, self._conn, self._done = statements, conn, False
+        self._statements, self._conn = statements, conn
+        self._begun = self._done = False
 
     def execute(self, name: str, params: Mapping[str, Any]) -> Result:
-        """``Statements.execute`` inside this transaction. psycopg.ProgrammingError once
-        ``execute_and_commit`` ended it (the statement would run outside any transaction)."""
+        """Run statement ``name`` in this transaction (``Statements.execute``'s errors).
+        psycopg.ProgrammingError once ``execute_and_commit`` ended it."""
         if self._done:
             raise psycopg.ProgrammingError("the transaction was committed already")
-        return self._statements.execute(self._conn, name, params)
+        if self._begun:
+            return self._statements.execute(self._conn, name, params)
+        self._begun = True
+        return self._statements._pipelined(self._conn, name, params, begin=True, commit=False)
 
     def execute_and_commit(self, name: str, params: Mapping[str, Any]) -> Result:
-        """Run statement ``name`` and COMMIT in one round trip (libpq pipeline mode: both
-        messages, then one Sync). Raises like ``execute``; when the statement fails the
-        COMMIT is skipped and the block's exit rolls the transaction back."""
+        """Run statement ``name`` and COMMIT in one round trip. Raises like ``execute``;
+        when the statement fails the COMMIT is skipped and the block's exit rolls the
+        transaction back."""
         if self._done:
             raise psycopg.ProgrammingError("the transaction was committed already")
-        self._done = True
-        return self._statements._execute_and_commit(self._conn, name, params)
+        begin, self._begun, self._done = not self._begun, True, True
+        return self._statements._pipelined(self._conn, name, params, begin=begin, commit=True)
 
     def __enter__(self) -> Transaction:
         conn = self._conn
@@ -269,7 +285,6 @@ class Transaction:
         if pgconn.transaction_status != TransactionStatus.IDLE:
             raise psycopg.ProgrammingError("the connection is not idle: a transaction is open")
         self._statements.prepare_all(conn)  # never inside the transaction: see prepare_all
-        _check(conn, self._statements._command(conn, _BEGIN), _COMMAND_OK)
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
@@ -284,7 +299,7 @@ class Transaction:
         if pgconn.status != ConnStatus.OK:
             raise psycopg.OperationalError("the connection was lost before the transaction "
                                            "ended")
-        if status == TransactionStatus.IDLE:  # execute_and_commit committed it
+        if status == TransactionStatus.IDLE:  # committed by execute_and_commit, or empty
             return
         if status != TransactionStatus.INTRANS:  # aborted: never report a commit
             run(conn, b"ROLLBACK")
@@ -339,9 +354,9 @@ def _wait(pgconn: PGconn, poller: select.poll, events: int) -> None:
     poller.poll()
 
 
-def _pipeline_results(pgconn: PGconn, poller: select.poll) -> tuple[PGresult, PGresult]:
-    """Flush a two-statement pipeline and read it up to its Sync: the two results (a
-    statement skipped after an earlier error reports PIPELINE_ABORTED)."""
+def _pipeline_results(pgconn: PGconn, poller: select.poll) -> list[PGresult]:
+    """Flush a pipeline and read it up to its Sync: one result per statement (a statement
+    skipped after an earlier error reports PIPELINE_ABORTED)."""
     while pgconn.flush():  # 1: the socket buffer is full, wait until it drains
         _wait(pgconn, poller, select.POLLOUT)
     results: list[PGresult] = []
@@ -355,11 +370,8 @@ def _pipeline_results(pgconn: PGconn, poller: select.poll) -> tuple[PGresult, PG
                 raise psycopg.OperationalError("the connection to the server was lost")
             continue
         if result.status == ExecStatus.PIPELINE_SYNC:
-            break
+            return results
         results.append(result)
-    if len(results) != 2:
-        raise psycopg.InterfaceError(f"pipeline returned {len(results)} results, expected 2")
-    return results[0], results[1]
 
 
 class Result:

@@ -4,9 +4,10 @@ Finalize is a second short transaction (ADR-0379 §3 step 5; DESIGN.md §4.3 ste
 claimed control by primary key with a plain ``FOR UPDATE`` (never SKIP LOCKED), re-verify
 owner, token, version, lease expiry, terminal statuses and identity, then in one statement
 delete the control (fenced by version and by the lease at that statement's clock, since the
-lock wait may outlive it) and insert the tombstone; that statement travels with the COMMIT
-(three round trips: BEGIN, lock, retire + COMMIT). Any mismatch raises FenceMismatchError and
-changes nothing: the next claimant settles the artifact from S3 facts.
+lock wait may outlive it) and insert the tombstone. Two round trips: BEGIN travels with the
+lock, the retiring statement with the COMMIT (``db/prepared.py``). Any mismatch raises
+FenceMismatchError and changes nothing: the next claimant settles the artifact from S3
+facts.
 """
 
 from __future__ import annotations
