@@ -315,3 +315,29 @@ def test_begin_travels_with_the_first_statement(conn: Any, empty_db: PgDb) -> No
     assert conn.pgconn.transaction_status == TransactionStatus.IDLE
     assert conn.pgconn.pipeline_status == 0
     assert st.execute(conn, "select", {"low": 0}).rowcount == 1
+
+
+def test_a_commit_whose_statement_was_deallocated_is_rolled_back_and_retried(
+        conn: Any, empty_db: PgDb) -> None:
+    """Our prepared COMMIT gone mid-transaction: its error aborts the transaction, which is
+    rolled back and reported (never a plain COMMIT that silently rolls back);
+    run_transaction runs it once more."""
+    st = Statements(QUERIES, prefix="t_")
+
+    def insert_then_wipe(tx: Any, note: str) -> None:
+        tx.execute("insert", {"id": 1, "at": None, "note": note})
+        if note == "first":
+            conn.execute("DEALLOCATE ALL")  # inside the open transaction
+
+    def once() -> None:
+        with st.transaction(conn) as tx:
+            insert_then_wipe(tx, "first")
+
+    with pytest.raises(errors.InvalidSqlStatementName):
+        once()
+    assert conn.pgconn.transaction_status == TransactionStatus.IDLE
+    assert _count(empty_db) == 0
+    notes = iter(["first", "second"])
+    st.run_transaction(conn, lambda tx: insert_then_wipe(tx, next(notes)))
+    with empty_db.connect() as other:
+        assert other.execute("SELECT note FROM t").fetchall() == [("second",)]

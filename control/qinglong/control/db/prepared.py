@@ -48,6 +48,7 @@ _OK = (ExecStatus.TUPLES_OK, ExecStatus.COMMAND_OK)
 _COMMAND_OK = (ExecStatus.COMMAND_OK,)
 _OPEN = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 _BEGIN = b"BEGIN ISOLATION LEVEL READ COMMITTED"
+_BEGIN_KEY, _COMMIT_KEY = "<begin>", "<commit>"
 
 
 def positional(sql: str) -> tuple[str, tuple[str, ...]]:
@@ -107,6 +108,12 @@ class Statements:
             self._statements[name] = _Prepared((prefix + name).encode("ascii"),
                                                text.encode("utf-8"), params,
                                                [PyFormat.TEXT] * len(params))
+        # the transaction's own commands, prepared too (as pgbench -M prepared does): no
+        # parse per transaction on the server. Keys no .sql block name can take.
+        self._begin = self._statements[_BEGIN_KEY] = _Prepared(
+            (prefix + "_begin").encode("ascii"), _BEGIN, (), [])
+        self._commit = self._statements[_COMMIT_KEY] = _Prepared(
+            (prefix + "_commit").encode("ascii"), b"COMMIT", (), [])
 
     def _state(self, conn: psycopg.Connection[Any]) -> _ConnectionState:
         """This file's state on ``conn``, created on first use."""
@@ -184,9 +191,14 @@ class Statements:
         return Result(result, adapter)
 
     def _command(self, conn: psycopg.Connection[Any], command: bytes) -> PGresult:
-        """Run one parameterless command (BEGIN, COMMIT, ROLLBACK) and return its result."""
+        """Run one parameterless command (COMMIT prepared, ROLLBACK) and return its result."""
         pgconn = conn.pgconn
-        return _exchange(conn, self._state(conn).poller, lambda: pgconn.send_query(command))
+        state = self._state(conn)
+        if command == b"COMMIT" and _COMMIT_KEY in state.prepared:
+            name = self._commit.server_name
+            return _exchange(conn, state.poller,
+                             lambda: pgconn.send_query_prepared(name, None))
+        return _exchange(conn, state.poller, lambda: pgconn.send_query(command))
 
     def _pipelined(self, conn: psycopg.Connection[Any], name: str, params: Mapping[str, Any],
                    *, begin: bool, commit: bool) -> Result:
@@ -199,10 +211,10 @@ class Statements:
         pgconn.enter_pipeline_mode()
         try:
             if begin:
-                pgconn.send_query_params(_BEGIN, None)
+                pgconn.send_query_prepared(self._begin.server_name, None)
             pgconn.send_query_prepared(stmt.server_name, values, result_format=Format.BINARY)
             if commit:
-                pgconn.send_query_params(b"COMMIT", None)
+                pgconn.send_query_prepared(self._commit.server_name, None)
             pgconn.pipeline_sync()
             results = _pipeline_results(pgconn, state.poller)
         except BaseException:
@@ -214,13 +226,13 @@ class Statements:
         pgconn.exit_pipeline_mode()
         if len(results) != 1 + begin + commit:
             raise psycopg.InterfaceError(f"pipeline returned {len(results)} results")
-        if begin:
-            _check(conn, results[0], _COMMAND_OK)
+        if begin and results[0].status not in _COMMAND_OK:
+            self._raise(conn, results[0])  # e.g. our BEGIN was deallocated: nothing ran
         result = results[int(begin)]
         if result.status not in _OK:
             self._raise(conn, result)  # a COMMIT after it was skipped: still aborted
-        if commit:
-            _check(conn, results[-1], _COMMAND_OK)
+        if commit and results[-1].status not in _COMMAND_OK:
+            self._raise(conn, results[-1])  # the transaction is aborted, not committed
         return Result(result, adapter)
 
     def transaction(self, conn: psycopg.Connection[Any]) -> Transaction:
@@ -304,7 +316,13 @@ class Transaction:
         if status != TransactionStatus.INTRANS:  # aborted: never report a commit
             run(conn, b"ROLLBACK")
             raise errors.InFailedSqlTransaction("the transaction was aborted")
-        _check(conn, run(conn, b"COMMIT"), _COMMAND_OK)
+        result = run(conn, b"COMMIT")
+        if result.status not in _COMMAND_OK:
+            # e.g. our prepared COMMIT was deallocated: that error aborted the transaction,
+            # so roll it back (a plain COMMIT now would roll back and report success)
+            if pgconn.status == ConnStatus.OK and pgconn.transaction_status in _OPEN:
+                run(conn, b"ROLLBACK")
+            self._statements._raise(conn, result)
 
 
 def _exchange(conn: psycopg.Connection[Any], poller: select.poll,
