@@ -21,7 +21,7 @@ Each configuration runs on a fresh clone of one seeded database (identical start
 in the same run, interleaved per session count, for ROUNDS rounds (a single few-second
 sample on a shared 2-core machine moves by ±30 %). Prints the median rows/s of both, the
 ratio of the medians, and each round's ratio (issue 4 target: >= 0.8 at 2 and 4 sessions).
-Usage: python bench/claims.py [SECONDS_PER_RUN] [ROUNDS]
+Usage: python bench/claims.py [SECONDS_PER_RUN (8)] [ROUNDS (5)]  (about 10 minutes)
 """
 
 from __future__ import annotations
@@ -149,8 +149,8 @@ def run_ours(db: str, role: str, sessions: int, seconds: int) -> float:
 
 
 def main() -> None:
-    seconds = int(sys.argv[1]) if len(sys.argv) > 1 else 6
-    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    seconds = int(sys.argv[1]) if len(sys.argv) > 1 else 8
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 5
     if not Path(PGBENCH).exists():
         raise SystemExit(f"pgbench not found at {PGBENCH}")
     with tempfile.TemporaryDirectory() as tmp, migrated_database("ql3bench_claims") as (tmpl,
