@@ -9,12 +9,12 @@ import subprocess
 import sys
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pg_control_db import PgDb
+from pg_control_db import PgDb, admin, drop_role, unique
 from s3_services import aws_env
 from sweep_world import exists, rows, seed_logs
 
@@ -23,9 +23,28 @@ QL3 = str(Path(sys.executable).parent / "ql3")
 ENV = aws_env()
 
 
+_LOGINS: list[str] = []  # sweeper logins made by this module's tests, dropped after each
+
+
+@pytest.fixture(autouse=True)
+def _drop_sweeper_logins() -> Iterator[None]:
+    yield
+    while _LOGINS:
+        drop_role(_LOGINS.pop())
+
+
+def _sweeper_url(pg_db: PgDb) -> str:
+    """A login that is a member of the runtime role and nothing more (what README says)."""
+    name = pg_db.runtime_role + "_in"
+    if name not in _LOGINS:
+        with admin() as conn:
+            conn.execute(f'CREATE ROLE "{name}" LOGIN IN ROLE "{pg_db.runtime_role}"')
+        _LOGINS.append(name)
+    return f"postgresql://{name}@127.0.0.1:5432/{pg_db.name}"
+
+
 def _args(pg_db: PgDb, proxy: Any, bucket: str, *, as_owner: bool = False) -> list[str]:
-    runtime = pg_db.url + ("" if as_owner else "?options=" + urllib.parse.quote(
-        f"-c role={pg_db.runtime_role}"))
+    runtime = pg_db.url if as_owner else _sweeper_url(pg_db)
     return [QL3, "control", "retention", "sweep", "--database-url", runtime, "--log-bucket",
             bucket, "--s3-endpoint", proxy.endpoint, "--replica-id", "cli-test"]
 
@@ -107,27 +126,31 @@ def test_sweep_refuses_an_unmigrated_database_and_an_unavailable_store(
 
 def test_sweep_refuses_a_superuser_or_the_schema_owner(
         pg_db: PgDb, proxy: Any, make_bucket: Callable[[bool], str]) -> None:
-    from pg_control_db import admin, drop_role, unique
-
     bucket = make_bucket(False)
     superuser = _sweep(pg_db, proxy, bucket, "--once", as_owner=True)  # user postgres
     assert superuser.returncode == 2 and superuser.stdout == "", superuser.stderr
-    assert "connects as a superuser; use the runtime role's URL" in superuser.stderr
+    assert "logs in or acts as a superuser; use a login that is a member" in superuser.stderr
+    # a superuser login that only SETs ROLE to the runtime role could RESET ROLE: refused
+    set_role = pg_db.url + "?options=" + urllib.parse.quote(f"-c role={pg_db.runtime_role}")
+    out = subprocess.run([QL3, "control", "retention", "sweep", "--database-url", set_role,
+                          "--log-bucket", bucket, "--s3-endpoint", proxy.endpoint, "--once"],
+                         env=ENV, capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 2 and "as a superuser" in out.stderr, out.stderr
     owner = unique("ql3owner")
     with admin() as conn:
-        conn.execute(f'CREATE ROLE "{owner}" NOLOGIN')
+        conn.execute(f'CREATE ROLE "{owner}" LOGIN')
     try:
         with pg_db.connect() as conn:  # a non-superuser owner of the migrated schema
             for (table,) in conn.execute("SELECT tablename FROM pg_tables"
                                          " WHERE schemaname = 'public'").fetchall():
                 conn.execute(f'ALTER TABLE "{table}" OWNER TO "{owner}"')
-        url = pg_db.url + "?options=" + urllib.parse.quote(f"-c role={owner}")
+        url = f"postgresql://{owner}@127.0.0.1:5432/{pg_db.name}"
         out = subprocess.run([QL3, "control", "retention", "sweep", "--database-url", url,
                               "--log-bucket", bucket, "--s3-endpoint", proxy.endpoint,
                               "--once"], env=ENV, capture_output=True, text=True, timeout=60,
                              check=False)
         assert out.returncode == 2, out.stderr
-        assert "connects as the owner of the schema" in out.stderr
+        assert "acts as the owner of the schema" in out.stderr
     finally:
         with pg_db.connect() as conn:
             conn.execute(f'REASSIGN OWNED BY "{owner}" TO postgres')

@@ -68,22 +68,24 @@ def refuse_unfit_runtime_role(conn: psycopg.Connection[Any], role: str) -> None:
 
 
 def refuse_privileged_session(conn: psycopg.Connection[Any], option: str) -> None:
-    """RuntimeRoleRefusedError when ``conn`` acts as a superuser or as a role owning objects
-    in ``public`` (the migration owner): runtime commands run with the runtime role's
-    grants only (DESIGN.md §4.1, least privilege). ``option`` names the offending input."""
+    """RuntimeRoleRefusedError when ``conn`` logged in as, or acts as, a superuser or a role
+    owning objects in ``public`` (the migration owner): runtime commands hold only the
+    runtime role's grants (DESIGN.md §4.1, least privilege). A superuser login that only
+    SETs ROLE is refused too: its credentials could RESET ROLE. ``option`` names the
+    offending input."""
     row = conn.execute(
-        "SELECT current_user, rolsuper, EXISTS (SELECT 1 FROM pg_class c"
+        "SELECT bool_or(r.rolsuper), bool_or(EXISTS (SELECT 1 FROM pg_class c"
         "  JOIN pg_namespace n ON n.oid = c.relnamespace"
-        "  WHERE n.nspname = 'public' AND c.relowner = r.oid)"
-        " FROM pg_roles r WHERE r.rolname = current_user").fetchone()
-    if row is None:
-        return
-    _, superuser, owner = row
+        "  WHERE n.nspname = 'public' AND c.relowner = r.oid))"
+        " FROM pg_roles r WHERE r.rolname IN (current_user, session_user)").fetchone()
+    superuser, owner = row if row is not None else (False, False)
     why = "a superuser" if superuser else "the owner of the schema" if owner else None
     if why:
-        raise RuntimeRoleRefusedError(option, f"connects as {why}; use the runtime role's URL "
-                                              "(the role given to `ql3 control migrate "
-                                              "--runtime-role`, e.g. ?options=-c%20role%3DNAME)")
+        raise RuntimeRoleRefusedError(
+            option, f"logs in or acts as {why}; use a login that is a member of the runtime "
+                    "role and nothing more (e.g. CREATE ROLE ql3_sweeper LOGIN PASSWORD '...' "
+                    "IN ROLE ql3_runtime, or the role given to `ql3 control migrate "
+                    "--runtime-role`)")
 
 
 def apply_runtime_grants(conn: psycopg.Connection[Any], role: str) -> None:
