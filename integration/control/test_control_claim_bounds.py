@@ -96,7 +96,8 @@ def test_cli_retention_status_and_retry(pg_db: PgDb) -> None:
     with pg_db.connect() as conn:  # manual again, then retried beside an unknown id, as JSON
         (c,) = claim(conn, ClaimOwner("r", "y" * 32), limit=1, lease_s=30)
         fin.record_failure(conn, c, fin.FailureClass.ARTIFACT_INTEGRITY_MISMATCH, manual_after=1)
-    both = subprocess.run([*base, "retry", *url, "--json", seeded.attempt_ids[0], missing],
+    both = subprocess.run([*base, "retry", *url, "--json", seeded.attempt_ids[0], missing,
+                           missing.upper()],  # the same id twice: listed once
                           capture_output=True, text=True, timeout=60, check=False)
     assert both.returncode == 1 and missing in both.stderr
     assert json.loads(both.stdout) == {"retried": [seeded.attempt_ids[0]],

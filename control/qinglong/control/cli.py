@@ -224,7 +224,7 @@ def retry(database_url: str, attempt_ids: tuple[str, ...], as_json: bool) -> Non
     from qinglong.shared.errors import ValidationError
     from qinglong.shared.ids import validate_uuid7
 
-    attempt_ids = tuple(a.strip().lower() for a in attempt_ids)
+    attempt_ids = tuple(dict.fromkeys(a.strip().lower() for a in attempt_ids))  # once each
     for position, attempt_id in enumerate(attempt_ids, 1):
         try:
             validate_uuid7(attempt_id, "attempt_id")
@@ -341,8 +341,8 @@ def sweep(database_url: str, log_bucket: str, s3_endpoint: str | None,
         if as_json:
             click.echo(json.dumps(stopped, sort_keys=True))
         elif drained:
-            click.echo("stopped: the sweep in flight finished its current row; rows it had "
-                       "not reached stay leased until their lease ends")
+            click.echo("stopped: any sweep in flight finished its current row; rows it had "
+                       "claimed but not reached stay leased until their lease ends")
         if not drained:
             raise DrainTimeoutError(f"the running sweep did not end within "
                                     f"{config.stop_budget_s:g} s (blocked in the database or "
