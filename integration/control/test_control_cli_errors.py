@@ -29,6 +29,8 @@ def _ql3(*args: str) -> subprocess.CompletedProcess[str]:
     (f"mysql://u:{SECRET}@h/db", "must be a postgresql:// URL"),
     (f"postgresql://postgres:{SECRET}%zz@127.0.0.1:5432/x", "malformed %-escape"),
     (f"postgresql://postgres:{SECRET}@127.0.0.1:notaport/x", "invalid port"),
+    (f"postgresql://postgres:{SECRET}/x@127.0.0.1:5432/x", "percent-encode @ : / ?"),
+    ("postgresql://postgres@h1:5499,h2:5432/x", "for several hosts use ?host="),
     ("not a url", "must be a postgresql:// URL"),
     (f"postgresql://x:{SECRET}@[::1/db", "is not a valid URL"),
     (f"postgresql://postgres:{SECRET}@127.0.0.1:5432/x?foo=bar",

@@ -41,7 +41,12 @@ def checked_database_url(url: str | None) -> str:
     try:
         parts.port  # noqa: B018  (raises ValueError on a non-numeric port)
     except ValueError:
-        raise ValidationError("--database-url", "has an invalid port") from None
+        hint = ""
+        if "," in parts.netloc:
+            hint = " (for several hosts use ?host=h1,h2&port=p1,p2)"
+        elif "@" not in parts.netloc and "@" in url:  # a / or ? in the password cut it short
+            hint = " (percent-encode @ : / ? in the user name or password, e.g. / as %2F)"
+        raise ValidationError("--database-url", f"has an invalid port{hint}") from None
     if parts.password:
         remember_secret(parts.password, urllib.parse.unquote(parts.password))
     remember_secret(url)
