@@ -216,7 +216,7 @@ class Statements:
             if commit:
                 pgconn.send_query_prepared(self._commit.server_name, None)
             pgconn.pipeline_sync()
-            results = _pipeline_results(pgconn, state.poller)
+            results = _pipeline_results(conn, state.poller)
         except BaseException:
             # interrupted with results unread (or the link broke): the session's state is
             # unknown, so the connection is closed (a pool discards it; the server rolls
@@ -331,19 +331,11 @@ def _exchange(conn: psycopg.Connection[Any], poller: select.poll,
     signal handler runs while the server works. An exception while waiting (KeyboardInterrupt
     from Ctrl-C, a broken link) closes the connection, which makes the server abort the
     statement and its transaction, and propagates."""
-    pgconn = conn.pgconn
     result: PGresult | None = None
     try:
         send()
-        while pgconn.flush():  # 1: the socket buffer is full, wait until it drains
-            _wait(pgconn, poller, select.POLLOUT)
-        while True:
-            while pgconn.is_busy():
-                _wait(pgconn, poller, select.POLLIN)
-                _consume(conn)
-            last = pgconn.get_result()
-            if last is None:
-                break
+        _flush(conn.pgconn, poller)
+        while (last := _next_result(conn, poller)) is not None:
             result = last
     except BaseException:
         conn.close()
@@ -351,6 +343,21 @@ def _exchange(conn: psycopg.Connection[Any], poller: select.poll,
     if result is None:
         raise psycopg.OperationalError("the connection to the server was lost")
     return result
+
+
+def _flush(pgconn: PGconn, poller: select.poll) -> None:
+    """Send what libpq has queued, waiting while the socket buffer is full."""
+    while pgconn.flush():  # 1: more to send
+        _wait(pgconn, poller, select.POLLOUT)
+
+
+def _next_result(conn: psycopg.Connection[Any], poller: select.poll) -> PGresult | None:
+    """The next result once it has arrived (None: the current statement's results ended)."""
+    pgconn = conn.pgconn
+    while pgconn.is_busy():
+        _wait(pgconn, poller, select.POLLIN)
+        _consume(conn)
+    return pgconn.get_result()
 
 
 def _consume(conn: psycopg.Connection[Any]) -> None:
@@ -372,17 +379,14 @@ def _wait(pgconn: PGconn, poller: select.poll, events: int) -> None:
     poller.poll()
 
 
-def _pipeline_results(pgconn: PGconn, poller: select.poll) -> list[PGresult]:
+def _pipeline_results(conn: psycopg.Connection[Any], poller: select.poll) -> list[PGresult]:
     """Flush a pipeline and read it up to its Sync: one result per statement (a statement
     skipped after an earlier error reports PIPELINE_ABORTED)."""
-    while pgconn.flush():  # 1: the socket buffer is full, wait until it drains
-        _wait(pgconn, poller, select.POLLOUT)
+    pgconn = conn.pgconn
+    _flush(pgconn, poller)
     results: list[PGresult] = []
     while True:
-        while pgconn.is_busy():
-            _wait(pgconn, poller, select.POLLIN)
-            pgconn.consume_input()  # a failure closes the connection (the caller's except)
-        result = pgconn.get_result()
+        result = _next_result(conn, poller)
         if result is None:  # the end of one statement's results
             if pgconn.status != ConnStatus.OK:
                 raise psycopg.OperationalError("the connection to the server was lost")
