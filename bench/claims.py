@@ -17,11 +17,22 @@ baseline: ``pgbench -M prepared -c N -j N -T DURATION -n`` running the same stat
           the usual length (ours builds the evidence in Python from the locked row and
           hashes it, and checks the fence in Python between the two round trips).
 
+floor:    ours' round trips and statements with no per-row work in Python: the claimed rows'
+          values are handed on as the server's text, no row is loaded, no fence is checked and
+          the evidence is pgbench's fixed string (raw ``psycopg.pq`` calls). It is not a
+          client anyone should run; it separates what the round trips cost a Python process
+          from what our per-row protocol work costs, so a ratio below target says which one to
+          look at.
+client CPU: user + system CPU seconds of the client processes over the run, per row (µs):
+          ``getrusage`` of each session over its timed window, and of pgbench (children) over
+          its whole run. It moves far less from run to run than rows/s on a shared host.
+
 Each configuration runs on a fresh clone of one seeded database (identical starting state),
 in the same run, interleaved per session count, for ROUNDS rounds (a single few-second
-sample on a shared 2-core machine moves by ±30 %). Prints the median rows/s of both, the
-ratio of the medians, and each round's ratio (issue 4 target: >= 0.8 at 2 and 4 sessions).
-Usage: python bench/claims.py [SECONDS_PER_RUN (8)] [ROUNDS (5)]  (about 10 minutes)
+sample on a shared 2-core machine moves by ±30 %). Prints the median rows/s of each, the
+ratios of the medians, each round's ratio, and the median client CPU per row (issue 4
+target: ours/pgbench >= 0.8 at 2 and 4 sessions).
+Usage: python bench/claims.py [SECONDS_PER_RUN (8)] [ROUNDS (5)]  (about 8 minutes)
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -36,7 +48,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "integration" / "control"))
@@ -85,17 +97,29 @@ def pgbench_script(path: Path) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def run_pgbench(db: str, role: str, sessions: int, seconds: int, script: Path) -> float:
-    """Rows/s of pgbench on ``db``: its tps (excluding connection time) × rows per cycle."""
-    evidence = "x" * 560
+EVIDENCE = "x" * 560  # pgbench's and the floor's evidence: the usual length, fixed
+DIGEST = "0" * 64
+RETIRED_AT = "2026-01-01T00:00:00+00:00"
+
+
+class Run(NamedTuple):
+    """One timed run: rows retired per second and client CPU (user + system) per row, µs."""
+
+    rows_per_s: float
+    client_us_per_row: float
+
+
+def run_pgbench(db: str, role: str, sessions: int, seconds: int, script: Path) -> Run:
+    """pgbench on ``db``: its tps (excluding connection time) × rows per cycle, and its CPU."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     env = dict(os.environ, PGOPTIONS=f"-c role={role}")
     out = subprocess.run(
         [PGBENCH, "-h", "127.0.0.1", "-U", "postgres", "-n", "-M", "prepared",
          "-c", str(sessions), "-j", str(sessions), "-T", str(seconds), "-f", str(script),
          "-D", "owner=pgbench/0", "-D", f"limit={LIMIT}", "-D", "versioned_only=false",
          "-D", f"lease_s={LEASE_S}",
-         "-D", "outcome=deleted", "-D", f"evidence={evidence}", "-D", f"digest={'0' * 64}",
-         "-D", "retired_at=2026-01-01T00:00:00+00:00",
+         "-D", "outcome=deleted", "-D", f"evidence={EVIDENCE}", "-D", f"digest={DIGEST}",
+         "-D", f"retired_at={RETIRED_AT}",
          db], capture_output=True, text=True, env=env, timeout=seconds + 60, check=False)
     tps = re.search(r"tps = ([\d.]+) \(without initial connection time\)", out.stdout)
     done = re.search(r"number of transactions actually processed: (\d+)", out.stdout)
@@ -106,7 +130,16 @@ def run_pgbench(db: str, role: str, sessions: int, seconds: int, script: Path) -
     with psycopg.connect(db_url(db)) as conn:
         row = conn.execute("SELECT count(*) FROM run_attempt_log_artifact_tombstones").fetchone()
     rows = int(row[0]) if row else 0
-    return float(tps.group(1)) * rows / max(int(done.group(1)), 1)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return Run(float(tps.group(1)) * rows / max(int(done.group(1)), 1),
+               1e6 * cpu_s / max(rows, 1))
+
+
+def _cpu_s() -> float:
+    """User + system CPU seconds of this process so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return float(usage.ru_utime + usage.ru_stime)
 
 
 def _session(url: str, index: int, ready: Any, seconds: float, out: mp.Queue) -> None:  # type: ignore[type-arg]
@@ -119,7 +152,7 @@ def _session(url: str, index: int, ready: Any, seconds: float, out: mp.Queue) ->
     conn = connect(url)
     owner = process_owner(f"bench-{index}")
     ready.wait(120)  # imported and connected: no start-up work inside anyone's timed window
-    t0, rows = time.perf_counter(), 0
+    t0, cpu0, rows = time.perf_counter(), _cpu_s(), 0
     end = t0 + seconds
     while time.perf_counter() < end:
         claims = claim(conn, owner, limit=LIMIT, lease_s=LEASE_S)
@@ -128,16 +161,88 @@ def _session(url: str, index: int, ready: Any, seconds: float, out: mp.Queue) ->
         for c in claims:
             finalize(conn, c, Outcome.DELETED)
         rows += len(claims)
-    out.put((rows, time.perf_counter() - t0))
+    out.put((rows, time.perf_counter() - t0, _cpu_s() - cpu0))
     conn.close()
 
 
-def run_ours(db: str, role: str, sessions: int, seconds: int) -> float:
-    """Rows/s summed over ``sessions`` processes (each rows / its own elapsed)."""
+def _floor_session(url: str, index: int, ready: Any, seconds: float,
+                   out: mp.Queue) -> None:  # type: ignore[type-arg]
+    """The floor (module docstring): ours' statements in ours' pipelined round trips, with
+    every per-row value handed on as the server's text. Reports (rows, elapsed, cpu_s)."""
+    import select
+
+    import psycopg
+    from psycopg.pq import ExecStatus
+
+    from qinglong.control.db.prepared import positional
+    from qinglong.control.retention.claims import queries
+
+    conn = psycopg.connect(url, autocommit=True)
+    pgconn = conn.pgconn
+    order: dict[bytes, tuple[str, ...]] = {}
+    for name in ("claim", "lock_control", "retire_control"):
+        sql, params = positional(queries()[name])
+        order[name.encode()] = params
+        pgconn.prepare(name.encode(), sql.encode())
+    pgconn.prepare(b"begin", b"BEGIN ISOLATION LEVEL READ COMMITTED")
+    pgconn.prepare(b"commit", b"COMMIT")
+    poller = select.poll()
+    poller.register(pgconn.socket, select.POLLIN)
+
+    def round_trip(*calls: tuple[bytes, dict[str, bytes]]) -> list[Any]:
+        pgconn.enter_pipeline_mode()
+        for name, values in calls:
+            pgconn.send_query_prepared(name, [values[p] for p in order.get(name, ())])
+        pgconn.pipeline_sync()
+        while pgconn.flush():
+            pass
+        results = []
+        while True:
+            while pgconn.is_busy():
+                poller.poll()
+                pgconn.consume_input()
+            result = pgconn.get_result()
+            if result is None:
+                continue
+            if result.status == ExecStatus.PIPELINE_SYNC:
+                break
+            if result.status not in (ExecStatus.COMMAND_OK, ExecStatus.TUPLES_OK):
+                raise RuntimeError(f"floor statement failed: {result.error_message!r}")
+            results.append(result)
+        pgconn.exit_pipeline_mode()
+        return results
+
+    fixed = {"limit": str(LIMIT).encode(), "owner": f"floor/{index}".encode(),
+             "lease_s": str(LEASE_S).encode(), "versioned_only": b"f", "outcome": b"deleted",
+             "retired_at": RETIRED_AT.encode(), "evidence": EVIDENCE.encode(),
+             "evidence_sha256": DIGEST.encode()}
+    ready.wait(120)
+    t0, cpu0, rows = time.perf_counter(), _cpu_s(), 0
+    end = t0 + seconds
+    while time.perf_counter() < end:
+        claimed = round_trip((b"begin", {}), (b"claim", fixed))[1]
+        round_trip((b"commit", {}))
+        if not claimed.ntuples:
+            raise RuntimeError("ran out of due controls: raise ROWS")
+        for i in range(claimed.ntuples):
+            value = claimed.get_value  # text columns: leased, attempt_id, project_id, …
+            row = dict(fixed, attempt_id=value(i, 1), project_id=value(i, 2),
+                       run_id=value(i, 3), artifact_id=value(i, 4), claim_version=value(i, 13))
+            round_trip((b"begin", {}), (b"lock_control", row))
+            round_trip((b"retire_control", row), (b"commit", {}))
+        rows += claimed.ntuples
+    out.put((rows, time.perf_counter() - t0, _cpu_s() - cpu0))
+    conn.close()
+
+
+def run_ours(db: str, role: str, sessions: int, seconds: int, *, floor: bool = False) -> Run:
+    """Rows/s summed over ``sessions`` processes (each rows / its own elapsed) and their CPU
+    per row; ``floor``: the floor client instead of ours."""
     ctx = mp.get_context("spawn")
     out: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
     ready = ctx.Barrier(sessions + 1)  # all sessions start together, after start-up
-    procs = [ctx.Process(target=_session, args=(role_url(db, role), i, ready, seconds, out))
+    target = _floor_session if floor else _session
+    procs = [ctx.Process(target=target, args=(role_url(db, role), i, ready, seconds, out))
              for i in range(sessions)]
     for p in procs:
         p.start()
@@ -145,7 +250,9 @@ def run_ours(db: str, role: str, sessions: int, seconds: int) -> float:
     results = [out.get(timeout=seconds + 60) for _ in procs]
     for p in procs:
         p.join(30)
-    return sum(rows / elapsed for rows, elapsed in results)
+    rows = sum(r[0] for r in results)
+    return Run(sum(rows / elapsed for rows, elapsed, _ in results),
+               1e6 * sum(cpu for _, _, cpu in results) / max(rows, 1))
 
 
 def main() -> None:
@@ -162,24 +269,35 @@ def main() -> None:
         with psycopg.connect(db_url(tmpl), autocommit=True) as conn:
             seed_bulk(conn, ROWS)
             conn.execute("VACUUM ANALYZE")
-        ours: dict[int, list[float]] = {n: [] for n in SESSIONS}
-        base: dict[int, list[float]] = {n: [] for n in SESSIONS}
+        runs: dict[str, dict[int, list[Run]]] = {
+            kind: {n: [] for n in SESSIONS} for kind in ("pgbench", "ours", "floor")}
         for _ in range(rounds):
-            for n in SESSIONS:  # interleaved, so drift hits both alike
+            for n in SESSIONS:  # interleaved, so drift hits all alike
                 with cloned_database(tmpl) as db:
-                    base[n].append(run_pgbench(db, role, n, seconds, script))
+                    runs["pgbench"][n].append(run_pgbench(db, role, n, seconds, script))
                 with cloned_database(tmpl) as db:
-                    ours[n].append(run_ours(db, role, n, seconds))
+                    runs["ours"][n].append(run_ours(db, role, n, seconds))
+                with cloned_database(tmpl) as db:
+                    runs["floor"][n].append(run_ours(db, role, n, seconds, floor=True))
         with admin() as conn:
             version = conn.execute("SHOW server_version").fetchone()
     print(f"PostgreSQL {version[0] if version else '?'}; {ROWS} due controls per run; "
           f"{seconds} s per run; {rounds} rounds; claim limit {LIMIT}; no S3")
-    print(f"{'sessions':>8}  {'pgbench rows/s':>15}  {'ours rows/s':>12}  {'ours/pgbench':>12}"
-          f"  per-round ratios")
+    print(f"{'sessions':>8}  {'pgbench rows/s':>14}  {'ours rows/s':>11}  {'ours/pgbench':>12}"
+          f"  {'floor/pgbench':>13}  {'client CPU µs/row: pgbench ours floor':>37}"
+          f"  ours/pgbench per round")
+
+    def median(kind: str, n: int, field: str) -> float:
+        return float(statistics.median(getattr(r, field) for r in runs[kind][n]))
+
     for n in SESSIONS:
-        b, o = statistics.median(base[n]), statistics.median(ours[n])
-        each = " ".join(f"{x / y:.2f}" for x, y in zip(ours[n], base[n], strict=True))
-        print(f"{n:>8}  {b:>15.0f}  {o:>12.0f}  {o / b:>12.2f}  {each}")
+        b, o, f = (median(k, n, "rows_per_s") for k in ("pgbench", "ours", "floor"))
+        cpu = "  ".join(f"{median(k, n, 'client_us_per_row'):>5.0f}"
+                        for k in ("pgbench", "ours", "floor"))
+        each = " ".join(f"{x.rows_per_s / y.rows_per_s:.2f}"
+                        for x, y in zip(runs["ours"][n], runs["pgbench"][n], strict=True))
+        print(f"{n:>8}  {b:>14.0f}  {o:>11.0f}  {o / b:>12.2f}  {f / b:>13.2f}  {cpu:>37}"
+              f"  {each}")
     print("medians over the rounds; target: ours/pgbench >= 0.8 at 2 and 4 sessions")
 
 

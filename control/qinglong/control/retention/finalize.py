@@ -103,22 +103,13 @@ class _Locked(NamedTuple):
     """One ``lock_control`` row; the fields are its select list, in order (checked once)."""
 
     db_now: datetime
-    attempt_id: str  # ids and token as text (``::text`` in the statement)
-    project_id: str
+    project_id: str  # ids and token as text (``::text`` in the statement)
     run_id: str
-    artifact_id: str
-    bucket: str
-    object_key: str
-    version_id: str | None
-    size_bytes: int
-    sha256: str
-    content_type: str
     state: str
     claim_owner: str | None
     claim_token: str | None
     claim_version: int
     lease_expires_at: datetime | None
-    failure_count: int
     run_status: str | None
     attempt_status: str | None
     la_id: str | None

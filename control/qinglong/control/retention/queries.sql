@@ -91,11 +91,10 @@ RETURNING k.intact AND k.ripe AS leased, c.attempt_id::text, c.project_id::text,
           c.lease_expires_at, c.failure_count
 
 -- lock_control --
--- Lock one control by primary key (plain FOR UPDATE, never SKIP LOCKED) with its facts
-SELECT now() AS db_now, c.attempt_id::text, c.project_id::text, c.run_id::text, c.artifact_id,
-       c.bucket, c.object_key, c.version_id, c.size_bytes, c.sha256, c.content_type, c.state,
+-- Lock one control by primary key (plain FOR UPDATE, never SKIP LOCKED) with the facts its
+-- fence checks: the claim, the statuses, and the artifact record the claim must still match
+SELECT now() AS db_now, c.project_id::text, c.run_id::text, c.state,
        c.claim_owner, c.claim_token::text, c.claim_version, c.lease_expires_at,
-       c.failure_count,
        r.status AS run_status, a.status AS attempt_status,
        la.id AS la_id, la.bucket AS la_bucket, la.object_key AS la_object_key,
        la.version_id AS la_version_id, la.size_bytes AS la_size_bytes, la.sha256 AS la_sha256,
