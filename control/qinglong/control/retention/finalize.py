@@ -17,6 +17,7 @@ import random
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
+from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from qinglong.control.errors import FenceMismatchError
@@ -76,10 +77,32 @@ class FailureRecorded:
 
 # Canonical JSON encoder, built once (``json.dumps`` with options builds one per call).
 _EVIDENCE_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+# The same document as one format string: its keys in sorted order, each value the JSON text
+# the encoder above would write (strings through its own escaper, ``encode_basestring_ascii``).
+# A finalize builds one per row, and this path costs about a third of the encoder's.
+_EVIDENCE_FORMAT = (
+    '{"artifact_id":%s,"attempt_id":%s,"bucket":%s,"content_type":%s,"object_key":%s,'
+    '"outcome":%s,"project_id":%s,"retired_at":%s,"retired_by":%s,"run_id":%s,'
+    '"schema":' + encode_basestring_ascii(EVIDENCE_SCHEMA) + ',"sha256":%s,"size_bytes":%d,'
+    '"version_id":%s}')
 
 
 def canonical_evidence(claim: Claim, outcome: Outcome, retired_at: datetime) -> str:
-    """The ``qinglong/run-attempt-log-retirement@v1`` document: sorted keys, no spaces, ASCII."""
+    """The ``qinglong/run-attempt-log-retirement@v1`` document: sorted keys, no spaces, ASCII
+    (exactly ``json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)``).
+    """
+    stamp = retired_at.astimezone(UTC).isoformat(timespec="microseconds")
+    if type(claim.size_bytes) is int:  # exactly int: a bool or float has JSON of its own
+        quote = encode_basestring_ascii
+        try:
+            return _EVIDENCE_FORMAT % (
+                quote(claim.artifact_id), quote(claim.attempt_id), quote(claim.bucket),
+                quote(claim.content_type), quote(claim.object_key), quote(outcome.value),
+                quote(claim.project_id), quote(stamp), quote(claim.owner),
+                quote(claim.run_id), quote(claim.sha256), claim.size_bytes,
+                "null" if claim.version_id is None else quote(claim.version_id))
+        except TypeError:  # a field that is not a str: the encoder decides its JSON
+            pass
     doc = {
         "schema": EVIDENCE_SCHEMA,
         "project_id": claim.project_id,
@@ -93,7 +116,7 @@ def canonical_evidence(claim: Claim, outcome: Outcome, retired_at: datetime) -> 
         "sha256": claim.sha256,
         "content_type": claim.content_type,
         "outcome": outcome.value,
-        "retired_at": retired_at.astimezone(UTC).isoformat(timespec="microseconds"),
+        "retired_at": stamp,
         "retired_by": claim.owner,
     }
     return _EVIDENCE_JSON.encode(doc)
