@@ -35,6 +35,12 @@ def _ql3(*args: str) -> subprocess.CompletedProcess[str]:
     (f"postgresql://x:{SECRET}@[::1/db", "is not a valid URL"),
     (f"postgresql://postgres:{SECRET}@127.0.0.1:5432/x?foo=bar",
      "has an unknown query parameter 'foo'"),
+    (f"postgresql://postgres:{SECRET}@127.0.0.1:5432/x?sslmode=bogus", "invalid sslmode (one of"),
+    (f"postgresql://postgres:{SECRET}@127.0.0.1/x?connect_timeout=abc",
+     "connect_timeout that is not an integer"),
+    (f"postgresql://postgres:{SECRET}@127.0.0.1/x?target_session_attrs=any&gssencmode=x",
+     "invalid gssencmode"),
+    (f"postgresql://postgres:{SECRET}@127.0.0.1/x?host=a,b&port=5432,70000", "invalid port"),
 ])
 @pytest.mark.parametrize("command", [["readiness"], ["migrate"], ["retention", "status"]])
 def test_a_malformed_database_url_exits_2_without_echoing_it(
@@ -46,7 +52,6 @@ def test_a_malformed_database_url_exits_2_without_echoing_it(
 @pytest.mark.parametrize(("url", "says"), [
     (f"postgresql://postgres:{SECRET}@127.0.0.1:1/x", "database: "),
     (db_url("ql3_no_such_db_zz"), 'database "ql3_no_such_db_zz" does not exist'),
-    (f"postgresql://postgres:{SECRET}@127.0.0.1:5432/x?sslmode=bogus", "sslmode"),
 ])
 def test_a_failing_database_is_one_redacted_line_and_exit_1(url: str, says: str) -> None:
     out = _ql3("readiness", "--database-url", url)
@@ -87,6 +92,16 @@ def test_readiness_rejects_an_endpoint_without_a_bucket(pg_db: PgDb) -> None:
 @pytest.mark.parametrize(("args", "says"), [
     (["--log-bucket", ""], "--log-bucket: is empty"),
     (["--log-bucket", "Bad_Bucket!"], "--log-bucket: is not a bucket name"),
+    (["--log-bucket", "Upper-Case"], "--log-bucket: is not a bucket name"),
+    (["--log-bucket", "under_score"], "--log-bucket: is not a bucket name"),
+    (["--log-bucket", "ab"], "--log-bucket: is not a bucket name"),
+    (["--log-bucket", "b" * 64], "--log-bucket: is not a bucket name"),
+    (["--log-bucket", "a..b"], "--log-bucket: is not a bucket name"),
+    (["--log-bucket", "192.168.1.10"], "--log-bucket: is not a bucket name"),
+    (["--log-bucket", "b12", "--s3-endpoint", f"http://key:{SECRET}@127.0.0.1:9000"],
+     "without user-info, query or fragment"),
+    (["--log-bucket", "b12", "--s3-endpoint", "http://127.0.0.1:9000/?a=1"],
+     "without user-info, query or fragment"),
     (["--runtime-role", "Bad-Name"], "lowercase identifier"),
     (["--log-bucket", "b12", "--s3-endpoint", "http://127.0.0.1:99999"], "--s3-endpoint"),
     (["--log-bucket", "b12", "--s3-endpoint", "http://[::1"], "--s3-endpoint"),
@@ -116,3 +131,36 @@ def test_migrate_refuses_the_owner_or_a_superuser_as_runtime_role(empty_db: PgDb
         drop_role(owner)
     bad = _ql3("migrate", "--database-url", empty_db.url, "--runtime-role", 'x"; select 1')
     assert bad.returncode == 2 and "lowercase identifier" in bad.stderr
+
+
+def test_a_bad_url_from_the_environment_is_reported_under_its_variable() -> None:
+    import os
+
+    env = dict(os.environ, QL3_DATABASE_URL=f"mysql://u:{SECRET}@h/db")
+    out = subprocess.run([QL3, "control", "readiness"], capture_output=True, text=True,
+                         timeout=60, check=False, env=env)
+    assert out.returncode == 2, out.stderr
+    assert "QL3_DATABASE_URL: must be a postgresql:// URL" in out.stderr
+    assert "--database-url" not in out.stderr and SECRET not in out.stderr + out.stdout
+
+
+def test_migrate_with_a_role_that_cannot_create_names_it_and_changes_nothing(
+        empty_db: PgDb) -> None:
+    """The runtime role's URL given to migrate: exit 2 naming the role, not the server's
+    "permission denied for schema public"; nothing is created."""
+    import urllib.parse
+
+    role = unique("ql3rt")
+    with admin() as conn:
+        conn.execute(f'CREATE ROLE "{role}" NOLOGIN')
+    try:
+        url = empty_db.url + "?options=" + urllib.parse.quote(f"-c role={role}")
+        out = _ql3("migrate", "--database-url", url)
+        assert out.returncode == 2, out.stderr
+        assert f"connects as role '{role}', which cannot create objects" in out.stderr
+        assert "migration owner" in out.stderr
+        with empty_db.connect() as conn:
+            assert conn.execute("SELECT to_regclass('ql3_migration_ledger')").fetchone() == (
+                None,)
+    finally:
+        drop_role(role)

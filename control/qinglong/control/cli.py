@@ -18,8 +18,12 @@ from qinglong.control.cli_errors import checked_database_url, external_error
 from qinglong.control.db.roles import DEFAULT_RUNTIME_ROLE
 
 
-def _check_url(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str:
-    return checked_database_url(value)
+def _check_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
+    """The checked URL; an error names QL3_DATABASE_URL when the value came from there."""
+    source = ctx.get_parameter_source(param.name) if param.name else None
+    from_env = source is click.core.ParameterSource.ENVIRONMENT
+    return checked_database_url(value, option="QL3_DATABASE_URL" if from_env else
+                                "--database-url")
 
 
 _url = click.option(
@@ -68,23 +72,33 @@ def _s3_client(endpoint: str | None) -> Any:
             raise ValidationError("--s3-endpoint", "is not a valid URL (host, port)") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValidationError("--s3-endpoint", "must be an http:// or https:// URL")
+        if "@" in parts.netloc or parts.query or parts.fragment:
+            # credentials come from the AWS environment, never the URL; boto3 would send a
+            # query or fragment nowhere useful
+            raise ValidationError("--s3-endpoint", "must be http(s)://host[:port][/path], "
+                                                   "without user-info, query or fragment")
     from qinglong.control.retention.objects import make_client
 
     return make_client(endpoint, timeout_s=5)
 
 
 LOCK_TIMEOUT_MS = 10_000  # a sweep gives up a lock wait after 10 s (and retries next sweep)
-_BUCKET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,253}[A-Za-z0-9]$")
+# S3 bucket naming rules (general purpose buckets): 3-63 characters of lowercase letters,
+# digits, dots and hyphens, starting and ending with a letter or digit, no "..", not an IPv4
+# address. S3-compatible servers (MinIO, Ceph) refuse the legacy uppercase and "_" names.
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_IPV4 = re.compile(r"\d{1,3}(\.\d{1,3}){3}")
 
 
 def _checked_bucket(bucket: str) -> str:
-    """``bucket`` when it looks like an S3 bucket name; ValidationError (exit 2) otherwise."""
+    """``bucket`` when it is a valid S3 bucket name; ValidationError (exit 2) otherwise."""
     from qinglong.shared.errors import ValidationError
 
     if not bucket.strip():
         raise ValidationError("--log-bucket", "is empty")
-    if not _BUCKET.match(bucket):
-        raise ValidationError("--log-bucket", "is not a bucket name (letters, digits, . _ -)")
+    if not _BUCKET.fullmatch(bucket) or ".." in bucket or _IPV4.fullmatch(bucket):
+        raise ValidationError("--log-bucket", "is not a bucket name (3-63 lowercase letters, "
+                                              "digits, . and -, not an IP address)")
     return bucket
 
 

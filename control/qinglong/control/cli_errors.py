@@ -21,23 +21,25 @@ _SCHEMES = ("postgresql", "postgres")
 _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
 
-def checked_database_url(url: str | None) -> str:
-    """``url`` when it is a ``postgresql://`` or ``postgres://`` URL with valid escapes.
+def checked_database_url(url: str | None, *, option: str = "--database-url") -> str:
+    """``url`` when it is a ``postgresql://`` or ``postgres://`` URL with valid escapes,
+    known query parameters and valid values for the enumerated and integer ones.
 
-    Raises ValidationError (exit 2) naming the problem, never echoing the value. The URL's
-    password (raw and decoded) is kept for redaction of later error messages.
+    Raises ValidationError (exit 2) naming the problem under ``option`` (the flag, or
+    ``QL3_DATABASE_URL`` when the value came from the environment), never echoing the
+    value. The URL's password (raw and decoded) is kept for redaction of later messages.
     """
     if not url or not url.strip():
-        raise ValidationError("--database-url", "is empty (give a postgresql:// URL or set "
-                                                "QL3_DATABASE_URL)")
+        raise ValidationError(option, "is empty (give a postgresql:// URL or set "
+                                      "QL3_DATABASE_URL)")
     try:
         parts = urllib.parse.urlsplit(url)
     except ValueError:  # e.g. an unclosed IPv6 bracket
-        raise ValidationError("--database-url", "is not a valid URL") from None
+        raise ValidationError(option, "is not a valid URL") from None
     if parts.scheme not in _SCHEMES:
-        raise ValidationError("--database-url", "must be a postgresql:// URL")
+        raise ValidationError(option, "must be a postgresql:// URL")
     if _BAD_ESCAPE.search(url):
-        raise ValidationError("--database-url", "has a malformed %-escape (write % as %25)")
+        raise ValidationError(option, "has a malformed %-escape (write % as %25)")
     try:
         parts.port  # noqa: B018  (raises ValueError on a non-numeric port)
     except ValueError:
@@ -46,27 +48,58 @@ def checked_database_url(url: str | None) -> str:
             hint = " (for several hosts use ?host=h1,h2&port=p1,p2)"
         elif "@" not in parts.netloc and "@" in url:  # a / or ? in the password cut it short
             hint = " (percent-encode @ : / ? in the user name or password, e.g. / as %2F)"
-        raise ValidationError("--database-url", f"has an invalid port{hint}") from None
+        raise ValidationError(option, f"has an invalid port{hint}") from None
     if parts.password:
         remember_secret(parts.password, urllib.parse.unquote(parts.password))
     remember_secret(url)
-    _check_parameters(url)
+    _check_parameters(url, option)
     return url
 
 
-def _check_parameters(url: str) -> None:
-    """ValidationError when libpq would refuse the URL's query parameters (an unknown name
-    such as ``?foo=bar``), checked offline by libpq's own parser; values are not echoed."""
+# libpq's enumerated connection parameters and their values (PostgreSQL 15 docs, §34.1.2)
+_CHOICES = {
+    "sslmode": ("disable", "allow", "prefer", "require", "verify-ca", "verify-full"),
+    "gssencmode": ("disable", "prefer", "require"),
+    "channel_binding": ("disable", "prefer", "require"),
+    "target_session_attrs": ("any", "read-write", "read-only", "primary", "standby",
+                             "prefer-standby"),
+    "load_balance_hosts": ("disable", "random"),
+}
+# integer parameters (libpq refuses anything strtol cannot read whole); seconds or counts
+_INTEGERS = ("connect_timeout", "keepalives", "keepalives_idle", "keepalives_interval",
+             "keepalives_count", "tcp_user_timeout")
+_INTEGER = re.compile(r"\s*[-+]?\d+\s*")
+
+
+def _check_parameters(url: str, option: str) -> None:
+    """ValidationError when libpq would refuse the URL's query parameters: an unknown name
+    such as ``?foo=bar`` (libpq's own parser, offline), a value outside an enumerated
+    parameter's choices (``?sslmode=bogus``), a non-integer where libpq wants one
+    (``?connect_timeout=abc``) or a port outside 1..65535. Values are never echoed."""
     import psycopg
     from psycopg.conninfo import conninfo_to_dict
 
     try:
-        conninfo_to_dict(url)
+        params = conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:
         name = re.search(r'invalid URI query parameter: "(\w{1,64})"', str(exc))
         what = f"an unknown query parameter {name.group(1)!r}" if name else (
             "a connection parameter libpq cannot parse")
-        raise ValidationError("--database-url", f"has {what}") from None
+        raise ValidationError(option, f"has {what}") from None
+    for key, choices in _CHOICES.items():
+        value = params.get(key)
+        if value is not None and str(value) not in choices:
+            raise ValidationError(option, f"has an invalid {key} (one of: "
+                                          f"{', '.join(choices)})")
+    for key in _INTEGERS:
+        value = params.get(key)
+        if value is not None and not _INTEGER.fullmatch(str(value)):
+            raise ValidationError(option, f"has a {key} that is not an integer")
+    ports = params.get("port")
+    if ports is not None:
+        for port in str(ports).split(","):  # one per host; empty: the default
+            if port.strip() and not (port.strip().isdigit() and 1 <= int(port) <= 65535):
+                raise ValidationError(option, "has an invalid port (1..65535 per host)")
 
 
 def external_error(exc: BaseException) -> QinglongError | None:

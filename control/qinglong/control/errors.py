@@ -31,6 +31,12 @@ class RuntimeRoleRefusedError(ValidationError, RuntimeRoleError):
     (exit 2: bad input)."""
 
 
+class MigrationOwnerRequiredError(ValidationError):
+    """``migrate`` connected as a role that cannot create objects in schema ``public`` (for
+    example the runtime role's URL); it must run as the migration owner (exit 2: bad
+    input). Raised before anything is changed."""
+
+
 class FenceMismatchError(QinglongError):
     """A claim's owner, token, version, lease, status or identity no longer holds; no change."""
 

@@ -21,6 +21,7 @@ from qinglong.control.db.roles import DEFAULT_RUNTIME_ROLE, apply_runtime_grants
 from qinglong.control.errors import (
     MigrationCapError,
     MigrationChecksumError,
+    MigrationOwnerRequiredError,
     SchemaNewerThanCodeError,
 )
 from qinglong.shared.digest import sha256_hex
@@ -155,6 +156,18 @@ def compare_ledger(files: list[MigrationFile], ledger: list[LedgerRow]) -> tuple
     return tuple(row.name for row in ahead)
 
 
+def refuse_non_owner(conn: psycopg.Connection[Any]) -> None:
+    """MigrationOwnerRequiredError when the connecting role cannot create objects in schema
+    ``public`` (e.g. migrate was given the runtime role's URL): the message names the role,
+    which is not a secret, instead of the server's "permission denied for schema public"."""
+    row = conn.execute("SELECT current_user, has_schema_privilege('public', 'CREATE')"
+                       ).fetchone()
+    if row is not None and not row[1]:
+        raise MigrationOwnerRequiredError(
+            "--database-url", f"connects as role {row[0]!r}, which cannot create objects in "
+                              "schema public: run migrate with the migration owner's URL")
+
+
 def migrate(
     conn: psycopg.Connection[Any],
     *,
@@ -169,14 +182,16 @@ def migrate(
 
     Runs as the migration owner (the connection's user). Concurrent callers serialise on
     ``pg_advisory_xact_lock``; the second one finds nothing pending. ``conn`` must not be in
-    a transaction. Raises the ControlSchemaError subclasses above, and RuntimeRoleError for a
-    bad role name.
+    a transaction. Raises MigrationOwnerRequiredError (nothing changed) when the connecting
+    role cannot create in ``public``, the ControlSchemaError subclasses above, and
+    RuntimeRoleError for a bad role name.
     """
     files = load_migration_files(directory)
     if check_cap:
         check_reviewed_cap(files)
     applied: list[str] = []
     with conn.transaction():
+        refuse_non_owner(conn)  # inside: nothing has changed when it refuses
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (ADVISORY_LOCK_KEY,))
         conn.execute(_LEDGER_DDL)
         ahead = compare_ledger(files, read_ledger(conn) or [])

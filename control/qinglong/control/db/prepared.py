@@ -130,13 +130,14 @@ class Statements:
             state.adapter, state.encoding = Transformer(conn), encoding
         return state
 
-    def prepare_all(self, conn: psycopg.Connection[Any]) -> None:
-        """Prepare every statement ``conn`` lacks. Call it while no transaction is open (a
-        ``Transaction`` does, before BEGIN): a name the server already holds is deallocated
-        and prepared again, so the server runs exactly this file's text."""
+    def prepare_all(self, conn: psycopg.Connection[Any]) -> _ConnectionState:
+        """Prepare every statement ``conn`` lacks and return the connection's state. Call it
+        while no transaction is open (a ``Transaction`` does, before BEGIN): a name the
+        server already holds is deallocated and prepared again, so the server runs exactly
+        this file's text."""
         state = self._state(conn)
         if len(state.prepared) == len(self._statements):
-            return
+            return state
         pgconn = conn.pgconn
         for name, stmt in self._statements.items():
             if name in state.prepared:
@@ -148,13 +149,17 @@ class Statements:
                 result = pgconn.prepare(stmt.server_name, stmt.sql)
             _check(conn, result, _COMMAND_OK)
             state.prepared.add(name)
+        return state
 
-    def _call(self, conn: psycopg.Connection[Any], name: str, params: Mapping[str, Any]
+    def _call(self, conn: psycopg.Connection[Any], name: str, params: Mapping[str, Any],
+              state: _ConnectionState | None = None
               ) -> tuple[_Prepared, _ConnectionState, Adapter, Sequence[Any]]:
-        """The prepared statement, the connection's state, its adapter and the dumped
-        parameters. KeyError for an unknown statement or a missing parameter."""
+        """The prepared statement, the connection's state (``state`` when the caller holds
+        it), its adapter and the dumped parameters. KeyError for an unknown statement or a
+        missing parameter."""
         stmt = self._statements[name]
-        state = self._state(conn)
+        if state is None:
+            state = self._state(conn)
         if name not in state.prepared:
             self.prepare_all(conn)  # a wiped session: only reachable outside a transaction
         adapter = state.adapter
@@ -201,12 +206,12 @@ class Statements:
         return _exchange(conn, state.poller, lambda: pgconn.send_query(command))
 
     def _pipelined(self, conn: psycopg.Connection[Any], name: str, params: Mapping[str, Any],
-                   *, begin: bool, commit: bool) -> Result:
+                   *, begin: bool, commit: bool, state: _ConnectionState) -> Result:
         """Statement ``name`` preceded by BEGIN and/or followed by COMMIT, in one round trip
         (libpq pipeline mode: the messages, then one Sync). When the statement fails, the
         server skips the COMMIT and the transaction stays aborted for the caller's
         ``Transaction`` to roll back."""
-        stmt, state, adapter, values = self._call(conn, name, params)
+        stmt, state, adapter, values = self._call(conn, name, params, state)
         pgconn = conn.pgconn
         pgconn.enter_pipeline_mode()
         try:
@@ -264,11 +269,12 @@ class Transaction:
     ``execute`` refuses. A block that runs no statement sends nothing.
     """
 
-    __slots__ = ("_begun", "_conn", "_done", "_statements")
+    __slots__ = ("_begun", "_conn", "_done", "_state", "_statements")
 
     def __init__(self, statements: Statements, conn: psycopg.Connection[Any]) -> None:
         self._statements, self._conn = statements, conn
         self._begun = self._done = False
+        self._state: _ConnectionState | None = None  # set by __enter__
 
     def execute(self, name: str, params: Mapping[str, Any]) -> Result:
         """Run statement ``name`` in this transaction (``Statements.execute``'s errors).
@@ -278,7 +284,8 @@ class Transaction:
         if self._begun:
             return self._statements.execute(self._conn, name, params)
         self._begun = True
-        return self._statements._pipelined(self._conn, name, params, begin=True, commit=False)
+        return self._statements._pipelined(self._conn, name, params, begin=True, commit=False,
+                                           state=self._entered())
 
     def execute_and_commit(self, name: str, params: Mapping[str, Any]) -> Result:
         """Run statement ``name`` and COMMIT in one round trip. Raises like ``execute``;
@@ -287,7 +294,14 @@ class Transaction:
         if self._done:
             raise psycopg.ProgrammingError("the transaction was committed already")
         begin, self._begun, self._done = not self._begun, True, True
-        return self._statements._pipelined(self._conn, name, params, begin=begin, commit=True)
+        return self._statements._pipelined(self._conn, name, params, begin=begin, commit=True,
+                                           state=self._entered())
+
+    def _entered(self) -> _ConnectionState:
+        """The connection's state from ``__enter__``; ProgrammingError outside the block."""
+        if self._state is None:
+            raise psycopg.ProgrammingError("use the transaction as a context manager")
+        return self._state
 
     def __enter__(self) -> Transaction:
         conn = self._conn
@@ -296,7 +310,8 @@ class Transaction:
             raise psycopg.OperationalError("the connection is closed")
         if pgconn.transaction_status != TransactionStatus.IDLE:
             raise psycopg.ProgrammingError("the connection is not idle: a transaction is open")
-        self._statements.prepare_all(conn)  # never inside the transaction: see prepare_all
+        # never inside the transaction: see prepare_all
+        self._state = self._statements.prepare_all(conn)
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
@@ -386,7 +401,11 @@ def _pipeline_results(conn: psycopg.Connection[Any], poller: select.poll) -> lis
     _flush(pgconn, poller)
     results: list[PGresult] = []
     while True:
-        result = _next_result(conn, poller)
+        # _next_result, inlined: this loop runs for every result of every pipeline
+        while pgconn.is_busy():
+            _wait(pgconn, poller, select.POLLIN)
+            _consume(conn)
+        result = pgconn.get_result()
         if result is None:  # the end of one statement's results
             if pgconn.status != ConnStatus.OK:
                 raise psycopg.OperationalError("the connection to the server was lost")
