@@ -18,12 +18,21 @@ from qinglong.control.cli_errors import checked_database_url, external_error
 from qinglong.control.db.roles import DEFAULT_RUNTIME_ROLE
 
 
-def _check_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
+def _label(name: str, flag: str, envvar: str) -> str:
+    """How an error names option ``name``: ``envvar`` when its value came from the
+    environment, else ``flag``."""
+    ctx = click.get_current_context(silent=True)
+    source = ctx.get_parameter_source(name) if ctx is not None else None
+    return envvar if source is click.core.ParameterSource.ENVIRONMENT else flag
+
+
+def _url_label() -> str:
+    return _label("database_url", "--database-url", "QL3_DATABASE_URL")
+
+
+def _check_url(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str:
     """The checked URL; an error names QL3_DATABASE_URL when the value came from there."""
-    source = ctx.get_parameter_source(param.name) if param.name else None
-    from_env = source is click.core.ParameterSource.ENVIRONMENT
-    return checked_database_url(value, option="QL3_DATABASE_URL" if from_env else
-                                "--database-url")
+    return checked_database_url(value, option=_url_label())
 
 
 _url = click.option(
@@ -65,40 +74,44 @@ def _s3_client(endpoint: str | None) -> Any:
     from qinglong.shared.errors import ValidationError
 
     if endpoint is not None:
+        option = _label("s3_endpoint", "--s3-endpoint", "QL3_S3_ENDPOINT")
+        if "@" in endpoint or "?" in endpoint or "#" in endpoint:
+            # credentials come from the AWS environment, never the URL (a "/" in a password
+            # would move the rest into the path, so "@" is refused anywhere); boto3 would send
+            # a query or fragment nowhere useful
+            raise ValidationError(option, "must be http(s)://host[:port][/path], without "
+                                          "user-info, query or fragment")
         try:
             parts = urllib.parse.urlsplit(endpoint)
             parts.port  # noqa: B018  (raises ValueError on a bad or out-of-range port)
         except ValueError:
-            raise ValidationError("--s3-endpoint", "is not a valid URL (host, port)") from None
+            raise ValidationError(option, "is not a valid URL (host, port)") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValidationError("--s3-endpoint", "must be an http:// or https:// URL")
-        if "@" in parts.netloc or parts.query or parts.fragment:
-            # credentials come from the AWS environment, never the URL; boto3 would send a
-            # query or fragment nowhere useful
-            raise ValidationError("--s3-endpoint", "must be http(s)://host[:port][/path], "
-                                                   "without user-info, query or fragment")
+            raise ValidationError(option, "must be an http:// or https:// URL")
     from qinglong.control.retention.objects import make_client
 
     return make_client(endpoint, timeout_s=5)
 
 
 LOCK_TIMEOUT_MS = 10_000  # a sweep gives up a lock wait after 10 s (and retries next sweep)
-# S3 bucket naming rules (general purpose buckets): 3-63 characters of lowercase letters,
-# digits, dots and hyphens, starting and ending with a letter or digit, no "..", not an IPv4
-# address. S3-compatible servers (MinIO, Ceph) refuse the legacy uppercase and "_" names.
-_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
-_IPV4 = re.compile(r"\d{1,3}(\.\d{1,3}){3}")
+# S3 bucket names: today's rules are 3-63 lowercase letters, digits, "." and "-"; AWS still
+# serves older us-east-1 buckets named with capitals and "_" (up to 255 characters), so
+# those are accepted too (S3-compatible servers refuse them when asked). Never "..", never
+# an IPv4 address, first and last character a letter or digit.
+_BUCKET = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{1,253}[A-Za-z0-9]")
+_IPV4 = re.compile(r"[0-9]{1,3}(\.[0-9]{1,3}){3}")
 
 
 def _checked_bucket(bucket: str) -> str:
-    """``bucket`` when it is a valid S3 bucket name; ValidationError (exit 2) otherwise."""
+    """``bucket`` when it is an S3 bucket name; ValidationError (exit 2) otherwise."""
     from qinglong.shared.errors import ValidationError
 
+    option = _label("log_bucket", "--log-bucket", "QL3_LOG_BUCKET")
     if not bucket.strip():
-        raise ValidationError("--log-bucket", "is empty")
+        raise ValidationError(option, "is empty")
     if not _BUCKET.fullmatch(bucket) or ".." in bucket or _IPV4.fullmatch(bucket):
-        raise ValidationError("--log-bucket", "is not a bucket name (3-63 lowercase letters, "
-                                              "digits, . and -, not an IP address)")
+        raise ValidationError(option, "is not a bucket name (3-63 lowercase letters, digits, "
+                                      ". and -; not an IP address)")
     return bucket
 
 
@@ -118,7 +131,7 @@ def migrate(database_url: str, runtime_role: str, as_json: bool) -> None:
 
     validate_role_name(runtime_role)
     with connect(database_url) as conn:
-        result = run_migrate(conn, runtime_role=runtime_role)
+        result = run_migrate(conn, runtime_role=runtime_role, url_option=_url_label())
     if as_json:
         click.echo(json.dumps({"applied": list(result.applied), "ahead": list(result.ahead)},
                               sort_keys=True))

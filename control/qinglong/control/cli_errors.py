@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import urllib.parse
+from collections.abc import Mapping
 
 from qinglong.control.errors import DatabaseUnavailableError, ObjectStoreUnavailableError
 from qinglong.control.redaction import redact, remember_secret
@@ -56,7 +57,8 @@ def checked_database_url(url: str | None, *, option: str = "--database-url") -> 
     return url
 
 
-# libpq's enumerated connection parameters and their values (PostgreSQL 15 docs, §34.1.2)
+# libpq's enumerated connection parameters and their values (PostgreSQL docs, "Parameter
+# Key Words"); checked only when present (the bundled libpq knows the newer ones)
 _CHOICES = {
     "sslmode": ("disable", "allow", "prefer", "require", "verify-ca", "verify-full"),
     "gssencmode": ("disable", "prefer", "require"),
@@ -64,11 +66,32 @@ _CHOICES = {
     "target_session_attrs": ("any", "read-write", "read-only", "primary", "standby",
                              "prefer-standby"),
     "load_balance_hosts": ("disable", "random"),
+    "sslnegotiation": ("postgres", "direct"),
+    "sslcertmode": ("disable", "allow", "require"),
 }
-# integer parameters (libpq refuses anything strtol cannot read whole); seconds or counts
-_INTEGERS = ("connect_timeout", "keepalives", "keepalives_idle", "keepalives_interval",
-             "keepalives_count", "tcp_user_timeout")
-_INTEGER = re.compile(r"\s*[-+]?\d+\s*")
+# integer parameters: libpq's parse_int_param (strtol, base 10, C-locale white space around
+# it, within a C int); seconds or counts
+_INTEGERS = ("keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count",
+             "tcp_user_timeout")
+_INTEGER = re.compile(r"[ \t\n\v\f\r]*[-+]?[0-9]+[ \t\n\v\f\r]*")
+_INT_MAX = 2**31 - 1
+
+
+def _is_c_int(value: str) -> bool:
+    """Whether libpq's parse_int_param reads ``value`` whole as a C int."""
+    return bool(_INTEGER.fullmatch(value)) and -_INT_MAX - 1 <= int(value) <= _INT_MAX
+
+
+def _is_timeout(value: str) -> bool:
+    """Whether psycopg reads ``value`` as a connect_timeout (``int(float(value))``; psycopg,
+    not libpq, enforces it). Empty means the default."""
+    if not value.strip():
+        return True
+    try:
+        int(float(value))
+    except (ValueError, OverflowError):
+        return False
+    return True
 
 
 def _check_parameters(url: str, option: str) -> None:
@@ -81,6 +104,8 @@ def _check_parameters(url: str, option: str) -> None:
 
     try:
         params = conninfo_to_dict(url)
+    except UnicodeDecodeError:  # e.g. %FF: psycopg reads parameters as UTF-8
+        raise ValidationError(option, "has a %-escape that is not UTF-8 text") from None
     except psycopg.ProgrammingError as exc:
         name = re.search(r'invalid URI query parameter: "(\w{1,64})"', str(exc))
         what = f"an unknown query parameter {name.group(1)!r}" if name else (
@@ -93,13 +118,33 @@ def _check_parameters(url: str, option: str) -> None:
                                           f"{', '.join(choices)})")
     for key in _INTEGERS:
         value = params.get(key)
-        if value is not None and not _INTEGER.fullmatch(str(value)):
+        if value is not None and not _is_c_int(str(value)):
             raise ValidationError(option, f"has a {key} that is not an integer")
+    timeout = params.get("connect_timeout")
+    if timeout is not None and not _is_timeout(str(timeout)):
+        raise ValidationError(option, "has a connect_timeout that is not a number of seconds")
+    _check_hosts_and_ports(params, option)
+
+
+def _count(spec: object) -> int:
+    """Entries of a comma-separated host, hostaddr or port list (0 when absent or empty)."""
+    return len(str(spec).split(",")) if spec else 0
+
+
+def _check_hosts_and_ports(params: Mapping[str, object], option: str) -> None:
+    """libpq's rules: each port entry empty (the default) or an int in 1..65535; several
+    ports only one per host; host and hostaddr lists of the same length when both given."""
     ports = params.get("port")
-    if ports is not None:
-        for port in str(ports).split(","):  # one per host; empty: the default
-            if port.strip() and not (port.strip().isdigit() and 1 <= int(port) <= 65535):
+    if ports:
+        for port in str(ports).split(","):
+            if port and not (_is_c_int(port) and 1 <= int(port) <= 65535):
                 raise ValidationError(option, "has an invalid port (1..65535 per host)")
+    hosts, addrs = _count(params.get("host")), _count(params.get("hostaddr"))
+    if hosts and addrs and hosts != addrs:
+        raise ValidationError(option, "gives host and hostaddr lists of different lengths")
+    if _count(ports) > 1 and _count(ports) != max(hosts, addrs, 1):
+        raise ValidationError(option, "gives more ports than hosts (one port, or one per "
+                                      "host)")
 
 
 def external_error(exc: BaseException) -> QinglongError | None:

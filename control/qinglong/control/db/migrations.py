@@ -156,15 +156,16 @@ def compare_ledger(files: list[MigrationFile], ledger: list[LedgerRow]) -> tuple
     return tuple(row.name for row in ahead)
 
 
-def refuse_non_owner(conn: psycopg.Connection[Any]) -> None:
+def refuse_non_owner(conn: psycopg.Connection[Any], option: str = "--database-url") -> None:
     """MigrationOwnerRequiredError when the connecting role cannot create objects in schema
     ``public`` (e.g. migrate was given the runtime role's URL): the message names the role,
-    which is not a secret, instead of the server's "permission denied for schema public"."""
+    which is not a secret, instead of the server's "permission denied for schema public";
+    ``option`` names the input that gave the URL."""
     row = conn.execute("SELECT current_user, has_schema_privilege('public', 'CREATE')"
                        ).fetchone()
     if row is not None and not row[1]:
         raise MigrationOwnerRequiredError(
-            "--database-url", f"connects as role {row[0]!r}, which cannot create objects in "
+            option, f"connects as role {row[0]!r}, which cannot create objects in "
                               "schema public: run migrate with the migration owner's URL")
 
 
@@ -174,6 +175,7 @@ def migrate(
     runtime_role: str = DEFAULT_RUNTIME_ROLE,
     directory: Path | None = None,
     check_cap: bool = True,
+    url_option: str = "--database-url",
 ) -> MigrateResult:
     """Apply pending migrations and the runtime role's grants in one transaction.
 
@@ -184,14 +186,15 @@ def migrate(
     ``pg_advisory_xact_lock``; the second one finds nothing pending. ``conn`` must not be in
     a transaction. Raises MigrationOwnerRequiredError (nothing changed) when the connecting
     role cannot create in ``public``, the ControlSchemaError subclasses above, and
-    RuntimeRoleError for a bad role name.
+    RuntimeRoleError for a bad role name. ``url_option`` names where the URL came from in
+    that refusal (the flag or its environment variable).
     """
     files = load_migration_files(directory)
     if check_cap:
         check_reviewed_cap(files)
     applied: list[str] = []
     with conn.transaction():
-        refuse_non_owner(conn)  # inside: nothing has changed when it refuses
+        refuse_non_owner(conn, url_option)  # inside: nothing has changed when it refuses
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (ADVISORY_LOCK_KEY,))
         conn.execute(_LEDGER_DDL)
         ahead = compare_ledger(files, read_ledger(conn) or [])

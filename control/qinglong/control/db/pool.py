@@ -29,11 +29,28 @@ def configure(conn: psycopg.Connection[Any]) -> None:
     conn.execute("SET TIME ZONE 'UTC'")
 
 
+DEFAULT_CONNECT_TIMEOUT_S = 10
+
+
+def timeout_kwargs(url: str) -> dict[str, Any]:
+    """``{"connect_timeout": 10}`` (seconds) unless ``url`` or ``PGCONNECT_TIMEOUT`` sets a
+    non-empty one, which psycopg then reads; an empty one in the URL means the default."""
+    import os
+
+    from psycopg.conninfo import conninfo_to_dict
+
+    own = conninfo_to_dict(url).get("connect_timeout") or os.environ.get("PGCONNECT_TIMEOUT")
+    if own is not None and str(own).strip():
+        return {}
+    return {"connect_timeout": DEFAULT_CONNECT_TIMEOUT_S}
+
+
 def connect(url: str) -> psycopg.Connection[Any]:
-    """One configured connection (CLI commands, migrations); ``connect_timeout`` 10 s default."""
+    """One configured connection (CLI commands, migrations); ``connect_timeout`` 10 s unless
+    the URL sets one."""
     import psycopg
 
-    conn = psycopg.connect(url, autocommit=True, connect_timeout=10)
+    conn = psycopg.connect(url, autocommit=True, **timeout_kwargs(url))
     configure(conn)
     return conn
 
@@ -54,6 +71,6 @@ def open_pool(url: str, *, min_size: int = 1, max_size: int = 4,
 
     pool: ConnectionPool = ConnectionPool(
         url, min_size=min_size, max_size=max_size, configure=setup, open=True,
-        kwargs={"connect_timeout": 10},
+        kwargs=timeout_kwargs(url),
     )
     return pool

@@ -19,7 +19,10 @@ only because the server forgot our statements (``DEALLOCATE ALL`` / ``DISCARD AL
 psycopg itself sends after a rollback once it has auto-prepared anything) is run once more:
 it changed nothing. Results are awaited in Python (``select.poll``, the GIL released), so a
 signal handler runs while a statement waits; an exception raised meanwhile (Ctrl-C) closes
-the connection, which aborts the statement and its transaction on the server.
+the connection, which aborts the statement and its transaction on the server, except when
+the COMMIT was already sent with it (``execute_and_commit``): the server may then still
+commit, and the caller cannot know, exactly as when a COMMIT's answer is lost (finalize's
+fence makes either outcome safe).
 """
 
 from __future__ import annotations
@@ -151,15 +154,13 @@ class Statements:
             state.prepared.add(name)
         return state
 
-    def _call(self, conn: psycopg.Connection[Any], name: str, params: Mapping[str, Any],
-              state: _ConnectionState | None = None
+    def _call(self, conn: psycopg.Connection[Any], name: str, params: Mapping[str, Any]
               ) -> tuple[_Prepared, _ConnectionState, Adapter, Sequence[Any]]:
-        """The prepared statement, the connection's state (``state`` when the caller holds
-        it), its adapter and the dumped parameters. KeyError for an unknown statement or a
-        missing parameter."""
+        """The prepared statement, the connection's state (read per call: the client
+        encoding may have changed), its adapter and the dumped parameters. KeyError for an
+        unknown statement or a missing parameter."""
         stmt = self._statements[name]
-        if state is None:
-            state = self._state(conn)
+        state = self._state(conn)
         if name not in state.prepared:
             self.prepare_all(conn)  # a wiped session: only reachable outside a transaction
         adapter = state.adapter
@@ -206,12 +207,12 @@ class Statements:
         return _exchange(conn, state.poller, lambda: pgconn.send_query(command))
 
     def _pipelined(self, conn: psycopg.Connection[Any], name: str, params: Mapping[str, Any],
-                   *, begin: bool, commit: bool, state: _ConnectionState) -> Result:
+                   *, begin: bool, commit: bool) -> Result:
         """Statement ``name`` preceded by BEGIN and/or followed by COMMIT, in one round trip
         (libpq pipeline mode: the messages, then one Sync). When the statement fails, the
         server skips the COMMIT and the transaction stays aborted for the caller's
         ``Transaction`` to roll back."""
-        stmt, state, adapter, values = self._call(conn, name, params, state)
+        stmt, state, adapter, values = self._call(conn, name, params)
         pgconn = conn.pgconn
         pgconn.enter_pipeline_mode()
         try:
@@ -269,39 +270,36 @@ class Transaction:
     ``execute`` refuses. A block that runs no statement sends nothing.
     """
 
-    __slots__ = ("_begun", "_conn", "_done", "_state", "_statements")
+    __slots__ = ("_begun", "_conn", "_done", "_entered", "_statements")
 
     def __init__(self, statements: Statements, conn: psycopg.Connection[Any]) -> None:
         self._statements, self._conn = statements, conn
-        self._begun = self._done = False
-        self._state: _ConnectionState | None = None  # set by __enter__
+        self._begun = self._done = self._entered = False
 
     def execute(self, name: str, params: Mapping[str, Any]) -> Result:
         """Run statement ``name`` in this transaction (``Statements.execute``'s errors).
         psycopg.ProgrammingError once ``execute_and_commit`` ended it."""
-        if self._done:
-            raise psycopg.ProgrammingError("the transaction was committed already")
+        self._check_usable()
         if self._begun:
             return self._statements.execute(self._conn, name, params)
         self._begun = True
-        return self._statements._pipelined(self._conn, name, params, begin=True, commit=False,
-                                           state=self._entered())
+        return self._statements._pipelined(self._conn, name, params, begin=True, commit=False)
 
     def execute_and_commit(self, name: str, params: Mapping[str, Any]) -> Result:
         """Run statement ``name`` and COMMIT in one round trip. Raises like ``execute``;
         when the statement fails the COMMIT is skipped and the block's exit rolls the
         transaction back."""
+        self._check_usable()
+        begin, self._begun, self._done = not self._begun, True, True
+        return self._statements._pipelined(self._conn, name, params, begin=begin, commit=True)
+
+    def _check_usable(self) -> None:
+        """ProgrammingError (nothing sent, nothing marked) outside the ``with`` block or
+        after ``execute_and_commit`` ended the transaction."""
+        if not self._entered:
+            raise psycopg.ProgrammingError("use the transaction as a context manager")
         if self._done:
             raise psycopg.ProgrammingError("the transaction was committed already")
-        begin, self._begun, self._done = not self._begun, True, True
-        return self._statements._pipelined(self._conn, name, params, begin=begin, commit=True,
-                                           state=self._entered())
-
-    def _entered(self) -> _ConnectionState:
-        """The connection's state from ``__enter__``; ProgrammingError outside the block."""
-        if self._state is None:
-            raise psycopg.ProgrammingError("use the transaction as a context manager")
-        return self._state
 
     def __enter__(self) -> Transaction:
         conn = self._conn
@@ -310,8 +308,8 @@ class Transaction:
             raise psycopg.OperationalError("the connection is closed")
         if pgconn.transaction_status != TransactionStatus.IDLE:
             raise psycopg.ProgrammingError("the connection is not idle: a transaction is open")
-        # never inside the transaction: see prepare_all
-        self._state = self._statements.prepare_all(conn)
+        self._statements.prepare_all(conn)  # never inside the transaction: see prepare_all
+        self._entered = True
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
