@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from qinglong.local.app.client import SocketBackend
+
 QL3 = str(Path(sys.executable).parent / "ql3")
 
 
@@ -51,7 +53,10 @@ class Ql3:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise AssertionError(f"serve exited {proc.returncode}: {log_path.read_text()}")
-            ready = sock.exists() and self.run("local", "recovery", "status", check=False)
+            # this serve answers on its socket (a file left by a killed predecessor does
+            # not): only then are its signal handlers installed and its recovery done
+            ready = SocketBackend.probe(str(sock)) and self.run(
+                "local", "recovery", "status", check=False)
             if ready and ready.returncode == 0:
                 return proc
             time.sleep(0.1)
