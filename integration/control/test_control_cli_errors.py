@@ -30,7 +30,8 @@ def _ql3(*args: str) -> subprocess.CompletedProcess[str]:
     (f"postgresql://postgres:{SECRET}%zz@127.0.0.1:5432/x", "malformed %-escape"),
     (f"postgresql://postgres:{SECRET}@127.0.0.1:notaport/x", "invalid port"),
     (f"postgresql://postgres:{SECRET}/x@127.0.0.1:5432/x", "percent-encode @ : / ?"),
-    ("postgresql://postgres@h1:5499,h2:5432/x", "for several hosts use ?host="),
+    ("postgresql://postgres@h1:5499,h2:port/x", "invalid port"),
+    ("postgresql://postgres@h1:5499,h2:5432/x?port=1,2,3", "more ports than hosts"),
     ("not a url", "must be a postgresql:// URL"),
     (f"postgresql://x:{SECRET}@[::1/db", "is not a valid URL"),
     (f"postgresql://postgres:{SECRET}@127.0.0.1:5432/x?foo=bar",
@@ -179,3 +180,11 @@ def test_migrate_with_a_role_that_cannot_create_names_it_and_changes_nothing(
                 None,)
     finally:
         drop_role(role)
+
+
+def test_several_hosts_in_the_url_are_accepted_as_libpq_reads_them(pg_db: PgDb) -> None:
+    """postgresql://u@h1:p1,h2:p2/db (a failover pair): libpq tries the hosts in turn."""
+    url = pg_db.url.replace("@127.0.0.1:5432/", "@127.0.0.1:1,127.0.0.1:5432/", 1)
+    assert url != pg_db.url
+    out = _ql3("readiness", "--database-url", url, "--runtime-role", pg_db.runtime_role)
+    assert out.returncode == 0 and "ready" in out.stdout, out.stdout + out.stderr

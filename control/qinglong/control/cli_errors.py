@@ -41,15 +41,16 @@ def checked_database_url(url: str | None, *, option: str = "--database-url") -> 
         raise ValidationError(option, "must be a postgresql:// URL")
     if _BAD_ESCAPE.search(url):
         raise ValidationError(option, "has a malformed %-escape (write % as %25)")
-    try:
-        parts.port  # noqa: B018  (raises ValueError on a non-numeric port)
-    except ValueError:
-        hint = ""
-        if "," in parts.netloc:
-            hint = " (for several hosts use ?host=h1,h2&port=p1,p2)"
-        elif "@" not in parts.netloc and "@" in url:  # a / or ? in the password cut it short
-            hint = " (percent-encode @ : / ? in the user name or password, e.g. / as %2F)"
-        raise ValidationError(option, f"has an invalid port{hint}") from None
+    # several hosts (postgresql://u@h1:5432,h2:5433/db, as for a failover pair) are libpq's
+    # to parse: their ports are checked from its result in _check_parameters
+    if "," not in parts.netloc.rpartition("@")[2]:
+        try:
+            parts.port  # noqa: B018  (raises ValueError on a non-numeric port)
+        except ValueError:
+            hint = ""
+            if "@" not in parts.netloc and "@" in url:  # a / or ? in the password cut it
+                hint = " (percent-encode @ : / ? in the user name or password, e.g. / as %2F)"
+            raise ValidationError(option, f"has an invalid port{hint}") from None
     if parts.password:
         remember_secret(parts.password, urllib.parse.unquote(parts.password))
     remember_secret(url)
