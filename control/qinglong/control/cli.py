@@ -335,7 +335,7 @@ def sweep(database_url: str, log_bucket: str, s3_endpoint: str | None,
     owner = process_owner(replica_id or socket.gethostname())
     with connect(database_url) as conn:  # a clear error before the pool starts retrying
         _require_schema(conn)
-        refuse_privileged_session(conn, "--database-url")
+        refuse_privileged_session(conn, _url_label())
     # the pool's own reconnect chatter ("discarding closed connection") is not for operators
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     pool = open_pool(database_url, min_size=1, max_size=2, lock_timeout_ms=LOCK_TIMEOUT_MS)

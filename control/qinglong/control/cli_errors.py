@@ -41,20 +41,16 @@ def checked_database_url(url: str | None, *, option: str = "--database-url") -> 
         raise ValidationError(option, "must be a postgresql:// URL")
     if _BAD_ESCAPE.search(url):
         raise ValidationError(option, "has a malformed %-escape (write % as %25)")
-    # several hosts (postgresql://u@h1:5432,h2:5433/db, as for a failover pair) are libpq's
-    # to parse: their ports are checked from its result in _check_parameters
-    if "," not in parts.netloc.rpartition("@")[2]:
-        try:
-            parts.port  # noqa: B018  (raises ValueError on a non-numeric port)
-        except ValueError:
-            hint = ""
-            if "@" not in parts.netloc and "@" in url:  # a / or ? in the password cut it
-                hint = " (percent-encode @ : / ? in the user name or password, e.g. / as %2F)"
-            raise ValidationError(option, f"has an invalid port{hint}") from None
     if parts.password:
         remember_secret(parts.password, urllib.parse.unquote(parts.password))
     remember_secret(url)
-    _check_parameters(url, option)
+    # hosts and ports (one or several: postgresql://u@h1:5432,h2:5433/db for a failover
+    # pair) are checked as libpq parses them; a / or ? in the password cuts the user-info
+    # short, and libpq then reads part of the password as a port
+    cut = "@" not in parts.netloc and "@" in url
+    _check_parameters(url, option, port_hint=(
+        " (percent-encode @ : / ? in the user name or password, e.g. / as %2F)" if cut
+        else " (1..65535 per host)"))
     return url
 
 
@@ -95,11 +91,12 @@ def _is_timeout(value: str) -> bool:
     return True
 
 
-def _check_parameters(url: str, option: str) -> None:
+def _check_parameters(url: str, option: str, *, port_hint: str) -> None:
     """ValidationError when libpq would refuse the URL's query parameters: an unknown name
     such as ``?foo=bar`` (libpq's own parser, offline), a value outside an enumerated
     parameter's choices (``?sslmode=bogus``), a non-integer where libpq wants one
-    (``?connect_timeout=abc``) or a port outside 1..65535. Values are never echoed."""
+    (``?connect_timeout=abc``) or a port outside 1..65535 (its message ends with
+    ``port_hint``). Values are never echoed."""
     import psycopg
     from psycopg.conninfo import conninfo_to_dict
 
@@ -124,7 +121,7 @@ def _check_parameters(url: str, option: str) -> None:
     timeout = params.get("connect_timeout")
     if timeout is not None and not _is_timeout(str(timeout)):
         raise ValidationError(option, "has a connect_timeout that is not a number of seconds")
-    _check_hosts_and_ports(params, option)
+    _check_hosts_and_ports(params, option, port_hint)
 
 
 def _count(spec: object) -> int:
@@ -132,14 +129,15 @@ def _count(spec: object) -> int:
     return len(str(spec).split(",")) if spec else 0
 
 
-def _check_hosts_and_ports(params: Mapping[str, object], option: str) -> None:
+def _check_hosts_and_ports(params: Mapping[str, object], option: str,
+                           port_hint: str) -> None:
     """libpq's rules: each port entry empty (the default) or an int in 1..65535; several
     ports only one per host; host and hostaddr lists of the same length when both given."""
     ports = params.get("port")
     if ports:
         for port in str(ports).split(","):
             if port and not (_is_c_int(port) and 1 <= int(port) <= 65535):
-                raise ValidationError(option, "has an invalid port (1..65535 per host)")
+                raise ValidationError(option, f"has an invalid port{port_hint}")
     hosts, addrs = _count(params.get("host")), _count(params.get("hostaddr"))
     if hosts and addrs and hosts != addrs:
         raise ValidationError(option, "gives host and hostaddr lists of different lengths")

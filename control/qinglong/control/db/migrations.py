@@ -17,11 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from qinglong.control.db.roles import DEFAULT_RUNTIME_ROLE, apply_runtime_grants
+from qinglong.control.db.roles import (
+    DEFAULT_RUNTIME_ROLE,
+    apply_runtime_grants,
+    refuse_non_owner,
+)
 from qinglong.control.errors import (
     MigrationCapError,
     MigrationChecksumError,
-    MigrationOwnerRequiredError,
     SchemaNewerThanCodeError,
 )
 from qinglong.shared.digest import sha256_hex
@@ -154,19 +157,6 @@ def compare_ledger(files: list[MigrationFile], ledger: list[LedgerRow]) -> tuple
         if not row.additive:
             raise SchemaNewerThanCodeError(f"non-additive migration {row.name} is newer than code")
     return tuple(row.name for row in ahead)
-
-
-def refuse_non_owner(conn: psycopg.Connection[Any], option: str = "--database-url") -> None:
-    """MigrationOwnerRequiredError when the connecting role cannot create objects in schema
-    ``public`` (e.g. migrate was given the runtime role's URL): the message names the role,
-    which is not a secret, instead of the server's "permission denied for schema public";
-    ``option`` names the input that gave the URL."""
-    row = conn.execute("SELECT current_user, has_schema_privilege('public', 'CREATE')"
-                       ).fetchone()
-    if row is not None and not row[1]:
-        raise MigrationOwnerRequiredError(
-            option, f"connects as role {row[0]!r}, which cannot create objects in "
-                              "schema public: run migrate with the migration owner's URL")
 
 
 def migrate(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from qinglong.control.errors import RuntimeRoleRefusedError
+from qinglong.control.errors import MigrationOwnerRequiredError, RuntimeRoleRefusedError
 
 if TYPE_CHECKING:
     import psycopg
@@ -65,6 +65,19 @@ def refuse_unfit_runtime_role(conn: psycopg.Connection[Any], role: str) -> None:
     if why:
         raise RuntimeRoleRefusedError("--runtime-role", f"{role} {why}; give a separate "
                                                         "least-privilege role")
+
+
+def refuse_non_owner(conn: psycopg.Connection[Any], option: str = "--database-url") -> None:
+    """MigrationOwnerRequiredError when the connecting role cannot create objects in schema
+    ``public`` (e.g. migrate was given the runtime role's URL): the message names the role,
+    which is not a secret, instead of the server's "permission denied for schema public";
+    ``option`` names the input that gave the URL."""
+    row = conn.execute("SELECT current_user, has_schema_privilege('public', 'CREATE')"
+                       ).fetchone()
+    if row is not None and not row[1]:
+        raise MigrationOwnerRequiredError(
+            option, f"connects as role {row[0]!r}, which cannot create objects in "
+                              "schema public: run migrate with the migration owner's URL")
 
 
 def refuse_privileged_session(conn: psycopg.Connection[Any], option: str) -> None:
