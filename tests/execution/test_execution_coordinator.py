@@ -177,7 +177,10 @@ def test_a_lock_still_held_by_an_escaped_process_keeps_the_journal_row(
     stack: Stack, tmp_path: Path
 ) -> None:
     pidfile = tmp_path / "daemon.pid"
-    task = stack.task("sh", "-c", f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 30' & exit 0")
+    # the task exits only once the daemon has escaped (it writes the pidfile after setsid):
+    # exiting earlier let a loaded machine kill it with the process group, lock and all
+    task = stack.task("sh", "-c", f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 30' & "
+                      f"while [ ! -s {pidfile} ]; do sleep 0.01; done; exit 0")
     run = stack.until_terminal(stack.start(task).id)
     assert run.status is RunStatus.SUCCEEDED
     attempt = run.attempts[0]
