@@ -33,6 +33,9 @@ def _ql3(*args: str) -> subprocess.CompletedProcess[str]:
     ("postgresql://postgres@h1:5499,h2:port/x", "invalid port"),
     ("postgresql://postgres@h1:5499,h2:5432/x?port=1,2,3", "more ports than hosts"),
     ("not a url", "must be a postgresql:// URL"),
+    ("POSTGRESQL://postgres@127.0.0.1/x", "must be a postgresql:// URL"),
+    (f"postgresql://postgres:Tr0ub4dor@{SECRET}@127.0.0.1/x", "percent-encode it as %40"),
+    (f"postgresql://postgres:{SECRET}\udcff@127.0.0.1/x", "not UTF-8"),
     (f"postgresql://x:{SECRET}@[::1/db", "is not a valid URL"),
     (f"postgresql://postgres:{SECRET}@127.0.0.1:5432/x?foo=bar",
      "has an unknown query parameter 'foo'"),
@@ -109,6 +112,9 @@ def test_readiness_rejects_an_endpoint_without_a_bucket(pg_db: PgDb) -> None:
      "without user-info, query or fragment"),
     (["--log-bucket", "b12", "--s3-endpoint", f"http://key:123/{SECRET}@127.0.0.1:9000"],
      "without user-info, query or fragment"),
+    (["--log-bucket", "b12", "--s3-endpoint", "http://exa_mple.com:5055"],
+     "--s3-endpoint: is not an endpoint URL botocore accepts"),
+    (["--log-bucket", "b12", "--s3-endpoint", "http://127.0.0.1:0"], "has port 0"),
     (["--runtime-role", "Bad-Name"], "lowercase identifier"),
     (["--log-bucket", "b12", "--s3-endpoint", "http://127.0.0.1:99999"], "--s3-endpoint"),
     (["--log-bucket", "b12", "--s3-endpoint", "http://[::1"], "--s3-endpoint"),
@@ -188,3 +194,30 @@ def test_several_hosts_in_the_url_are_accepted_as_libpq_reads_them(pg_db: PgDb) 
     assert url != pg_db.url
     out = _ql3("readiness", "--database-url", url, "--runtime-role", pg_db.runtime_role)
     assert out.returncode == 0 and "ready" in out.stdout, out.stdout + out.stderr
+
+
+def test_an_endpoint_from_the_environment_alone_does_not_stop_a_database_check(
+        pg_db: PgDb) -> None:
+    """QL3_S3_ENDPOINT set for the service but no bucket: readiness checks the database."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QL3_")}
+    env["QL3_S3_ENDPOINT"] = "http://127.0.0.1:1"
+    out = subprocess.run([QL3, "control", "readiness", "--database-url", pg_db.url,
+                          "--runtime-role", pg_db.runtime_role], capture_output=True,
+                         text=True, timeout=60, check=False, env=env)
+    assert out.returncode == 0 and out.stdout.strip() == "ready", out.stdout + out.stderr
+
+
+def test_a_missing_control_extra_says_how_to_install_it() -> None:
+    """Without psycopg (the runtime-only install of scripts/demo.sh): exit 2, one line."""
+    code = ("import sys; sys.modules['psycopg'] = None; "
+            "from qinglong.local.app.cli import run_main; "
+            "sys.exit(run_main(['control', 'readiness', '--database-url', "
+            "'postgresql://x@127.0.0.1:1/x']))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert out.returncode == 2, out.stderr
+    assert "needs the 'control' extra" in out.stderr and "pip install -e '.[control]'" in (
+        out.stderr)
+    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr

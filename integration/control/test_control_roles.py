@@ -132,3 +132,45 @@ def test_cli_migrate_and_readiness(empty_db: PgDb) -> None:
     again = subprocess.run([QL3, "control", "migrate", *args, "--json"],
                            capture_output=True, text=True, timeout=60, check=True)
     assert json.loads(again.stdout) == {"applied": [], "ahead": []}
+
+
+@pytest.mark.parametrize("also", ["superuser", "owner", "pg_write_all_data"])
+def test_a_sweeper_login_that_can_become_a_privileged_role_is_refused(
+        pg_db: PgDb, also: str) -> None:
+    """A login in the runtime role that is also a member (even indirectly) of a superuser
+    role, of the schema owner or of pg_write_all_data could SET ROLE to it or inherits its
+    rights: refused. The same login without that membership is accepted."""
+    from pg_control_db import admin, drop_role, unique
+
+    from qinglong.control.db.roles import refuse_privileged_session
+    from qinglong.control.errors import RuntimeRoleRefusedError
+
+    login, middle, privileged = unique("ql3lg"), unique("ql3mid"), unique("ql3priv")
+    with admin() as conn:
+        conn.execute(f'CREATE ROLE "{login}" LOGIN IN ROLE "{pg_db.runtime_role}"')
+        conn.execute(f'CREATE ROLE "{middle}" NOLOGIN')
+        if also == "superuser":
+            conn.execute(f'CREATE ROLE "{privileged}" NOLOGIN SUPERUSER')
+        elif also == "owner":
+            conn.execute(f'CREATE ROLE "{privileged}" NOLOGIN')
+    target = "pg_write_all_data" if also == "pg_write_all_data" else privileged
+    url = f"postgresql://{login}@127.0.0.1:5432/{pg_db.name}"
+    try:
+        if also == "owner":
+            with pg_db.connect() as conn:
+                conn.execute(f'ALTER TABLE run_attempt_log_artifact_tombstones OWNER TO '
+                             f'"{privileged}"')
+        with psycopg.connect(url, autocommit=True) as conn:
+            refuse_privileged_session(conn, "--database-url")  # only the runtime role: fine
+        with admin() as conn:  # indirect: login -> middle -> privileged
+            conn.execute(f'GRANT "{middle}" TO "{login}"')
+            conn.execute(f'GRANT "{target}" TO "{middle}"')
+        with psycopg.connect(url, autocommit=True) as conn, pytest.raises(
+                RuntimeRoleRefusedError, match="use a login that is a member of the runtime"):
+            refuse_privileged_session(conn, "--database-url")
+    finally:
+        if also == "owner":
+            with pg_db.connect() as conn:
+                conn.execute(f'REASSIGN OWNED BY "{privileged}" TO postgres')
+        for role in (login, middle, privileged):
+            drop_role(role)

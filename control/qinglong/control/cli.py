@@ -49,12 +49,25 @@ _endpoint = click.option(
     help="S3-compatible endpoint URL, http(s)://host:port (env QL3_S3_ENDPOINT); default AWS.")
 
 
+_EXTRA_MODULES = frozenset({"psycopg", "psycopg_pool", "boto3", "botocore"})  # [control]
+
+
 class _ControlGroup(click.Group):
-    """Maps psycopg/botocore exceptions of any subcommand to one typed, redacted line."""
+    """Maps psycopg/botocore exceptions of any subcommand to one typed, redacted line, and a
+    missing ``control`` extra to the command that installs it."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except ModuleNotFoundError as exc:
+            if (exc.name or "").partition(".")[0] not in _EXTRA_MODULES:
+                raise
+            from qinglong.control.errors import ControlExtraMissingError
+
+            raise ControlExtraMissingError(
+                "ql3 control", f"needs the 'control' extra ({exc.name} is not installed): "
+                               "run `.venv/bin/pip install -e '.[control]'` in the project "
+                               "directory") from None
         except Exception as exc:
             mapped = external_error(exc)
             if mapped is None:
@@ -73,8 +86,8 @@ def _s3_client(endpoint: str | None) -> Any:
 
     from qinglong.shared.errors import ValidationError
 
+    option = _label("s3_endpoint", "--s3-endpoint", "QL3_S3_ENDPOINT")
     if endpoint is not None:
-        option = _label("s3_endpoint", "--s3-endpoint", "QL3_S3_ENDPOINT")
         if "@" in endpoint or "?" in endpoint or "#" in endpoint:
             # credentials come from the AWS environment, never the URL (a "/" in a password
             # would move the rest into the path, so "@" is refused anywhere); boto3 would send
@@ -83,14 +96,20 @@ def _s3_client(endpoint: str | None) -> Any:
                                           "user-info, query or fragment")
         try:
             parts = urllib.parse.urlsplit(endpoint)
-            parts.port  # noqa: B018  (raises ValueError on a bad or out-of-range port)
+            port = parts.port  # raises ValueError on a bad or out-of-range port
         except ValueError:
             raise ValidationError(option, "is not a valid URL (host, port)") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValidationError(option, "must be an http:// or https:// URL")
+        if port == 0:
+            raise ValidationError(option, "has port 0 (give 1..65535)")
     from qinglong.control.retention.objects import make_client
 
-    return make_client(endpoint, timeout_s=5)
+    try:
+        return make_client(endpoint, timeout_s=5)
+    except ValueError:  # botocore's own check ("Invalid endpoint"): a host it cannot use
+        raise ValidationError(option, "is not an endpoint URL botocore accepts (host name "
+                                      "characters, no spaces)") from None
 
 
 LOCK_TIMEOUT_MS = 10_000  # a sweep gives up a lock wait after 10 s (and retries next sweep)
@@ -167,7 +186,9 @@ def readiness(database_url: str, runtime_role: str, log_bucket: str | None,
     validate_role_name(runtime_role)
     if log_bucket is not None:
         _checked_bucket(log_bucket)
-    elif s3_endpoint:
+    elif s3_endpoint and _label("s3_endpoint", "flag", "env") == "flag":
+        # an endpoint from QL3_S3_ENDPOINT alone (a shared service environment) just goes
+        # unused by a database-only check; given as a flag it asks for a bucket to check
         raise ValidationError("--s3-endpoint", "needs --log-bucket (the bucket to check)")
     probes: list[CapabilityProbe] = []
     if log_bucket:

@@ -34,13 +34,23 @@ def checked_database_url(url: str | None, *, option: str = "--database-url") -> 
         raise ValidationError(option, "is empty (give a postgresql:// URL or set "
                                       "QL3_DATABASE_URL)")
     try:
+        url.encode("utf-8")  # argv and the environment keep a non-UTF-8 byte as a surrogate
+    except UnicodeEncodeError:
+        raise ValidationError(option, "holds a byte that is not UTF-8 text") from None
+    try:
         parts = urllib.parse.urlsplit(url)
     except ValueError:  # e.g. an unclosed IPv6 bracket
         raise ValidationError(option, "is not a valid URL") from None
-    if parts.scheme not in _SCHEMES:
-        raise ValidationError(option, "must be a postgresql:// URL")
+    if not url.startswith(tuple(f"{scheme}://" for scheme in _SCHEMES)):
+        raise ValidationError(option, "must be a postgresql:// URL (libpq reads the scheme "
+                                      "in lowercase only)")
     if _BAD_ESCAPE.search(url):
         raise ValidationError(option, "has a malformed %-escape (write % as %25)")
+    if "@" in parts.netloc.rpartition("@")[0]:
+        # libpq ends the user-info at the first "@", so the rest of the password would be
+        # taken for the host name (and looked up in DNS)
+        raise ValidationError(option, "has an @ in the user name or password (percent-encode "
+                                      "it as %40)")
     if parts.password:
         remember_secret(parts.password, urllib.parse.unquote(parts.password))
     remember_secret(url)
@@ -102,7 +112,7 @@ def _check_parameters(url: str, option: str, *, port_hint: str) -> None:
 
     try:
         params = conninfo_to_dict(url)
-    except UnicodeDecodeError:  # e.g. %FF: psycopg reads parameters as UTF-8
+    except UnicodeError:  # e.g. %FF: psycopg reads parameters as UTF-8
         raise ValidationError(option, "has a %-escape that is not UTF-8 text") from None
     except psycopg.ProgrammingError as exc:
         name = re.search(r'invalid URI query parameter: "(\w{1,64})"', str(exc))

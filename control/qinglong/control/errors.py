@@ -37,6 +37,11 @@ class MigrationOwnerRequiredError(ValidationError):
     input). Raised before anything is changed."""
 
 
+class ControlExtraMissingError(ValidationError):
+    """``ql3 control`` ran without the ``control`` extra (psycopg, psycopg_pool, boto3)
+    installed: exit 2 with the install command instead of a traceback."""
+
+
 class FenceMismatchError(QinglongError):
     """A claim's owner, token, version, lease, status or identity no longer holds; no change."""
 

@@ -81,24 +81,28 @@ def refuse_non_owner(conn: psycopg.Connection[Any], option: str = "--database-ur
 
 
 def refuse_privileged_session(conn: psycopg.Connection[Any], option: str) -> None:
-    """RuntimeRoleRefusedError when ``conn`` logged in as, or acts as, a superuser or a role
-    owning objects in ``public`` (the migration owner): runtime commands hold only the
-    runtime role's grants (DESIGN.md §4.1, least privilege). A superuser login that only
-    SETs ROLE is refused too: its credentials could RESET ROLE. ``option`` names the
-    offending input."""
+    """RuntimeRoleRefusedError when ``conn``'s login or current role is, or is a member of
+    (directly or through other roles, so it could SET ROLE to it or inherits its rights), a
+    superuser, a role owning objects in ``public`` (the migration owner) or
+    ``pg_write_all_data``: runtime commands hold only the runtime role's grants (DESIGN.md
+    §4.1, least privilege). A superuser login that only SETs ROLE is refused too: its
+    credentials could RESET ROLE. ``option`` names the offending input."""
     row = conn.execute(
         "SELECT bool_or(r.rolsuper), bool_or(EXISTS (SELECT 1 FROM pg_class c"
         "  JOIN pg_namespace n ON n.oid = c.relnamespace"
-        "  WHERE n.nspname = 'public' AND c.relowner = r.oid))"
-        " FROM pg_roles r WHERE r.rolname IN (current_user, session_user)").fetchone()
-    superuser, owner = row if row is not None else (False, False)
-    why = "a superuser" if superuser else "the owner of the schema" if owner else None
+        "  WHERE n.nspname = 'public' AND c.relowner = r.oid)),"
+        " bool_or(r.rolname = 'pg_write_all_data')"
+        " FROM pg_roles r WHERE pg_has_role(session_user, r.oid, 'MEMBER')"
+        "  OR pg_has_role(current_user, r.oid, 'MEMBER')").fetchone()
+    superuser, owner, write_all = row if row is not None else (False, False, False)
+    why = ("a superuser" if superuser else "the owner of the schema" if owner
+           else "a member of pg_write_all_data" if write_all else None)
     if why:
         raise RuntimeRoleRefusedError(
             option, f"logs in or acts as {why}; use a login that is a member of the runtime "
-                    "role and nothing more (e.g. CREATE ROLE ql3_sweeper LOGIN PASSWORD '...' "
-                    "IN ROLE ql3_runtime, or the role given to `ql3 control migrate "
-                    "--runtime-role`)")
+                    "role and nothing more, not of such a role (e.g. CREATE ROLE ql3_sweeper "
+                    "LOGIN PASSWORD '...' IN ROLE ql3_runtime, or the role given to `ql3 "
+                    "control migrate --runtime-role`)")
 
 
 def apply_runtime_grants(conn: psycopg.Connection[Any], role: str) -> None:
