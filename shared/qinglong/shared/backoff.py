@@ -18,14 +18,18 @@ def retry_delay_s(
 ) -> float:
     """Seconds to wait before retry number ``failures`` (1 = first retry).
 
-    Full jitter over ``min(cap, base * 2**(failures-1))``, with the exponent clamped before
-    exponentiation so any count (1,000 included) gives at most ``cap_s`` without overflow.
-    The result is at least ``base_s / 2`` so a retry is never immediate.
+    Equal jitter: a uniform draw over ``[ceiling / 2, ceiling]`` where ``ceiling = min(cap_s,
+    base_s * 2**(failures-1))`` (issue 10 item 6, case C19). The exponent is clamped before
+    exponentiation, so any count (1,000 included) gives at most ``cap_s`` without overflow
+    (case C13). The draw is continuous at every step: no share of the retries lands on the
+    floor by construction (the earlier ``max(base/2, ceiling*u)`` put half of all first
+    retries exactly on ``base/2``), and a retry is never sooner than half its ceiling.
+    ``rng`` defaults to the module's generator. Raises nothing for any ``failures``.
     """
     exponent = min(max(failures - 1, 0), _MAX_EXPONENT)
     ceiling = min(cap_s, base_s * float(2**exponent))
     draw = (rng or random).random()
-    return max(base_s / 2, ceiling * draw) if ceiling > base_s / 2 else ceiling
+    return ceiling / 2 + (ceiling / 2) * draw
 
 
 def retry_not_before_ms(

@@ -369,10 +369,11 @@ class RunAttemptLogRetentionSweeper:
 
     def pause_s(self, failures: int) -> float:
         """Seconds between sweeps: ``interval_s``, or after ``failures`` failed sweeps in a
-        row (e.g. the database is down) a jittered backoff from ``interval_s`` doubling up to
-        ``FAILED_SWEEP_PAUSE_CAP_S`` (but never below ``interval_s``)."""
+        row (e.g. the database is down) a draw over [c/2, c] with ``c = interval_s *
+        2**failures`` capped at ``FAILED_SWEEP_PAUSE_CAP_S`` (never below ``interval_s`` while
+        the cap allows it; issue 10 item 6: no mass on the floor)."""
         interval = self.config.interval_s
         if failures <= 0:
             return interval
         cap = max(interval, FAILED_SWEEP_PAUSE_CAP_S)
-        return max(interval, retry_delay_s(failures, base_s=interval, cap_s=cap))
+        return max(interval, retry_delay_s(failures + 1, base_s=interval, cap_s=cap))

@@ -42,7 +42,7 @@ def import_qinglong(
     `ql repo`/`ql raw` rows are reported, not imported. Variable values are never printed.
     """
     from qinglong.local.app.legacy_import import read_legacy_database
-    from qinglong.local.scheduling.cron import parse_schedule
+    from qinglong.shared.cron import parse_schedule
 
     parse_schedule("@once", timezone)  # bad input exits 2 here, with or without serve
     source = read_legacy_database(path, scripts_dir).to_json()

@@ -61,8 +61,8 @@ from typing import Any
 
 from qinglong.local.app.task_input import TaskInput
 from qinglong.local.process.launch_request import SINGLE_STRING_MAX_BYTES
-from qinglong.local.scheduling.cron import parse_schedule
 from qinglong.local.storage.repository import LocalRunRepository
+from qinglong.shared.cron import parse_schedule
 from qinglong.shared.errors import ConflictError, ValidationError
 
 SOURCE_TAG = "qinglong2"

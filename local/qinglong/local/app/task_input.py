@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 
 from qinglong.local.process.launch_request import LAUNCH_MAX_BYTES, SINGLE_STRING_MAX_BYTES
-from qinglong.local.scheduling.cron import parse_schedule
+from qinglong.shared.cron import parse_schedule
 from qinglong.shared.domain import ConcurrencyPolicy, Task
 from qinglong.shared.errors import ValidationError
 from qinglong.shared.ids import uuid7

@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from qinglong.local.scheduling.cron import Schedule, parse_schedule
 from qinglong.local.storage.repository import LocalRunRepository
+from qinglong.shared.cron import Schedule, parse_schedule
 from qinglong.shared.domain import ConcurrencyPolicy, Task, Trigger
 from qinglong.shared.errors import QinglongError
 

@@ -16,7 +16,7 @@ from croniter import croniter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qinglong.local.scheduling.cron import SKIP_COUNT_CAP, parse_schedule
+from qinglong.shared.cron import SKIP_COUNT_CAP, parse_schedule
 
 HOUR_MS = 3_600_000
 YEAR_2000_MS = 946_684_800_000

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from qinglong.local.scheduling.cron import SKIP_COUNT_CAP, parse_schedule
+from qinglong.shared.cron import SKIP_COUNT_CAP, parse_schedule
 from qinglong.shared.errors import ValidationError
 
 SECOND_MS = 1000

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from qinglong.local.scheduling.cron import Schedule, parse_schedule
+from qinglong.shared.cron import Schedule, parse_schedule
 from qinglong.shared.errors import ValidationError
 
 MINUTE_MS = 60_000

@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from qinglong.local.scheduling.cron import Schedule, parse_schedule
+from qinglong.shared.cron import Schedule, parse_schedule
 
 SECOND_MS = 1000
 MINUTE_MS = 60 * SECOND_MS
