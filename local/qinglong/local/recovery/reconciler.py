@@ -4,10 +4,10 @@ For each runtime-owned run left in dispatching/running (at most 256, by run id),
 active attempt is decided from durable facts, in this order:
 
 1. a trusted receipt (decodes, and names this run, attempt and handle) settles the attempt
-   and the run in one transaction with both events; then the receipt file is deleted; then,
-   when the attempt lock is still held (a process that escaped the group outlived the
-   wrapper), its holders get TERM, the grace, KILL and an event, as after any exit (issue 10
-   item 5); then the journal row is resolved (kept while the lock stays held);
+   and the run in one transaction with both events; then the receipt file is deleted; then
+   the journal row is resolved (kept while the lock stays held). Before the commit, when the
+   attempt lock is still held (a process that escaped the group outlived the wrapper), its
+   holders get TERM, the grace, KILL and an event, as after any exit (issue 10 item 5);
 2. an invalid receipt is quarantined (intent persisted first, then the move) and the attempt
    is decided as if it had none;
 3. no receipt: the handle is compared with the machine. Another boot, no such pid or other
@@ -219,17 +219,20 @@ class LocalRunReconciler:
         result: ReconcileResult,
     ) -> None:
         outcome, code, signal = receipt_outcome(receipt, run, attempt)
+        # Leftovers first, as the coordinator does: a crash in between leaves the run active,
+        # so the next start stops (or finds gone) the rest and settles it then.
+        held = self._stop_leftovers(run, attempt, result)
         self._finish(run, task, attempt, outcome, exit_code=code, signal=signal,
                      finished_at_ms=receipt.finished_at_ms, detail={"source": "receipt"})
         # ADR-0069 §3: the terminal commit, then delete the receipt, then resolve the row
         self.receipts.delete(attempt.id)
-        if self._stop_leftovers(run, attempt, result):
+        if held:
             return  # the lock stays held: the row stays for the cleanup scanner
         self.repo.resolve_journal(attempt.id)
         self._discard_lock(attempt.id)
 
     def _stop_leftovers(self, run: Run, attempt: Attempt, result: ReconcileResult) -> bool:
-        """Issue 10 item 5: the wrapper is gone (it published), yet processes of the attempt
+        """Issue 10 item 5: the wrapper published its receipt, yet processes of the attempt
         may still hold its lock. Stop them (lock holders only: the group id of a wrapper we
         never reaped is not pinned) and record it. True when the lock is still held."""
         report = stop_leftovers(ReceiptStoreLock(self.receipts, attempt.id), pgid=None,
@@ -237,12 +240,10 @@ class LocalRunReconciler:
         event = report.event()
         if event is None:
             return False
-        log.warning("run %s (settled from its receipt): %s", run.id, report.describe())
+        log.warning("run %s (settling from its receipt): %s", run.id, report.describe())
         self.repo.record_leftovers(run.id, attempt.id, *event)
-        if report.unresolved:
-            result.leftovers_unresolved += 1
-        else:
-            result.leftovers_stopped += 1
+        result.leftovers_unresolved += report.unresolved
+        result.leftovers_stopped += not report.unresolved
         return report.unresolved
 
     def _lost(self, run: Run, task: Task, attempt: Attempt, reason: str) -> None:
