@@ -186,4 +186,9 @@ def test_a_lock_held_by_processes_that_cannot_be_found_shows_as_unresolved(
     assert status["leftovers_unresolved"] == [run["id"]]
     text = ql3.run("local", "recovery", "status").stdout
     assert "1 ended run(s) with unresolved leftovers" in text and run["id"] in text
-    assert _alive(int(pidfile.read_text()))  # never found, so never signalled
+    holder = int(pidfile.read_text())
+    assert _alive(holder)  # never found, so never signalled
+    os.kill(holder, signal.SIGKILL)  # the fd in flight goes with it: the lock frees
+    assert wait_for(lambda: ql3.json("local", "recovery", "status")["leftovers_unresolved"]
+                    == [], 15)
+    assert ql3.json("local", "runs")[0]["leftovers"]["unresolved"] is True  # history stays

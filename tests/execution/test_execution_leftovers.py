@@ -154,7 +154,7 @@ def test_a_lock_held_while_its_holders_cannot_be_found_is_recorded_unresolved(
     detail = json.loads(event.detail or "{}")
     assert (event.kind, detail["found"], detail["lock"]) == ("leftovers_unresolved", 0, "held")
     assert stack.receipts.lock_held(attempt.id)
-    assert stack.repo.unresolved_leftover_runs() == [run.id]
+    assert stack.repo.unresolved_leftover_runs() == [(run.id, attempt.id)]
     # never "done": the journal row stays until the cleanup scanner sees the lock free
     assert [row[0] for row in stack.repo.journal_rows()] == [attempt.id]
     assert Path(stack.receipts.lock_path(attempt.id)).exists()

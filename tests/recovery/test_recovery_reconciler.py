@@ -221,5 +221,5 @@ def test_a_receipt_with_a_lock_held_by_no_findable_process_is_recorded_unresolve
     assert kit.repo.get_run(run.id).status is RunStatus.SUCCEEDED
     kinds = [e.kind for e in kit.repo.list_events(run.id)]
     assert "leftovers_unresolved" in kinds
-    assert kit.repo.unresolved_leftover_runs() == [run.id]
+    assert kit.repo.unresolved_leftover_runs() == [(run.id, attempt.id)]
     assert [row[0] for row in kit.repo.journal_rows()] == [attempt.id]

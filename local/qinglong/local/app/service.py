@@ -19,7 +19,12 @@ from qinglong.local.recovery.manual import resolve_run
 from qinglong.local.scheduling.scheduler import supersede
 from qinglong.local.storage.repository import LocalRunRepository
 from qinglong.shared.domain import ConcurrencyPolicy, Trigger
-from qinglong.shared.errors import ConflictError, NotFoundError, ValidationError
+from qinglong.shared.errors import (
+    ConflictError,
+    NotFoundError,
+    QinglongError,
+    ValidationError,
+)
 from qinglong.shared.statuses import ATTEMPT_ACTIVE, RUN_TERMINAL, AttemptStatus
 
 LOG_CHUNK_BYTES = 64 * 1024
@@ -143,8 +148,8 @@ class LocalService:
 
     def recovery_status(self, verbose: bool = False) -> dict[str, Any]:
         """The startup recovery view: runs in dispatching/running (ADR-0067 §1), and
-        ``leftovers_unresolved``: ids of runs (newest first, at most 100) whose attempt lock
-        stayed held by processes that could not be found (issue 10 item 5); with
+        ``leftovers_unresolved``: ids of ended runs (newest first, at most 100) whose attempt
+        lock is still held by processes that could not be found (issue 10 item 5); with
         ``verbose``, per run its task and the evidence of each active attempt."""
         page = self.repo.inspect_candidates(256)
         view: dict[str, Any] = {
@@ -153,8 +158,7 @@ class LocalService:
             "truncated": page.truncated,
             "active_attempts": sum(c.active_attempt_count for c in page.candidates),
             "runs": [c.run_id for c in page.candidates],
-            # issue 10 item 5: settled runs whose leftovers could not be stopped
-            "leftovers_unresolved": self.repo.unresolved_leftover_runs(),
+            "leftovers_unresolved": self._unresolved_leftovers(),
         }
         if verbose and self.receipts is not None:
             details = []
@@ -169,6 +173,19 @@ class LocalService:
                 })
             view["details"] = details
         return view
+
+    def _unresolved_leftovers(self) -> list[str]:
+        """Runs recorded ``leftovers_unresolved`` whose lock is still held (or cannot be
+        probed); once the lock frees, the run drops out of this list."""
+        runs: list[str] = []
+        for run_id, attempt_id in self.repo.unresolved_leftover_runs():
+            try:
+                held = self.receipts is None or self.receipts.lock_held(attempt_id)
+            except (OSError, QinglongError):
+                held = True
+            if held and run_id not in runs:
+                runs.append(run_id)
+        return runs
 
     def recovery_resolve(self, run_ids: list[str], verdict: str) -> list[dict[str, Any]]:
         """Settle runs a stopped owner left active (receipt first, then the verdict).

@@ -72,19 +72,21 @@ class LeftoverQueries:
 
         return self.db.read(op)
 
-    def unresolved_leftover_runs(self, limit: int = 100) -> list[str]:
-        """Run ids (newest event first, at most ``limit``, 1-1000) with an attempt whose
-        leftovers could not be stopped (``leftovers_unresolved``). Raises ValueError for a
-        bad limit."""
+    def unresolved_leftover_runs(self, limit: int = 100) -> list[tuple[str, str]]:
+        """``(run id, attempt id)`` of attempts whose leftovers could not be stopped
+        (``leftovers_unresolved``), newest first, at most ``limit`` (1-1000). Scans the
+        events table (no index on ``kind``): for ``recovery status``, not for a hot path.
+        Raises ValueError for a bad limit."""
         if type(limit) is not int or not 1 <= limit <= MAX_LEFTOVER_RUNS:
             raise ValueError("limit must be 1-1000")
 
-        def op(conn: sqlite3.Connection) -> list[str]:
+        def op(conn: sqlite3.Connection) -> list[tuple[str, str]]:
             rows = conn.execute(
-                "SELECT run_id FROM events WHERE kind = 'leftovers_unresolved'"
-                " AND run_id IS NOT NULL GROUP BY run_id ORDER BY max(id) DESC LIMIT ?",
+                "SELECT run_id, attempt_id FROM events WHERE kind = 'leftovers_unresolved'"
+                " AND run_id IS NOT NULL AND attempt_id IS NOT NULL"
+                " GROUP BY run_id, attempt_id ORDER BY max(id) DESC LIMIT ?",
                 (limit,),
             ).fetchall()
-            return [str(r[0]) for r in rows]
+            return [(str(r[0]), str(r[1])) for r in rows]
 
         return self.db.read(op)
