@@ -8,9 +8,10 @@ ADR-0069 §2 and DESIGN.md §3.2–§3.3, coordinator side:
 4. save the handle by compare-and-set (attempt and run ``running``); if that write fails,
    compensate: abandon the start gate (no user code ran) and kill the exact process group
 5. open the start gate: user code starts only now
-6. monitor: on exit read the receipt, commit the terminal transition with both events,
-   delete the receipt file, resolve the journal row. Timeout and cancel: TERM to the
-   wrapper, a grace period, KILL to the group.
+6. monitor: on exit stop what the attempt left behind (``process/leftovers.py``: TERM,
+   grace, KILL, an event; issue 10 item 5), read the receipt, commit the terminal transition
+   with both events, delete the receipt file, resolve the journal row. Timeout and cancel:
+   TERM to the wrapper, a grace period, KILL to the group.
 """
 
 from __future__ import annotations
