@@ -110,9 +110,7 @@ def inspect(run_id: str, data_dir: str | None, as_json: bool) -> None:
     if as_json:
         print_json(view)
         return
-    click.echo(output.describe_run(view))
-    if view.get("leftovers"):
-        click.echo(f"  {view['leftovers']['note']}")
+    click.echo(output.describe_run(view))  # ends with the leftovers note, if any
     for attempt in view["attempts"]:
         click.echo(f"  attempt {attempt['number']}: {attempt['status']} exit "
                    f"{attempt['exit_code']} handle {attempt['handle']}")
