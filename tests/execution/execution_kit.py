@@ -18,7 +18,7 @@ from qinglong.shared.statuses import RUN_TERMINAL
 
 
 class Stack:
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, grace_s: float = 1.0) -> None:
         self.tmp = tmp
         self.log_root = tmp / "logs"
         self.log_root.mkdir(mode=0o700)
@@ -32,7 +32,7 @@ class Stack:
         self.settled = threading.Event()
         self.coordinator = ExecutionCoordinator(
             self.repo, self.launcher, self.receipts,
-            ExecutionConfig(log_root=str(self.log_root), grace_s=1.0,
+            ExecutionConfig(log_root=str(self.log_root), grace_s=grace_s,
                             base_env={"PATH": os.environ["PATH"]},
                             retry_base_s=0.05, retry_cap_s=0.2),
             on_settled=lambda run: self.settled.set(),

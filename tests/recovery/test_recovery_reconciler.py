@@ -164,3 +164,62 @@ def test_a_lost_attempt_retries_when_the_task_allows(kit: Kit) -> None:
     run, _ = kit.left_running(gone, task=task)
     kit.reconciler.reconcile()
     assert kit.repo.get_run(run.id).status is RunStatus.QUEUED
+
+
+def _locked(kit: Kit, attempt_id: str) -> int:
+    """Create the attempt's lock file as the wrapper does and take the lock: the fd."""
+    fd = os.open(kit.receipts.lock_path(attempt_id), os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def test_a_receipt_with_an_escaped_holder_of_the_lock_settles_then_stops_and_records_it(
+    kit: Kit,
+) -> None:
+    """Issue 10 item 5: the wrapper published and exited, a process that left its group
+    (here a setsid sleep holding the lock fd) lives on: settle from the receipt, then TERM
+    it, record leftovers_stopped, and only then resolve the journal row."""
+    kit.reconciler.grace_s = 1.0
+    gone = ProcessHandle("00000000-0000-4000-8000-000000000000", 4_000_000, 4_000_000, 1)
+    run, attempt = kit.left_running(gone)
+    kit.write_receipt(run, attempt, gone, code=0)
+    fd = _locked(kit, attempt.id)
+    daemon = subprocess.Popen(["sleep", "60"], pass_fds=(fd,), start_new_session=True)
+    os.close(fd)  # only the daemon holds the lock now
+    try:
+        result = kit.reconciler.reconcile()
+        assert result.safe and result.settled_from_receipt == 1
+        assert result.leftovers_stopped == 1
+        assert daemon.wait(10) == -15  # TERM, within the grace
+    finally:
+        daemon.kill()
+        daemon.wait()
+    final = kit.repo.get_run(run.id)
+    assert (final.status, final.exit_code) == (RunStatus.SUCCEEDED, 0)
+    [event] = [e for e in kit.repo.list_events(run.id) if e.kind.startswith("leftovers_")]
+    assert event.kind == "leftovers_stopped" and '"found": 1' in (event.detail or "")
+    assert kit.repo.journal_rows() == []
+    assert not Path(kit.receipts.lock_path(attempt.id)).exists()
+
+
+def test_a_receipt_with_a_lock_held_by_no_findable_process_is_recorded_unresolved(
+    kit: Kit,
+) -> None:
+    """The lock is held by this test process, which the /proc scan never reports (as if the
+    holder lived in another PID namespace): the run still settles from its receipt, the
+    leftovers are recorded as unresolved, and the journal row stays."""
+    kit.reconciler.grace_s = 0.2
+    gone = ProcessHandle("00000000-0000-4000-8000-000000000000", 4_000_000, 4_000_000, 1)
+    run, attempt = kit.left_running(gone)
+    kit.write_receipt(run, attempt, gone, code=0)
+    fd = _locked(kit, attempt.id)
+    try:
+        result = kit.reconciler.reconcile()
+    finally:
+        os.close(fd)
+    assert result.safe and result.leftovers_unresolved == 1
+    assert kit.repo.get_run(run.id).status is RunStatus.SUCCEEDED
+    kinds = [e.kind for e in kit.repo.list_events(run.id)]
+    assert "leftovers_unresolved" in kinds
+    assert kit.repo.unresolved_leftover_runs() == [(run.id, attempt.id)]
+    assert [row[0] for row in kit.repo.journal_rows()] == [attempt.id]

@@ -172,6 +172,7 @@ class LocalStack:
         reconciler = LocalRunReconciler(
             repo, receipts, lambda run_id, attempt_id: quarantine_receipt(
                 repo, receipts, run_id, attempt_id),
+            grace_s=self.coordinator.config.grace_s,
         )
         left: set[str] = set()
         for _ in range(RECOVERY_PASSES):

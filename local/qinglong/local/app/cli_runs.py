@@ -110,7 +110,7 @@ def inspect(run_id: str, data_dir: str | None, as_json: bool) -> None:
     if as_json:
         print_json(view)
         return
-    click.echo(output.describe_run(view))
+    click.echo(output.describe_run(view))  # ends with the leftovers note, if any
     for attempt in view["attempts"]:
         click.echo(f"  attempt {attempt['number']}: {attempt['status']} exit "
                    f"{attempt['exit_code']} handle {attempt['handle']}")
@@ -190,6 +190,13 @@ def recovery_status(verbose: bool, data_dir: str | None, as_json: bool) -> None:
             click.echo(f"    attempt {ev['attempt']} {ev['status']}: process {ev['process']}, "
                        f"receipt {ev['receipt']}, lock {ev['lock']}"
                        + (f" (held by pids {holders})" if holders else ""))
+    unresolved = view.get("leftovers_unresolved", [])
+    if unresolved:
+        click.echo(f"{len(unresolved)} ended run(s) with unresolved leftovers: processes they "
+                   "left still hold the attempt lock and cannot be found "
+                   "(`ql3 local inspect RUN_ID` shows the events)")
+    for run_id in unresolved:
+        click.echo(f"  {run_id}")
     if view["runs"] and not view["supervised"]:
         click.echo("`ql3 local serve` settles these from their receipts and process identity "
                    "at start; `ql3 local recovery resolve RUN_ID... --as lost|failed` settles "

@@ -59,7 +59,8 @@ def print_runs(runs: list[dict[str, Any]]) -> None:
             str(len(r["attempts"])),
             _t(r["created_at"]),
             _t(r["finished_at"]),
-            r.get("recovery", ""),
+            "; ".join(n for n in (r.get("recovery"), (r.get("leftovers") or {}).get("note"))
+                      if n),
         ]
         for r in runs
     ]
@@ -71,11 +72,14 @@ def print_runs(runs: list[dict[str, Any]]) -> None:
 
 
 def describe_run(run: dict[str, Any]) -> str:
-    """One line: ``run <id> of <task>: <status> (exit N[, signal S])``."""
+    """One line: ``run <id> of <task>: <status> (exit N[, signal S])``, then the recovery
+    note and the leftovers note (issue 10 item 5) when there are."""
     text = f"run {run['id']} of {run['task']}: {run['status']}"
     if run["exit_code"] is not None:
         text += f" (exit {run['exit_code']}"
         text += f", signal {run['signal']})" if run["signal"] is not None else ")"
     if run.get("recovery"):
         text += f" — {run['recovery']}"
+    if run.get("leftovers"):
+        text += f" — {run['leftovers']['note']}"
     return text

@@ -19,7 +19,12 @@ from qinglong.local.recovery.manual import resolve_run
 from qinglong.local.scheduling.scheduler import supersede
 from qinglong.local.storage.repository import LocalRunRepository
 from qinglong.shared.domain import ConcurrencyPolicy, Trigger
-from qinglong.shared.errors import ConflictError, NotFoundError, ValidationError
+from qinglong.shared.errors import (
+    ConflictError,
+    NotFoundError,
+    QinglongError,
+    ValidationError,
+)
 from qinglong.shared.statuses import ATTEMPT_ACTIVE, RUN_TERMINAL, AttemptStatus
 
 LOG_CHUNK_BYTES = 64 * 1024
@@ -81,9 +86,7 @@ class LocalService:
         """One task with its five newest runs and ten newest task events."""
         task = self.repo.get_task(name)
         view = task_view(task)
-        view["recent_runs"] = [
-            self._run_view(r) for r in self.repo.list_runs(task_id=task.id, limit=5)
-        ]
+        view["recent_runs"] = self._run_views(self.repo.list_runs(task_id=task.id, limit=5))
         view["events"] = [event_view(e) for e in self.repo.task_events(task.id, limit=10)]
         return view
 
@@ -101,8 +104,13 @@ class LocalService:
 
     # -- runs -----------------------------------------------------------------------------
 
-    def _run_view(self, run: Any) -> dict[str, Any]:
-        return run_view(run, supervised=self.supervised)
+    def _run_view(self, run: Any, events: list[Any] | None = None) -> dict[str, Any]:
+        return run_view(run, supervised=self.supervised, leftovers=events)
+
+    def _run_views(self, runs: list[Any]) -> list[dict[str, Any]]:
+        """Views of ``runs`` with their leftover facts (one query, issue 10 item 5)."""
+        leftovers = self.repo.leftover_events([r.id for r in runs])
+        return [self._run_view(r, leftovers.get(r.id)) for r in runs]
 
     def run_now(self, name: str) -> dict[str, Any]:
         """Queue a manual run. With policy ``forbid`` an unfinished run makes it a
@@ -121,14 +129,15 @@ class LocalService:
     def run_get(self, run_id: str) -> dict[str, Any]:
         """One run with attempts and events."""
         run = self.repo.get_run(run_id)
-        view = self._run_view(run)
-        view["events"] = [event_view(e) for e in self.repo.list_events(run.id)]
+        events = self.repo.list_events(run.id)
+        view = self._run_view(run, events)
+        view["events"] = [event_view(e) for e in events]
         return view
 
     def runs(self, task: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
         """Runs newest first, optionally of one task (by name)."""
         task_id = None if task is None else self.repo.get_task(task).id
-        return [self._run_view(r) for r in self.repo.list_runs(task_id=task_id, limit=limit)]
+        return self._run_views(self.repo.list_runs(task_id=task_id, limit=limit))
 
     def cancel(self, run_id: str) -> dict[str, Any]:
         """Cancel a run: queued ones at once, active ones by TERM, grace, KILL."""
@@ -138,7 +147,9 @@ class LocalService:
         return self._run_view(run)
 
     def recovery_status(self, verbose: bool = False) -> dict[str, Any]:
-        """The startup recovery view: runs in dispatching/running (ADR-0067 §1); with
+        """The startup recovery view: runs in dispatching/running (ADR-0067 §1), and
+        ``leftovers_unresolved``: ids of ended runs (newest first, at most 100) whose attempt
+        lock is still held by processes that could not be found (issue 10 item 5); with
         ``verbose``, per run its task and the evidence of each active attempt."""
         page = self.repo.inspect_candidates(256)
         view: dict[str, Any] = {
@@ -147,6 +158,7 @@ class LocalService:
             "truncated": page.truncated,
             "active_attempts": sum(c.active_attempt_count for c in page.candidates),
             "runs": [c.run_id for c in page.candidates],
+            "leftovers_unresolved": self._unresolved_leftovers(),
         }
         if verbose and self.receipts is not None:
             details = []
@@ -161,6 +173,19 @@ class LocalService:
                 })
             view["details"] = details
         return view
+
+    def _unresolved_leftovers(self) -> list[str]:
+        """Runs recorded ``leftovers_unresolved`` whose lock is still held (or cannot be
+        probed); once the lock frees, the run drops out of this list."""
+        runs: list[str] = []
+        for run_id, attempt_id in self.repo.unresolved_leftover_runs():
+            try:
+                held = self.receipts is None or self.receipts.lock_held(attempt_id)
+            except (OSError, QinglongError):
+                held = True
+            if held and run_id not in runs:
+                runs.append(run_id)
+        return runs
 
     def recovery_resolve(self, run_ids: list[str], verdict: str) -> list[dict[str, Any]]:
         """Settle runs a stopped owner left active (receipt first, then the verdict).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from typing import Any
 
 from qinglong.shared.domain import Attempt, Event, Run, Task
@@ -51,9 +52,42 @@ def attempt_view(attempt: Attempt) -> dict[str, Any]:
     }
 
 
-def run_view(run: Run, *, supervised: bool | None = None) -> dict[str, Any]:
+def leftovers_view(events: list[Event]) -> dict[str, Any] | None:
+    """What the run's attempts left behind, from its ``leftovers_*`` events (issue 10 item 5),
+    or None when nothing was. ``found``/``killed``: processes found alive after a leader
+    exited / of them, how many needed SIGKILL after the grace (summed over attempts);
+    ``unresolved``: an attempt lock stayed held by processes that could not be found;
+    ``note``: one line for people, e.g. ``leftovers: 1 stopped (1 needed KILL)``."""
+    found = killed = 0
+    unresolved = False
+    seen = False
+    for event in events:
+        if event.kind not in ("leftovers_stopped", "leftovers_unresolved"):
+            continue
+        seen = True
+        try:
+            detail = json.loads(event.detail or "{}")
+        except ValueError:
+            detail = {}
+        found += int(detail.get("found", 0))
+        killed += int(detail.get("killed", 0))
+        unresolved = unresolved or event.kind == "leftovers_unresolved"
+    if not seen:
+        return None
+    note = f"leftovers: {found} stopped ({killed} needed KILL)"
+    if unresolved:
+        note = ("leftovers: UNRESOLVED, the attempt lock is still held by processes that "
+                f"cannot be found ({found} found and stopped)")
+    return {"found": found, "killed": killed, "unresolved": unresolved, "note": note}
+
+
+def run_view(
+    run: Run, *, supervised: bool | None = None, leftovers: list[Event] | None = None
+) -> dict[str, Any]:
     """A run as JSON. ``supervised=False`` marks an active run that no live owner watches:
-    it carries ``recovery`` explaining why it needs startup recovery (ADR-0067)."""
+    it carries ``recovery`` explaining why it needs startup recovery (ADR-0067).
+    ``leftovers``: the run's events (any kinds); ``leftovers_*`` ones become the
+    ``leftovers`` key (see :func:`leftovers_view`; None when nothing was left behind)."""
     view: dict[str, Any] = {
         "id": run.id,
         "task": run.task_name,
@@ -67,6 +101,7 @@ def run_view(run: Run, *, supervised: bool | None = None) -> dict[str, Any]:
         "finished_at": iso(run.finished_at_ms),
         "cancel_requested": run.cancel_requested,
         "attempts": [attempt_view(a) for a in run.attempts],
+        "leftovers": leftovers_view(leftovers or []),
     }
     if supervised is False and run.status in RUN_ACTIVE:
         view["recovery"] = (

@@ -8,9 +8,10 @@ ADR-0069 §2 and DESIGN.md §3.2–§3.3, coordinator side:
 4. save the handle by compare-and-set (attempt and run ``running``); if that write fails,
    compensate: abandon the start gate (no user code ran) and kill the exact process group
 5. open the start gate: user code starts only now
-6. monitor: on exit read the receipt, commit the terminal transition with both events,
-   delete the receipt file, resolve the journal row. Timeout and cancel: TERM to the
-   wrapper, a grace period, KILL to the group.
+6. monitor: on exit stop what the attempt left behind (``process/leftovers.py``: TERM,
+   grace, KILL, an event; issue 10 item 5), read the receipt, commit the terminal transition
+   with both events, delete the receipt file, resolve the journal row. Timeout and cancel:
+   TERM to the wrapper, a grace period, KILL to the group.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from qinglong.local.process.launcher import LaunchedProcess, LaunchRequest, LocalProcessLauncher
-from qinglong.local.process.lock_holders import kill_lock_holders
+from qinglong.local.process.leftovers import ReceiptStoreLock, stop_leftovers
 from qinglong.local.process.reattached import ReattachedProcess
 from qinglong.local.process.receipt_store import ReceiptStore
 from qinglong.local.storage.repository import LocalRunRepository
@@ -243,17 +244,13 @@ class ExecutionCoordinator:
         fault_point("after_exit")
         proc = live.proc
         rc = proc.returncode
-        # The wrapper is gone; its group may still hold escaped members: end them.
-        with contextlib.suppress(QinglongError, OSError):
-            proc.kill_group()
+        # Issue 10 item 5: the leader is gone; what it left (group members, lock holders
+        # that escaped the group) gets TERM, the grace, KILL, and is recorded. The group is
+        # addressed only while our unreaped wrapper pins its id (never a re-attached one).
+        self._stop_leftovers(live, pgid=None if isinstance(proc, ReattachedProcess)
+                             else proc.handle.pgid)
         receipt: CompletionReceipt | None = None
         detail: dict[str, object] = {}
-        if live.stop_reason is not None or isinstance(proc, ReattachedProcess):
-            # cancel/timeout, or a re-attached wrapper whose group can no longer be
-            # signalled safely: end every process still holding the attempt lock
-            escaped = self._kill_escaped(live)
-            if escaped:
-                detail["escaped_killed"] = escaped
         try:
             receipt = self.receipts.read(live.attempt.id)
         except ReceiptCodecError:
@@ -311,18 +308,20 @@ class ExecutionCoordinator:
             with self._lock:
                 self._live.pop(live.attempt.id, None)
 
-    def _kill_escaped(self, live: _Live) -> int:
-        """On cancel or timeout: the group is gone, but a process that left it (``setsid``)
-        may still hold the attempt lock. Find the holders through ``/proc`` and kill them."""
+    def _stop_leftovers(self, live: _Live, pgid: int | None) -> None:
+        """Stop the attempt's leftovers and record the fact before the terminal commit, so
+        the run never reads as a clean ``succeeded`` meanwhile (issue 10 item 5)."""
+        report = stop_leftovers(ReceiptStoreLock(self.receipts, live.attempt.id), pgid=pgid,
+                                grace_s=self.config.grace_s)
+        event = report.event()
+        if event is None:
+            return
+        log.warning("run %s of task %s: %s", live.run.id, live.task.name, report.describe())
         try:
-            if not self.receipts.lock_held(live.attempt.id):
-                return 0
-            killed = kill_lock_holders(self.receipts.lock_path(live.attempt.id))
-        except (OSError, QinglongError):
-            return 0
-        if killed:
-            log.warning("killed %d escaped process(es) of run %s", len(killed), live.run.id)
-        return len(killed)
+            self.repo.record_leftovers(live.run.id, live.attempt.id, *event)
+        except QinglongError as exc:
+            log.error("could not record the leftovers of attempt %s: %s", live.attempt.id,
+                      exc.code)
 
     def _settle(
         self,

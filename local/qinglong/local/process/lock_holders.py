@@ -1,9 +1,10 @@
-"""Find the processes that hold an attempt's lock file open (DESIGN.md §3.3, issue 3 item 2).
+"""Find the processes an attempt left behind (DESIGN.md §3.3, issue 3 item 2, issue 10 item 5).
 
 The wrapper hands the attempt lock's fd to the user command, so every process of the
-attempt holds it — even one that escaped the process group with ``setsid``. When a group
+attempt holds it — even one that escaped the process group with ``setsid``. When the leader
 is gone but the lock is still held, the holders are found by matching the lock file's
-device and inode among ``/proc/*/fd``: a bounded scan, used only in that case.
+device and inode among ``/proc/*/fd``; members still in the group are found by their
+process group id in ``/proc/*/stat``. Both are bounded scans, used only after an exit.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import os
 import signal
 
+from qinglong.shared.errors import ProcessIdentityError
+from qinglong.shared.process.identity import read_stat
 from qinglong.shared.process.signals import signal_process
 
 MAX_PIDS = 65_536
@@ -38,6 +41,31 @@ def find_lock_holders(lock_path: str) -> list[int]:
         if _holds(entry.path, target):
             holders.append(int(entry.name))
     return sorted(holders)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Pids (other than this process) of live members of process group ``pgid``.
+
+    Zombies are skipped (they hold nothing and cannot be stopped). Scans at most 65,536
+    processes; processes that vanish or cannot be read meanwhile are skipped. Returns []
+    for ``pgid <= 1``.
+    """
+    if pgid <= 1:
+        return []
+    me = os.getpid()
+    members: list[int] = []
+    for count, entry in enumerate(os.scandir("/proc")):
+        if count >= MAX_PIDS:
+            break
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            stat = read_stat(int(entry.name))
+        except ProcessIdentityError:
+            continue
+        if stat is not None and stat.pgid == pgid and stat.state not in ("Z", "X"):
+            members.append(stat.pid)
+    return sorted(members)
 
 
 def _holds(proc_dir: str, target: tuple[int, int]) -> bool:

@@ -5,7 +5,9 @@ active attempt is decided from durable facts, in this order:
 
 1. a trusted receipt (decodes, and names this run, attempt and handle) settles the attempt
    and the run in one transaction with both events; then the receipt file is deleted; then
-   the journal row is resolved;
+   the journal row is resolved (kept while the lock stays held). Before the commit, when the
+   attempt lock is still held (a process that escaped the group outlived the wrapper), its
+   holders get TERM, the grace, KILL and an event, as after any exit (issue 10 item 5);
 2. an invalid receipt is quarantined (intent persisted first, then the move) and the attempt
    is decided as if it had none;
 3. no receipt: the handle is compared with the machine. Another boot, no such pid or other
@@ -27,6 +29,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from qinglong.local.process.leftovers import ReceiptStoreLock, stop_leftovers
 from qinglong.local.process.receipt_store import ReceiptStore
 from qinglong.local.storage.repository import LocalRunRepository
 from qinglong.shared.backoff import retry_not_before_ms
@@ -62,6 +65,8 @@ class ReconcileResult:
     settled_from_receipt: int = 0
     lost: int = 0
     quarantined: int = 0
+    leftovers_stopped: int = 0
+    leftovers_unresolved: int = 0
     insufficient: int = 0
     errors: int = 0
     truncated: bool = False
@@ -81,7 +86,8 @@ class LocalRunReconciler:
     """Decides leftover runs from receipts and process identity (see module docstring).
 
     ``quarantine(run_id, attempt_id)`` persists the quarantine intent and moves an invalid receipt
-    away (ADR-0069 §3); ``retry_base_s``/``retry_cap_s`` as for the coordinator.
+    away (ADR-0069 §3); ``retry_base_s``/``retry_cap_s`` as for the coordinator; ``grace_s``:
+    seconds between TERM and KILL for processes left holding a settled attempt's lock.
     """
 
     def __init__(
@@ -92,12 +98,14 @@ class LocalRunReconciler:
         *,
         retry_base_s: float = 5.0,
         retry_cap_s: float = 600.0,
+        grace_s: float = 5.0,
     ) -> None:
         self.repo = repo
         self.receipts = receipts
         self.quarantine = quarantine
         self.retry_base_s = retry_base_s
         self.retry_cap_s = retry_cap_s
+        self.grace_s = grace_s
 
     def reconcile(self, skip: Callable[[str], bool] = lambda run_id: False) -> ReconcileResult:
         """One pass over at most 256 candidates. Never raises for one run's trouble: it is
@@ -148,7 +156,7 @@ class LocalRunReconciler:
         handle = self._handle(attempt)
         receipt = self._trusted_receipt(run, attempt, handle, result)  # steps 1-2
         if receipt is not None:
-            self._settle_from_receipt(run, task, attempt, receipt)
+            self._settle_from_receipt(run, task, attempt, receipt, result)
             result.settled_from_receipt += 1
             return
         if handle is None:  # step 4: a start intent (or a bare claim) without a handle
@@ -169,7 +177,7 @@ class LocalRunReconciler:
         # gone or zombie: look once more for a receipt published in between
         receipt = self._trusted_receipt(run, attempt, handle, result)
         if receipt is not None:
-            self._settle_from_receipt(run, task, attempt, receipt)
+            self._settle_from_receipt(run, task, attempt, receipt, result)
             result.settled_from_receipt += 1
             return
         if self.receipts.lock_held(attempt.id):
@@ -207,15 +215,36 @@ class LocalRunReconciler:
     # -- settling -----------------------------------------------------------------------
 
     def _settle_from_receipt(
-        self, run: Run, task: Task, attempt: Attempt, receipt: CompletionReceipt
+        self, run: Run, task: Task, attempt: Attempt, receipt: CompletionReceipt,
+        result: ReconcileResult,
     ) -> None:
         outcome, code, signal = receipt_outcome(receipt, run, attempt)
+        # Leftovers first, as the coordinator does: a crash in between leaves the run active,
+        # so the next start stops (or finds gone) the rest and settles it then.
+        held = self._stop_leftovers(run, attempt, result)
         self._finish(run, task, attempt, outcome, exit_code=code, signal=signal,
                      finished_at_ms=receipt.finished_at_ms, detail={"source": "receipt"})
         # ADR-0069 §3: the terminal commit, then delete the receipt, then resolve the row
         self.receipts.delete(attempt.id)
+        if held:
+            return  # the lock stays held: the row stays for the cleanup scanner
         self.repo.resolve_journal(attempt.id)
         self._discard_lock(attempt.id)
+
+    def _stop_leftovers(self, run: Run, attempt: Attempt, result: ReconcileResult) -> bool:
+        """Issue 10 item 5: the wrapper published its receipt, yet processes of the attempt
+        may still hold its lock. Stop them (lock holders only: the group id of a wrapper we
+        never reaped is not pinned) and record it. True when the lock is still held."""
+        report = stop_leftovers(ReceiptStoreLock(self.receipts, attempt.id), pgid=None,
+                                grace_s=self.grace_s)
+        event = report.event()
+        if event is None:
+            return False
+        log.warning("run %s (settling from its receipt): %s", run.id, report.describe())
+        self.repo.record_leftovers(run.id, attempt.id, *event)
+        result.leftovers_unresolved += report.unresolved
+        result.leftovers_stopped += not report.unresolved
+        return report.unresolved
 
     def _lost(self, run: Run, task: Task, attempt: Attempt, reason: str) -> None:
         self._finish(run, task, attempt, AttemptStatus.LOST, detail={"source": reason})

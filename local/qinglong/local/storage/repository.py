@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from qinglong.local.storage.database import Database
 from qinglong.local.storage.journal import ReceiptJournalQueries
+from qinglong.local.storage.leftovers import LeftoverQueries
 from qinglong.local.storage.retention import RetentionQueries
 from qinglong.local.storage.rows import (
     ATTEMPT_COLUMNS,
@@ -100,7 +101,7 @@ def _event(
     )
 
 
-class LocalRunRepository(ReceiptJournalQueries, RetentionQueries):
+class LocalRunRepository(ReceiptJournalQueries, RetentionQueries, LeftoverQueries):
     """Tasks, runs, attempts, events and the receipt journal of one data directory.
 
     ``clock`` returns Unix milliseconds (injectable for tests). All methods raise
