@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from qinglong.local.storage.database import Database
+from qinglong.local.storage.dispatch_queries import DispatchQueries
 from qinglong.local.storage.journal import ReceiptJournalQueries
 from qinglong.local.storage.retention import RetentionQueries
 from qinglong.local.storage.rows import (
@@ -100,7 +101,7 @@ def _event(
     )
 
 
-class LocalRunRepository(ReceiptJournalQueries, RetentionQueries):
+class LocalRunRepository(ReceiptJournalQueries, RetentionQueries, DispatchQueries):
     """Tasks, runs, attempts, events and the receipt journal of one data directory.
 
     ``clock`` returns Unix milliseconds (injectable for tests). All methods raise
