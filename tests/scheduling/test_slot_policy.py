@@ -124,7 +124,7 @@ def test_an_every_second_task_skipped_for_ten_minutes_writes_one_event(env) -> N
 
 
 def test_a_boot_slot_of_an_allow_task_with_a_queued_run_is_backlog_full(env) -> None:  # type: ignore[no-untyped-def]
-    repo, clock, sched = env
+    repo, _clock, sched = env
     task = _task(repo, "@boot", "allow")
     assert sched.boot(T0) == 1
     assert sched.boot(T0 + 1) == 0  # the first boot run has not started
@@ -145,7 +145,7 @@ def test_a_manual_run_of_a_forbid_task_joins_its_queued_run_instead_of_conflicti
 
 
 def test_a_manual_run_of_a_forbid_task_conflicts_while_its_run_is_active(env) -> None:  # type: ignore[no-untyped-def]
-    repo, clock, sched = env
+    repo, _clock, _sched = env
     task = _task(repo, "@once", "forbid")
     service = LocalService(repo, supervised=False)
     first = service.run_now(task.name)
@@ -156,7 +156,7 @@ def test_a_manual_run_of_a_forbid_task_conflicts_while_its_run_is_active(env) ->
 
 
 def test_manual_runs_of_an_allow_task_are_not_bounded_by_the_backlog(env) -> None:  # type: ignore[no-untyped-def]
-    repo, clock, sched = env
+    repo, _clock, _sched = env
     task = _task(repo, "@once", "allow")
     service = LocalService(repo, supervised=False)
     ids = {service.run_now(task.name)["id"] for _ in range(3)}
