@@ -65,6 +65,7 @@ def test_c16_at_the_edge_cap_a_5s_forbid_task_runs_every_slot_beside_a_piling_al
         runs = ql3.json("local", "runs", "--limit", "200")
         shown_a = ql3.json("local", "task", "show", "a")
         shown_b = ql3.json("local", "task", "show", "b")
+        told_a = ql3.run("local", "task", "show", "a").stdout
     finally:
         assert ql3.stop_serve(serve) == 0
     print(f"C16: max queued A {max_queued_a}, max alive {_max_alive(runs)}, B runs "
@@ -86,5 +87,6 @@ def test_c16_at_the_edge_cap_a_5s_forbid_task_runs_every_slot_beside_a_piling_al
     assert a_events and {(k, d["reason"]) for k, d in a_events} == {
         ("slot_skipped", "backlog_full")}
     assert sum(d["count"] for _, d in a_events) >= 5
+    assert "): backlog_full" in told_a  # `task show` says why those slots did not run
     # the edge cap: never more than two attempts alive at once
     assert _max_alive(runs) <= 2
