@@ -108,7 +108,7 @@ class LocalService:
         ``replace`` asks the active run to stop first, ``forbid`` answers the task's queued
         run that has not started yet, or a ConflictError while a run is active."""
         task = self.repo.get_task(name)
-        run = admit_manual(self.repo, task, self._stop_run or (lambda run_id: False)).run
+        run = admit_manual(self.repo, task, self._stop_run or (lambda run_id: False))
         self._wake()
         return self._run_view(run)
 

@@ -22,11 +22,12 @@ from collections.abc import Callable
 
 from qinglong.local.storage.dispatch_queries import SlotOutcome, SlotReason, SlotState
 from qinglong.local.storage.repository import LocalRunRepository
-from qinglong.shared.domain import ConcurrencyPolicy, Task, Trigger
+from qinglong.shared.domain import ConcurrencyPolicy, Run, Task, Trigger
 from qinglong.shared.errors import ConflictError
 
 BACKLOG_LIMIT = 1
 """Queued (not started) runs a task may hold beyond its active ones (issue 10 item 4)."""
+
 
 def decide(policy: ConcurrencyPolicy, state: SlotState) -> SlotReason:
     """The outcome of a due slot for a task in ``state`` (pure; see the module doc)."""
@@ -59,12 +60,12 @@ def admit_slot(
     )
 
 
-def admit_manual(
-    repo: LocalRunRepository, task: Task, stop_run: Callable[[str], object]
-) -> SlotOutcome:
-    """A manual run now (``ql3 local run``): ``allow`` always queues one; ``replace``
-    supersedes first; ``forbid`` joins the task's queued run (``coalesced``, that run is
-    returned) and raises ConflictError while a run is dispatching/running."""
+def admit_manual(repo: LocalRunRepository, task: Task, stop_run: Callable[[str], object]) -> Run:
+    """A manual run now (``ql3 local run``); returns the run that will serve it: ``allow``
+    always queues one (a request, not a slot: no backlog bound); ``replace`` supersedes
+    first; ``forbid`` joins the task's queued run that has not started (that run is
+    returned, nothing recorded) and raises ConflictError while a run is dispatching or
+    running. Raises StorageError and friends (issue 10 item 4)."""
     if task.concurrency is ConcurrencyPolicy.REPLACE:
         supersede(repo, task.id, stop_run)
 
@@ -76,7 +77,7 @@ def admit_manual(
     outcome = repo.admit_run(task.id, Trigger.MANUAL, None, manual, task.concurrency.value)
     if outcome.run is None:
         raise ConflictError("the task already has a run in progress (policy forbid)")
-    return outcome
+    return outcome.run
 
 
 def supersede(repo: LocalRunRepository, task_id: str, stop_run: Callable[[str], object]) -> None:
