@@ -91,3 +91,30 @@ def test_c16_at_the_edge_cap_a_5s_forbid_task_runs_every_slot_beside_a_piling_al
     assert "): backlog_full" in told_a  # `task show` says why those slots did not run
     # the edge cap: never more than two attempts alive at once
     assert _max_alive(runs) <= 2
+
+
+def test_run_of_a_forbid_task_whose_run_waits_at_the_cap_answers_that_waiting_run(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "edge"
+    ql3 = Ql3(data)
+    ql3.run("local", "init", "--data-dir", str(data), "--profile", "edge")
+    ql3.run("local", "task", "add", "busy", "--schedule", "@once", "--concurrency", "allow",
+            "--", "sleep", "30")
+    ql3.run("local", "task", "add", "f", "--schedule", "@once", "--", "true")
+    serve = ql3.start_serve()
+    try:
+        busy = [ql3.json("local", "run", "busy")["id"] for _ in range(2)]
+        assert wait_for(lambda: all(
+            ql3.json("local", "inspect", run_id)["status"] == "running" for run_id in busy), 15)
+        first = ql3.json("local", "run", "f")
+        again = ql3.json("local", "run", "f")  # the cap is full: the first has not started
+        for run_id in busy:
+            ql3.run("local", "cancel", run_id)
+        done = wait_for(lambda: ql3.json("local", "inspect", first["id"])["finished_at"], 20)
+        runs_f = ql3.json("local", "runs", "--task", "f")
+    finally:
+        assert ql3.stop_serve(serve) == 0
+    assert first["status"] == "queued"
+    assert again["id"] == first["id"]
+    assert done and [r["status"] for r in runs_f] == ["succeeded"]
