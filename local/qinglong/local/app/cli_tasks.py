@@ -114,6 +114,8 @@ def task_show(name: str, data_dir: str | None, as_json: bool) -> None:
     click.echo(f"{'command':>13}: {' '.join(view['argv'])}")
     for run in view["recent_runs"]:
         click.echo("  " + output.describe_run(run))
+    for line in filter(None, map(output.describe_slot_event, view["events"])):
+        click.echo("  " + line)
 
 
 def _toggle(name: str, enabled: bool, data_dir: str | None, as_json: bool) -> None:

@@ -83,3 +83,23 @@ def describe_run(run: dict[str, Any]) -> str:
     if run.get("leftovers"):
         text += f" — {run['leftovers']['note']}"
     return text
+
+
+def describe_slot_event(event: dict[str, Any]) -> str | None:
+    """One line for a slot that created no run (``slot_skipped``/``slot_coalesced``, see
+    ``storage/dispatch_queries.py``): ``slots <first> .. <last> (N): <reason>``; None for
+    any other event (issue 10 item 4)."""
+    import json
+
+    from qinglong.local.app.views import iso
+
+    if event["kind"] not in ("slot_skipped", "slot_coalesced") or not event["detail"]:
+        return None
+    detail = json.loads(event["detail"])
+    first = _t(iso(detail.get("slot_ms")))
+    count = int(detail.get("count", 1))
+    span = first if count == 1 else f"{first} .. {_t(iso(detail.get('last_slot_ms')))}"
+    text = f"slot{'s' if count > 1 else ''} {span} ({count}): {detail.get('reason')}"
+    if detail.get("run_id"):
+        text += f" into queued run {detail['run_id']}"
+    return text

@@ -16,15 +16,9 @@ from qinglong.local.app.views import event_view, iso, run_view, task_view
 from qinglong.local.process.receipt_store import ReceiptStore
 from qinglong.local.recovery.evidence import attempt_evidence
 from qinglong.local.recovery.manual import resolve_run
-from qinglong.local.scheduling.scheduler import supersede
+from qinglong.local.scheduling.slot_policy import admit_manual
 from qinglong.local.storage.repository import LocalRunRepository
-from qinglong.shared.domain import ConcurrencyPolicy, Trigger
-from qinglong.shared.errors import (
-    ConflictError,
-    NotFoundError,
-    QinglongError,
-    ValidationError,
-)
+from qinglong.shared.errors import NotFoundError, QinglongError, ValidationError
 from qinglong.shared.statuses import ATTEMPT_ACTIVE, RUN_TERMINAL, AttemptStatus
 
 LOG_CHUNK_BYTES = 64 * 1024
@@ -113,16 +107,11 @@ class LocalService:
         return [self._run_view(r, leftovers.get(r.id)) for r in runs]
 
     def run_now(self, name: str) -> dict[str, Any]:
-        """Queue a manual run. With policy ``forbid`` an unfinished run makes it a
-        ConflictError; ``replace`` asks the active run to stop first."""
+        """Queue a manual run (``slot_policy.admit_manual``): ``allow`` always queues one,
+        ``replace`` asks the active run to stop first, ``forbid`` answers the task's queued
+        run that has not started yet, or a ConflictError while a run is active."""
         task = self.repo.get_task(name)
-        if task.concurrency is ConcurrencyPolicy.FORBID and self.repo.has_unfinished_run(task.id):
-            raise ConflictError("the task already has a run in progress (policy forbid)")
-        if task.concurrency is ConcurrencyPolicy.REPLACE:
-            supersede(self.repo, task.id, self._stop_run or (lambda run_id: False))
-        run = self.repo.create_run(task.id, Trigger.MANUAL)
-        if run is None:  # pragma: no cover - manual runs have no slot to collide on
-            raise ConflictError("the run could not be queued")
+        run = admit_manual(self.repo, task, self._stop_run or (lambda run_id: False))
         self._wake()
         return self._run_view(run)
 

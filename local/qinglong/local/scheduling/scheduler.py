@@ -2,9 +2,8 @@
 
 A run is created at most once per (task, slot): the unique index on
 ``runs (task_id, scheduled_at_ms)`` decides, so a repeated tick can never fire twice.
-Concurrency policy at a due slot: ``forbid`` skips it while the task has an unfinished run
-(recorded as an event), ``allow`` queues it, ``replace`` queues it and asks the active runs
-to stop (the dispatcher starts the new run only after their groups are gone).
+The concurrency policy at a due slot (forbid, allow with its bounded backlog, replace) is
+``slot_policy.admit_slot``.
 """
 
 from __future__ import annotations
@@ -12,9 +11,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from qinglong.local.scheduling.slot_policy import admit_slot
 from qinglong.local.storage.repository import LocalRunRepository
 from qinglong.shared.cron import Schedule, parse_schedule
-from qinglong.shared.domain import ConcurrencyPolicy, Task, Trigger
+from qinglong.shared.domain import Task, Trigger
 from qinglong.shared.errors import QinglongError
 
 log = logging.getLogger(__name__)
@@ -48,21 +48,13 @@ class Scheduler:
 
     def boot(self, boot_ms: int) -> int:
         """Queue one run of every enabled ``@boot`` task for this serve start, under the
-        task's concurrency policy (``forbid`` skips it while a run is unfinished)."""
+        task's concurrency policy (:func:`~qinglong.local.scheduling.slot_policy.admit_slot`)."""
         created = 0
         for task in self.repo.list_tasks():
             schedule = self._schedule(task)
             if not task.enabled or schedule is None or schedule.kind != "boot":
                 continue
-            if task.concurrency is ConcurrencyPolicy.FORBID and self.repo.has_unfinished_run(
-                task.id
-            ):
-                self.repo.task_event(task.id, "slot_skipped",
-                                     {"slot_ms": boot_ms, "reason": "forbid: a run is active"})
-                continue
-            if task.concurrency is ConcurrencyPolicy.REPLACE:
-                supersede(self.repo, task.id, self.stop_run)
-            if self.repo.create_run(task.id, Trigger.BOOT, scheduled_at_ms=boot_ms):
+            if admit_slot(self.repo, task, boot_ms, Trigger.BOOT, self.stop_run).run_created:
                 created += 1
         return created
 
@@ -93,23 +85,4 @@ class Scheduler:
         return wake
 
     def _fire(self, task: Task, slot_ms: int) -> None:
-        policy = task.concurrency
-        if policy is ConcurrencyPolicy.FORBID and self.repo.has_unfinished_run(task.id):
-            self.repo.task_event(
-                task.id, "slot_skipped", {"slot_ms": slot_ms, "reason": "forbid: a run is active"}
-            )
-            return
-        if policy is ConcurrencyPolicy.REPLACE:
-            supersede(self.repo, task.id, self.stop_run)
-        self.repo.create_run(task.id, Trigger.SCHEDULE, scheduled_at_ms=slot_ms)
-
-
-def supersede(repo: LocalRunRepository, task_id: str, stop_run: Callable[[str], object]) -> None:
-    """Policy ``replace``: cancel the task's queued runs and ask its active ones to stop
-    (cancel intent first, then TERM via ``stop_run``); the new run starts once their
-    groups are gone (DESIGN.md §3.7)."""
-    for run in repo.queued_runs(task_id):
-        repo.request_cancel(run.id, reason="replaced")
-    for run in repo.active_runs(task_id):
-        repo.request_cancel(run.id, reason="replaced")
-        stop_run(run.id)
+        admit_slot(self.repo, task, slot_ms, Trigger.SCHEDULE, self.stop_run)  # slot_policy.py

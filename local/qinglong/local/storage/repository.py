@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from qinglong.local.storage.database import Database
+from qinglong.local.storage.dispatch_queries import DispatchQueries
 from qinglong.local.storage.journal import ReceiptJournalQueries
 from qinglong.local.storage.leftovers import LeftoverQueries
 from qinglong.local.storage.retention import RetentionQueries
@@ -101,7 +102,9 @@ def _event(
     )
 
 
-class LocalRunRepository(ReceiptJournalQueries, RetentionQueries, LeftoverQueries):
+class LocalRunRepository(
+    ReceiptJournalQueries, RetentionQueries, LeftoverQueries, DispatchQueries
+):
     """Tasks, runs, attempts, events and the receipt journal of one data directory.
 
     ``clock`` returns Unix milliseconds (injectable for tests). All methods raise
