@@ -10,7 +10,12 @@
 --   Every existing row starts 'new', so the first tick after the upgrade computes it from
 --   the stored cursor (missed slots still follow the misfire grace).
 
+-- schedule_replay_until_ms: after a backward step, the newest cursor the task had reached;
+--   slots up to it are re-evaluated, and one that already has a run or a recorded skip is
+--   passed over silently (no slot fires twice, no skip is recorded twice). NULL = none.
+
 ALTER TABLE tasks ADD COLUMN next_fire_at_ms INTEGER;
+ALTER TABLE tasks ADD COLUMN schedule_replay_until_ms INTEGER;
 ALTER TABLE tasks ADD COLUMN next_fire_pending TEXT DEFAULT 'new'
     CHECK (next_fire_pending IS NULL OR next_fire_pending IN ('new', 'clock_step'));
 

@@ -160,10 +160,13 @@ class Scheduler:
             return
         due = schedule.due(cursor, now_ms, task.misfire_grace_s * 1000)
         slot = due.fire_slot_ms
-        # A slot that already has a run (re-evaluated after a backward clock step) is not
-        # offered again: the unique index would refuse the run, but ``replace`` would
-        # still cancel the active one and ``forbid`` would record a skip.
-        if slot is not None and not self.repo.slot_has_run(task.id, slot):
+        # Issue 10 item 3: a slot re-evaluated after a backward clock step that already has
+        # a run or a recorded skip is passed over: the unique index would refuse a second
+        # run, but ``replace`` would still cancel the active one and ``forbid`` would
+        # record the skip twice.
+        replayed = entry.replay_until_ms is not None and slot is not None \
+            and slot <= entry.replay_until_ms
+        if slot is not None and not (replayed and self.repo.slot_was_handled(task.id, slot)):
             self._fire(task, slot)
         self.repo.advance_schedule(
             entry, due.new_cursor_ms, schedule.next_slot_after(max(due.new_cursor_ms, now_ms)),

@@ -30,13 +30,15 @@ _LIVE = "enabled = 1 AND deleted_at_ms IS NULL"  # literal terms: the partial in
 
 @dataclass(frozen=True, slots=True)
 class ScheduleEntry:
-    """A task with its stored next fire time (Unix ms, None = no slot or not computed) and
+    """A task with its stored next fire time (Unix ms, None = no slot or not computed),
     ``pending``: None when up to date, else why it must be computed (``new``,
-    ``clock_step``; migration 0004)."""
+    ``clock_step``), and ``replay_until_ms``: slots up to it are re-evaluated after a
+    backward clock step (None = none; migration 0004)."""
 
     task: Task
     next_fire_at_ms: int | None
     pending: str | None
+    replay_until_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,13 +59,20 @@ def _check_limit(limit: int) -> None:
         raise ValueError(f"limit must be 1-{MAX_SCHEDULE_PAGE}")
 
 
+_EXTRA = ", next_fire_at_ms, next_fire_pending, schedule_replay_until_ms"
+
+
+def _opt(value: object) -> int | None:
+    return None if value is None else int(str(value))
+
+
 def _entry(row: Sequence[object]) -> ScheduleEntry:
     n = len(row)
-    fire = row[n - 2]
     return ScheduleEntry(
-        task_from_row(row[: n - 2]),
-        None if fire is None else int(str(fire)),
-        None if row[n - 1] is None else str(row[n - 1]),
+        task_from_row(row[: n - 3]),
+        _opt(row[n - 3]),
+        None if row[n - 2] is None else str(row[n - 2]),
+        _opt(row[n - 1]),
     )
 
 
@@ -93,7 +102,7 @@ class ScheduleQueries:
         (next_fire_at_ms, id) order, at most ``limit`` (one range of ``tasks_next_fire``)."""
         _check_limit(limit)
         return self.db.read(lambda conn: [_entry(row) for row in conn.execute(
-            f"SELECT {TASK_COLUMNS}, next_fire_at_ms, next_fire_pending FROM tasks"  # noqa: S608
+            f"SELECT {TASK_COLUMNS}{_EXTRA} FROM tasks"  # noqa: S608
             f" WHERE {_LIVE} AND next_fire_pending IS NULL AND next_fire_at_ms IS NOT NULL"
             " AND next_fire_at_ms <= ? ORDER BY next_fire_at_ms, id LIMIT ?",
             (now_ms, limit),
@@ -104,7 +113,7 @@ class ScheduleQueries:
         ``limit`` (``tasks_next_fire_pending``)."""
         _check_limit(limit)
         return self.db.read(lambda conn: [_entry(row) for row in conn.execute(
-            f"SELECT {TASK_COLUMNS}, next_fire_at_ms, next_fire_pending FROM tasks"  # noqa: S608
+            f"SELECT {TASK_COLUMNS}{_EXTRA} FROM tasks"  # noqa: S608
             f" WHERE {_LIVE} AND next_fire_pending IS NOT NULL ORDER BY id LIMIT ?",
             (limit,),
         )])
@@ -139,7 +148,8 @@ class ScheduleQueries:
         reason: str = "misfire",
     ) -> bool:
         """After a due entry was handled: store its new cursor and next fire time (Unix ms)
-        and, when ``skipped`` > 0, one ``slots_skipped`` event, in one transaction.
+        and, when ``skipped`` > 0, one ``slots_skipped`` event, in one transaction; the
+        replay mark is dropped once the cursor reaches it.
 
         Compare-and-set on the version and next fire time read in ``entry``: False (nothing
         written) when the task changed meanwhile (disabled, removed, re-enabled, or another
@@ -148,10 +158,12 @@ class ScheduleQueries:
 
         def op(conn: sqlite3.Connection) -> bool:
             cur = conn.execute(
-                "UPDATE tasks SET schedule_cursor_ms = ?, next_fire_at_ms = ?"
+                "UPDATE tasks SET schedule_cursor_ms = ?, next_fire_at_ms = ?,"
+                " schedule_replay_until_ms = CASE WHEN schedule_replay_until_ms > ?"
+                " THEN schedule_replay_until_ms END"
                 " WHERE id = ? AND version = ? AND next_fire_pending IS NULL"
                 " AND next_fire_at_ms IS ?",
-                (cursor_ms, next_fire_at_ms, entry.task.id, entry.task.version,
+                (cursor_ms, next_fire_at_ms, cursor_ms, entry.task.id, entry.task.version,
                  entry.next_fire_at_ms),
             )
             if cur.rowcount != 1:
@@ -195,19 +207,23 @@ class ScheduleQueries:
         self, now_ms: int, detail: dict[str, object], *, record_when_none: bool = True
     ) -> int:
         """The wall clock stepped back (issue 10 item 3): clamp every enabled live task's
-        cursor that lies after ``now_ms`` (Unix ms) to ``now_ms`` and mark its next fire
-        time pending (``clock_step``), and record one runtime-wide ``clock_step`` event
-        (``task_id`` NULL) with ``detail`` plus ``rebased`` (the count), in one transaction;
-        with ``record_when_none`` False the event is written only when a task was rebased.
-        Returns the number of tasks rebased. Scans the tasks table once (only at a step).
+        cursor that lies after ``now_ms`` (Unix ms) to ``now_ms``, remember the old cursor
+        as its replay mark and mark its next fire time pending (``clock_step``), and record
+        one runtime-wide ``clock_step`` event (``task_id`` NULL) with ``detail`` plus
+        ``rebased`` (the count), in one transaction; with ``record_when_none`` False the
+        event is written only when a task was rebased. Returns the number of tasks rebased.
+        Scans the tasks table once (only at a step).
 
         Slots in (now, old cursor] may have fired already: they are re-evaluated as time
-        passes, and the unique (task, slot) index keeps any of them from firing twice."""
+        passes; the unique (task, slot) index and :meth:`slot_was_handled` keep any of them
+        from firing twice."""
         at = self.clock()
 
         def op(conn: sqlite3.Connection) -> int:
             cur = conn.execute(
-                "UPDATE tasks SET schedule_cursor_ms = ?, next_fire_pending = 'clock_step'"
+                "UPDATE tasks SET schedule_cursor_ms = ?, next_fire_pending = 'clock_step',"
+                " schedule_replay_until_ms = MAX(schedule_cursor_ms,"
+                " COALESCE(schedule_replay_until_ms, schedule_cursor_ms))"
                 " WHERE enabled = 1 AND deleted_at_ms IS NULL AND schedule_cursor_ms > ?",
                 (now_ms, now_ms),
             )
@@ -232,10 +248,15 @@ class ScheduleQueries:
         ).fetchall())
         return [(int(at), dict(json.loads(str(d))) if d else {}) for at, d in rows]
 
-    def slot_has_run(self, task_id: str, slot_ms: int) -> bool:
-        """Whether (task, slot) already has a run (the unique index ``runs_task_slot``)."""
+    def slot_was_handled(self, task_id: str, slot_ms: int) -> bool:
+        """Whether (task, slot) already has a run (the unique index ``runs_task_slot``) or a
+        recorded ``slot_skipped`` event. The event lookup reads the task's events: call it
+        only for slots re-evaluated after a backward clock step."""
         return self.db.read(lambda conn: conn.execute(
-            "SELECT 1 FROM runs WHERE task_id = ? AND scheduled_at_ms = ?", (task_id, slot_ms)
+            "SELECT 1 FROM runs WHERE task_id = ? AND scheduled_at_ms = ?"
+            " UNION ALL SELECT 1 FROM events WHERE task_id = ? AND run_id IS NULL"
+            " AND kind = 'slot_skipped' AND json_extract(detail, '$.slot_ms') = ? LIMIT 1",
+            (task_id, slot_ms, task_id, slot_ms),
         ).fetchone() is not None)
 
     def boot_task_candidates(self) -> list[Task]:
