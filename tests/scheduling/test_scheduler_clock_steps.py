@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from qinglong.local.scheduling.clock import WallClockStepDetector
 from qinglong.local.scheduling.scheduler import Scheduler
 from qinglong.local.storage.migrations import open_database
 from qinglong.local.storage.repository import LocalRunRepository
@@ -59,6 +58,8 @@ def _detail(event_detail: str | None) -> dict[str, object]:
 
 
 def test_the_detector_reports_steps_beyond_the_tolerance_in_both_directions() -> None:
+    from qinglong.local.scheduling.clock import WallClockStepDetector
+
     mono = [0]
     detector = WallClockStepDetector(2_000, lambda: mono[0])
     assert detector.observe(T0) == 0  # the first observation has nothing to compare

@@ -10,12 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from qinglong.local.scheduling.scheduler import (
-    IDLE_WAKE_MS,
-    PENDING_PAGE,
-    SCHEDULE_CACHE,
-    Scheduler,
-)
+from qinglong.local.scheduling import scheduler as scheduling
+from qinglong.local.scheduling.scheduler import IDLE_WAKE_MS, Scheduler
 from qinglong.local.storage.migrations import default_migrations_dir, open_database
 from qinglong.local.storage.repository import LocalRunRepository
 from qinglong.shared.cron import Schedule
@@ -112,7 +108,7 @@ def test_a_large_import_is_computed_in_bounded_batches_while_the_loop_keeps_tick
     env: tuple[LocalRunRepository, Clocks],
 ) -> None:
     repo, clocks = env
-    tasks = [_task(repo, "15 4 * * *") for _ in range(PENDING_PAGE * 2 + 10)]
+    tasks = [_task(repo, "15 4 * * *") for _ in range(scheduling.PENDING_PAGE * 2 + 10)]
     sched = _scheduler(repo, clocks)
     wakes = [sched.tick(clocks.now) for _ in range(3)]
     assert wakes[:2] == [clocks.now, clocks.now]  # a full batch: go on at once
@@ -125,12 +121,12 @@ def test_parsed_schedules_are_cached_by_expression_not_kept_for_every_task(
     env: tuple[LocalRunRepository, Clocks],
 ) -> None:
     repo, clocks = env
-    for n in range(SCHEDULE_CACHE + 72):  # all different expressions
+    for n in range(scheduling.SCHEDULE_CACHE + 72):  # all different expressions
         _task(repo, f"{n % 60} {n // 60} * * *")
     sched = _scheduler(repo, clocks)
     while sched.tick(clocks.now) <= clocks.now:
         pass
-    assert len(sched._cache) == SCHEDULE_CACHE  # a bounded LRU, not one per task
+    assert len(sched._cache) == scheduling.SCHEDULE_CACHE  # a bounded LRU, not one per task
 
 
 def test_boot_once_and_invalid_schedules_store_no_next_fire_time(
