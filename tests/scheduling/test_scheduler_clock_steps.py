@@ -195,4 +195,30 @@ def test_a_cursor_left_in_the_future_while_serve_was_down_is_rebased_at_the_firs
     second.tick(clocks.advance(2_000))
     assert _slots(repo, task) == [T0 + 2_000, T0 - 2 * HOUR + 4_000]
     [(_, step)] = repo.runtime_events("clock_step")
-    assert step["detected"] == "at_start" and step["rebased"] == 1
+    assert step["detected"] == "cursor_in_future" and step["rebased"] == 1
+
+
+def test_a_backward_step_whose_rebase_failed_is_rebased_by_the_next_tick(
+    env: tuple[LocalRunRepository, Clocks, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from qinglong.shared.errors import StorageBusyError
+
+    repo, clocks, stopped = env
+    task = _task(repo, "*/2 * * * * *")
+    sched = Scheduler(repo, stopped.append, monotonic_ms=lambda: clocks.mono)
+    sched.tick(clocks.now)
+    sched.tick(clocks.advance(2_000))
+    rebase = repo.rebase_future_cursors
+
+    def busy_once(*args: object, **kw: object) -> int:
+        monkeypatch.setattr(repo, "rebase_future_cursors", rebase)
+        raise StorageBusyError("the queue is full")
+
+    monkeypatch.setattr(repo, "rebase_future_cursors", busy_once)
+    clocks.mono += 2_000
+    clocks.now += 2_000 - 2 * HOUR
+    with pytest.raises(StorageBusyError):
+        sched.tick(clocks.now)  # the step is seen, its rebase fails: the loop retries
+    sched.tick(clocks.advance(1_000))
+    sched.tick(clocks.advance(1_000))
+    assert _slots(repo, task) == [T0 + 2_000, T0 + 6_000 - 2 * HOUR]

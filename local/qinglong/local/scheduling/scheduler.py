@@ -114,7 +114,11 @@ class Scheduler:
         times at wall time ``now_ms`` (Unix ms); returns the Unix ms to wake at (``now_ms``
         when more work is waiting, else the earliest stored next fire time, capped at
         ``now_ms + IDLE_WAKE_MS``). Raises what the repository raises (StorageError...)."""
-        reason = self._clock_step(now_ms)
+        try:
+            reason = self._clock_step(now_ms)
+        except BaseException:
+            self._started = False  # the next tick looks for cursors left in the future again
+            raise
         due = self.repo.due_schedules(now_ms, DUE_PAGE)
         for entry in due:
             self._handle_due(entry, now_ms, reason)
@@ -131,12 +135,13 @@ class Scheduler:
         reason given to slots skipped in this tick (``clock_step`` or ``misfire``)."""
         step = self.clock_steps.observe(now_ms)
         if not self._started:
-            # Cursors after now at the first tick: the clock went back while nothing watched.
-            self._started = True
+            # Cursors after now at the first tick (or after a failed tick): the clock went
+            # back while nothing watched.
             self.repo.rebase_future_cursors(
-                now_ms, {"direction": "backward", "step_ms": None, "detected": "at_start"},
+                now_ms, {"direction": "backward", "step_ms": None, "detected": "cursor_in_future"},
                 record_when_none=False,
             )
+            self._started = True
             return "misfire"
         if step == 0:
             return "misfire"
