@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from qinglong.local.scheduling.scheduler import Scheduler
+from qinglong.local.scheduling.scheduler import IDLE_WAKE_MS, Scheduler
 from qinglong.local.storage.migrations import open_database
 from qinglong.local.storage.repository import LocalRunRepository
 from qinglong.shared.domain import ConcurrencyPolicy, Task, Trigger
@@ -154,7 +154,7 @@ def test_boot_tasks_get_one_run_per_serve_start(env) -> None:  # type: ignore[no
     assert sched.boot(T0 + 2) == 1  # the next serve start
     assert [r.trigger for r in repo.list_runs(task.id)] == [Trigger.BOOT, Trigger.BOOT]
     assert repo.list_runs(disabled.id) == []
-    assert sched.tick(clock.now) == clock.now + 60_000  # @boot never fires on schedule
+    assert sched.tick(clock.now) == clock.now + IDLE_WAKE_MS  # @boot never fires on schedule
 
 
 def test_replace_supersedes_runs_still_queued_so_they_never_pile_up(env) -> None:  # type: ignore[no-untyped-def]

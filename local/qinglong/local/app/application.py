@@ -194,8 +194,11 @@ class LocalStack:
         )
 
     def run_loop(self, stop: threading.Event) -> None:
-        """The serve lifecycle: fire due slots, dispatch queued runs, sleep until the next
-        slot, queued ``not_before`` or wake-up (bounded by 60 s)."""
+        """The serve lifecycle: fire due slots, dispatch queued runs, sleep until the
+        earliest stored next fire time (one indexed MIN), a queued run's ``not_before`` or
+        a wake-up, bounded by ``IDLE_WAKE_MS`` (5 s) so a wall-clock step is noticed soon
+        (issue 10 items 1 and 3). It waits on ``threading.Event`` (monotonic timeouts),
+        never ``time.sleep``: under libfaketime a sleep can fail (SERVICES.md)."""
         repo = self.store.repo
         while not stop.is_set():
             now = repo.clock()

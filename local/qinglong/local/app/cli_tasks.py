@@ -112,6 +112,10 @@ def task_show(name: str, data_dir: str | None, as_json: bool) -> None:
                 "max_attempts", "cwd", "created_at"):
         click.echo(f"{key:>13}: {view[key]}")
     click.echo(f"{'command':>13}: {' '.join(view['argv'])}")
+    if view.get("next_fire_pending"):
+        click.echo(f"{'next_fire':>13}: pending (computed by the running serve)")
+    else:
+        click.echo(f"{'next_fire':>13}: {view.get('next_fire') or '-'}")
     for run in view["recent_runs"]:
         click.echo("  " + output.describe_run(run))
     for line in filter(None, map(output.describe_slot_event, view["events"])):

@@ -77,9 +77,15 @@ class LocalService:
         return [task_view(t) for t in self.repo.list_tasks()]
 
     def task_show(self, name: str) -> dict[str, Any]:
-        """One task with its five newest runs and ten newest task events."""
+        """One task with its five newest runs and ten newest task events, and its stored
+        next fire time (issue 10 item 1): ``next_fire`` (ISO UTC, or None: no slot, disabled,
+        or not computed yet) and ``next_fire_pending`` (True until a running ``serve``
+        computes it after an add, import, enable or backward clock step)."""
         task = self.repo.get_task(name)
         view = task_view(task)
+        next_fire, pending = self.repo.next_fire_of(task.id)
+        view["next_fire"] = iso(next_fire) if task.enabled and not pending else None
+        view["next_fire_pending"] = task.enabled and pending is not None
         view["recent_runs"] = self._run_views(self.repo.list_runs(task_id=task.id, limit=5))
         view["events"] = [event_view(e) for e in self.repo.task_events(task.id, limit=10)]
         return view

@@ -30,6 +30,7 @@ from qinglong.local.storage.rows import (
     run_from_row,
     task_from_row,
 )
+from qinglong.local.storage.schedule_queries import ScheduleQueries
 from qinglong.shared.domain import Attempt, Event, Run, Task, Trigger
 from qinglong.shared.errors import (
     ConcurrentUpdateError,
@@ -103,7 +104,7 @@ def _event(
 
 
 class LocalRunRepository(
-    ReceiptJournalQueries, RetentionQueries, LeftoverQueries, DispatchQueries
+    ReceiptJournalQueries, RetentionQueries, LeftoverQueries, DispatchQueries, ScheduleQueries
 ):
     """Tasks, runs, attempts, events and the receipt journal of one data directory.
 
@@ -195,16 +196,22 @@ class LocalRunRepository(
         )
 
     def set_task_enabled(self, name: str, enabled: bool) -> Task:
-        """Enable or disable a live task (event ``task_enabled``/``task_disabled``)."""
+        """Enable or disable a live task (event ``task_enabled``/``task_disabled``).
+
+        Enabling marks its next fire time pending (computed by the next scheduler tick from
+        a fresh cursor: nothing missed while disabled fires); disabling clears it
+        (migration 0004, issue 10 item 1). Raises NotFoundError."""
         at = self.clock()
 
         def op(conn: sqlite3.Connection) -> Task:
             task = self._task_by_name(conn, name)
             conn.execute(
                 "UPDATE tasks SET enabled = ?, version = version + 1, updated_at_ms = ?,"
-                " schedule_cursor_ms = CASE WHEN ? THEN NULL ELSE schedule_cursor_ms END"
+                " schedule_cursor_ms = CASE WHEN ? THEN NULL ELSE schedule_cursor_ms END,"
+                # migration 0004: enabling computes the next fire time anew, disabling clears it
+                " next_fire_at_ms = NULL, next_fire_pending = CASE WHEN ? THEN 'new' END"
                 " WHERE id = ?",
-                (int(enabled), at, int(enabled and not task.enabled), task.id),
+                (int(enabled), at, int(enabled and not task.enabled), int(enabled), task.id),
             )
             _event(conn, at, "task_enabled" if enabled else "task_disabled", task_id=task.id)
             return self._task_by_id(conn, task.id)
@@ -212,7 +219,8 @@ class LocalRunRepository(
         return self.db.write(op)
 
     def remove_task(self, name: str) -> Task:
-        """Remove a live task; its runs stay as history. ConflictError while a run is active."""
+        """Remove a live task; its runs stay as history; its next fire time is cleared.
+        ConflictError while a run is active."""
         at = self.clock()
 
         def op(conn: sqlite3.Connection) -> Task:
@@ -225,7 +233,8 @@ class LocalRunRepository(
                 raise ConflictError("the task has a queued or active run; cancel it first")
             conn.execute(
                 "UPDATE tasks SET deleted_at_ms = ?, enabled = 0, version = version + 1,"
-                " updated_at_ms = ? WHERE id = ?",
+                " updated_at_ms = ?, next_fire_at_ms = NULL, next_fire_pending = NULL"
+                " WHERE id = ?",
                 (at, at, task.id),
             )
             _event(conn, at, "task_removed", task_id=task.id)
