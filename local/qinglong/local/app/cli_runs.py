@@ -187,9 +187,11 @@ def recovery_status(verbose: bool, data_dir: str | None, as_json: bool) -> None:
                                      if detail else ""))
         for ev in (detail or {}).get("attempts", []):
             holders = ", ".join(map(str, ev.get("lock_holders") or []))
+            why = {k: f" ({ev[k + '_unreadable']})" if k + "_unreadable" in ev else ""
+                   for k in ("receipt", "lock")}
             click.echo(f"    attempt {ev['attempt']} {ev['status']}: process {ev['process']}, "
-                       f"receipt {ev['receipt']}, lock {ev['lock']}"
-                       + (f" (held by pids {holders})" if holders else ""))
+                       f"receipt {ev['receipt']}{why['receipt']}, lock {ev['lock']}"
+                       f"{why['lock']}" + (f" (held by pids {holders})" if holders else ""))
     if view["runs"] and not view["supervised"]:
         click.echo("`ql3 local serve` settles these from their receipts and process identity "
                    "at start; `ql3 local recovery resolve RUN_ID... --as lost|failed` settles "
