@@ -17,8 +17,8 @@ from recovery_kit import Kit, handle_of
 
 from qinglong.local.recovery.evidence import attempt_evidence
 from qinglong.local.recovery.manual import resolve_run
+from qinglong.shared import errors
 from qinglong.shared.domain import Attempt, Run
-from qinglong.shared.errors import AttemptLockHeldError, EvidenceUnreadableError
 from qinglong.shared.handles import PID_MAX
 from qinglong.shared.process.identity import read_boot_id
 from qinglong.shared.statuses import AttemptStatus, RunStatus
@@ -96,7 +96,7 @@ def test_resolve_refuses_a_corrupt_handle_while_a_process_holds_the_attempt_lock
     holder = subprocess.Popen(["sleep", "120"], pass_fds=(fd,))  # holds the lock too
     os.close(fd)
     try:
-        with pytest.raises(AttemptLockHeldError) as info:
+        with pytest.raises(errors.AttemptLockHeldError) as info:
             resolve_run(kit.repo, kit.receipts, run.id, "failed")
         assert info.value.holders == [holder.pid]
         assert "holds its attempt lock (1 holder(s)" in str(info.value)
@@ -139,7 +139,7 @@ def test_resolve_refuses_with_the_reason_when_the_receipt_shard_is_a_symlink(
     os.rmdir(shard)
     (tmp_path / "elsewhere").mkdir()
     os.symlink(tmp_path / "elsewhere", shard)
-    with pytest.raises(EvidenceUnreadableError) as info:
+    with pytest.raises(errors.EvidenceUnreadableError) as info:
         resolve_run(kit.repo, kit.receipts, run.id, "lost")
     assert info.value.reason == "unsafe_path"
     assert str(tmp_path) not in str(info.value)
