@@ -179,3 +179,17 @@ def test_evidence_reports_a_receipt_that_is_a_directory_as_unreadable(
     evidence = attempt_evidence(kit.receipts, kit.repo.get_attempt(attempt.id))
     assert (evidence["receipt"], evidence["receipt_unreadable"]) == ("unreadable", "not_a_file")
     assert evidence["process"] == "alive"
+
+
+def test_a_start_intent_without_a_handle_is_decided_by_the_attempt_lock_alone(
+    kit: Kit,
+) -> None:
+    run, attempt = kit.left_running(None, starting=True)
+    fd = take_lock(kit, attempt)
+    try:
+        with pytest.raises(errors.ConflictError):
+            resolve_run(kit.repo, kit.receipts, run.id, "lost")
+        assert kit.repo.get_run(run.id).status in (RunStatus.DISPATCHING, RunStatus.RUNNING)
+    finally:
+        os.close(fd)
+    assert resolve_run(kit.repo, kit.receipts, run.id, "lost").status == "lost"
