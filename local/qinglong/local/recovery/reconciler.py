@@ -138,10 +138,12 @@ class LocalRunReconciler:
     def require_safe(result: ReconcileResult) -> None:
         """Raise LocalApplicationStartupRecoveryRequiredError unless ``result.safe``: counts
         of the runs left undecided and their active attempts (settled runs are not counted),
-        a lower bound ("or more") when the page was truncated or unreadable."""
+        a lower bound ("or more") when the page was truncated (the unseen runs count as at
+        least one) or unreadable."""
         if not result.safe:
+            undecided = result.insufficient + result.errors - int(result.page_failed)
             raise LocalApplicationStartupRecoveryRequiredError(
-                candidates=result.insufficient + result.errors - int(result.page_failed),
+                candidates=undecided + int(result.truncated),
                 active_attempts=result.undecided_attempts,
                 truncated=result.truncated or result.page_failed,
             )
