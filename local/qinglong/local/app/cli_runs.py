@@ -211,7 +211,8 @@ def recovery_resolve(
 
     A published completion receipt wins (the run gets its real exit code); a process of the
     run that may still be alive refuses the resolution; otherwise the run is recorded as
-    --as lost|failed. Each resolution is an event naming who and when.
+    --as lost|failed. A corrupt stored handle is never used: the attempt lock alone
+    decides (held refuses, free settles). Each resolution is an event naming who and when.
     """
     with open_backend(datadir_of(data_dir), "recovery resolve") as backend:
         results = backend.call("recovery_resolve", run_ids=list(run_ids), **{"as": verdict})
