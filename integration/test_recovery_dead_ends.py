@@ -56,11 +56,19 @@ def kill_group(run: dict[str, Any]) -> None:
 
 
 def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    """A non-zombie process is in group ``pgid`` (an orphan may be reparented to a test
+    process that never reaps it: a zombie holds no lock and counts as gone)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            return True
+    return False
 
 
 def corrupt_handle(ql3: Ql3, run: dict[str, Any], handle: str | None) -> None:
@@ -146,7 +154,8 @@ def test_recovery_status_verbose_reports_one_unreadable_receipt_shard_and_the_ot
     bad, good = evidence[runs[1]["id"]], evidence[runs[0]["id"]]
     assert (bad["receipt"], bad["receipt_unreadable"]) == ("unreadable", "unsafe_path")
     assert (bad["lock"], bad["lock_unreadable"]) == ("unreadable", "unsafe_path")
-    assert (good["process"], good["receipt"], good["lock"]) == ("gone", "none", "free")
+    assert (good["receipt"], good["lock"]) == ("none", "free")
+    assert good["process"] in ("gone", "zombie")  # an orphan may wait to be reaped
     text = ql3.run("local", "recovery", "status", "--verbose")
     assert "receipt unreadable (unsafe_path)" in text.stdout
     assert str(outside) not in text.stdout + text.stderr
