@@ -59,6 +59,38 @@ class ConflictError(QinglongError):
     code = "conflict"
 
 
+class AttemptLockHeldError(ConflictError):
+    """A process of the attempt still holds its attempt lock, so the attempt cannot be
+    settled by hand (DESIGN.md §3.3, §3.4; issue 10 item 7). ``holders`` are the pids found
+    holding the lock file (a /proc scan; it may find none, e.g. without the permission)."""
+
+    code = "attempt_lock_held"
+
+    def __init__(self, holders: list[int]) -> None:
+        found = ", ".join(map(str, holders)) if holders else "none found"
+        super().__init__(
+            f"a process of this run still holds its attempt lock ({len(holders)} holder(s): "
+            f"pids {found}); stop it first"
+        )
+        self.holders = list(holders)
+
+
+class EvidenceUnreadableError(ConflictError):
+    """The attempt's receipt or lock cannot be read safely, so its fate cannot be decided
+    (issue 10 item 7). ``reason`` is a class (``unsafe_path``, ``not_a_file``,
+    ``permission``, ``io_error``), never a path or file content."""
+
+    code = "evidence_unreadable"
+
+    def __init__(self, what: str, reason: str) -> None:
+        super().__init__(
+            f"the attempt's {what} cannot be read safely ({reason}); repair the receipt "
+            "directory of this attempt, then resolve again"
+        )
+        self.what = what
+        self.reason = reason
+
+
 class ReceiptCodecError(QinglongError):
     """A completion receipt is malformed, too large, or of an unknown format."""
 
@@ -133,6 +165,9 @@ class LocalApplicationStartupRecoveryRequiredError(QinglongError):
     """Startup found runs whose fate is not yet proven (ADR-0067 §3, DESIGN.md §3.4).
 
     Carries counts and the truncated flag only: no run ids, commands, paths or output.
+    ``candidates``: runs left undecided by this pass (settled ones are not counted);
+    ``active_attempts``: their attempts still active; ``truncated``: more candidates exist
+    than one pass reads (256), so the counts are a lower bound (issue 10 item 7).
     """
 
     code = "startup_recovery_required"
@@ -141,7 +176,8 @@ class LocalApplicationStartupRecoveryRequiredError(QinglongError):
         more = " or more" if truncated else ""
         super().__init__(
             f"startup recovery required: {candidates}{more} run(s) in dispatching/running "
-            f"with {active_attempts} active attempt(s) need a decision before new work starts"
+            f"with {active_attempts}{more} active attempt(s) need a decision before new "
+            "work starts"
         )
         self.candidates = candidates
         self.active_attempts = active_attempts

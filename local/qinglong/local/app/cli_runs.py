@@ -187,9 +187,11 @@ def recovery_status(verbose: bool, data_dir: str | None, as_json: bool) -> None:
                                      if detail else ""))
         for ev in (detail or {}).get("attempts", []):
             holders = ", ".join(map(str, ev.get("lock_holders") or []))
+            why = {k: f" ({ev[k + '_unreadable']})" if k + "_unreadable" in ev else ""
+                   for k in ("receipt", "lock")}
             click.echo(f"    attempt {ev['attempt']} {ev['status']}: process {ev['process']}, "
-                       f"receipt {ev['receipt']}, lock {ev['lock']}"
-                       + (f" (held by pids {holders})" if holders else ""))
+                       f"receipt {ev['receipt']}{why['receipt']}, lock {ev['lock']}"
+                       f"{why['lock']}" + (f" (held by pids {holders})" if holders else ""))
     unresolved = view.get("leftovers_unresolved", [])
     if unresolved:
         click.echo(f"{len(unresolved)} ended run(s) with unresolved leftovers: processes they "
@@ -216,7 +218,8 @@ def recovery_resolve(
 
     A published completion receipt wins (the run gets its real exit code); a process of the
     run that may still be alive refuses the resolution; otherwise the run is recorded as
-    --as lost|failed. Each resolution is an event naming who and when.
+    --as lost|failed. A corrupt stored handle is never used: the attempt lock alone
+    decides (held refuses, free settles). Each resolution is an event naming who and when.
     """
     with open_backend(datadir_of(data_dir), "recovery resolve") as backend:
         results = backend.call("recovery_resolve", run_ids=list(run_ids), **{"as": verdict})

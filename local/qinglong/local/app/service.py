@@ -145,7 +145,9 @@ class LocalService:
         """The startup recovery view: runs in dispatching/running (ADR-0067 §1), and
         ``leftovers_unresolved``: ids of ended runs (newest first, at most 100) whose attempt
         lock is still held by processes that could not be found (issue 10 item 5); with
-        ``verbose``, per run its task and the evidence of each active attempt."""
+        ``verbose``, per run its task and the evidence of each active attempt
+        (:func:`attempt_evidence`: one attempt's unreadable receipt or lock is reported as
+        ``unreadable`` with a reason class and never fails the view; issue 10 item 7)."""
         page = self.repo.inspect_candidates(256)
         view: dict[str, Any] = {
             "supervised": self.supervised,

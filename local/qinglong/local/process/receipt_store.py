@@ -1,7 +1,8 @@
 """Completion receipt file store (DESIGN.md §3.3, §3.4; ADR-0069 §2–§3).
 
-Layout: ``<root>/<last two hex chars of the attempt id>/<attempt_id>.receipt`` and
-``<attempt_id>.lock`` beside it; root and shards are private (0700) directories. Every
+Layout: ``<root>/<last two hex chars of the attempt id>/<attempt_id>.receipt``,
+``<attempt_id>.lock`` and the wrapper's temporary ``.<attempt_id>.receipt.tmp`` beside it
+(left only by a wrapper killed while publishing); root and shards are private (0700). Every
 directory is opened with ``O_NOFOLLOW | O_DIRECTORY`` one component at a time, so a
 symlinked root or shard is refused. The store never lists a directory.
 """
@@ -25,8 +26,23 @@ from qinglong.shared.receipts import RECEIPT_MAX_BYTES, CompletionReceipt, decod
 
 RECEIPT_SUFFIX = ".receipt"
 LOCK_SUFFIX = ".lock"
+TEMP_SUFFIX = ".receipt.tmp"  # wrapper.py writes ".<attempt_id>" + this (issue 10 item 7)
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _NOT_A_FILE = (errno.ELOOP, errno.ENXIO, errno.ENODEV)  # symlink, socket, device
+
+
+class ReceiptNotAFileError(ReceiptCodecError):
+    """The receipt is a symlink, directory, FIFO or other non-regular file: it cannot be
+    read as a receipt (a ReceiptCodecError, so recovery quarantines it as any invalid one)."""
+
+    code = "receipt_not_a_file"
+
+
+def temporary_name(attempt_id: str) -> str:
+    """``.<attempt_id>.receipt.tmp``: the exact name of the wrapper's private temporary
+    receipt (DESIGN.md §3.3), derived from the attempt id so cleanup never lists a directory
+    (ADR-0069 §4). Raises InvalidIdentifierError."""
+    return "." + validate_uuid7(attempt_id, "attempt_id") + TEMP_SUFFIX
 
 
 class ReceiptStore:
@@ -106,14 +122,14 @@ class ReceiptStore:
             return None
         except OSError as exc:
             if exc.errno in _NOT_A_FILE:
-                raise ReceiptCodecError("receipt is a symlink or not a file") from None
+                raise ReceiptNotAFileError("receipt is a symlink or not a file") from None
             raise
         finally:
             os.close(shard_fd)
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
-                raise ReceiptCodecError("receipt is not a regular file")
+                raise ReceiptNotAFileError("receipt is not a regular file")
             if st.st_size > RECEIPT_MAX_BYTES:
                 raise ReceiptCodecError("receipt exceeds 4096 bytes")
             data = os.read(fd, RECEIPT_MAX_BYTES + 1)
@@ -128,10 +144,11 @@ class ReceiptStore:
         return receipt
 
     def delete(self, attempt_id: str) -> bool:
-        """Unlink the attempt's receipt (a symlink is removed, never followed).
+        """Unlink the attempt's receipt (a symlink is removed, never followed), then its
+        leftover temporary file (:meth:`discard_temporary`), both by exact name.
 
-        Returns False when there was nothing to delete. The shard is fsynced after the
-        unlink. Raises UnsafePathError or OSError.
+        Call only once the attempt is terminal. Returns False when there was no receipt to
+        delete. The shard is fsynced after the unlink. Raises UnsafePathError or OSError.
         """
         shard_fd = self._open_shard(attempt_id)
         if shard_fd is None:
@@ -139,6 +156,29 @@ class ReceiptStore:
         try:
             try:
                 os.unlink(attempt_id + RECEIPT_SUFFIX, dir_fd=shard_fd)
+            except FileNotFoundError:
+                return False
+            os.fsync(shard_fd)
+        finally:
+            os.close(shard_fd)
+        self.discard_temporary(attempt_id)
+        return True
+
+    def discard_temporary(self, attempt_id: str) -> bool:
+        """Unlink ``.<attempt_id>.receipt.tmp`` (a wrapper killed between creating it and
+        unlinking it leaves it; DESIGN.md §3.3) by its exact name, never listing the shard
+        and never following a symlink; True if a file was removed.
+
+        Issue 10 item 7: called when the attempt is terminal (the cleanup journal's item
+        handling, and :meth:`delete`). Raises UnsafePathError (a symlinked shard) or OSError.
+        """
+        name = temporary_name(attempt_id)
+        shard_fd = self._open_shard(attempt_id)
+        if shard_fd is None:
+            return False
+        try:
+            try:
+                os.unlink(name, dir_fd=shard_fd)
             except FileNotFoundError:
                 return False
             os.fsync(shard_fd)
@@ -157,6 +197,15 @@ class ReceiptStore:
             OSError: I/O failures.
         """
         return self._with_free_lock(attempt_id, unlink=False) is False
+
+    def lock_state(self, attempt_id: str) -> str:
+        """``"held"``, ``"free"`` or ``"missing"`` (no lock file, or no shard): the
+        non-blocking probe of :meth:`lock_held`, telling a missing file apart.
+
+        Raises UnsafePathError (a symlink or non-regular file on the way) or OSError.
+        """
+        state = self._with_free_lock(attempt_id, unlink=False)
+        return "missing" if state is None else "free" if state else "held"
 
     def discard_lock(self, attempt_id: str) -> bool:
         """Remove the attempt's lock file if no process holds it; True if it was removed.

@@ -116,15 +116,16 @@ def publish(
 ) -> bool:
     """Publish ``<attempt_id>.receipt`` in the shard; never overwrites; False on any failure.
 
-    Private temp file (O_EXCL, 0600) -> fsync -> link() to the final name -> unlink temp ->
-    fsync the shard directory.
+    Private temp file ``.<attempt_id>.receipt.tmp`` (O_EXCL, 0600; a name the cleanup
+    journal derives, as a crash may leave it) -> fsync -> link() to the final name ->
+    unlink temp -> fsync the shard directory.
     """
     try:
         finished_at_ms = time.time_ns() // 1_000_000
         data = encode_receipt(
             run_id, attempt_id, own_identity(), outcome, exit_code, sig, finished_at_ms
         )
-        tmp = f".{attempt_id}.{os.getpid()}.{time.monotonic_ns()}.tmp"
+        tmp = f".{attempt_id}.receipt.tmp"  # = receipt_store.temporary_name
         flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = os.open(tmp, flags, 0o600, dir_fd=shard_fd)
         try:

@@ -6,4 +6,4 @@ a reviewed change in two places, and ``tests/process`` fails while they disagree
 
 from __future__ import annotations
 
-WRAPPER_SHA256 = "13180a71804e0e3de03e6f0265e9e32cc89784ebcfb77f5325fe970f9b13b77f"
+WRAPPER_SHA256 = "1272d2182dc5574ccaa1f5c1a3c41c542a993d8aaa4e8462f88178925f9f0aad"

@@ -4,13 +4,17 @@ It consumes database candidates only: one keyset page of ``local_completion_rece
 ordered by ``(updated_at_ms, attempt_id)``, handled item by item, serially:
 
 - the attempt is active (claimed/starting/running): keep the row;
-- ``pending`` and the attempt is terminal: delete exactly that receipt, resolve the row,
-  then discard the attempt lock;
+- ``pending`` and the attempt is terminal: delete exactly that receipt (and the wrapper's
+  leftover temporary file, by its derived name), resolve the row, then discard the lock;
 - ``pending``, terminal, the receipt already gone: resolve only once the missing-receipt
   retention has passed (counted from the later of the row's ``updated_at_ms`` and the
   attempt's terminal commit);
 - ``quarantined`` and due (``purge_at_ms <= now``): finish the move idempotently, purge the
   quarantined file, resolve, discard the attempt lock.
+
+Whenever a row of a terminal attempt is resolved, the wrapper's temporary receipt
+``.<attempt_id>.receipt.tmp`` (left by a wrapper killed while publishing) is unlinked first,
+by that exact name (issue 10 item 7).
 
 One item's failure only increments a counter. No directory is ever listed, nothing recurses,
 no pool, no second connection: every file is named by the attempt id.
@@ -164,12 +168,13 @@ class LocalCompletionReceiptCleanupScanner:
                 raise _RefusedError("quarantine path is not the deterministic one")
             finish_quarantine_move(self.receipts, attempt_id)  # idempotent
             purge_quarantined(self.receipts, attempt_id)
+            self.receipts.discard_temporary(attempt_id)
             self.repo.resolve_quarantined(attempt_id, now)
             self.receipts.discard_lock(attempt_id)
             return Outcome.PURGED
         if entry.receipt_path != self.receipts.receipt_path(attempt_id):
             raise _RefusedError("receipt path is not the deterministic one")
-        if self.receipts.delete(attempt_id):  # exactly that receipt, then resolve
+        if self.receipts.delete(attempt_id):  # exactly that receipt (and its temp), resolve
             self.repo.resolve_journal(attempt_id)
             self.receipts.discard_lock(attempt_id)
             return Outcome.DELETED
@@ -178,6 +183,7 @@ class LocalCompletionReceiptCleanupScanner:
             return Outcome.WAITING
         if self.receipts.lock_held(attempt_id):
             return Outcome.WAITING  # a process of the attempt still lives: keep its lock file
+        self.receipts.discard_temporary(attempt_id)
         self.repo.resolve_journal(attempt_id)
         self.receipts.discard_lock(attempt_id)
         return Outcome.RESOLVED_MISSING

@@ -59,7 +59,11 @@ Quarantine = Callable[[str, str], object]  # (run id, attempt id)
 
 @dataclass
 class ReconcileResult:
-    """Counts of one pass, and the attempts whose live wrapper must be re-attached."""
+    """Counts of one pass, and the attempts whose live wrapper must be re-attached.
+
+    ``undecided_attempts``: active attempts of the runs left undecided (insufficient
+    evidence or an error), for the startup refusal; ``page_failed``: the candidate page
+    itself could not be read (issue 10 item 7)."""
 
     candidates: int = 0
     settled_from_receipt: int = 0
@@ -70,6 +74,8 @@ class ReconcileResult:
     insufficient: int = 0
     errors: int = 0
     truncated: bool = False
+    undecided_attempts: int = 0
+    page_failed: bool = False
     reattach: list[tuple[Run, Task, Attempt]] = field(default_factory=list)
 
     @property
@@ -116,29 +122,38 @@ class LocalRunReconciler:
             page = self.repo.inspect_candidates(RECOVERY_LIMIT)
         except QinglongError:
             result.errors += 1
+            result.page_failed = True
             return result
         result.truncated = page.truncated
         result.candidates = len(page.candidates)
         for candidate in page.candidates:
             if skip(candidate.run_id):
                 continue
+            settled = result.settled_from_receipt + result.lost
             try:
                 self._run(candidate.run_id, result)
-            except _InsufficientEvidenceError:
-                result.insufficient += 1
-            except QinglongError as exc:
-                log.error("recovery of a run failed: %s", exc.code)
-                result.errors += 1
+            except (_InsufficientEvidenceError, QinglongError) as exc:
+                if isinstance(exc, _InsufficientEvidenceError):
+                    result.insufficient += 1
+                else:
+                    log.error("recovery of a run failed: %s", exc.code)
+                    result.errors += 1
+                done = result.settled_from_receipt + result.lost - settled  # before it failed
+                result.undecided_attempts += max(candidate.active_attempt_count - done, 0)
         return result
 
     @staticmethod
     def require_safe(result: ReconcileResult) -> None:
-        """Raise LocalApplicationStartupRecoveryRequiredError unless ``result.safe``."""
+        """Raise LocalApplicationStartupRecoveryRequiredError unless ``result.safe``: counts
+        of the runs left undecided and their active attempts (settled runs are not counted),
+        a lower bound ("or more") when the page was truncated (the unseen runs count as at
+        least one) or unreadable."""
         if not result.safe:
+            undecided = result.insufficient + result.errors - int(result.page_failed)
             raise LocalApplicationStartupRecoveryRequiredError(
-                candidates=result.insufficient + result.errors,
-                active_attempts=result.insufficient,
-                truncated=result.truncated,
+                candidates=undecided + int(result.truncated),
+                active_attempts=result.undecided_attempts,
+                truncated=result.truncated or result.page_failed,
             )
 
     # -- one run ------------------------------------------------------------------------
