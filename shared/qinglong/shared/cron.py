@@ -27,15 +27,18 @@ is ``0 * * * *``, a wildcard job; the other aliases are fixed jobs), else a *fix
 Slots are strictly increasing instants: no instant is a slot twice.
 
 How lookups stay bounded: the *high-water* wall time of an instant is the latest wall time
-shown at or before it (its own wall time, except in the second pass of an overlap). For
-every schedule, the first-pass slots at or before an instant are exactly the matching wall
-times up to its high-water mark, so one croniter step from the high-water mark finds the
-candidate; a wildcard job adds the second pass of the overlap around that instant (or
-around the candidate, looking back). Gaps and overlaps are read from ``zoneinfo`` by the
-two fold offsets of a wall time and bisection between them. A lookup costs one or two
-croniter steps and a few ``zoneinfo`` calls; counting walks a croniter iterator while the
-offset stays put. Assumed (checked on tzdata 2026f): two offset changes of one zone are
-more than 30 h apart (the closest are 95 h) and no jump exceeds 24 h.
+the clock has shown at or before it (its own wall time, except in the second pass of an
+overlap, where it is the wall time just before the clocks went back). The matching wall
+times the clock has reached by an instant, shown or skipped in a gap, are exactly those up
+to its high-water mark, so one croniter step from that mark finds a fixed job's slot and a
+wildcard job's first-pass slot; a wildcard job then adds the second pass of the overlap
+around the instant (or, looking back, around that candidate). Gaps and overlaps are read
+from ``zoneinfo`` (a wall time's offsets with fold=0 and fold=1 differ) and the transition
+instant by bisection between the two readings. A lookup costs one or two croniter steps
+and a few ``zoneinfo`` calls. ``slots_between`` walks one croniter iterator while the offset
+is the same at both ends of a step of at most 30 h, relying on tzdata never changing a
+zone's offset twice within 30 h (checked on tzdata 2025b and 2026f: the closest are 95 h
+apart).
 """
 
 from __future__ import annotations
