@@ -159,25 +159,23 @@ class Schedule:
         offset = 0
         while slot is not None and slot <= limit:
             yield slot * 1000
-            following: int | None = None
             if it is None:
                 offset = self._offset_at(slot)
-                if self._folds(slot + offset) == (offset, offset):
-                    it = self._cron(slot + offset)
-            if it is not None:
-                try:
-                    wall = int(it.get_next(float))
-                except CroniterBadDateError:
-                    wall = None
-                # One offset at both ends within 30 h: no transition in between (docstring).
-                if (
-                    wall is not None
-                    and wall - offset - slot <= _MARGIN_S
-                    and self._folds(wall) == (offset, offset)
-                ):
-                    following = wall - offset
-                else:
-                    it = None
+                it = self._cron(slot + offset)
+            try:
+                wall: int | None = int(it.get_next(float))
+            except CroniterBadDateError:
+                wall = None
+            following = None if wall is None else wall - offset
+            # Same offset at both ends of a step <= 30 h: no transition in between (module
+            # docstring), so the clock shows ``wall`` at ``following`` and no other slot
+            # comes first; a fixed job must also be at the first pass of ``wall``.
+            if following is None or not (
+                following - slot <= _MARGIN_S
+                and self._offset_at(following) == offset
+                and (self.wildcard or self._folds(following + offset)[0] == offset)
+            ):
+                it, following = None, None
             slot = following if following is not None else self._next_after(slot)
 
     def due(self, cursor_ms: int | None, now_ms: int, misfire_grace_ms: int) -> Due:
