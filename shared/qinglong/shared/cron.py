@@ -131,14 +131,20 @@ class Schedule:
         return fields[-5].startswith("*") or fields[-4].startswith("*")
 
     def latest_slot_at_or_before(self, now_ms: int) -> int | None:
-        """Newest slot instant (Unix ms) <= ``now_ms``; None for boot/once or no slot."""
+        """Newest slot instant (Unix ms) <= ``now_ms``; None for boot/once or no slot.
+
+        Slots follow cron(8)'s daylight-saving rule (module docstring, DESIGN.md §3.7).
+        """
         if self.kind != "cron":
             return None
         latest = self._latest_at_or_before(now_ms // 1000)
         return None if latest is None else latest * 1000
 
     def next_slot_after(self, t_ms: int) -> int | None:
-        """First slot instant (Unix ms) strictly after ``t_ms``; None for boot/once or none."""
+        """First slot instant (Unix ms) strictly after ``t_ms``; None for boot/once or none.
+
+        Slots follow cron(8)'s daylight-saving rule (module docstring, DESIGN.md §3.7).
+        """
         if self.kind != "cron":
             return None
         first = self._next_after(t_ms // 1000)
