@@ -8,28 +8,47 @@ Schedules: 5-field cron; 6-field cron with seconds first as Qinglong 2.x writes 
 aliases (``@hourly``, ``@daily``...); ``@boot`` (once per ``serve`` start) and ``@once``
 (manual only). ``H``/``R`` values are rejected: a slot must be the same instant every time.
 
-Time zones and daylight saving ("gaps and overlaps fire once"):
+Daylight saving follows cron(8) of cronie and vixie (DESIGN.md §3.7, issue 10 item 2). A
+schedule is a *wildcard* job when its minute or its hour field begins with ``*`` (``*``,
+``*/5``: cronie's MIN_STAR/HR_STAR; a 6-field cron's seconds field does not count; ``@hourly``
+is ``0 * * * *``, a wildcard job; the other aliases are fixed jobs), else a *fixed* job.
 
-1. croniter iterates the expression over naive local wall-clock times (no zone, no DST);
-2. each wall time becomes an instant with ``zoneinfo`` and ``fold=0``. A time that does not
-   exist (spring-forward gap) takes the offset from before the transition, so a daily 02:30
-   job in America/New_York fires at 03:30 EDT on that day; an ambiguous time (fall-back
-   overlap) maps to its first occurrence, so a daily 01:30 job fires once;
-3. emitted instants are strictly increasing: an instant at or before the previously emitted
-   one is dropped. An every-minute job therefore fires once per real minute through a gap and
-   never twice through an overlap (the repeated wall-clock hour has no slots of its own).
+- Wildcard job: its slots are the real instants whose local wall time matches the expression,
+  and nothing else. Through an overlap (clocks go back) both passes of the repeated wall
+  times match, so ``* * * * * *`` fires every real second, ``*/5 * * * *`` every real five
+  minutes, and ``30 * * * *`` at 01:30 EDT, 01:30 EST and 02:30 EST in America/New_York
+  (2024-11-03). Wall times inside a gap (clocks go forward) never occur and have no slot:
+  ``30 * * * *`` fires at 01:30 EST, then 03:30 EDT (2024-03-10).
+- Fixed job: a matching wall time in an overlap fires once, at its first pass (fold=0); a
+  matching wall time inside a gap fires right after the gap, at the transition instant, and
+  all matching wall times of one gap share that one slot (a daily 02:30 job in
+  America/New_York fires at 03:00 EDT on 2024-03-10).
 
-Lookups are O(1)-ish: the fold=0 offset is piecewise constant in wall time, so wall -> instant
-increases inside a piece and a lookup costs one croniter call per piece within 30 h. Pieces
-are found by offset probes every 6 h and bisection (UTC offsets span -12h..+14h, and tzdata
-2026 has no two offset transitions of one zone within 30 h).
+Slots are strictly increasing instants: no instant is a slot twice.
+
+How lookups stay bounded: the *high-water* wall time of an instant is the latest wall time
+the clock has shown at or before it (its own wall time, except in the second pass of an
+overlap, where it is the wall time just before the clocks went back). The matching wall
+times the clock has reached by an instant, shown or skipped in a gap, are exactly those up
+to its high-water mark, so one croniter step from that mark finds a fixed job's slot and a
+wildcard job's first-pass slot; a wildcard job then adds the second pass of the overlap
+around the instant (or, looking back, around that candidate). Gaps and overlaps are read
+from ``zoneinfo`` (a wall time's offsets with fold=0 and fold=1 differ) and the transition
+instant by bisection between the two readings. A lookup costs one or two croniter steps
+and a few ``zoneinfo`` calls. ``slots_between`` walks one croniter iterator while the offset
+is the same at both ends of a step of at most 30 h, relying on tzdata never changing a
+zone's offset twice within 30 h (checked on tzdata 2025b and 2026f: the closest are 95 h
+apart).
 """
 
 from __future__ import annotations
 
+import copy
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -42,13 +61,19 @@ ScheduleKind = Literal["cron", "boot", "once"]
 SKIP_COUNT_CAP = 1000
 """``Due.skipped`` never exceeds this; counting stops there (``Due.skipped_capped``)."""
 
-_MARGIN_S = 30 * 3600  # wider than any span of UTC offsets (-12h..+14h)
-_PROBE_S = 6 * 3600  # one probe interval never holds two transitions (see docstring)
-_MAX_DROPS = 100_000  # wall times dropped in a row (an every-second job across a 24h gap)
+_MARGIN_S = 30 * 3600  # no zone changes its offset twice within this (module docstring)
 _MAX_TEXT = 200
 _EPOCH = datetime(1970, 1, 1)
 _FIELDS = ("minute", "hour", "day-of-month", "month", "day-of-week")
-_ALIASES = {"@hourly", "@daily", "@midnight", "@weekly", "@monthly", "@yearly", "@annually"}
+_ALIAS_FIELDS = {  # croniter's aliases; only @hourly is a wildcard job
+    "@hourly": "0 * * * *",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@weekly": "0 0 * * 0",
+    "@monthly": "0 0 1 * *",
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+}
 _HASHED = re.compile(r"(?:^|,)[HR](?:$|[(/,])", re.IGNORECASE)
 _SCHEDULE_HINT = "schedule must have 5 fields, or 6 with seconds first"
 
@@ -92,22 +117,72 @@ class Schedule:
     has_seconds: bool
     zone: ZoneInfo = field(repr=False, compare=False)
 
+    @cached_property
+    def wildcard(self) -> bool:
+        """True for cron(8)'s wildcard jobs, which follow the wall clock through DST.
+
+        A cron whose minute or hour field begins with ``*`` (``*``, ``*/5``; ``@hourly``);
+        False for fixed jobs (``30 1 * * *``, ``@daily``) and for boot/once schedules.
+        Source: cronie's MIN_STAR/HR_STAR, issue 10 item 2, module docstring.
+        """
+        if self.kind != "cron":
+            return False
+        fields = _ALIAS_FIELDS.get(self.expression, self.expression).split()
+        return fields[-5].startswith("*") or fields[-4].startswith("*")
+
     def latest_slot_at_or_before(self, now_ms: int) -> int | None:
-        """Newest slot instant (Unix ms) <= ``now_ms``; None for boot/once or no slot."""
+        """Newest slot instant (Unix ms) <= ``now_ms``; None for boot/once or no slot.
+
+        Slots follow cron(8)'s daylight-saving rule (module docstring, DESIGN.md §3.7).
+        """
         if self.kind != "cron":
             return None
-        t = now_ms // 1000
-        first = self._first_wall_after(t)
-        bound = first if first is not None else self._wall_of(t) + _MARGIN_S
-        latest = self._max_instant_before(bound)
+        latest = self._latest_at_or_before(now_ms // 1000)
         return None if latest is None else latest * 1000
 
     def next_slot_after(self, t_ms: int) -> int | None:
-        """First slot instant (Unix ms) strictly after ``t_ms``; None for boot/once or none."""
+        """First slot instant (Unix ms) strictly after ``t_ms``; None for boot/once or none.
+
+        Slots follow cron(8)'s daylight-saving rule (module docstring, DESIGN.md §3.7).
+        """
         if self.kind != "cron":
             return None
-        first = self._first_wall_after(t_ms // 1000)
-        return None if first is None else self._instant(first) * 1000
+        first = self._next_after(t_ms // 1000)
+        return None if first is None else first * 1000
+
+    def slots_between(self, after_ms: int, until_ms: int) -> Iterator[int]:
+        """Yield the slot instants (Unix ms) in (``after_ms``, ``until_ms``], increasing.
+
+        The same slots as repeated ``next_slot_after`` calls, faster: while the UTC offset
+        stays put one croniter iterator walks the wall clock. Lazy; the caller bounds how
+        many it takes. Nothing for boot/once schedules (module docstring, DESIGN.md §3.7).
+        """
+        if self.kind != "cron":
+            return
+        limit = until_ms // 1000
+        slot = self._next_after(after_ms // 1000)
+        it: croniter | None = None
+        offset = 0
+        while slot is not None and slot <= limit:
+            yield slot * 1000
+            if it is None:
+                offset = self._offset_at(slot)
+                it = self._cron(slot + offset)
+            try:
+                wall: int | None = int(it.get_next(float))
+            except CroniterBadDateError:
+                wall = None
+            following = None if wall is None else wall - offset
+            # Same offset at both ends of a step <= 30 h: no transition in between (module
+            # docstring), so the clock shows ``wall`` at ``following`` and no other slot
+            # comes first; a fixed job must also be at the first pass of ``wall``.
+            if following is None or not (
+                following - slot <= _MARGIN_S
+                and self._offset_at(following) == offset
+                and (self.wildcard or self._folds(following + offset)[0] == offset)
+            ):
+                it, following = None, None
+            slot = following if following is not None else self._next_after(slot)
 
     def due(self, cursor_ms: int | None, now_ms: int, misfire_grace_ms: int) -> Due:
         """Decide what fires at ``now_ms`` given the last handled slot (DESIGN.md §3.7).
@@ -134,10 +209,22 @@ class Schedule:
             skipped, capped = SKIP_COUNT_CAP, True
         return Due(fire, skipped, capped, latest)
 
-    # Wall times below are naive local seconds since 1970-01-01T00:00 (no zone).
+    # Below, instants and wall times are whole seconds; a wall time is naive local seconds
+    # since 1970-01-01T00:00 (no zone). For a wall time, ``first``/``second`` are its UTC
+    # offsets read with fold=0/fold=1: equal, it occurs once; first > second, twice (an
+    # overlap: instants wall - first and wall - second); first < second, never (a gap).
+
+    @cached_property
+    def _parsed(self) -> croniter:
+        """The expression parsed once; never iterated itself (``_cron`` copies it)."""
+        return croniter(self.expression, 0.0, second_at_beginning=self.has_seconds)
 
     def _cron(self, wall_s: int) -> croniter:
-        return croniter(self.expression, float(wall_s), second_at_beginning=self.has_seconds)
+        """A fresh croniter at ``wall_s``: a shallow copy skips re-parsing (about half the
+        cost of a lookup); the parsed fields it shares are only read."""
+        it = copy.copy(self._parsed)
+        it.set_current(float(wall_s), force=True)
+        return it
 
     def _step(self, wall_s: int, forward: bool) -> int | None:
         """The cron wall time strictly after (or before) ``wall_s``; None if there is none."""
@@ -147,74 +234,92 @@ class Schedule:
         except CroniterBadDateError:
             return None
 
-    def _offset(self, wall_s: int) -> int:
-        """UTC offset (s) of a wall time read with fold=0 (the pre-transition offset)."""
-        return _seconds((_EPOCH + timedelta(seconds=wall_s)).replace(tzinfo=self.zone).utcoffset())
+    def _offset_at(self, t: int) -> int:
+        """UTC offset (s) in force at instant ``t``."""
+        return _seconds(datetime.fromtimestamp(t, tz=self.zone).utcoffset())
 
-    def _instant(self, wall_s: int) -> int:
-        return wall_s - self._offset(wall_s)
+    def _folds(self, wall_s: int) -> tuple[int, int]:
+        """UTC offsets (s) of a wall time read with fold=0 and with fold=1."""
+        local = (_EPOCH + timedelta(seconds=wall_s)).replace(tzinfo=self.zone)
+        return _seconds(local.utcoffset()), _seconds(local.replace(fold=1).utcoffset())
 
-    def _wall_of(self, t: int) -> int:
-        return t + _seconds(datetime.fromtimestamp(t, tz=self.zone).utcoffset())
+    def _transition(self, lo: int, hi: int) -> int:
+        """The instant in (lo, hi] where the offset changes; offsets at lo and hi differ."""
+        after = self._offset_at(hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if self._offset_at(mid) == after else (mid, hi)
+        return hi
 
-    def _boundaries(self, lo: int, hi: int) -> list[int]:
-        """Wall times b in (lo, hi] where the fold=0 offset changes: offset(b-1) != offset(b)."""
-        found: list[int] = []
-        a, off_a = lo, self._offset(lo)
-        while a < hi:
-            b = min(a + _PROBE_S, hi)
-            off_b = self._offset(b)
-            if off_b != off_a:
-                x, y = a, b
-                while y - x > 1:
-                    mid = (x + y) // 2
-                    x, y = (mid, y) if self._offset(mid) == off_a else (x, mid)
-                found.append(y)
-            a, off_a = b, off_b
-        return found
+    def _high_water(self, t: int) -> int:
+        """Latest wall time shown at or before instant ``t`` (see module docstring)."""
+        wall = t + self._offset_at(t)
+        first, second = self._folds(wall)
+        if first > second and t == wall - second:  # second pass of an overlap
+            return self._transition(wall - first, t) + first - 1
+        return wall
 
-    def _first_wall_after(self, t: int) -> int | None:
-        """First cron wall time, in wall order, whose instant is > t (s); it is always emitted."""
-        center = self._wall_of(t)
-        starts = [center - _MARGIN_S, *self._boundaries(center - _MARGIN_S, center + _MARGIN_S)]
-        for start, end in zip(starts, [*starts[1:], None], strict=True):
-            candidate = self._step(max(start - 1, t + self._offset(start)), True)
-            if candidate is None or end is None or candidate < end:
-                return candidate
-        return None  # pragma: no cover - the last piece is open-ended
+    def _fixed_instant(self, wall: int) -> int:
+        """A fixed job's slot for a matching wall time: first pass, or the end of its gap."""
+        first, second = self._folds(wall)
+        if first < second:
+            return self._transition(wall - second, wall - first)
+        return wall - first
 
-    def _max_instant_before(self, bound: int) -> int | None:
-        """Running maximum (s) of the instants of cron wall times before ``bound``."""
-        last = self._step(bound, False)
-        if last is None:
+    def _next_after(self, t: int) -> int | None:
+        """First slot instant (s) > ``t``."""
+        wall = self._step(self._high_water(t), True)
+        if not self.wildcard:
+            return None if wall is None else self._fixed_instant(wall)
+        while wall is not None:  # first passes; a wall time in a gap has none
+            first, second = self._folds(wall)
+            if first >= second:
+                break
+            wall = self._step(self._transition(wall - second, wall - first) + second - 1, True)
+        first_pass = None if wall is None else wall - self._folds(wall)[0]
+        candidates = [first_pass, self._second_pass_after(t)]
+        return min((c for c in candidates if c is not None), default=None)
+
+    def _second_pass_after(self, t: int) -> int | None:
+        """A wildcard job's first second-pass slot > ``t`` of the overlap ``t`` is in."""
+        wall = t + self._offset_at(t)
+        first, second = self._folds(wall)
+        if first <= second:
             return None
-        candidates = [last]
-        for b in self._boundaries(last - _MARGIN_S, last):
-            prev = self._step(b, False)
-            if prev is not None:
-                candidates.append(prev)
-        return max(self._instant(c) for c in candidates)
+        # The repeated wall times are [change + second, change + first); the second pass of
+        # wall time w is the instant w - second, after t when w > t + second.
+        change = self._transition(wall - first, wall - second)
+        match = self._step(max(change + second, t + second + 1) - 1, True)
+        return None if match is None or match >= change + first else match - second
+
+    def _latest_at_or_before(self, t: int) -> int | None:
+        """Newest slot instant (s) <= ``t``."""
+        wall = self._step(self._high_water(t) + 1, False)
+        if not self.wildcard:
+            return None if wall is None else self._fixed_instant(wall)
+        while wall is not None:
+            first, second = self._folds(wall)
+            if first == second:
+                return wall - first
+            if first < second:  # in a gap: the last match before it
+                wall = self._step(self._transition(wall - second, wall - first) + first, False)
+                continue
+            # Overlap: a second pass at or before t of a repeated wall time <= this one wins.
+            change = self._transition(wall - first, wall - second)
+            last = wall if wall - second <= t else self._step(t + second + 1, False)
+            if last is not None and last >= change + second:
+                return last - second
+            return wall - first
+        return None
 
     def _count_slots(self, lo_ms: int, hi_ms: int) -> tuple[int, bool]:
         """Slots strictly between lo_ms and hi_ms, counted up to SKIP_COUNT_CAP: (n, capped)."""
-        emitted = lo_ms // 1000
-        first = self._first_wall_after(emitted)
-        if first is None:
-            return 0, False
-        it = self._cron(first - 1)
         count = 0
-        try:
-            for _ in range(SKIP_COUNT_CAP + _MAX_DROPS):
-                slot = self._instant(int(it.get_next(float)))
-                if slot * 1000 >= hi_ms:
-                    return count, False
-                if slot > emitted:
-                    if count == SKIP_COUNT_CAP:
-                        return count, True
-                    count, emitted = count + 1, slot
-        except CroniterBadDateError:
-            return count, False
-        return count, True
+        for _ in self.slots_between(lo_ms, hi_ms - 1):
+            if count == SKIP_COUNT_CAP:
+                return count, True
+            count += 1
+        return count, False
 
 
 def _load_zone(name: str) -> ZoneInfo:
@@ -263,7 +368,7 @@ def parse_schedule(text: str, timezone: str) -> Schedule:
         expression = expression.lower()
         if expression in ("@boot", "@once"):
             kind = "boot" if expression == "@boot" else "once"
-        elif expression not in _ALIASES:
+        elif expression not in _ALIAS_FIELDS:
             raise ValidationError("schedule", f"unknown alias {_excerpt(expression)}")
     else:
         fields = expression.split()
