@@ -61,7 +61,9 @@ def test_the_unique_slot_constraint_holds_even_if_the_cursor_is_rewound(env) -> 
     sched.tick(clock.now)
     clock.now = T0 + 2_000
     sched.tick(clock.now)
-    repo.set_schedule_cursor(task.id, T0)
+    repo.db.write(lambda conn: conn.execute(  # rewind the cursor and the stored next fire time
+        "UPDATE tasks SET schedule_cursor_ms = ?, next_fire_at_ms = ? WHERE id = ?",
+        (T0, T0 + 2_000, task.id)))
     sched.tick(clock.now)
     assert len(repo.list_runs(task.id)) == 1
 

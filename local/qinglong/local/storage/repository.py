@@ -242,27 +242,6 @@ class LocalRunRepository(
 
         return self.db.write(op)
 
-    def set_schedule_cursor(
-        self, task_id: str, cursor_ms: int, *, skipped: int = 0, capped: bool = False
-    ) -> None:
-        """Advance the task's schedule cursor; record skipped slots as one event (§3.7)."""
-        at = self.clock()
-
-        def op(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                "UPDATE tasks SET schedule_cursor_ms = ? WHERE id = ?", (cursor_ms, task_id)
-            )
-            if skipped:
-                _event(
-                    conn,
-                    at,
-                    "slots_skipped",
-                    task_id=task_id,
-                    detail={"skipped": skipped, "at_least": capped, "reason": "misfire"},
-                )
-
-        self.db.write(op)
-
     def task_event(self, task_id: str, kind: str, detail: dict[str, object]) -> None:
         """Append a task-level event (for example a slot skipped by policy ``forbid``)."""
         at = self.clock()
@@ -349,33 +328,11 @@ class LocalRunRepository(
             lambda c: self._runs(c, where + " AND r.task_id = ? ORDER BY r.id", (task_id,))
         )
 
-    def has_unfinished_run(self, task_id: str) -> bool:
-        """True while the task has a queued, dispatching or running run."""
-        row = self.db.read(
-            lambda c: c.execute(
-                "SELECT 1 FROM runs WHERE task_id = ? AND status IN"
-                " ('queued', 'dispatching', 'running') LIMIT 1",
-                (task_id,),
-            ).fetchone()
-        )
-        return row is not None
-
     def queued_runs(self, task_id: str) -> list[Run]:
         """Queued runs of one task, oldest first."""
         return self.db.read(
             lambda c: self._runs(
                 c, "WHERE r.status = 'queued' AND r.task_id = ? ORDER BY r.id", (task_id,)
-            )
-        )
-
-    def queued_due(self, at_ms: int, limit: int) -> list[Run]:
-        """Queued runtime-owned runs whose ``not_before`` has come, oldest first."""
-        return self.db.read(
-            lambda c: self._runs(
-                c,
-                "WHERE r.status = 'queued' AND r.owner = 'runtime' AND r.not_before_ms <= ?"
-                " ORDER BY r.not_before_ms, r.id LIMIT ?",
-                (at_ms, limit),
             )
         )
 
