@@ -18,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from proc_stats import cpu_ticks, rss_kib
 from qinglong.local.process.launch_request import LaunchConfig, LaunchRequest
 from qinglong.local.process.launcher import LocalProcessLauncher
 from qinglong.local.storage.migrations import open_database
@@ -26,20 +27,6 @@ from qinglong.shared.domain import Task, Trigger
 from qinglong.shared.ids import uuid7
 
 QL3 = str(Path(sys.executable).parent / "ql3")
-
-
-def rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
-
-
-def cpu_ticks(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rpartition(")")[2].split()
-    return int(fields[11]) + int(fields[12])  # utime + stime (fields 14, 15)
 
 
 def wrapper_rss(root: str) -> tuple[float, float]:

@@ -42,23 +42,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "legacy"))
 from legacy_dbkit import build_install  # noqa: E402
 
+from proc_stats import cpu_s, rss_kib  # noqa: E402
+
 QL3 = str(Path(sys.executable).parent / "ql3")
 MANY, IMPORTED = 10_000, 2_000
-TICK_S = os.sysconf("SC_CLK_TCK")
-
-
-def rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
-
-
-def cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / TICK_S  # utime + stime
 
 
 def daily_far_away() -> str:

@@ -28,32 +28,8 @@ pytestmark = pytest.mark.integration
 ESCAPE = ("setsid sh -c 'echo $$ > {pid}.tmp; mv {pid}.tmp {pid}; exec sleep 300' & "
           "while [ ! -s {pid} ]; do sleep 0.01; done; {then}exit 0")
 
-# Holds the attempt lock with no process having it open: its fd is sent over a socketpair
-# and closed, and a setsid child keeps the receiving end, so the fd stays in flight.
-INFLIGHT = """
-import os, socket, sys, time
-pidfile = sys.argv[1]
-lock = None
-for name in os.listdir('/proc/self/fd'):
-    try:
-        if os.readlink('/proc/self/fd/' + name).endswith('.lock'):
-            lock = int(name)
-    except OSError:
-        pass
-a, b = socket.socketpair()
-socket.send_fds(a, [b'x'], [lock])
-os.close(lock)
-a.close()
-if os.fork() == 0:
-    os.setsid()
-    with open(pidfile + '.tmp', 'w') as fh:
-        fh.write(str(os.getpid()))
-    os.rename(pidfile + '.tmp', pidfile)
-    time.sleep(300)
-    os._exit(0)
-while not os.path.exists(pidfile):
-    time.sleep(0.01)
-"""
+# Holds the attempt lock with no process having it open (see the script's docstring).
+INFLIGHT = Path(__file__).resolve().parents[1] / "tests" / "scripts" / "hold_lock_in_flight.py"
 
 
 def _alive(pid: int) -> bool:
@@ -167,9 +143,8 @@ def test_c18_after_a_crash_the_receipt_settles_the_run_then_the_daemon_is_stoppe
 def test_a_lock_held_by_processes_that_cannot_be_found_shows_as_unresolved(
     ql3: Ql3, tmp_path: Path, strays: list[Path]
 ) -> None:
-    pidfile, script = tmp_path / "holder.pid", tmp_path / "inflight.py"
+    pidfile, script = tmp_path / "holder.pid", INFLIGHT
     strays.append(pidfile)
-    script.write_text(INFLIGHT)
     ql3.run("local", "task", "add", "hidden", "--schedule", "@once", "--",
             sys.executable, str(script), str(pidfile))
     started = time.monotonic()

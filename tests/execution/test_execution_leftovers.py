@@ -29,32 +29,8 @@ pytestmark = pytest.mark.integration
 ESCAPE = ("setsid sh -c 'echo $$ > {pid}.tmp; mv {pid}.tmp {pid}; exec sleep 300' & "
           "while [ ! -s {pid} ]; do sleep 0.01; done; exit 0")
 
-# Keeps the attempt lock held while no process has it open: the lock's fd is sent over a
-# socketpair and closed, and a setsid child keeps the receiving end (the fd stays in flight).
-INFLIGHT = """
-import os, socket, sys, time
-pidfile = sys.argv[1]
-lock = None
-for name in os.listdir('/proc/self/fd'):
-    try:
-        if os.readlink('/proc/self/fd/' + name).endswith('.lock'):
-            lock = int(name)
-    except OSError:
-        pass
-a, b = socket.socketpair()
-socket.send_fds(a, [b'x'], [lock])
-os.close(lock)
-a.close()
-if os.fork() == 0:
-    os.setsid()
-    with open(pidfile + '.tmp', 'w') as fh:
-        fh.write(str(os.getpid()))
-    os.rename(pidfile + '.tmp', pidfile)
-    time.sleep(300)
-    os._exit(0)
-while not os.path.exists(pidfile):
-    time.sleep(0.01)
-"""
+# Holds the attempt lock with no process having it open (see the script's docstring).
+INFLIGHT = Path(__file__).resolve().parents[1] / "scripts" / "hold_lock_in_flight.py"
 
 
 def _gone(pid: int, timeout: float = 10) -> bool:
@@ -143,9 +119,8 @@ def test_a_child_left_in_the_group_gets_term_then_the_grace_before_kill(
 def test_a_lock_held_while_its_holders_cannot_be_found_is_recorded_unresolved(
     stack: Stack, tmp_path: Path, strays: list[Path]
 ) -> None:
-    pidfile, script = tmp_path / "holder.pid", tmp_path / "inflight.py"
+    pidfile, script = tmp_path / "holder.pid", INFLIGHT
     strays.append(pidfile)
-    script.write_text(INFLIGHT)
     run = stack.until_terminal(
         stack.start(stack.task(sys.executable, str(script), str(pidfile))).id, timeout=30)
     assert (run.status, run.exit_code) == (RunStatus.SUCCEEDED, 0)

@@ -9,43 +9,24 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from scheduling_kit import HOUR, T0, Clocks, make_task, open_repo
 
 from qinglong.local.scheduling.scheduler import Scheduler
-from qinglong.local.storage.migrations import open_database
 from qinglong.local.storage.repository import LocalRunRepository
-from qinglong.shared.domain import ConcurrencyPolicy, Task
-from qinglong.shared.ids import uuid7
-
-T0 = 1_800_000_000_000  # a whole hour (ms)
-HOUR = 3_600_000
-
-
-class Clocks:
-    def __init__(self) -> None:
-        self.now = T0
-        self.mono = 50_000_000
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, ms: int) -> int:
-        self.now += ms
-        self.mono += ms
-        return self.now
+from qinglong.shared.domain import Task
 
 
 @pytest.fixture
 def env(tmp_path: Path) -> Iterator[tuple[LocalRunRepository, Clocks, list[str]]]:
     clocks = Clocks()
-    db = open_database(str(tmp_path / "c.db"))
+    db, repo = open_repo(tmp_path, clocks)
     stopped: list[str] = []
-    yield LocalRunRepository(db, clock=clocks), clocks, stopped
+    yield repo, clocks, stopped
     db.close()
 
 
 def _task(repo: LocalRunRepository, schedule: str, policy: str = "allow") -> Task:
-    return repo.create_task(Task(id=uuid7(), name=f"t{uuid7()[-8:]}", argv=("true",),
-                                 schedule=schedule, concurrency=ConcurrencyPolicy(policy)))
+    return make_task(repo, schedule, policy)
 
 
 def _runs_end_at_once(sched: Scheduler, repo: LocalRunRepository) -> Scheduler:

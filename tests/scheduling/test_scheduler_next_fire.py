@@ -9,46 +9,26 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from scheduling_kit import HOUR, T0, Clocks, make_task, open_repo
 
 from qinglong.local.scheduling import scheduler as scheduling
 from qinglong.local.scheduling.scheduler import IDLE_WAKE_MS, Scheduler
 from qinglong.local.storage.migrations import default_migrations_dir, open_database
 from qinglong.local.storage.repository import LocalRunRepository
 from qinglong.shared.cron import Schedule
-from qinglong.shared.domain import ConcurrencyPolicy, Task
+from qinglong.shared.domain import Task
 from qinglong.shared.ids import uuid7
-
-T0 = 1_800_000_000_000  # a whole hour (ms): 2027-01-15T08:00:00Z
-HOUR = 3_600_000
-
-
-class Clocks:
-    """Wall (Unix ms) and monotonic (ms) clocks that move together unless a test steps one."""
-
-    def __init__(self) -> None:
-        self.now = T0
-        self.mono = 10_000_000
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, ms: int) -> int:
-        self.now += ms
-        self.mono += ms
-        return self.now
 
 
 @pytest.fixture
 def env(tmp_path: Path) -> Iterator[tuple[LocalRunRepository, Clocks]]:
     clocks = Clocks()
-    db = open_database(str(tmp_path / "s.db"))
-    yield LocalRunRepository(db, clock=clocks), clocks
+    db, repo = open_repo(tmp_path, clocks)
+    yield repo, clocks
     db.close()
 
 
-def _task(repo: LocalRunRepository, schedule: str, **kw: object) -> Task:
-    return repo.create_task(Task(id=uuid7(), name=f"t{uuid7()[-8:]}", argv=("true",),
-                                 schedule=schedule, **kw))  # type: ignore[arg-type]
+_task = make_task
 
 
 def _scheduler(repo: LocalRunRepository, clocks: Clocks) -> Scheduler:
@@ -90,7 +70,7 @@ def test_each_task_stores_its_next_fire_time_and_only_a_due_task_is_evaluated(
 ) -> None:
     repo, clocks = env
     daily = [_task(repo, "0 3 * * *") for _ in range(50)]
-    every_two = _task(repo, "*/2 * * * * *", concurrency=ConcurrencyPolicy.ALLOW)
+    every_two = _task(repo, "*/2 * * * * *", "allow")
     sched = _scheduler(repo, clocks)
     assert sched.tick(clocks.now) == T0 + 2_000  # the earliest stored next fire time
     assert repo.next_fire_of(every_two.id) == (T0 + 2_000, None)

@@ -6,37 +6,23 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from scheduling_kit import T0, Clocks, make_task, open_repo
 
 from qinglong.local.scheduling.scheduler import IDLE_WAKE_MS, Scheduler
-from qinglong.local.storage.migrations import open_database
 from qinglong.local.storage.repository import LocalRunRepository
-from qinglong.shared.domain import ConcurrencyPolicy, Task, Trigger
-from qinglong.shared.ids import uuid7
-
-T0 = 1_800_000_000_000  # a whole minute (ms)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> int:
-        return self.now
+from qinglong.shared.domain import Trigger
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> Iterator[tuple[LocalRunRepository, Clock, list[str]]]:
-    clock = Clock()
-    db = open_database(str(tmp_path / "s.db"))
+def env(tmp_path: Path) -> Iterator[tuple[LocalRunRepository, Clocks, list[str]]]:
+    clock = Clocks()
+    db, repo = open_repo(tmp_path, clock)
     stopped: list[str] = []
-    yield LocalRunRepository(db, clock=clock), clock, stopped
+    yield repo, clock, stopped
     db.close()
 
 
-def _task(repo: LocalRunRepository, schedule: str, policy: str = "forbid", **kw: object) -> Task:
-    return repo.create_task(Task(id=uuid7(), name=f"t{uuid7()[-6:]}", argv=("true",),
-                                 schedule=schedule, concurrency=ConcurrencyPolicy(policy),
-                                 **kw))  # type: ignore[arg-type]
+_task = make_task
 
 
 def test_a_slot_fires_once_however_often_the_scheduler_ticks(env) -> None:  # type: ignore[no-untyped-def]

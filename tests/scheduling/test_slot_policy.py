@@ -9,41 +9,27 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from scheduling_kit import T0, Clocks, make_task, open_repo
 
 from qinglong.local.app.service import LocalService
 from qinglong.local.scheduling.scheduler import Scheduler
-from qinglong.local.storage.migrations import open_database
 from qinglong.local.storage.repository import LocalRunRepository
-from qinglong.shared.domain import ConcurrencyPolicy, Event, Task
+from qinglong.shared.domain import Event, Task
 from qinglong.shared.errors import ConflictError
-from qinglong.shared.ids import uuid7
-
-T0 = 1_800_000_000_000  # a whole minute (ms)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> int:
-        return self.now
 
 
 @pytest.fixture
-def env(tmp_path: Path) -> Iterator[tuple[LocalRunRepository, Clock, Scheduler]]:
-    clock = Clock()
-    db = open_database(str(tmp_path / "s.db"))
-    repo = LocalRunRepository(db, clock=clock)
+def env(tmp_path: Path) -> Iterator[tuple[LocalRunRepository, Clocks, Scheduler]]:
+    clock = Clocks()
+    db, repo = open_repo(tmp_path, clock)
     yield repo, clock, Scheduler(repo, lambda run_id: None)
     db.close()
 
 
-def _task(repo: LocalRunRepository, schedule: str, policy: str) -> Task:
-    return repo.create_task(Task(id=uuid7(), name=f"t{uuid7()[-6:]}", argv=("true",),
-                                 schedule=schedule, concurrency=ConcurrencyPolicy(policy)))
+_task = make_task
 
 
-def _slots(sched: Scheduler, clock: Clock, first: int, last: int) -> None:
+def _slots(sched: Scheduler, clock: Clocks, first: int, last: int) -> None:
     """Tick at each whole second ``first..last`` after T0 (every slot of ``* * * * * *``)."""
     for step in range(first, last + 1):
         clock.now = T0 + step * 1_000

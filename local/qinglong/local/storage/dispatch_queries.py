@@ -23,7 +23,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from qinglong.local.storage.database import Database
-from qinglong.local.storage.rows import EVENT_COLUMNS, RUN_COLUMNS, load_attempts, run_from_row
+from qinglong.local.storage.rows import (
+    EVENT_COLUMNS,
+    RUN_COLUMNS,
+    load_attempts,
+    load_run,
+    run_from_row,
+)
 from qinglong.shared.domain import Run, Trigger
 from qinglong.shared.ids import uuid7
 
@@ -103,7 +109,7 @@ class DispatchQueries:
             if slot_ms is not None and reason is not SlotReason.SLOT_TAKEN:
                 kind = "slot_coalesced" if into else "slot_skipped"
                 _record_outcome(conn, at, task_id, kind, reason.value, slot_ms, policy, into)
-            return SlotOutcome(reason, None if into is None else _load_run(conn, into))
+            return SlotOutcome(reason, None if into is None else load_run(conn, into))
 
         return self.db.write(op)
 
@@ -159,16 +165,7 @@ def _insert_run(
         return None
     detail = {"trigger": trigger.value, "scheduled_at_ms": slot_ms}
     _insert_event(conn, at, "run_created", task_id, run_id, detail, to_status="queued")
-    return _load_run(conn, run_id)
-
-
-def _load_run(conn: sqlite3.Connection, run_id: str) -> Run:
-    row = conn.execute(
-        f"SELECT {RUN_COLUMNS} FROM runs r JOIN tasks t ON t.id = r.task_id"  # noqa: S608
-        " WHERE r.id = ?",
-        (run_id,),
-    ).fetchone()
-    return run_from_row(row, tuple(load_attempts(conn, [run_id])[run_id]))
+    return load_run(conn, run_id)
 
 
 def _insert_event(

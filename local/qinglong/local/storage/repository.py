@@ -27,6 +27,7 @@ from qinglong.local.storage.rows import (
     attempt_from_row,
     event_from_row,
     load_attempts,
+    load_run,
     run_from_row,
     task_from_row,
 )
@@ -283,16 +284,7 @@ class LocalRunRepository(
 
         return self.db.write(op)
 
-    @staticmethod
-    def _run(conn: sqlite3.Connection, run_id: str) -> Run:
-        row = conn.execute(
-            f"SELECT {RUN_COLUMNS} FROM runs r JOIN tasks t ON t.id = r.task_id"  # noqa: S608
-            " WHERE r.id = ?",
-            (run_id,),
-        ).fetchone()
-        if row is None:
-            raise NotFoundError("no such run")
-        return run_from_row(row, tuple(load_attempts(conn, [run_id])[run_id]))
+    _run = staticmethod(load_run)
 
     def get_run(self, run_id: str) -> Run:
         """The run with its attempts. Raises NotFoundError, or InvalidIdentifierError for an

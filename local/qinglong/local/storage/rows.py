@@ -7,6 +7,7 @@ import sqlite3
 from collections.abc import Sequence
 
 from qinglong.shared.domain import Attempt, ConcurrencyPolicy, Event, Run, Task, Trigger
+from qinglong.shared.errors import NotFoundError
 from qinglong.shared.statuses import AttemptStatus, Executor, RunOwner, RunStatus
 
 TASK_COLUMNS = (
@@ -125,3 +126,15 @@ def load_attempts(conn: sqlite3.Connection, run_ids: Sequence[str]) -> dict[str,
         attempt = attempt_from_row(row)
         out[attempt.run_id].append(attempt)
     return out
+
+
+def load_run(conn: sqlite3.Connection, run_id: str) -> Run:
+    """The run ``run_id`` with its attempts, read on ``conn``. Raises NotFoundError."""
+    row = conn.execute(
+        f"SELECT {RUN_COLUMNS} FROM runs r JOIN tasks t ON t.id = r.task_id"  # noqa: S608
+        " WHERE r.id = ?",
+        (run_id,),
+    ).fetchone()
+    if row is None:
+        raise NotFoundError("no such run")
+    return run_from_row(row, tuple(load_attempts(conn, [run_id])[run_id]))
