@@ -28,3 +28,12 @@ CREATE INDEX tasks_next_fire ON tasks (next_fire_at_ms, id)
 -- The batches still to compute.
 CREATE INDEX tasks_next_fire_pending ON tasks (id)
     WHERE enabled = 1 AND deleted_at_ms IS NULL AND next_fire_pending IS NOT NULL;
+
+-- Slot admission (issue 10 item 4) reads one task's unfinished runs per due slot.
+CREATE INDEX runs_task_unfinished ON runs (task_id, status)
+    WHERE status IN ('queued', 'dispatching', 'running');
+
+-- Slot outcomes without a run (skips, coalesced slots): re-evaluating a slot after a backward
+-- clock step asks whether it was already recorded, reading only these events of the task.
+CREATE INDEX events_slot_outcomes ON events (task_id, id)
+    WHERE run_id IS NULL AND kind IN ('slot_skipped', 'slot_coalesced', 'slots_skipped');

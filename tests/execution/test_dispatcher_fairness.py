@@ -121,3 +121,23 @@ def test_a_foreground_run_dispatches_only_its_own_run(env: Env) -> None:
     assert env.dispatcher(cap=2).dispatch(env.clock.now, only_run_id=mine.id) == 1
     assert env.coordinator.started == [mine.id]
     assert env.repo.get_run(other.id).status.value == "queued"
+
+
+def test_a_task_with_a_long_manual_backlog_does_not_hide_another_tasks_due_run(env: Env) -> None:
+    """From review: the candidate page held only the 256 oldest due runs, so 300 manual
+    runs of one task kept another task's run out of the round-robin until they drained."""
+    from qinglong.shared.statuses import AttemptStatus
+
+    busy, other = env.task("allow"), env.task("allow")
+    for _ in range(300):
+        env.queue(busy)
+    late = env.queue(other)
+    dispatcher = env.dispatcher(cap=2)
+    env.clock.now += 1_000
+    while late.id not in env.coordinator.started and len(env.coordinator.started) < 400:
+        dispatcher.dispatch(env.clock.now)
+        for run_id in list(env.coordinator.live):  # each start ends before the next dispatch
+            env.coordinator.finish(run_id)
+            env.repo.finish_attempt(env.repo.get_run(run_id).attempts[-1], AttemptStatus.FAILED)
+    # the other task never started, so it takes the first or second turn
+    assert env.coordinator.started.index(late.id) < 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import subprocess
 from collections.abc import Iterator
@@ -29,7 +30,7 @@ def _subreaper() -> Iterator[None]:
 
 
 @pytest.fixture
-def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Env:
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
     """Directories, a fake journal, and a spy recording every Popen the launcher makes."""
     spawned: list[subprocess.Popen[bytes]] = []
     real_popen = subprocess.Popen
@@ -42,7 +43,7 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Env:
     monkeypatch.setattr(launcher_module.subprocess, "Popen", SpyPopen)
     cwd = tmp_path / "work"
     cwd.mkdir()
-    return Env(
+    yield Env(
         tmp=tmp_path,
         journal=FakeJournal(),
         log_root=tmp_path / "logs",
@@ -51,3 +52,8 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Env:
         marker=tmp_path / "user-code-ran",
         spawned=spawned,
     )
+    for proc in spawned:  # reap every wrapper a test left (an unreaped Popen warns at GC)
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+        proc.wait(30)

@@ -20,7 +20,8 @@ from qinglong.shared.errors import ConcurrentUpdateError, NotFoundError
 log = logging.getLogger(__name__)
 
 CANDIDATE_LIMIT = 256
-"""Due runs read per dispatch (the backlog bound keeps the queue near one run per task)."""
+"""Due runs read per dispatch, at most ``max_concurrent`` of each task (so one task's long
+backlog never hides another task's due run)."""
 
 MAX_REMEMBERED_TASKS = 4096
 """Tasks whose last start is remembered; beyond it the oldest half is forgotten."""
@@ -57,7 +58,8 @@ class Dispatcher:
         if only_run_id is not None:
             due = self._only(only_run_id, now_ms)
         else:
-            due = self.repo.startable_due(now_ms, limit=CANDIDATE_LIMIT)
+            due = self.repo.startable_due(now_ms, limit=CANDIDATE_LIMIT,
+                                           per_task=self.max_concurrent)
         rank = {run.id: i for i, run in enumerate(due)}  # oldest due first
         lines: dict[str, list[Run]] = {}
         for run in due:

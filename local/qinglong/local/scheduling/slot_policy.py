@@ -51,8 +51,13 @@ def admit_slot(
     """Apply the task's policy to its due slot ``slot_ms`` (Unix ms; ``trigger`` schedule
     or boot): queue a run or record why not (event ``slot_skipped``/``slot_coalesced``,
     repeated outcomes merged). ``stop_run(run_id)`` is called for the active runs of a
-    ``replace`` task. Raises StorageError and friends (DESIGN.md §3.7, issue 10 item 4)."""
+    ``replace`` task. A slot that already has a run answers ``slot_taken`` before anything
+    is stopped: a tick that stopped between the run's commit and the cursor's handles the
+    slot again, and must not cancel the run of that very slot. Raises StorageError and
+    friends (DESIGN.md §3.7, issue 10 item 4)."""
     if task.concurrency is ConcurrencyPolicy.REPLACE:
+        if repo.slot_has_run(task.id, slot_ms):
+            return SlotOutcome(SlotReason.SLOT_TAKEN, None)
         supersede(repo, task.id, stop_run)
     return repo.admit_run(
         task.id, trigger, slot_ms, lambda state: decide(task.concurrency, state),

@@ -93,13 +93,18 @@ class DispatchQueries:
         policy: str,
     ) -> SlotOutcome:
         """In one write transaction: read the task's :class:`SlotState`, ask ``decide``,
-        then queue a run (``run_created``; ``slot_taken`` if (task, slot) already has one),
-        or record the outcome as a task event (only when ``slot_ms``, Unix ms, is given: a
-        manual request has no slot). ``policy`` is written into the event detail. Raises
+        then queue a run (``run_created``), or record the outcome as a task event (only when
+        ``slot_ms``, Unix ms, is given: a manual request has no slot). A slot that already
+        has a run, or that the task's latest outcome event already covers (a tick that
+        stopped between this commit and the cursor's), answers ``slot_taken`` and records
+        nothing: a slot is handled once.
+        ``policy`` is written into the event detail. Raises
         StorageError and friends from the Database (DESIGN.md §3.7, issue 10 item 4)."""
         at = self.clock()
 
         def op(conn: sqlite3.Connection) -> SlotOutcome:
+            if slot_ms is not None and _slot_already_handled(conn, task_id, slot_ms):
+                return SlotOutcome(SlotReason.SLOT_TAKEN, None)
             state = _slot_state(conn, task_id)
             reason = decide(state)
             if reason is SlotReason.RUN_CREATED:
@@ -113,22 +118,35 @@ class DispatchQueries:
 
         return self.db.write(op)
 
-    def startable_due(self, now_ms: int, limit: int) -> list[Run]:
+    def slot_has_run(self, task_id: str, slot_ms: int) -> bool:
+        """Whether (task, slot ``slot_ms``, Unix ms) already has a run (index
+        ``runs_task_slot``). Raises StorageError and friends."""
+        return self.db.read(lambda conn: conn.execute(
+            "SELECT 1 FROM runs WHERE task_id = ? AND scheduled_at_ms = ?", (task_id, slot_ms)
+        ).fetchone() is not None)
+
+    def startable_due(self, now_ms: int, limit: int, per_task: int = 1) -> list[Run]:
         """Queued runtime-owned runs due at ``now_ms`` (Unix ms) whose task may start one
-        now (policy ``allow``, or no run of the task in dispatching/running), oldest due
-        first, at most ``limit`` (1–256, else ValueError). Raises StorageError and friends."""
+        now (policy ``allow``, or no run of the task in dispatching/running): each task's
+        ``per_task`` oldest due runs, oldest due first, at most ``limit`` (1–256, else
+        ValueError). The per-task window keeps one task's long backlog (manual runs are not
+        bounded) from hiding every other task's due run. Raises StorageError and friends."""
         if not 1 <= limit <= MAX_DISPATCH_CANDIDATES:
             raise ValueError(f"limit must be 1-{MAX_DISPATCH_CANDIDATES}")
 
         def op(conn: sqlite3.Connection) -> list[Run]:
             rows = conn.execute(
-                f"SELECT {RUN_COLUMNS} FROM runs r JOIN tasks t ON t.id = r.task_id"  # noqa: S608
-                " WHERE r.status = 'queued' AND r.owner = 'runtime' AND r.not_before_ms <= ?"
-                " AND (t.concurrency = 'allow' OR NOT EXISTS (SELECT 1 FROM runs x"
-                "  WHERE x.owner = 'runtime' AND x.status IN ('dispatching', 'running')"
-                "  AND +x.task_id = r.task_id))"
+                "WITH due AS (SELECT r.id, ROW_NUMBER() OVER (PARTITION BY r.task_id"  # noqa: S608
+                "  ORDER BY r.not_before_ms, r.id) AS turn"
+                "  FROM runs r JOIN tasks t ON t.id = r.task_id"
+                "  WHERE r.status = 'queued' AND r.owner = 'runtime' AND r.not_before_ms <= ?"
+                "  AND (t.concurrency = 'allow' OR NOT EXISTS (SELECT 1 FROM runs x"
+                "   WHERE x.task_id = r.task_id AND x.status IN ('dispatching', 'running')"
+                "   AND x.owner = 'runtime')))"
+                f" SELECT {RUN_COLUMNS} FROM due JOIN runs r ON r.id = due.id"
+                " JOIN tasks t ON t.id = r.task_id WHERE due.turn <= ?"
                 " ORDER BY r.not_before_ms, r.id LIMIT ?",
-                (now_ms, limit),
+                (now_ms, max(1, per_task), limit),
             ).fetchall()
             attempts = load_attempts(conn, [str(row[0]) for row in rows])
             return [run_from_row(row, tuple(attempts[str(row[0])])) for row in rows]
@@ -136,16 +154,40 @@ class DispatchQueries:
         return self.db.read(op)
 
 
+def _slot_already_handled(conn: sqlite3.Connection, task_id: str, slot_ms: int) -> bool:
+    """(task, slot) has a run (index ``runs_task_slot``), or the task's latest outcome event
+    covers the slot (it was recorded, then the tick stopped before advancing the cursor)."""
+    if conn.execute("SELECT 1 FROM runs WHERE task_id = ? AND scheduled_at_ms = ?",
+                    (task_id, slot_ms)).fetchone() is not None:
+        return True
+    last = _latest_streak_event(conn, task_id)
+    if last is None or last[1] not in ("slot_skipped", "slot_coalesced") or last[2] is None:
+        return False
+    detail = json.loads(str(last[2]))
+    first = int(detail.get("slot_ms", 0))
+    return first <= slot_ms <= int(detail.get("last_slot_ms", first))
+
+
+def _latest_streak_event(conn: sqlite3.Connection, task_id: str) -> tuple[object, ...] | None:
+    """(id, kind, detail) of the task's newest event of a kind in ``_STREAK_KINDS``."""
+    marks = ",".join("?" * len(_STREAK_KINDS))
+    row = conn.execute(
+        f"SELECT id, kind, detail FROM events WHERE task_id = ? AND kind IN ({marks})"  # noqa: S608
+        " ORDER BY id DESC LIMIT 1",
+        (task_id, *_STREAK_KINDS),
+    ).fetchone()
+    return None if row is None else tuple(row)
+
+
 def _slot_state(conn: sqlite3.Connection, task_id: str) -> SlotState:
-    # unary + keeps the planner on the small partial indexes (active, queued) instead of
-    # the task's whole history
+    # index runs_task_unfinished (migration 0004): the task's unfinished runs only
     active = conn.execute(
-        "SELECT count(*) FROM runs WHERE status IN ('dispatching', 'running')"
-        " AND owner = 'runtime' AND +task_id = ?",
+        "SELECT count(*) FROM runs WHERE task_id = ? AND status IN ('dispatching', 'running')"
+        " AND owner = 'runtime'",
         (task_id,),
     ).fetchone()
     queued = conn.execute(
-        "SELECT count(*), min(id) FROM runs WHERE status = 'queued' AND +task_id = ?",
+        "SELECT count(*), min(id) FROM runs WHERE task_id = ? AND status = 'queued'",
         (task_id,),
     ).fetchone()
     return SlotState(int(active[0]), int(queued[0]), None if queued[1] is None else str(queued[1]))
@@ -182,15 +224,13 @@ def _record_outcome(
     conn: sqlite3.Connection, at: int, task_id: str, kind: str, reason: str, slot_ms: int,
     policy: str, into: str | None,
 ) -> None:
-    marks = ",".join("?" * len(_STREAK_KINDS))
-    last = conn.execute(
-        f"SELECT id, kind, detail FROM events WHERE task_id = ? AND kind IN ({marks})"  # noqa: S608
-        " ORDER BY id DESC LIMIT 1",
-        (task_id, *_STREAK_KINDS),
-    ).fetchone()
+    last = _latest_streak_event(conn, task_id)
     if last is not None and last[1] == kind and last[2] is not None:
         detail = json.loads(str(last[2]))
-        if detail.get("reason") == reason and detail.get("run_id") == into:
+        # merge only a later slot: a slot re-evaluated after a backward clock step must not
+        # stretch the range backwards (``slot_was_handled`` reads [slot_ms, last_slot_ms])
+        newest = int(detail.get("last_slot_ms", detail.get("slot_ms", 0)))
+        if detail.get("reason") == reason and detail.get("run_id") == into and slot_ms > newest:
             detail["last_slot_ms"] = slot_ms
             detail["count"] = int(detail.get("count", 1)) + 1
             conn.execute(

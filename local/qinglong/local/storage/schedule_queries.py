@@ -169,8 +169,10 @@ class ScheduleQueries:
             if cur.rowcount != 1:
                 return False
             if skipped:
-                insert_task_event(conn, at, "slots_skipped", entry.task.id,
-                                  {"skipped": skipped, "at_least": capped, "reason": reason})
+                insert_task_event(conn, at, "slots_skipped", entry.task.id, {
+                    "skipped": skipped, "at_least": capped, "reason": reason,
+                    # the slots considered: (after_ms, until_ms], the fired one excepted
+                    "after_ms": entry.task.schedule_cursor_ms, "until_ms": cursor_ms})
             return True
 
         return self.db.write(op)
@@ -249,19 +251,23 @@ class ScheduleQueries:
         return [(int(at), dict(json.loads(str(d))) if d else {}) for at, d in rows]
 
     def slot_was_handled(self, task_id: str, slot_ms: int) -> bool:
-        """Whether (task, slot) already has a run (the unique index ``runs_task_slot``) or a
-        recorded slot outcome (``slot_skipped`` or ``slot_coalesced``; a merged outcome event
-        covers every slot from its ``slot_ms`` to its ``last_slot_ms``, see
-        ``dispatch_queries``). The event lookup reads the task's events: call it only for
-        slots re-evaluated after a backward clock step."""
+        """Whether (task, slot ``slot_ms``, Unix ms) already has a run (index
+        ``runs_task_slot``) or a recorded outcome: a ``slot_skipped``/``slot_coalesced``
+        event whose range [``slot_ms``, ``last_slot_ms``] covers it (merged outcomes, see
+        ``dispatch_queries``), or a ``slots_skipped`` event (misfire, forward clock step)
+        whose range (``after_ms``, ``until_ms``] covers it. The events are read through the
+        partial index ``events_slot_outcomes`` (migration 0004); call it only for slots
+        re-evaluated after a backward clock step. Raises StorageError and friends."""
         return self.db.read(lambda conn: conn.execute(
             "SELECT 1 FROM runs WHERE task_id = ? AND scheduled_at_ms = ?"
             " UNION ALL SELECT 1 FROM events WHERE task_id = ? AND run_id IS NULL"
-            " AND kind IN ('slot_skipped', 'slot_coalesced')"
-            " AND ? BETWEEN json_extract(detail, '$.slot_ms')"
-            " AND coalesce(json_extract(detail, '$.last_slot_ms'),"
-            " json_extract(detail, '$.slot_ms')) LIMIT 1",
-            (task_id, slot_ms, task_id, slot_ms),
+            " AND kind IN ('slot_skipped', 'slot_coalesced', 'slots_skipped') AND ("
+            "  (kind <> 'slots_skipped' AND ? BETWEEN json_extract(detail, '$.slot_ms')"
+            "   AND coalesce(json_extract(detail, '$.last_slot_ms'),"
+            "   json_extract(detail, '$.slot_ms')))"
+            "  OR (kind = 'slots_skipped' AND ? > json_extract(detail, '$.after_ms')"
+            "   AND ? <= json_extract(detail, '$.until_ms'))) LIMIT 1",
+            (task_id, slot_ms, task_id, slot_ms, slot_ms, slot_ms),
         ).fetchone() is not None)
 
     def boot_task_candidates(self) -> list[Task]:
