@@ -209,3 +209,23 @@ def test_a_temporary_receipt_left_beside_a_published_receipt_is_removed_at_recov
     assert (final["status"], final["exit_code"]) == ("failed", 3)
     assert not receipt.exists()
     assert not temp.exists()
+
+
+def test_resolve_of_several_runs_settles_each_it_can_and_names_each_refusal(ql3: Ql3) -> None:
+    """From a fresh user's trial: with several ids, resolve stopped at the first refusal
+    (never trying the rest) and did not say that earlier ones had been settled."""
+    alive, gone = leave_running(ql3, 2, "sleep", "300")
+    try:
+        kill_group(gone)  # its processes are gone (no receipt); the other's still run
+        done = ql3.run("local", "recovery", "resolve", alive["id"], gone["id"], "--as", "lost",
+                       check=False)
+        assert done.returncode == 1
+        assert f"ql3: error: run {alive['id']}: " in done.stderr
+        assert "still running" in done.stderr and gone["id"] not in done.stderr
+        assert f"run {gone['id']}: lost (from operator)" in done.stdout
+        assert ql3.json("local", "inspect", gone["id"])["status"] == "lost"
+        assert ql3.json("local", "inspect", alive["id"])["status"] == "running"
+    finally:
+        kill_group(alive)
+    [settled] = ql3.json("local", "recovery", "resolve", alive["id"], "--as", "lost")
+    assert (settled["status"], settled["refused"]) == ("lost", None)

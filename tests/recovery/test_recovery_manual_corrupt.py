@@ -193,3 +193,36 @@ def test_a_start_intent_without_a_handle_is_decided_by_the_attempt_lock_alone(
     finally:
         os.close(fd)
     assert resolve_run(kit.repo, kit.receipts, run.id, "lost").status == "lost"
+
+
+def test_resolve_settles_a_handle_whose_live_process_does_not_hold_the_free_lock(
+    kit: Kit, sentinel: subprocess.Popen[bytes]
+) -> None:
+    """A well-formed handle naming a live process that is not the attempt's wrapper (a
+    copied row): a live wrapper holds its lock, so a free lock decides; before, resolve
+    refused for as long as that unrelated process lived (a dead end)."""
+    run, attempt = kit.left_running(handle_of(sentinel.pid))
+    free_lock(kit, attempt)
+    done = resolve_run(kit.repo, kit.receipts, run.id, "lost")
+    assert (done.status, done.source) == ("lost", "operator")
+    [settled] = kit.repo.get_run(run.id).attempts
+    assert settled.status is AttemptStatus.LOST
+    details = [json.loads(e.detail or "{}") for e in kit.repo.list_events(run.id)
+               if e.attempt_id == attempt.id and e.to_status == "lost"]
+    assert details and details[0]["handle"] == "not_the_wrapper"
+    assert sentinel.poll() is None  # never signalled
+
+
+def test_resolve_refuses_while_the_handles_own_process_holds_the_lock(kit: Kit) -> None:
+    run, attempt = kit.left_running(None, starting=True)
+    fd = take_lock(kit, attempt)
+    holder = subprocess.Popen(["sleep", "60"], pass_fds=(fd,))
+    os.close(fd)
+    try:
+        kit.repo.save_handle(attempt, handle_of(holder.pid).encode())
+        with pytest.raises(errors.ConflictError, match="still running"):
+            resolve_run(kit.repo, kit.receipts, run.id, "lost")
+        assert kit.repo.get_run(run.id).status is RunStatus.RUNNING
+    finally:
+        holder.kill()
+        holder.wait()

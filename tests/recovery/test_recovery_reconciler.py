@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -81,9 +82,10 @@ def test_a_zombie_wrapper_without_receipt_is_lost_never_given_an_exit_code(kit: 
 
 
 def test_the_same_live_process_is_kept_running_for_re_attachment(kit: Kit) -> None:
-    live = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    run, attempt = kit.left_running(None, starting=True)
+    live = _hold_lock(kit, attempt.id)  # a live wrapper holds its attempt lock
     try:
-        run, attempt = kit.left_running(handle_of(live.pid))
+        attempt = kit.repo.save_handle(attempt, handle_of(live.pid).encode())
         result = kit.reconciler.reconcile()
         assert result.safe
         assert [(r.id, a.id) for r, _, a in result.reattach] == [(run.id, attempt.id)]
@@ -223,3 +225,38 @@ def test_a_receipt_with_a_lock_held_by_no_findable_process_is_recorded_unresolve
     assert "leftovers_unresolved" in kinds
     assert kit.repo.unresolved_leftover_runs() == [(run.id, attempt.id)]
     assert [row[0] for row in kit.repo.journal_rows()] == [attempt.id]
+
+
+def _hold_lock(kit: Kit, attempt_id: str) -> subprocess.Popen[bytes]:
+    """A process that holds the attempt's lock, as the wrapper and its command do."""
+    fd = os.open(kit.receipts.lock_path(attempt_id), os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    holder = subprocess.Popen(["sleep", "60"], pass_fds=(fd,), start_new_session=True)
+    os.close(fd)
+    return holder
+
+
+@pytest.mark.parametrize("lock", ["free", "held_by_another"])
+def test_a_handle_naming_a_live_process_that_does_not_hold_the_lock_is_never_reattached(
+    kit: Kit, lock: str
+) -> None:
+    """From a fresh user's trial: a well-formed handle copied from another process (a
+    corrupted or copied row) was re-attached, and at the timeout that unrelated process got
+    TERM. A live wrapper holds its attempt lock, so the verifiers disagree: refuse."""
+    bystander = subprocess.Popen(["sh", "-c", "trap 'echo term' TERM; sleep 60 & wait"],
+                                 stdout=subprocess.PIPE, start_new_session=True)
+    run, attempt = kit.left_running(handle_of(bystander.pid))
+    holder = _hold_lock(kit, attempt.id) if lock == "held_by_another" else None
+    try:
+        result = kit.reconciler.reconcile()
+        assert result.reattach == [] and result.insufficient == 1 and not result.safe
+        assert kit.repo.get_run(run.id).status is RunStatus.RUNNING
+        assert bystander.poll() is None  # never signalled
+    finally:
+        for proc in (bystander, holder):
+            if proc is not None:
+                os.killpg(proc.pid, signal.SIGKILL)  # each leads its own session
+                proc.wait()
+        assert bystander.stdout is not None
+        assert bystander.stdout.read() == b""  # it never saw TERM
+        bystander.stdout.close()

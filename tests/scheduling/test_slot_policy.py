@@ -14,8 +14,9 @@ from scheduling_kit import T0, Clocks, make_task, open_repo
 from qinglong.local.app.service import LocalService
 from qinglong.local.scheduling.scheduler import Scheduler
 from qinglong.local.storage.repository import LocalRunRepository
-from qinglong.shared.domain import Event, Task
+from qinglong.shared.domain import Event, Task, Trigger
 from qinglong.shared.errors import ConflictError
+from qinglong.shared.statuses import RunStatus
 
 
 @pytest.fixture
@@ -148,3 +149,21 @@ def test_manual_runs_of_an_allow_task_are_not_bounded_by_the_backlog(env) -> Non
     ids = {service.run_now(task.name)["id"] for _ in range(3)}
     assert len(ids) == 3
     assert all(r.status.value == "queued" for r in repo.list_runs(task.id))
+
+
+def test_disabling_a_task_cancels_its_queued_runs_and_leaves_a_started_one_alone(
+    env,  # type: ignore[no-untyped-def]
+) -> None:
+    """From a fresh user's trial: a run queued at the cap, then the task disabled, still
+    started (at the next serve, minutes later). Disable means nothing more starts."""
+    repo, _clock, _sched = env
+    task = _task(repo, "* * * * * *", "allow")
+    started = repo.create_run(task.id, Trigger.MANUAL)
+    queued = repo.create_run(task.id, Trigger.MANUAL)
+    assert started is not None and queued is not None
+    repo.claim_attempt(started)
+    repo.set_task_enabled(task.name, False)
+    assert repo.get_run(queued.id).status is RunStatus.CANCELLED
+    assert repo.get_run(started.id).status is RunStatus.DISPATCHING
+    [event] = [e for e in repo.list_events(queued.id) if e.kind == "run_cancelled"]
+    assert json.loads(event.detail or "{}") == {"reason": "task_disabled"}

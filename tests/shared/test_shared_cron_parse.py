@@ -160,3 +160,8 @@ def test_schedule_is_immutable() -> None:
     schedule = parse_schedule("* * * * *", "UTC")
     with pytest.raises(AttributeError):
         schedule.kind = "once"  # type: ignore[misc]
+
+
+def test_crontabs_reboot_alias_is_refused_with_a_hint_to_use_boot() -> None:
+    with pytest.raises(ValidationError, match="use @boot"):
+        parse_schedule("@reboot", "UTC")

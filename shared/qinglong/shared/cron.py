@@ -369,7 +369,8 @@ def parse_schedule(text: str, timezone: str) -> Schedule:
         if expression in ("@boot", "@once"):
             kind = "boot" if expression == "@boot" else "once"
         elif expression not in _ALIAS_FIELDS:
-            raise ValidationError("schedule", f"unknown alias {_excerpt(expression)}")
+            hint = " (use @boot: once per serve start)" if expression == "@reboot" else ""
+            raise ValidationError("schedule", f"unknown alias {_excerpt(expression)}{hint}")
     else:
         fields = expression.split()
         if len(fields) not in (5, 6):

@@ -220,11 +220,18 @@ def recovery_resolve(
     run that may still be alive refuses the resolution; otherwise the run is recorded as
     --as lost|failed. A corrupt stored handle is never used: the attempt lock alone
     decides (held refuses, free settles). Each resolution is an event naming who and when.
+    Each run is resolved on its own: a refused run is named on stderr, the others are still
+    settled, and the exit code is 1 if any was refused.
     """
     with open_backend(datadir_of(data_dir), "recovery resolve") as backend:
         results = backend.call("recovery_resolve", run_ids=list(run_ids), **{"as": verdict})
     if as_json:
         print_json(results)
-        return
     for item in results:
-        click.echo(f"run {item['run_id']}: {item['status']} (from {item['source']})")
+        if item.get("refused"):  # each refusal on stderr; the other runs are still settled
+            click.echo(f"ql3: error: run {item['run_id']}: {item['refused']['message']}",
+                       err=True)
+        elif not as_json:
+            click.echo(f"run {item['run_id']}: {item['status']} (from {item['source']})")
+    if any(item.get("refused") for item in results):
+        sys.exit(1)

@@ -86,16 +86,28 @@ def describe_run(run: dict[str, Any]) -> str:
 
 
 def describe_slot_event(event: dict[str, Any]) -> str | None:
-    """One line for a slot that created no run (``slot_skipped``/``slot_coalesced``, see
-    ``storage/dispatch_queries.py``): ``slots <first> .. <last> (N): <reason>``; None for
-    any other event (issue 10 item 4)."""
+    """One line for slots that created no run: ``slot_skipped``/``slot_coalesced`` (see
+    ``storage/dispatch_queries.py``): ``slots <first> .. <last> (N): <reason>``;
+    ``slots_skipped`` (missed: downtime or a forward clock step, issue 10 items 1 and 3);
+    a task's ``clock_step`` (its next fire time re-evaluated). None for any other event."""
     import json
 
     from qinglong.local.app.views import iso
 
-    if event["kind"] not in ("slot_skipped", "slot_coalesced") or not event["detail"]:
+    kind = event["kind"]
+    if kind not in ("slot_skipped", "slot_coalesced", "slots_skipped", "clock_step") \
+            or not event["detail"]:
         return None
     detail = json.loads(event["detail"])
+    if kind == "slots_skipped":  # missed slots (downtime or a forward clock step)
+        missed = f"{detail.get('skipped')}{' or more' if detail.get('at_least') else ''}"
+        until = detail.get("until_ms")
+        span = f" up to {_t(iso(until))}" if until is not None else ""
+        return f"{missed} missed slot(s){span} skipped: {detail.get('reason')}"
+    if kind == "clock_step":  # this task's next fire time moved after a backward step
+        nxt = detail.get("next_fire_ms")
+        return (f"clock stepped {detail.get('direction')}: next fire time re-evaluated"
+                + (f" to {_t(iso(nxt))}" if nxt is not None else ""))
     first = _t(iso(detail.get("slot_ms")))
     count = int(detail.get("count", 1))
     span = first if count == 1 else f"{first} .. {_t(iso(detail.get('last_slot_ms')))}"

@@ -19,6 +19,7 @@ from qinglong.local.recovery.manual import resolve_run
 from qinglong.local.scheduling.slot_policy import admit_manual
 from qinglong.local.storage.repository import LocalRunRepository
 from qinglong.shared.errors import NotFoundError, QinglongError, ValidationError
+from qinglong.shared.ids import validate_uuid7
 from qinglong.shared.statuses import ATTEMPT_ACTIVE, RUN_TERMINAL, AttemptStatus
 
 LOG_CHUNK_BYTES = 64 * 1024
@@ -187,14 +188,26 @@ class LocalService:
     def recovery_resolve(self, run_ids: list[str], verdict: str) -> list[dict[str, Any]]:
         """Settle runs a stopped owner left active (receipt first, then the verdict).
 
-        Each run is resolved on its own; the first refusal raises (earlier ones stay done).
+        Every id is checked first (a malformed one raises InvalidIdentifierError and
+        nothing is done). Then each run is resolved on its own, and a refusal does not stop
+        the others: each item is ``{"run_id", "status", "source", "refused"}`` where
+        ``refused`` is None or ``{"code", "message"}`` (the typed error's, e.g.
+        ``attempt_lock_held``), so the caller can say which runs were settled.
         """
         if self.receipts is None:
             raise ValidationError("request", "recovery needs the receipt store")
-        results = []
         for run_id in run_ids:
-            done = resolve_run(self.repo, self.receipts, run_id, verdict)
-            results.append({"run_id": done.run_id, "status": done.status, "source": done.source})
+            validate_uuid7(run_id, "run_id")
+        results: list[dict[str, Any]] = []
+        for run_id in run_ids:
+            try:
+                done = resolve_run(self.repo, self.receipts, run_id, verdict)
+            except QinglongError as exc:
+                results.append({"run_id": run_id, "status": None, "source": None,
+                                "refused": {"code": exc.code, "message": str(exc)}})
+                continue
+            results.append({"run_id": done.run_id, "status": done.status,
+                            "source": done.source, "refused": None})
         self._wake()
         return results
 

@@ -69,10 +69,13 @@ def resolve_run(
     """Settle every active attempt of ``run_id`` and the run itself (DESIGN.md §3.4).
 
     Per active attempt: a trusted receipt (this run and attempt, and the stored handle
-    when one decodes) settles it with its real outcome; else a live process (a valid
-    handle probed alive) or a held attempt lock refuses; else the verdict is recorded. A
-    corrupt handle is decided by the lock alone (issue 10 item 7; module docstring).
-    Nothing is ever signalled.
+    when one decodes) settles it with its real outcome; else a held attempt lock refuses
+    (as "still running" while the handle's own process holds it); else the verdict is
+    recorded. A live wrapper holds its lock until it exits, so a handle whose process is
+    alive while the lock is free names another process (a corrupted or copied row): the
+    lock decides, and the event says ``handle: not_the_wrapper``. A corrupt handle is
+    decided by the lock alone (issue 10 item 7; module docstring). Nothing is ever
+    signalled.
 
     Raises:
         ValidationError: ``verdict`` is not ``lost`` or ``failed``.
@@ -105,15 +108,20 @@ def resolve_run(
             repo.resolve_journal(attempt.id)
             source, status = "receipt", settled.status.value
             continue
-        if handle is not None and probe_handle(handle) in (Liveness.ALIVE, Liveness.REGROUPED):
-            raise ConflictError("a process of this run is still running; stop it first")
         lock = _lock_state(receipts, attempt)
+        alive = handle is not None and probe_handle(handle) in (Liveness.ALIVE,
+                                                                Liveness.REGROUPED)
         if lock == "held":
-            raise AttemptLockHeldError(find_lock_holders(receipts.lock_path(attempt.id)))
+            holders = find_lock_holders(receipts.lock_path(attempt.id))
+            if alive and handle is not None and handle.pid in holders:
+                raise ConflictError("a process of this run is still running; stop it first")
+            raise AttemptLockHeldError(holders)
         detail: dict[str, object] = {"resolved_by": who, "source": "operator",
                                      "verdict": verdict}
         if corrupt:  # C20: the lock alone decided; say so in the event
             detail.update(handle="corrupt", lock=lock)
+        elif alive:  # a live wrapper holds its lock: this handle names another process
+            detail.update(handle="not_the_wrapper", lock=lock)
         settled = repo.finish_attempt(attempt, VERDICTS[verdict], detail=detail)
         status = settled.status.value
     if repo.get_run(run_id).status in RUN_ACTIVE:  # no active attempt was left to settle

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from qinglong.local.process.leftovers import ReceiptStoreLock, stop_leftovers
+from qinglong.local.process.lock_holders import find_lock_holders
 from qinglong.local.process.receipt_store import ReceiptStore
 from qinglong.local.storage.repository import LocalRunRepository
 from qinglong.shared.backoff import retry_not_before_ms
@@ -185,6 +186,11 @@ class LocalRunReconciler:
         except ProcessIdentityError:
             raise _InsufficientEvidenceError from None
         if verdict == Liveness.ALIVE:
+            # the verifiers must agree (DESIGN.md §3.4): a live wrapper holds its attempt
+            # lock until it exits, so a handle whose process does not hold it names some
+            # other process (a corrupted or copied row): never re-attach to it or signal it
+            if handle.pid not in find_lock_holders(self.receipts.lock_path(attempt.id)):
+                raise _InsufficientEvidenceError
             result.reattach.append((run, task, attempt))
             return
         if verdict == Liveness.REGROUPED:

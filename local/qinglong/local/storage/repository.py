@@ -201,7 +201,8 @@ class LocalRunRepository(
 
         Enabling marks its next fire time pending (computed by the next scheduler tick from
         a fresh cursor: nothing missed while disabled fires); disabling clears it
-        (migration 0004, issue 10 item 1). Raises NotFoundError."""
+        (migration 0004, issue 10 item 1) and cancels the task's queued runs in the same
+        transaction (a run already started goes on). Raises NotFoundError."""
         at = self.clock()
 
         def op(conn: sqlite3.Connection) -> Task:
@@ -215,6 +216,15 @@ class LocalRunRepository(
                 (int(enabled), at, int(enabled and not task.enabled), int(enabled), task.id),
             )
             _event(conn, at, "task_enabled" if enabled else "task_disabled", task_id=task.id)
+            if not enabled:  # nothing of a disabled task starts any more
+                for (run_id,) in conn.execute(
+                    "SELECT id FROM runs WHERE task_id = ? AND status = 'queued'", (task.id,)
+                ).fetchall():
+                    run = self._run(conn, str(run_id))
+                    self._set_run(conn, run, RunStatus.CANCELLED, at, finished=True)
+                    _event(conn, at, "run_cancelled", task_id=task.id, run_id=run.id,
+                           from_status="queued", to_status="cancelled",
+                           detail={"reason": "task_disabled"})
             return self._task_by_id(conn, task.id)
 
         return self.db.write(op)
