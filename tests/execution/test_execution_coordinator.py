@@ -171,3 +171,23 @@ def test_an_escaped_setsid_process_is_found_through_the_lock_and_killed_on_timeo
     assert state in ("gone", "Z"), "the escaped process survived the timeout"
     events = [e for e in stack.repo.list_events(run.id) if e.kind == "leftovers_stopped"]
     assert len(events) == 1 and '"escaped": 1' in (events[0].detail or "")
+
+
+def test_an_attempt_settled_elsewhere_meanwhile_frees_its_supervision_slot(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """From review: an operator's ``recovery resolve`` settling the attempt while the
+    monitor waited made every settle retry a ConcurrentUpdateError, forever: the monitor
+    never ended and the slot stayed counted against the cap until a restart."""
+    from qinglong.shared.statuses import AttemptStatus
+
+    go = tmp_path / "go"
+    run = stack.start(stack.task("sh", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done"))
+    attempt = stack.repo.get_run(run.id).attempts[-1]
+    stack.repo.finish_attempt(attempt, AttemptStatus.LOST)  # settled by someone else
+    go.touch()  # the command exits; the monitor tries to settle the same attempt
+    deadline = time.monotonic() + 20
+    while stack.coordinator.active_count() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert stack.coordinator.active_count() == 0
+    assert stack.repo.get_run(run.id).attempts[-1].status is AttemptStatus.LOST

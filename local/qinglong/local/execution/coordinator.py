@@ -31,11 +31,15 @@ from qinglong.local.process.receipt_store import ReceiptStore
 from qinglong.local.storage.repository import LocalRunRepository
 from qinglong.shared.backoff import retry_not_before_ms
 from qinglong.shared.domain import Attempt, Run, Task
-from qinglong.shared.errors import QinglongError, ReceiptCodecError
+from qinglong.shared.errors import ConcurrentUpdateError, QinglongError, ReceiptCodecError
 from qinglong.shared.faults import fault_point
 from qinglong.shared.handles import ProcessHandle
 from qinglong.shared.receipts import CompletionReceipt, ReceiptOutcome
-from qinglong.shared.statuses import RETRYABLE_ATTEMPT_OUTCOMES, AttemptStatus
+from qinglong.shared.statuses import (
+    ATTEMPT_TERMINAL,
+    RETRYABLE_ATTEMPT_OUTCOMES,
+    AttemptStatus,
+)
 
 log = logging.getLogger(__name__)
 
@@ -284,6 +288,13 @@ class ExecutionCoordinator:
                                  signal=sig, wait_status=rc, finished_at_ms=finished,
                                  detail=detail)
                     break
+                except ConcurrentUpdateError:
+                    if self.repo.get_attempt(live.attempt.id).status in ATTEMPT_TERMINAL:
+                        # settled meanwhile by someone else (``recovery resolve``): whoever
+                        # settled it owns the receipt and the journal row; stop retrying
+                        log.warning("attempt %s was settled elsewhere", live.attempt.id)
+                        return
+                    raise
                 except QinglongError as exc:
                     log.error("could not settle attempt %s (%s); retrying in %.0f s",
                               live.attempt.id, exc.code, delay)
