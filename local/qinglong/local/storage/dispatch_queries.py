@@ -180,14 +180,17 @@ def _latest_streak_event(conn: sqlite3.Connection, task_id: str) -> tuple[object
 
 
 def _slot_state(conn: sqlite3.Connection, task_id: str) -> SlotState:
-    # index runs_task_unfinished (migration 0004): the task's unfinished runs only
+    # each query states the condition of the partial index runs_task_unfinished (migration
+    # 0004): SQLite uses a partial index only then, and would otherwise walk the task's
+    # whole history through runs_task_created
     active = conn.execute(
         "SELECT count(*) FROM runs WHERE task_id = ? AND status IN ('dispatching', 'running')"
-        " AND owner = 'runtime'",
+        " AND owner = 'runtime' AND status IN ('queued', 'dispatching', 'running')",
         (task_id,),
     ).fetchone()
     queued = conn.execute(
-        "SELECT count(*), min(id) FROM runs WHERE task_id = ? AND status = 'queued'",
+        "SELECT count(*), min(id) FROM runs WHERE task_id = ? AND status = 'queued'"
+        " AND status IN ('queued', 'dispatching', 'running')",
         (task_id,),
     ).fetchone()
     return SlotState(int(active[0]), int(queued[0]), None if queued[1] is None else str(queued[1]))

@@ -218,7 +218,8 @@ class LocalRunRepository(
             _event(conn, at, "task_enabled" if enabled else "task_disabled", task_id=task.id)
             if not enabled:  # nothing of a disabled task starts any more
                 for (run_id,) in conn.execute(
-                    "SELECT id FROM runs WHERE task_id = ? AND status = 'queued'", (task.id,)
+                    "SELECT id FROM runs WHERE task_id = ? AND status = 'queued'"
+                    " AND status IN ('queued', 'dispatching', 'running')", (task.id,),
                 ).fetchall():
                     run = self._run(conn, str(run_id))
                     self._set_run(conn, run, RunStatus.CANCELLED, at, finished=True)
