@@ -191,3 +191,23 @@ def test_an_attempt_settled_elsewhere_meanwhile_frees_its_supervision_slot(
         time.sleep(0.05)
     assert stack.coordinator.active_count() == 0
     assert stack.repo.get_run(run.id).attempts[-1].status is AttemptStatus.LOST
+
+
+@pytest.mark.parametrize("step_ms", [-2 * 3_600_000, 2 * 3_600_000])
+def test_a_wall_clock_step_neither_delays_nor_hastens_a_timeout_or_its_grace(
+    stack: Stack, step_ms: int
+) -> None:
+    """Issue 10 item 3: timeouts and the grace before KILL were measured on the wall clock:
+    stepped back two hours, a 1 s timeout fired two hours late; stepped forward, every
+    running attempt timed out at once."""
+    from qinglong.local.storage.repository import now_ms
+
+    task = stack.task("sh", "-c", "trap '' TERM; sleep 300 & wait; wait", timeout_s=1.0)
+    run = stack.start(task)
+    stack.repo.clock = lambda: now_ms() + step_ms  # the wall clock steps after the start
+    started = time.monotonic()
+    run = stack.until_terminal(run.id, timeout=15)  # 1 s timeout + 1 s grace, then KILL
+    assert run.status is RunStatus.TIMED_OUT and run.signal == signal.SIGKILL
+    # never early (the forward step used to TERM at once and KILL after the grace alone,
+    # about 1 s): the 1 s timeout and the 1 s grace both pass in real time
+    assert time.monotonic() - started >= 1.5

@@ -13,7 +13,7 @@ from scheduling_kit import HOUR, T0, Clocks, make_task, open_repo
 
 from qinglong.local.scheduling.scheduler import Scheduler
 from qinglong.local.storage.repository import LocalRunRepository
-from qinglong.shared.domain import Task
+from qinglong.shared.domain import Task, Trigger
 
 
 @pytest.fixture
@@ -225,3 +225,43 @@ def test_a_backward_step_whose_rebase_failed_is_rebased_by_the_next_tick(
     sched.tick(clocks.advance(1_000))
     sched.tick(clocks.advance(1_000))
     assert _slots(repo, task) == [T0 + 2_000, T0 + 6_000 - 2 * HOUR]
+
+
+def test_a_run_queued_just_before_a_backward_step_stays_startable(
+    env: tuple[LocalRunRepository, Clocks, list[str]],
+) -> None:
+    """Found by the C15 drill on a loaded machine: a run queued just before the clock went
+    back two hours waited for its wall time, two hours, and a forbid task's later slots
+    coalesced into it meanwhile: the task went silent. A step moves queued runs back by
+    the step (a retry's delay keeps its real length)."""
+    repo, clocks, stopped = env
+    task = _task(repo, "*/2 * * * * *", policy="forbid")
+    sched = Scheduler(repo, stopped.append, monotonic_ms=lambda: clocks.mono)
+    sched.tick(clocks.now)
+    sched.tick(clocks.advance(2_000))  # T0+2s: queued, not dispatched yet
+    [queued] = repo.queued_runs(task.id)
+    retry = repo.create_run(task.id, Trigger.MANUAL)
+    assert retry is not None
+    repo.db.write(lambda conn: conn.execute(  # as a retry due 300 s from now
+        "UPDATE runs SET not_before_ms = ? WHERE id = ?", (clocks.now + 300_000, retry.id)))
+    clocks.mono += 1_000
+    clocks.now += 1_000 - 2 * HOUR
+    sched.tick(clocks.now)
+    assert repo.get_run(queued.id).not_before_ms <= clocks.now  # startable at once
+    assert repo.get_run(retry.id).not_before_ms == T0 + 2_000 + 300_000 - 2 * HOUR
+    [(_, step)] = repo.runtime_events("clock_step")
+    assert step["queued_moved"] == 2
+
+
+def test_a_run_queued_far_ahead_when_serve_starts_after_a_set_back_is_due_now(
+    env: tuple[LocalRunRepository, Clocks, list[str]],
+) -> None:
+    repo, clocks, stopped = env
+    task = _task(repo, "*/2 * * * * *", policy="forbid")
+    first = Scheduler(repo, stopped.append, monotonic_ms=lambda: clocks.mono)
+    first.tick(clocks.now)
+    first.tick(clocks.advance(2_000))
+    [queued] = repo.queued_runs(task.id)
+    clocks.now -= 2 * HOUR  # serve stopped; the clock was set back; serve starts again
+    Scheduler(repo, stopped.append, monotonic_ms=lambda: clocks.mono).tick(clocks.now)
+    assert repo.get_run(queued.id).not_before_ms == clocks.now

@@ -38,7 +38,7 @@ from qinglong.local.recovery.retention import (
     RetentionConfig,
     RetentionLifecycle,
 )
-from qinglong.local.scheduling.scheduler import Scheduler
+from qinglong.local.scheduling.scheduler import IDLE_WAKE_MS, Scheduler
 from qinglong.local.storage.database import Database
 from qinglong.local.storage.migrations import open_database
 from qinglong.local.storage.repository import LocalRunRepository
@@ -213,7 +213,9 @@ class LocalStack:
                 continue
             if queued_at is not None and queued_at > now:
                 wake_at = min(wake_at, queued_at)
-            timeout = max(0.0, (wake_at - repo.clock()) / 1000)
+            # bounded: a wall-clock step between the tick and here must not stretch the
+            # sleep (the next tick notices the step, issue 10 item 3)
+            timeout = min(IDLE_WAKE_MS / 1000, max(0.0, (wake_at - repo.clock()) / 1000))
             self.wake_event.wait(timeout)
             self.wake_event.clear()
 

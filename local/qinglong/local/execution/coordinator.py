@@ -21,6 +21,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -221,13 +222,18 @@ class ExecutionCoordinator:
         after ``grace_s`` KILL to the whole group (DESIGN.md §3.3).
         """
         proc = live.proc
-        deadline = live.attempt.deadline_at_ms
-        term_sent_at: int | None = None
+        # The durable deadline is wall time (it outlives this process); from here on the
+        # time left is measured on the monotonic clock, so a step of the wall clock neither
+        # delays nor hastens a timeout or the grace before KILL (issue 10 item 3).
+        deadline: float | None = None
+        if live.attempt.deadline_at_ms is not None:
+            deadline = time.monotonic() + (live.attempt.deadline_at_ms - self.repo.clock()) / 1000
+        term_sent_at: float | None = None
         killed = False
         while proc.wait(POLL_S) is None:
             if self._detached.is_set():
                 return  # detach: the attempt runs on; the next start re-attaches it
-            now = self.repo.clock()
+            now = time.monotonic()
             if live.stop_reason is None and deadline is not None and now >= deadline:
                 live.stop_reason = AttemptStatus.TIMED_OUT
             if live.stop_reason is not None and term_sent_at is None:
@@ -237,7 +243,7 @@ class ExecutionCoordinator:
             elif (
                 term_sent_at is not None
                 and not killed
-                and now >= term_sent_at + self.config.grace_s * 1000
+                and now >= term_sent_at + self.config.grace_s
             ):
                 with contextlib.suppress(QinglongError, OSError):
                     proc.kill_group()

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from qinglong.local.storage.database import Database
 from qinglong.local.storage.rows import EVENT_COLUMNS, TASK_COLUMNS, task_from_row
+from qinglong.shared.backoff import RETRY_CAP_S
 from qinglong.shared.domain import Task
 from qinglong.shared.ids import uuid7
 
@@ -212,8 +213,10 @@ class ScheduleQueries:
         cursor that lies after ``now_ms`` (Unix ms) to ``now_ms``, remember the old cursor
         as its replay mark and mark its next fire time pending (``clock_step``), and record
         one runtime-wide ``clock_step`` event (``task_id`` NULL) with ``detail`` plus
-        ``rebased`` (the count), in one transaction; with ``record_when_none`` False the
-        event is written only when a task was rebased. Returns the number of tasks rebased.
+        ``rebased`` (the count) and ``queued_moved`` (queued runs whose ``not_before`` was
+        moved back with the clock, see the code), in one transaction; with
+        ``record_when_none`` False the event is written only when something was rebased.
+        Returns the number of tasks rebased.
         Scans the tasks table once (only at a step).
 
         Slots in (now, old cursor] may have fired already: they are re-evaluated as time
@@ -230,8 +233,24 @@ class ScheduleQueries:
                 (now_ms, now_ms),
             )
             rebased = max(cur.rowcount, 0)
-            if rebased or record_when_none:
-                insert_task_event(conn, at, "clock_step", None, {**detail, "rebased": rebased})
+            # queued runs wait for a wall time: one queued just before the step would wait
+            # the whole step (a forbid task's later slots coalescing into it meanwhile). A
+            # measured step moves them back by the step (retry delays keep their real
+            # length); a cursor found in the future at start (step unknown) clamps those
+            # due beyond the longest retry delay to now
+            step = detail.get("step_ms")
+            if isinstance(step, int) and step < 0:
+                moved = conn.execute(
+                    "UPDATE runs SET not_before_ms = MAX(?, not_before_ms + ?)"
+                    " WHERE status = 'queued' AND not_before_ms > ?", (now_ms, step, now_ms))
+            else:
+                moved = conn.execute(
+                    "UPDATE runs SET not_before_ms = ? WHERE status = 'queued'"
+                    " AND not_before_ms > ?", (now_ms, now_ms + int(RETRY_CAP_S * 1000)))
+            queued = max(moved.rowcount, 0)
+            if rebased or queued or record_when_none:
+                insert_task_event(conn, at, "clock_step", None,
+                                  {**detail, "rebased": rebased, "queued_moved": queued})
             return rebased
 
         return self.db.write(op)
