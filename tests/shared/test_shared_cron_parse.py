@@ -165,3 +165,11 @@ def test_schedule_is_immutable() -> None:
 def test_crontabs_reboot_alias_is_refused_with_a_hint_to_use_boot() -> None:
     with pytest.raises(ValidationError, match="use @boot"):
         parse_schedule("@reboot", "UTC")
+
+
+@pytest.mark.parametrize("zone", ["localtime", "posixrules", "right/UTC", "posix/Asia/Shanghai"])
+def test_zoneinfo_files_that_are_not_zone_names_are_refused(zone: str) -> None:
+    """From a fresh user's trial: these load (files of the system's zoneinfo directory)
+    but are no IANA zone a user means; `localtime` would move with the host's setting."""
+    with pytest.raises(ValidationError, match="not an IANA time zone name"):
+        parse_schedule("0 3 * * *", zone)

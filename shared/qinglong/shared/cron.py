@@ -75,6 +75,7 @@ _ALIAS_FIELDS = {  # croniter's aliases; only @hourly is a wildcard job
     "@annually": "0 0 1 1 *",
 }
 _HASHED = re.compile(r"(?:^|,)[HR](?:$|[(/,])", re.IGNORECASE)
+_NOT_ZONE_NAMES = frozenset({"localtime", "posixrules"})
 _SCHEDULE_HINT = "schedule must have 5 fields, or 6 with seconds first"
 
 
@@ -325,6 +326,12 @@ class Schedule:
 def _load_zone(name: str) -> ZoneInfo:
     if not name or len(name) > 100 or name.startswith("/") or ".." in name or "\\" in name:
         raise ValidationError("timezone", "timezone must be an IANA name such as Asia/Shanghai")
+    if name in _NOT_ZONE_NAMES or name.startswith(("posix/", "right/")):
+        # files of the system's zoneinfo directory, not zone names: `localtime` follows the
+        # host's setting (a schedule must not move when the host is reconfigured), `right/`
+        # counts leap seconds, which no cron does
+        raise ValidationError("timezone", f"{_excerpt(name)} is not an IANA time zone name;"
+                              " name the zone, such as Asia/Shanghai or UTC")
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
