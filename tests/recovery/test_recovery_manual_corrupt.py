@@ -213,10 +213,11 @@ def test_resolve_settles_a_handle_whose_live_process_does_not_hold_the_free_lock
     assert sentinel.poll() is None  # never signalled
 
 
-def test_resolve_refuses_while_the_handles_own_process_holds_the_lock(kit: Kit) -> None:
+def test_resolve_refuses_while_the_attempts_own_wrapper_runs(kit: Kit) -> None:
     run, attempt = kit.left_running(None, starting=True)
     fd = take_lock(kit, attempt)
-    holder = subprocess.Popen(["sleep", "60"], pass_fds=(fd,))
+    holder = subprocess.Popen(["sleep", "60"], pass_fds=(fd,),
+                              env={**os.environ, "QL3_LAUNCH_ATTEMPT_ID": attempt.id})
     os.close(fd)
     try:
         kit.repo.save_handle(attempt, handle_of(holder.pid).encode())
@@ -226,3 +227,21 @@ def test_resolve_refuses_while_the_handles_own_process_holds_the_lock(kit: Kit) 
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_resolve_refuses_while_the_wrapper_is_starting_before_it_takes_its_lock(
+    kit: Kit,
+) -> None:
+    """From review: resolve in the window between the handle's save and the wrapper taking
+    its lock settled the run, and the wrapper then ran the user's command anyway."""
+    run, attempt = kit.left_running(None, starting=True)
+    starting = subprocess.Popen(["sleep", "60"],
+                                env={**os.environ, "QL3_LAUNCH_ATTEMPT_ID": attempt.id})
+    try:
+        kit.repo.save_handle(attempt, handle_of(starting.pid).encode())
+        with pytest.raises(errors.ConflictError, match="still running"):
+            resolve_run(kit.repo, kit.receipts, run.id, "lost")
+        assert kit.repo.get_run(run.id).status is RunStatus.RUNNING
+    finally:
+        starting.kill()
+        starting.wait()

@@ -83,7 +83,7 @@ def test_a_zombie_wrapper_without_receipt_is_lost_never_given_an_exit_code(kit: 
 
 def test_the_same_live_process_is_kept_running_for_re_attachment(kit: Kit) -> None:
     run, attempt = kit.left_running(None, starting=True)
-    live = _hold_lock(kit, attempt.id)  # a live wrapper holds its attempt lock
+    live = _hold_lock(kit, attempt.id, as_wrapper=True)  # this attempt's live wrapper
     try:
         attempt = kit.repo.save_handle(attempt, handle_of(live.pid).encode())
         result = kit.reconciler.reconcile()
@@ -227,22 +227,26 @@ def test_a_receipt_with_a_lock_held_by_no_findable_process_is_recorded_unresolve
     assert [row[0] for row in kit.repo.journal_rows()] == [attempt.id]
 
 
-def _hold_lock(kit: Kit, attempt_id: str) -> subprocess.Popen[bytes]:
-    """A process that holds the attempt's lock, as the wrapper and its command do."""
+def _hold_lock(kit: Kit, attempt_id: str, *, as_wrapper: bool = False
+               ) -> subprocess.Popen[bytes]:
+    """A process that holds the attempt's lock, as the wrapper and its command do; with
+    ``as_wrapper`` it carries the wrapper's launch environment for ``attempt_id``."""
     fd = os.open(kit.receipts.lock_path(attempt_id), os.O_CREAT | os.O_RDWR, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
-    holder = subprocess.Popen(["sleep", "60"], pass_fds=(fd,), start_new_session=True)
+    env = {**os.environ, "QL3_LAUNCH_ATTEMPT_ID": attempt_id} if as_wrapper else None
+    holder = subprocess.Popen(["sleep", "60"], pass_fds=(fd,), start_new_session=True,
+                              env=env)
     os.close(fd)
     return holder
 
 
 @pytest.mark.parametrize("lock", ["free", "held_by_another"])
-def test_a_handle_naming_a_live_process_that_does_not_hold_the_lock_is_never_reattached(
+def test_a_handle_naming_a_live_process_that_is_not_the_wrapper_is_never_reattached(
     kit: Kit, lock: str
 ) -> None:
     """From a fresh user's trial: a well-formed handle copied from another process (a
     corrupted or copied row) was re-attached, and at the timeout that unrelated process got
-    TERM. A live wrapper holds its attempt lock, so the verifiers disagree: refuse."""
+    TERM. That process was not started as this attempt's wrapper: refuse."""
     bystander = subprocess.Popen(["sh", "-c", "trap 'echo term' TERM; sleep 60 & wait"],
                                  stdout=subprocess.PIPE, start_new_session=True)
     run, attempt = kit.left_running(handle_of(bystander.pid))
@@ -260,3 +264,18 @@ def test_a_handle_naming_a_live_process_that_does_not_hold_the_lock_is_never_rea
         assert bystander.stdout is not None
         assert bystander.stdout.read() == b""  # it never saw TERM
         bystander.stdout.close()
+
+
+def test_a_wrapper_still_starting_before_it_takes_its_lock_is_reattached(kit: Kit) -> None:
+    """From review: a wrapper between its spawn and taking its lock holds no lock yet; it is
+    this attempt's wrapper all the same (its launch environment says so)."""
+    _run, attempt = kit.left_running(None, starting=True)
+    env = {**os.environ, "QL3_LAUNCH_ATTEMPT_ID": attempt.id}
+    starting = subprocess.Popen(["sleep", "60"], env=env, start_new_session=True)
+    try:
+        kit.repo.save_handle(attempt, handle_of(starting.pid).encode())
+        result = kit.reconciler.reconcile()
+        assert result.safe and [a.id for _, _, a in result.reattach] == [attempt.id]
+    finally:
+        starting.kill()
+        starting.wait()

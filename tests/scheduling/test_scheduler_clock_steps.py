@@ -265,3 +265,54 @@ def test_a_run_queued_far_ahead_when_serve_starts_after_a_set_back_is_due_now(
     clocks.now -= 2 * HOUR  # serve stopped; the clock was set back; serve starts again
     Scheduler(repo, stopped.append, monotonic_ms=lambda: clocks.mono).tick(clocks.now)
     assert repo.get_run(queued.id).not_before_ms == clocks.now
+
+
+def test_a_retry_queued_on_the_new_clock_before_the_step_is_measured_keeps_its_delay(
+    env: tuple[LocalRunRepository, Clocks, list[str]],
+) -> None:
+    """From review: a monitor thread requeued a retry on the new clock (now + 300 s) between
+    the step and the tick that measured it; the rebase moved it back by the whole step, so
+    it was due at once. Only runs queued on the old timeline move."""
+    repo, clocks, stopped = env
+    task = _task(repo, "0 0 1 1 *")
+    sched = Scheduler(repo, stopped.append, monotonic_ms=lambda: clocks.mono)
+    sched.tick(clocks.now)
+    clocks.mono += 1_000
+    clocks.now += 1_000 - 2 * HOUR  # the step
+    retry = repo.create_run(task.id, Trigger.MANUAL)  # requeued after the step
+    assert retry is not None
+    due = clocks.now + 300_000
+    repo.db.write(lambda conn: conn.execute(
+        "UPDATE runs SET not_before_ms = ? WHERE id = ?", (due, retry.id)))
+    sched.tick(clocks.advance(2_000))  # the step is measured here
+    assert repo.get_run(retry.id).not_before_ms == due
+
+
+def test_a_measured_step_whose_rebase_failed_still_moves_the_queued_runs(
+    env: tuple[LocalRunRepository, Clocks, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From review: the step was consumed by the tick whose rebase failed, and the retried
+    rebase treated it as unknown: a run queued just before a 5-minute step waited it out."""
+    from qinglong.shared.errors import StorageBusyError
+
+    repo, clocks, stopped = env
+    task = _task(repo, "0 0 1 1 *")
+    sched = Scheduler(repo, stopped.append, monotonic_ms=lambda: clocks.mono)
+    sched.tick(clocks.now)
+    queued = repo.create_run(task.id, Trigger.MANUAL)
+    assert queued is not None
+    repo.db.write(lambda conn: conn.execute(
+        "UPDATE runs SET not_before_ms = ? WHERE id = ?", (clocks.now + 1_000, queued.id)))
+    rebase = repo.rebase_future_cursors
+
+    def busy_once(*args: object, **kw: object) -> int:
+        monkeypatch.setattr(repo, "rebase_future_cursors", rebase)
+        raise StorageBusyError("the queue is full")
+
+    monkeypatch.setattr(repo, "rebase_future_cursors", busy_once)
+    clocks.mono += 500
+    clocks.now += 500 - 5 * 60_000  # back five minutes
+    with pytest.raises(StorageBusyError):
+        sched.tick(clocks.now)
+    sched.tick(clocks.advance(1_000))
+    assert repo.get_run(queued.id).not_before_ms <= clocks.now + 1_000

@@ -167,3 +167,25 @@ def test_disabling_a_task_cancels_its_queued_runs_and_leaves_a_started_one_alone
     assert repo.get_run(started.id).status is RunStatus.DISPATCHING
     [event] = [e for e in repo.list_events(queued.id) if e.kind == "run_cancelled"]
     assert json.loads(event.detail or "{}") == {"reason": "task_disabled"}
+
+
+def test_a_tick_that_read_the_task_as_due_before_disable_queues_no_run(
+    env,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """From review: disable committed between the tick's due page and the admission, and
+    the admission still queued a run, which the dispatcher would start."""
+    repo, clock, sched = env
+    task = _task(repo, "* * * * * *", "forbid")
+    sched.tick(clock.now)
+    due_schedules = repo.due_schedules
+
+    def due_then_disable(now_ms: int, limit: int) -> object:
+        entries = due_schedules(now_ms, limit)
+        repo.set_task_enabled(task.name, False)  # `ql3 local task disable` meanwhile
+        return entries
+
+    monkeypatch.setattr(repo, "due_schedules", due_then_disable)
+    clock.now += 1_000
+    sched.tick(clock.now)
+    assert repo.queued_runs(task.id) == []

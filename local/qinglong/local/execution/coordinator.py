@@ -223,17 +223,17 @@ class ExecutionCoordinator:
         """
         proc = live.proc
         # The durable deadline is wall time (it outlives this process); from here on the
-        # time left is measured on the monotonic clock, so a step of the wall clock neither
-        # delays nor hastens a timeout or the grace before KILL (issue 10 item 3).
+        # time left is measured on CLOCK_BOOTTIME (monotonic, suspend included), so a step of
+        # the wall clock neither delays nor hastens a timeout or the grace (issue 10 item 3).
         deadline: float | None = None
         if live.attempt.deadline_at_ms is not None:
-            deadline = time.monotonic() + (live.attempt.deadline_at_ms - self.repo.clock()) / 1000
+            deadline = _boottime() + (live.attempt.deadline_at_ms - self.repo.clock()) / 1000
         term_sent_at: float | None = None
         killed = False
         while proc.wait(POLL_S) is None:
             if self._detached.is_set():
                 return  # detach: the attempt runs on; the next start re-attaches it
-            now = time.monotonic()
+            now = _boottime()
             if live.stop_reason is None and deadline is not None and now >= deadline:
                 live.stop_reason = AttemptStatus.TIMED_OUT
             if live.stop_reason is not None and term_sent_at is None:
@@ -438,3 +438,8 @@ def _exit_of(receipt: CompletionReceipt | None, rc: int | None) -> tuple[int | N
     if rc < 0:
         return 128 - rc, -rc
     return rc, None
+
+
+def _boottime() -> float:
+    """Seconds on ``CLOCK_BOOTTIME``: monotonic, and counting time suspended."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)

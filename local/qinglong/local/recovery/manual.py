@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from qinglong.local.process.lock_holders import find_lock_holders
 from qinglong.local.process.paths import UnsafePathError
 from qinglong.local.process.receipt_store import ReceiptStore
+from qinglong.local.process.wrapper_identity import is_wrapper_of
 from qinglong.local.recovery.evidence import unreadable_reason
 from qinglong.local.recovery.reconciler import receipt_outcome
 from qinglong.local.storage.repository import LocalRunRepository
@@ -70,10 +71,10 @@ def resolve_run(
 
     Per active attempt: a trusted receipt (this run and attempt, and the stored handle
     when one decodes) settles it with its real outcome; else a held attempt lock refuses
-    (as "still running" while the handle's own process holds it); else the verdict is
-    recorded. A live wrapper holds its lock until it exits, so a handle whose process is
-    alive while the lock is free names another process (a corrupted or copied row): the
-    lock decides, and the event says ``handle: not_the_wrapper``. A corrupt handle is
+    (as "still running" while the handle names this attempt's live wrapper, told by its
+    launch environment, ``wrapper_identity.py``); else the verdict is recorded. A handle
+    whose live process is not this attempt's wrapper (a corrupted or copied row) is decided
+    by the lock, and the event says ``handle: not_the_wrapper``. A corrupt handle is
     decided by the lock alone (issue 10 item 7; module docstring). Nothing is ever
     signalled.
 
@@ -111,11 +112,12 @@ def resolve_run(
         lock = _lock_state(receipts, attempt)
         alive = handle is not None and probe_handle(handle) in (Liveness.ALIVE,
                                                                 Liveness.REGROUPED)
+        if alive and handle is not None and is_wrapper_of(handle.pid, attempt.id) is not False:
+            # this attempt's wrapper (or a process that cannot be told from it) still runs,
+            # perhaps still starting, before it takes its lock
+            raise ConflictError("a process of this run is still running; stop it first")
         if lock == "held":
-            holders = find_lock_holders(receipts.lock_path(attempt.id))
-            if alive and handle is not None and handle.pid in holders:
-                raise ConflictError("a process of this run is still running; stop it first")
-            raise AttemptLockHeldError(holders)
+            raise AttemptLockHeldError(find_lock_holders(receipts.lock_path(attempt.id)))
         detail: dict[str, object] = {"resolved_by": who, "source": "operator",
                                      "verdict": verdict}
         if corrupt:  # C20: the lock alone decided; say so in the event

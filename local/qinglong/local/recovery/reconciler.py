@@ -30,8 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from qinglong.local.process.leftovers import ReceiptStoreLock, stop_leftovers
-from qinglong.local.process.lock_holders import find_lock_holders
 from qinglong.local.process.receipt_store import ReceiptStore
+from qinglong.local.process.wrapper_identity import is_wrapper_of
 from qinglong.local.storage.repository import LocalRunRepository
 from qinglong.shared.backoff import retry_not_before_ms
 from qinglong.shared.domain import Attempt, Run, Task
@@ -186,10 +186,10 @@ class LocalRunReconciler:
         except ProcessIdentityError:
             raise _InsufficientEvidenceError from None
         if verdict == Liveness.ALIVE:
-            # the verifiers must agree (DESIGN.md §3.4): a live wrapper holds its attempt
-            # lock until it exits, so a handle whose process does not hold it names some
-            # other process (a corrupted or copied row): never re-attach to it or signal it
-            if handle.pid not in find_lock_holders(self.receipts.lock_path(attempt.id)):
+            # the verifiers must agree (DESIGN.md §3.4): a handle whose live process was not
+            # started as this attempt's wrapper (a corrupted or copied row) is never
+            # re-attached, so nothing is ever signalled through it
+            if is_wrapper_of(handle.pid, attempt.id) is not True:
                 raise _InsufficientEvidenceError
             result.reattach.append((run, task, attempt))
             return

@@ -73,6 +73,7 @@ class Scheduler:
         self.clock_steps = WallClockStepDetector(step_tolerance_ms, monotonic_ms)
         self._cache: OrderedDict[tuple[str, str], Schedule | None] = OrderedDict()
         self._started = False
+        self._unapplied_back_ms = 0  # a measured backward step not yet rebased (ms, <= 0)
 
     def _schedule(self, task: Task) -> Schedule | None:
         key = (task.schedule, task.timezone)
@@ -126,13 +127,18 @@ class Scheduler:
         """Issue 10 item 3: rebase after a backward step, record a forward one. Returns the
         reason given to slots skipped in this tick (``clock_step`` or ``misfire``)."""
         step = self.clock_steps.observe(now_ms)
+        if step < 0:
+            self._unapplied_back_ms += step  # kept until a rebase commits it
         if not self._started:
             # Cursors after now at the first tick (or after a failed tick): the clock went
-            # back while nothing watched.
+            # back while nothing watched, or a measured step's rebase failed.
+            measured = self._unapplied_back_ms or None
             self.repo.rebase_future_cursors(
-                now_ms, {"direction": "backward", "step_ms": None, "detected": "cursor_in_future"},
-                record_when_none=False,
+                now_ms, {"direction": "backward", "step_ms": measured,
+                         "detected": "retried" if measured else "cursor_in_future"},
+                record_when_none=measured is not None,
             )
+            self._unapplied_back_ms = 0
             self._started = True
             return "misfire"
         if step == 0:
@@ -143,7 +149,9 @@ class Scheduler:
         }
         log.warning("the wall clock stepped %s by %d ms", detail["direction"], abs(step))
         if step < 0:
+            detail["step_ms"] = self._unapplied_back_ms
             self.repo.rebase_future_cursors(now_ms, detail)
+            self._unapplied_back_ms = 0
             return "misfire"
         self.repo.record_runtime_event("clock_step", detail)
         return "clock_step"

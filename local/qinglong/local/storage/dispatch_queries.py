@@ -96,14 +96,15 @@ class DispatchQueries:
         then queue a run (``run_created``), or record the outcome as a task event (only when
         ``slot_ms``, Unix ms, is given: a manual request has no slot). A slot that already
         has a run, or that the task's latest outcome event already covers (a tick that
-        stopped between this commit and the cursor's), answers ``slot_taken`` and records
-        nothing: a slot is handled once.
+        stopped between this commit and the cursor's), or of a task disabled or removed
+        meanwhile, answers ``slot_taken`` and records nothing: a slot is handled once.
         ``policy`` is written into the event detail. Raises
         StorageError and friends from the Database (DESIGN.md §3.7, issue 10 item 4)."""
         at = self.clock()
 
         def op(conn: sqlite3.Connection) -> SlotOutcome:
-            if slot_ms is not None and _slot_already_handled(conn, task_id, slot_ms):
+            if slot_ms is not None and (_slot_already_handled(conn, task_id, slot_ms)
+                                        or not _task_live_and_enabled(conn, task_id)):
                 return SlotOutcome(SlotReason.SLOT_TAKEN, None)
             state = _slot_state(conn, task_id)
             reason = decide(state)
@@ -166,6 +167,13 @@ def _slot_already_handled(conn: sqlite3.Connection, task_id: str, slot_ms: int) 
     detail = json.loads(str(last[2]))
     first = int(detail.get("slot_ms", 0))
     return first <= slot_ms <= int(detail.get("last_slot_ms", first))
+
+
+def _task_live_and_enabled(conn: sqlite3.Connection, task_id: str) -> bool:
+    """Read in the admitting transaction: a tick that read the task as due before a
+    ``disable`` or ``rm`` committed must not queue a run after it."""
+    return conn.execute("SELECT 1 FROM tasks WHERE id = ? AND enabled = 1"
+                        " AND deleted_at_ms IS NULL", (task_id,)).fetchone() is not None
 
 
 def _latest_streak_event(conn: sqlite3.Connection, task_id: str) -> tuple[object, ...] | None:

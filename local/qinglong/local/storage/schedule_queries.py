@@ -240,9 +240,12 @@ class ScheduleQueries:
             # due beyond the longest retry delay to now
             step = detail.get("step_ms")
             if isinstance(step, int) and step < 0:
+                # only runs queued on the old timeline (updated after now): a retry queued
+                # on the new clock between the step and this tick keeps its delay
                 moved = conn.execute(
                     "UPDATE runs SET not_before_ms = MAX(?, not_before_ms + ?)"
-                    " WHERE status = 'queued' AND not_before_ms > ?", (now_ms, step, now_ms))
+                    " WHERE status = 'queued' AND not_before_ms > ? AND updated_at_ms > ?",
+                    (now_ms, step, now_ms, now_ms))
             else:
                 moved = conn.execute(
                     "UPDATE runs SET not_before_ms = ? WHERE status = 'queued'"
