@@ -178,7 +178,18 @@ def test_evidence_reports_a_receipt_that_is_a_directory_as_unreadable(
     os.mkdir(kit.receipts.receipt_path(attempt.id))
     evidence = attempt_evidence(kit.receipts, kit.repo.get_attempt(attempt.id))
     assert (evidence["receipt"], evidence["receipt_unreadable"]) == ("unreadable", "not_a_file")
-    assert evidence["process"] == "alive"
+    assert evidence["process"] == "not_the_wrapper"  # the sentinel is no wrapper of ours
+
+
+def test_evidence_names_a_live_process_that_is_not_the_attempts_wrapper(
+    kit: Kit, sentinel: subprocess.Popen[bytes]
+) -> None:
+    """From a verification through ql3: a copied handle showed as "process alive", which is
+    true of the process it names, not of the attempt's wrapper."""
+    _, attempt = kit.left_running(handle_of(sentinel.pid))
+    evidence = attempt_evidence(kit.receipts, kit.repo.get_attempt(attempt.id))
+    assert evidence["process"] == "not_the_wrapper"
+    assert sentinel.poll() is None
 
 
 def test_a_start_intent_without_a_handle_is_decided_by_the_attempt_lock_alone(

@@ -13,10 +13,11 @@ from typing import Any
 from qinglong.local.process.lock_holders import find_lock_holders
 from qinglong.local.process.paths import UnsafePathError
 from qinglong.local.process.receipt_store import ReceiptNotAFileError, ReceiptStore
+from qinglong.local.process.wrapper_identity import is_wrapper_of
 from qinglong.shared.domain import Attempt
 from qinglong.shared.errors import HandleCodecError, ProcessIdentityError, ReceiptCodecError
 from qinglong.shared.handles import ProcessHandle
-from qinglong.shared.process.identity import probe_handle
+from qinglong.shared.process.identity import Liveness, probe_handle
 
 
 def unreadable_reason(exc: BaseException) -> str:
@@ -36,7 +37,8 @@ def unreadable_reason(exc: BaseException) -> str:
 def attempt_evidence(receipts: ReceiptStore, attempt: Attempt) -> dict[str, Any]:
     """``{"attempt", "status", "handle", "process", "receipt", "lock", "lock_holders"}``.
 
-    ``process`` is alive|gone|zombie|regrouped|no_handle|corrupt_handle|unknown;
+    ``process`` is alive|gone|zombie|regrouped|no_handle|corrupt_handle|not_the_wrapper
+    (a live process not launched for this attempt: a copied handle)|unknown;
     ``receipt`` valid|invalid|none|unreadable; ``lock`` held|free|missing|unreadable;
     ``lock_holders`` the pids holding it (a /proc scan, only when held). An ``unreadable``
     receipt or lock adds ``receipt_unreadable`` / ``lock_unreadable`` with the reason class
@@ -75,6 +77,9 @@ def _process(attempt: Attempt) -> str:
     except HandleCodecError:
         return "corrupt_handle"  # never probed, never signalled: the lock decides
     try:
-        return probe_handle(handle)
+        verdict = probe_handle(handle)
     except ProcessIdentityError:
         return "unknown"
+    if verdict == Liveness.ALIVE and is_wrapper_of(handle.pid, attempt.id) is False:
+        return "not_the_wrapper"  # a live process, but not launched for this attempt
+    return verdict
