@@ -97,3 +97,21 @@ def wait_for(predicate: Any, timeout: float, interval: float = 0.1) -> Any:
         if value or time.monotonic() >= deadline:
             return value
         time.sleep(interval)
+
+
+def alive_in_group(pgid: int) -> list[int]:
+    """Pids of non-zombie processes whose process group is ``pgid`` (a zombie holds no lock
+    and cannot be stopped: an orphan reparented to a test process that never reaps it
+    counts as gone)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            found.append(int(entry))
+    return found

@@ -79,6 +79,8 @@ def test_c15_a_clock_stepped_back_two_hours_and_set_right_keeps_the_schedule(
         assert len(slots) == len(set(slots)), "a (task, slot) fired twice"
         events = ql3.json("local", "task", "show", "tick")["events"]
         assert "clock_step" in [e["kind"] for e in events], events
+        shown = ql3.run("local", "task", "show", "tick").stdout  # what a user reads
+        assert "clock stepped backward: next fire time re-evaluated" in shown, shown
     finally:
         if serve.poll() is None:
             serve.send_signal(signal.SIGTERM)  # the serve process itself, not a wrapper

@@ -14,25 +14,9 @@ from typing import Any
 
 import pytest
 
-from harness import Ql3, wait_for
+from harness import Ql3, alive_in_group, wait_for
 
 pytestmark = pytest.mark.integration
-
-
-def _alive_in_group(pgid: int) -> list[int]:
-    """Pids of non-zombie processes whose process group is ``pgid``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                fields = fh.read().rpartition(")")[2].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            found.append(int(entry))
-    return found
 
 
 def _pgid(run: dict[str, Any]) -> int:
@@ -52,7 +36,7 @@ def test_c01_timeout_kills_background_children_on_manual_and_scheduled_runs(ql3:
             "sh", "-c", "sleep 300 & sleep 301 & wait")
     manual = ql3.json("local", "run", "c01", check=False)  # no serve: supervised in the foreground
     assert manual["status"] == "timed_out"
-    assert _alive_in_group(_pgid(manual)) == []
+    assert alive_in_group(_pgid(manual)) == []
     ql3.run("local", "task", "add", "c01-cron", "--schedule", "* * * * * *", "--timeout", "2",
             "--", "sh", "-c", "sleep 300 & sleep 301 & wait")
     serve = ql3.start_serve()
@@ -66,7 +50,7 @@ def test_c01_timeout_kills_background_children_on_manual_and_scheduled_runs(ql3:
     finally:
         assert ql3.stop_serve(serve) == 0
     assert scheduled is not None and scheduled["status"] == "timed_out"
-    assert _alive_in_group(_pgid(scheduled)) == []
+    assert alive_in_group(_pgid(scheduled)) == []
 
 
 def test_c03_forbid_never_overlaps_and_replace_cancels_the_whole_previous_group(
@@ -100,7 +84,7 @@ def test_c03_forbid_never_overlaps_and_replace_cancels_the_whole_previous_group(
     assert len(replaced) >= 2
     for run in replaced:
         assert run["status"] == "cancelled", run
-        assert _alive_in_group(_pgid(run)) == []
+        assert alive_in_group(_pgid(run)) == []
 
 
 def test_c04_boot_tasks_run_exactly_once_per_serve_start(ql3: Ql3, tmp_path: Path) -> None:
@@ -167,7 +151,7 @@ def test_c07_a_wrapper_killed_before_its_receipt_makes_the_attempt_lost(ql3: Ql3
         assert ql3.stop_serve(serve) == 0
     assert final["status"] == "lost"
     assert final["exit_code"] is None
-    assert _alive_in_group(wrapper_pid) == []
+    assert alive_in_group(wrapper_pid) == []
 
 
 @contextlib.contextmanager

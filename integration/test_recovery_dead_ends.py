@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from harness import Ql3, wait_for
+from harness import Ql3, alive_in_group, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -52,23 +52,7 @@ def kill_group(run: dict[str, Any]) -> None:
     pgid = pgid_of(run)
     assert pgid > 1
     os.killpg(pgid, signal.SIGKILL)
-    assert wait_for(lambda: not _group_alive(pgid), 10)
-
-
-def _group_alive(pgid: int) -> bool:
-    """A non-zombie process is in group ``pgid`` (an orphan may be reparented to a test
-    process that never reaps it: a zombie holds no lock and counts as gone)."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                fields = fh.read().rpartition(")")[2].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            return True
-    return False
+    assert wait_for(lambda: not alive_in_group(pgid), 10)
 
 
 def corrupt_handle(ql3: Ql3, run: dict[str, Any], handle: str | None) -> None:

@@ -221,11 +221,7 @@ class LocalRunRepository(
                     "SELECT id FROM runs WHERE task_id = ? AND status = 'queued'"
                     " AND status IN ('queued', 'dispatching', 'running')", (task.id,),
                 ).fetchall():
-                    run = self._run(conn, str(run_id))
-                    self._set_run(conn, run, RunStatus.CANCELLED, at, finished=True)
-                    _event(conn, at, "run_cancelled", task_id=task.id, run_id=run.id,
-                           from_status="queued", to_status="cancelled",
-                           detail={"reason": "task_disabled"})
+                    self._cancel_queued(conn, self._run(conn, str(run_id)), at, "task_disabled")
             return self._task_by_id(conn, task.id)
 
         return self.db.write(op)
@@ -357,6 +353,12 @@ class LocalRunRepository(
         )
         return int(row[0])
 
+    def _cancel_queued(self, conn: sqlite3.Connection, run: Run, at: int, reason: str) -> None:
+        """Cancel a queued run at once, with its event (inside the caller's transaction)."""
+        self._set_run(conn, run, RunStatus.CANCELLED, at, finished=True)
+        _event(conn, at, "run_cancelled", task_id=run.task_id, run_id=run.id,
+               from_status="queued", to_status="cancelled", detail={"reason": reason})
+
     def request_cancel(self, run_id: str, reason: str = "user") -> Run:
         """Persist a cancel intent. A queued run is cancelled at once; an active one is
         marked and its executor stops it. Terminal runs raise ConflictError."""
@@ -365,9 +367,7 @@ class LocalRunRepository(
         def op(conn: sqlite3.Connection) -> Run:
             run = self._run(conn, run_id)
             if run.status is RunStatus.QUEUED:
-                self._set_run(conn, run, RunStatus.CANCELLED, at, finished=True)
-                _event(conn, at, "run_cancelled", task_id=run.task_id, run_id=run.id,
-                       from_status="queued", to_status="cancelled", detail={"reason": reason})
+                self._cancel_queued(conn, run, at, reason)
             elif run.status in (RunStatus.DISPATCHING, RunStatus.RUNNING):
                 conn.execute(
                     "UPDATE runs SET cancel_requested = 1, updated_at_ms = ? WHERE id = ?",
