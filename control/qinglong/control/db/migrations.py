@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     import psycopg
 
 # ADR-0379 §阶段验收: the reviewed hard cap moves exactly, one migration at a time.
-EXPECTED_MIGRATION_COUNT = 4
-EXPECTED_LAST_SHA256 = "3068a844bae35fd3e9b423e98da2696e673267dfc0454c8ba8c5593389925b77"
+EXPECTED_MIGRATION_COUNT = 5
+EXPECTED_LAST_SHA256 = "dc164b33618599a0ca915f30ae47ff02bc78e722199de022c35d0f66e06ff88d"
 
 LEDGER_TABLE = "ql3_migration_ledger"
 ADVISORY_LOCK_KEY = 0x716C335F6D6967  # "ql3_mig": one key for every replica and release

@@ -33,6 +33,12 @@ RUNTIME_GRANTS: dict[str, frozenset[str]] = {
     "run_attempt_log_artifact_tombstones": frozenset({"SELECT", "INSERT"}),
     "run_attempt_log_retention_candidates": frozenset({"SELECT"}),  # a view (0003)
     "ql3_migration_ledger": frozenset({"SELECT"}),
+    # 0005, the cluster engine (DESIGN.md §4.2, §4.5)
+    "task_events": frozenset({"SELECT", "INSERT"}),
+    "occurrences": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),  # merge, prune
+    "worker_pools": frozenset({"SELECT"}),  # created by the schema owner (ql3 control token)
+    "worker_incarnations": frozenset({"SELECT", "INSERT", "UPDATE"}),
+    "api_tokens": frozenset({"SELECT", "INSERT", "UPDATE"}),  # admin scope manages tokens
 }
 
 

@@ -1,0 +1,132 @@
+"""API tokens: random 256-bit values stored only as SHA-256 hashes (DESIGN.md §4.5).
+
+A token reads ``ql3_<43 url-safe base64 characters>`` (32 random bytes); the database keeps
+``sha256(token)`` in hex, so a dump of ``api_tokens`` grants nothing. Scopes nest:
+``viewer`` ⊂ ``operator`` ⊂ ``admin``; ``worker`` is apart (worker endpoints only, bounded
+by its pool's labels). Lookups compare hashes through the unique index (a timing side channel
+on the index reveals nothing about a token that is not already its hash).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from qinglong.shared.errors import ValidationError
+from qinglong.shared.ids import uuid7
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+SCOPES = ("viewer", "operator", "admin", "worker")
+_RANK = {"viewer": 1, "operator": 2, "admin": 3}
+_TOKEN = re.compile(r"^ql3_[A-Za-z0-9_-]{43}$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who a request acts as: the token's id and name, its scope, and for a worker token its
+    pool (id, name, labels). Never holds the token itself."""
+
+    token_id: str
+    name: str
+    scope: str
+    pool_id: str | None = None
+    pool_name: str | None = None
+    pool_labels: dict[str, str] | None = None
+
+    def allows(self, needed: str) -> bool:
+        """True when this principal's scope includes ``needed`` (viewer/operator/admin);
+        a worker token includes only ``worker``."""
+        if needed == "worker" or self.scope == "worker":
+            return self.scope == needed
+        return _RANK[self.scope] >= _RANK[needed]
+
+
+def new_token() -> str:
+    """A fresh token: ``ql3_`` + 32 random bytes, url-safe base64 without padding."""
+    return "ql3_" + secrets.token_urlsafe(32)
+
+
+def token_hash(token: str) -> str:
+    """Hex SHA-256 of ``token``'s UTF-8 bytes (what ``api_tokens.token_sha256`` stores)."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def looks_like_token(token: str) -> bool:
+    """True when ``token`` has the shape ``new_token`` produces (checked before hashing, so
+    junk never reaches the database)."""
+    return bool(_TOKEN.match(token))
+
+
+def check_scope(scope: str) -> str:
+    if scope not in SCOPES:
+        raise ValidationError("--scope", f"must be one of {', '.join(SCOPES)}")
+    return scope
+
+
+def check_hash(digest: str) -> str:
+    if not _HEX64.match(digest):
+        raise ValidationError("--sha256", "must be 64 lowercase hex digits")
+    return digest
+
+
+_LOOKUP = """
+SELECT t.id::text, t.name, t.scope, p.id::text AS pool_id, p.name AS pool_name,
+       p.labels AS pool_labels
+FROM api_tokens t LEFT JOIN worker_pools p ON p.id = t.pool_id
+WHERE t.token_sha256 = %(sha)s AND t.revoked_at IS NULL
+"""
+
+
+def authenticate(conn: Connection, token: str) -> Principal | None:
+    """The principal of a live (not revoked) ``token``, or None (unknown, revoked or
+    malformed: the caller answers 401 alike). One indexed read; no write."""
+    if not looks_like_token(token):
+        return None
+    row = conn.exec_driver_sql(_LOOKUP, {"sha": token_hash(token)}).mappings().first()
+    if row is None:
+        return None
+    return Principal(row["id"], row["name"], row["scope"], row["pool_id"], row["pool_name"],
+                     dict(row["pool_labels"]) if row["pool_labels"] is not None else None)
+
+
+def insert_token(conn: Connection, *, name: str, scope: str, sha256: str,
+                 pool_id: str | None) -> str:
+    """Record a token by its hash inside the caller's transaction; returns the new token id.
+    ValidationError for a bad scope, hash, or a worker token without a pool (or the reverse).
+    A duplicate hash raises the driver's UniqueViolation."""
+    check_scope(scope)
+    check_hash(sha256)
+    if (scope == "worker") != (pool_id is not None):
+        raise ValidationError("--pool", "a worker token needs a pool; other scopes take none")
+    if not 1 <= len(name) <= 100:
+        raise ValidationError("--name", "must be 1–100 characters")
+    token_id = uuid7()
+    conn.exec_driver_sql(
+        "INSERT INTO api_tokens (id, name, token_sha256, scope, pool_id)"
+        " VALUES (%(id)s, %(name)s, %(sha)s, %(scope)s, %(pool)s)",
+        {"id": token_id, "name": name, "sha": sha256, "scope": scope, "pool": pool_id})
+    return token_id
+
+
+def revoke_token(conn: Connection, token_id: str) -> bool:
+    """Revoke token ``token_id`` (its next request is refused); False when unknown or
+    already revoked."""
+    result = conn.exec_driver_sql(
+        "UPDATE api_tokens SET revoked_at = now() WHERE id = %(id)s AND revoked_at IS NULL",
+        {"id": token_id})
+    return bool(result.rowcount)
+
+
+def list_tokens(conn: Connection) -> list[dict[str, Any]]:
+    """Every token's id, name, scope, pool name, created and revoked times (never a hash)."""
+    rows = conn.exec_driver_sql(
+        "SELECT t.id::text AS id, t.name, t.scope, p.name AS pool, t.created_at,"
+        " t.revoked_at FROM api_tokens t LEFT JOIN worker_pools p ON p.id = t.pool_id"
+        " ORDER BY t.created_at, t.id").mappings().all()
+    return [dict(r) for r in rows]

@@ -1,0 +1,229 @@
+"""SQLAlchemy Core table metadata of the control database (DESIGN.md §4.1, §4.5).
+
+One module describes every table the migrations in ``migrations/postgres`` create; a test
+(``integration/control/test_control_tables.py``) compares this metadata with the migrated
+schema, so a migration without its metadata change (or the reverse) fails CI. The schema
+itself only ever comes from the migrations: ``metadata.create_all`` is never called.
+
+Used by the API for dynamic filters (Core ``select``); protocol statements (claims, leases,
+finalize) stay named SQL in ``.sql`` files run through the same engine (``db/engine.py``).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    ForeignKey,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+)
+from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP, UUID
+
+metadata = MetaData()
+
+_TS = TIMESTAMP(timezone=True)
+
+
+def _uuid() -> UUID[str]:
+    return UUID(as_uuid=False)
+
+
+tasks = Table(
+    "tasks", metadata,
+    Column("id", _uuid(), primary_key=True),
+    Column("project_id", _uuid(), nullable=False),
+    Column("name", Text, nullable=False),
+    Column("log_retention_s", BigInteger, nullable=False),
+    Column("created_at", _TS, nullable=False),
+    Column("argv", JSONB),
+    Column("shell", Text),
+    Column("schedule", Text),
+    Column("timezone", Text, nullable=False),
+    Column("env", JSONB, nullable=False),
+    Column("cwd", Text),
+    Column("timeout_s", Integer),
+    Column("max_attempts", Integer, nullable=False),
+    Column("retry_backoff_ms", Integer, nullable=False),
+    Column("retry_backoff_cap_ms", Integer, nullable=False),
+    Column("concurrency_policy", Text, nullable=False),
+    Column("catchup_grace_s", Integer, nullable=False),
+    Column("labels", JSONB, nullable=False),
+    Column("log_limit_bytes", BigInteger, nullable=False),
+    Column("enabled", Boolean, nullable=False),
+    Column("bundle_digest", Text),
+    Column("entry_point", Text),
+    Column("next_fire_at", _TS),
+    Column("schedule_version", BigInteger, nullable=False),
+    Column("run_counter", BigInteger, nullable=False),
+    Column("version", BigInteger, nullable=False),
+    Column("updated_at", _TS, nullable=False),
+    Column("deleted_at", _TS),
+)
+
+runs = Table(
+    "runs", metadata,
+    Column("id", _uuid(), primary_key=True),
+    Column("project_id", _uuid(), nullable=False),
+    Column("task_id", _uuid(), ForeignKey("tasks.id"), nullable=False),
+    Column("owner", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("version", BigInteger, nullable=False),
+    Column("finished_at", _TS),
+    Column("created_at", _TS, nullable=False),
+    Column("number", BigInteger),
+    Column("trigger", Text, nullable=False),
+    Column("scheduled_for", _TS),
+    Column("not_before", _TS, nullable=False),
+    Column("attempt_count", Integer, nullable=False),
+    Column("cancel_requested_at", _TS),
+    Column("started_at", _TS),
+    Column("exit_code", Integer),
+    Column("updated_at", _TS, nullable=False),
+)
+
+worker_pools = Table(
+    "worker_pools", metadata,
+    Column("id", _uuid(), primary_key=True),
+    Column("name", Text, nullable=False, unique=True),
+    Column("labels", JSONB, nullable=False),
+    Column("created_at", _TS, nullable=False),
+)
+
+worker_incarnations = Table(
+    "worker_incarnations", metadata,
+    Column("id", _uuid(), primary_key=True),
+    Column("pool_id", _uuid(), ForeignKey("worker_pools.id"), nullable=False),
+    Column("name", Text, nullable=False),
+    Column("labels", JSONB, nullable=False),
+    Column("concurrency", Integer, nullable=False),
+    Column("started_at", _TS, nullable=False),
+    Column("last_seen_at", _TS, nullable=False),
+    Column("stopped_at", _TS),
+)
+
+attempts = Table(
+    "attempts", metadata,
+    Column("id", _uuid(), primary_key=True),
+    Column("run_id", _uuid(), ForeignKey("runs.id"), nullable=False),
+    Column("number", Integer, nullable=False),
+    Column("executor", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("version", BigInteger, nullable=False),
+    Column("finished_at", _TS),
+    Column("created_at", _TS, nullable=False),
+    Column("worker_incarnation_id", _uuid(), ForeignKey("worker_incarnations.id")),
+    Column("lease_token", _uuid()),
+    Column("lease_version", BigInteger, nullable=False),
+    Column("lease_expires_at", _TS),
+    Column("claimed_at", _TS),
+    Column("started_at", _TS),
+    Column("heartbeat_at", _TS),
+    Column("exit_code", Integer),
+    Column("signal", Integer),
+    Column("reason", Text),
+    Column("completion", JSONB),
+    Column("updated_at", _TS, nullable=False),
+)
+
+events = Table(
+    "events", metadata,
+    Column("id", _uuid(), primary_key=True),
+    Column("run_id", _uuid(), ForeignKey("runs.id"), nullable=False),
+    Column("attempt_id", _uuid(), ForeignKey("attempts.id")),
+    Column("kind", Text, nullable=False),
+    Column("from_status", Text),
+    Column("to_status", Text, nullable=False),
+    Column("at", _TS, nullable=False),
+    Column("detail", JSONB),
+)
+
+task_events = Table(
+    "task_events", metadata,
+    Column("id", _uuid(), primary_key=True),
+    Column("task_id", _uuid(), ForeignKey("tasks.id"), nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("detail", JSONB, nullable=False),
+    Column("at", _TS, nullable=False),
+)
+
+occurrences = Table(
+    "occurrences", metadata,
+    Column("id", _uuid(), primary_key=True),
+    Column("task_id", _uuid(), ForeignKey("tasks.id"), nullable=False),
+    Column("outcome", Text, nullable=False),
+    Column("first_slot", _TS, nullable=False),
+    Column("last_slot", _TS, nullable=False),
+    Column("slot_count", Integer, nullable=False),
+    Column("run_id", _uuid(), ForeignKey("runs.id")),
+    Column("recorded_at", _TS, nullable=False),
+)
+
+api_tokens = Table(
+    "api_tokens", metadata,
+    Column("id", _uuid(), primary_key=True),
+    Column("name", Text, nullable=False),
+    Column("token_sha256", Text, nullable=False, unique=True),
+    Column("scope", Text, nullable=False),
+    Column("pool_id", _uuid(), ForeignKey("worker_pools.id")),
+    Column("created_at", _TS, nullable=False),
+    Column("revoked_at", _TS),
+    Column("last_used_at", _TS),
+)
+
+run_attempt_log_artifacts = Table(
+    "run_attempt_log_artifacts", metadata,
+    Column("id", Text, primary_key=True),
+    Column("attempt_id", _uuid(), ForeignKey("attempts.id"), nullable=False, unique=True),
+    Column("project_id", _uuid(), nullable=False),
+    Column("run_id", _uuid(), ForeignKey("runs.id"), nullable=False),
+    Column("bucket", Text, nullable=False),
+    Column("object_key", Text, nullable=False),
+    Column("version_id", Text),
+    Column("size_bytes", BigInteger, nullable=False),
+    Column("sha256", Text, nullable=False),
+    Column("content_type", Text, nullable=False),
+    Column("metadata", JSONB, nullable=False),
+    Column("created_at", _TS, nullable=False),
+)
+
+run_attempt_log_retention_controls = Table(
+    "run_attempt_log_retention_controls", metadata,
+    Column("attempt_id", _uuid(), ForeignKey("attempts.id"), primary_key=True),
+    Column("project_id", _uuid(), nullable=False),
+    Column("run_id", _uuid(), ForeignKey("runs.id"), nullable=False),
+    Column("artifact_id", Text, ForeignKey("run_attempt_log_artifacts.id"), nullable=False),
+    Column("bucket", Text, nullable=False),
+    Column("object_key", Text, nullable=False),
+    Column("version_id", Text),
+    Column("size_bytes", BigInteger, nullable=False),
+    Column("sha256", Text, nullable=False),
+    Column("content_type", Text, nullable=False),
+    Column("eligible_at", _TS, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("due_at", _TS, nullable=False),
+    Column("claim_owner", Text),
+    Column("claim_token", _uuid()),
+    Column("claim_version", BigInteger, nullable=False),
+    Column("lease_expires_at", _TS),
+    Column("failure_count", Integer, nullable=False),
+    Column("last_failure_class", Text),
+    Column("last_failure_at", _TS),
+    Column("enrolled_at", _TS, nullable=False),
+)
+
+run_attempt_log_artifact_tombstones = Table(
+    "run_attempt_log_artifact_tombstones", metadata,
+    Column("attempt_id", _uuid(), ForeignKey("attempts.id"), primary_key=True),
+    Column("project_id", _uuid(), nullable=False),
+    Column("run_id", _uuid(), ForeignKey("runs.id"), nullable=False),
+    Column("artifact_id", Text, ForeignKey("run_attempt_log_artifacts.id"), nullable=False,
+           unique=True),
+    Column("outcome", Text, nullable=False),
+    Column("retired_at", _TS, nullable=False),
+    Column("evidence", Text, nullable=False),
+    Column("evidence_sha256", Text, nullable=False),
+)

@@ -1,0 +1,320 @@
+"""Wire types between a worker and control (DESIGN.md §4.2): one definition for both sides.
+
+Every message is a frozen dataclass with ``to_json() -> dict`` and a strict
+``from_json(dict)`` that raises ``WireFormatError`` (a ValidationError naming the field, never
+echoing the value) on a missing field, an unknown field, a wrong type or a bad id. Times the
+worker measures are milliseconds; times control decides (lease expiry) stay on the database
+clock and travel as durations (``lease_ms``), never as instants, because the two clocks differ.
+
+HTTP routes (all JSON, bearer token of a worker pool; the (attempt id, lease token, lease
+version) triple fences every write after the claim — a mismatch is 409 ``lease_lost``):
+
+- ``POST /v1/worker/register``           WorkerRegistration -> WorkerRegistered
+- ``POST /v1/worker/claim``              ClaimRequest -> ClaimAnswer
+- ``POST /v1/worker/started``            StartedReport -> Ack
+- ``POST /v1/worker/heartbeat``          HeartbeatReport -> HeartbeatAnswer
+- ``POST /v1/worker/log-upload``         LogUploadRequest -> LogUploadGrant
+- ``POST /v1/worker/complete``           CompletionReport -> Ack
+- ``POST /v1/worker/stopped``            WorkerStopped -> Ack (drain finished)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+from qinglong.shared.errors import ValidationError
+from qinglong.shared.ids import validate_uuid7
+
+T = TypeVar("T", bound="_Wire")
+
+OUTCOMES = ("succeeded", "failed", "timed_out", "cancelled")
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+MAX_CLAIM = 64
+
+
+class WireFormatError(ValidationError):
+    """A message that does not match its wire type; names the field only (never the value)."""
+
+
+def _check(ok: bool, name: str, why: str) -> None:
+    if not ok:
+        raise WireFormatError(name, why)
+
+
+def check_labels(labels: Any, name: str = "labels") -> dict[str, str]:
+    """``labels`` as ``{key: value}`` of short identifiers (``[A-Za-z0-9][A-Za-z0-9_.-]*``,
+    at most 63 characters, at most 32 pairs); WireFormatError otherwise."""
+    _check(isinstance(labels, dict) and len(labels) <= 32, name, "must be an object of ≤ 32 labels")
+    for key, value in labels.items():
+        _check(isinstance(key, str) and bool(_LABEL.match(key)), name, "bad label key")
+        _check(isinstance(value, str) and bool(_LABEL.match(value)), name, "bad label value")
+    return dict(labels)
+
+
+@dataclass(frozen=True)
+class _Wire:
+    """Base: generic strict decoding of flat dataclasses with JSON-typed fields."""
+
+    _uuid7_fields: ClassVar[tuple[str, ...]] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls: type[T], data: Any) -> T:
+        _check(isinstance(data, dict), cls.__name__, "must be a JSON object")
+        hints = typing.get_type_hints(cls)
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = set(data) - set(fields)
+        _check(not unknown, cls.__name__, "has unknown fields")
+        values: dict[str, Any] = {}
+        for name, f in fields.items():
+            if name not in data:
+                has_default = (f.default is not dataclasses.MISSING
+                               or f.default_factory is not dataclasses.MISSING)
+                _check(has_default, name, "is required")
+                continue
+            values[name] = _decode(hints[name], data[name], name)
+        obj = cls(**values)
+        obj.validate()
+        return obj
+
+    def validate(self) -> None:
+        """Checks beyond types (ranges, id formats); WireFormatError naming the field."""
+        for name in self._uuid7_fields:
+            value = getattr(self, name)
+            if value is not None:
+                try:
+                    validate_uuid7(value)
+                except ValidationError:
+                    raise WireFormatError(name, "must be a UUIDv7") from None
+
+
+def _decode(hint: Any, value: Any, name: str) -> Any:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None:
+            _check(type(None) in args, name, "must not be null")
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _decode(inner[0], value, name)
+    if origin is list:
+        _check(isinstance(value, list), name, "must be a list")
+        return [_decode(args[0], v, name) for v in value]
+    if origin is dict:
+        _check(isinstance(value, dict), name, "must be an object")
+        return {str(k): _decode(args[1], v, name) for k, v in value.items()}
+    if isinstance(hint, type) and issubclass(hint, _Wire):
+        return hint.from_json(value)
+    if hint is bool:
+        _check(isinstance(value, bool), name, "must be a boolean")
+    elif hint is int:
+        _check(isinstance(value, int) and not isinstance(value, bool), name, "must be an integer")
+    elif hint is str:
+        _check(isinstance(value, str), name, "must be a string")
+    return value
+
+
+@dataclass(frozen=True)
+class LeaseRef(_Wire):
+    """The fence every write after a claim carries: (attempt id, lease token, lease version)."""
+
+    attempt_id: str
+    lease_token: str
+    lease_version: int
+    _uuid7_fields: ClassVar[tuple[str, ...]] = ("attempt_id",)
+
+    def validate(self) -> None:
+        super().validate()
+        _check(bool(_UUID.match(self.lease_token)), "lease_token", "must be a UUID")
+        _check(self.lease_version >= 1, "lease_version", "must be ≥ 1")
+
+
+@dataclass(frozen=True)
+class WorkerRegistration(_Wire):
+    """A worker process announcing itself: ``name`` (reusable, e.g. a pod name), the labels
+    it declares (bounded by its pool's), and how many attempts it runs at once."""
+
+    name: str
+    labels: dict[str, str]
+    concurrency: int
+
+    def validate(self) -> None:
+        _check(bool(_LABEL.match(self.name)), "name", "must be 1–63 of [A-Za-z0-9_.-]")
+        check_labels(self.labels)
+        _check(1 <= self.concurrency <= 1024, "concurrency", "must be 1–1024")
+
+
+@dataclass(frozen=True)
+class WorkerRegistered(_Wire):
+    """Control's answer: this process's new incarnation id and the lease timing it enforces
+    (``heartbeat_ms`` ≤ ``lease_ms`` / 3, C11)."""
+
+    incarnation_id: str
+    lease_ms: int
+    heartbeat_ms: int
+    _uuid7_fields: ClassVar[tuple[str, ...]] = ("incarnation_id",)
+
+    def validate(self) -> None:
+        super().validate()
+        check_lease_timing(self.lease_ms, self.heartbeat_ms)
+
+
+def check_lease_timing(lease_ms: int, heartbeat_ms: int) -> None:
+    """WireFormatError unless ``0 < heartbeat_ms`` and ``3 * heartbeat_ms ≤ lease_ms``
+    (DESIGN.md §4.2, case C11); the message holds both numbers."""
+    _check(lease_ms > 0 and heartbeat_ms > 0 and heartbeat_ms * 3 <= lease_ms, "heartbeat_ms",
+           f"heartbeat {heartbeat_ms} ms must be positive and at most a third of the lease "
+           f"{lease_ms} ms")
+
+
+@dataclass(frozen=True)
+class ClaimRequest(_Wire):
+    """Ask for up to ``max_attempts`` (1–64) queued attempts for this incarnation."""
+
+    incarnation_id: str
+    max_attempts: int
+    _uuid7_fields: ClassVar[tuple[str, ...]] = ("incarnation_id",)
+
+    def validate(self) -> None:
+        super().validate()
+        _check(1 <= self.max_attempts <= MAX_CLAIM, "max_attempts", f"must be 1–{MAX_CLAIM}")
+
+
+@dataclass(frozen=True)
+class ClaimedAttempt(_Wire):
+    """One attempt leased to the worker, with everything it needs to run it.
+
+    Exactly one of ``argv`` / ``shell``; ``env`` is the task's full environment (secrets
+    included: the worker is trusted with them and never logs them); ``timeout_ms`` None means
+    none; ``log_limit_bytes`` caps the spool; ``bundle_digest``/``entry_point`` name a script
+    bundle (a later issue)."""
+
+    lease: LeaseRef
+    run_id: str
+    task_id: str
+    task_name: str
+    run_number: int
+    attempt_number: int
+    argv: list[str] | None
+    shell: str | None
+    env: dict[str, str]
+    cwd: str | None
+    timeout_ms: int | None
+    log_limit_bytes: int
+    lease_ms: int
+    heartbeat_ms: int
+    bundle_digest: str | None = None
+    entry_point: str | None = None
+    _uuid7_fields: ClassVar[tuple[str, ...]] = ("run_id", "task_id")
+
+    def validate(self) -> None:
+        super().validate()
+        _check((self.argv is None) != (self.shell is None), "argv", "exactly one of argv, shell")
+        if self.argv is not None:
+            _check(bool(self.argv), "argv", "must not be empty")
+        _check(self.timeout_ms is None or self.timeout_ms > 0, "timeout_ms", "must be > 0")
+        _check(self.log_limit_bytes > 0, "log_limit_bytes", "must be > 0")
+        check_lease_timing(self.lease_ms, self.heartbeat_ms)
+        if self.bundle_digest is not None:
+            _check(bool(_HEX64.match(self.bundle_digest)), "bundle_digest", "must be hex SHA-256")
+
+
+@dataclass(frozen=True)
+class ClaimAnswer(_Wire):
+    attempts: list[ClaimedAttempt] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class StartedReport(_Wire):
+    """The attempt's process group is running (``pid`` of its leader, for the record)."""
+
+    lease: LeaseRef
+    pid: int
+
+
+@dataclass(frozen=True)
+class HeartbeatReport(_Wire):
+    lease: LeaseRef
+
+
+@dataclass(frozen=True)
+class HeartbeatAnswer(_Wire):
+    """The lease was extended by ``lease_ms`` from the database's now; ``cancel`` asks the
+    worker to stop the attempt (it then completes it as ``cancelled``)."""
+
+    cancel: bool
+    lease_ms: int
+
+
+@dataclass(frozen=True)
+class LogFacts(_Wire):
+    """What the worker claims about the log object it uploaded (or will upload)."""
+
+    sha256: str
+    size_bytes: int
+    content_type: str = "text/plain; charset=utf-8"
+
+    def validate(self) -> None:
+        _check(bool(_HEX64.match(self.sha256)), "sha256", "must be hex SHA-256")
+        _check(self.size_bytes >= 0, "size_bytes", "must be ≥ 0")
+        _check(0 < len(self.content_type) <= 128, "content_type", "must be 1–128 characters")
+
+
+@dataclass(frozen=True)
+class LogUploadRequest(_Wire):
+    lease: LeaseRef
+    log: LogFacts
+
+
+@dataclass(frozen=True)
+class LogUploadGrant(_Wire):
+    """A presigned PUT: send exactly these headers (metadata, checksum, content type and
+    length are signed) to ``url`` with method PUT before ``expires_in_s`` seconds."""
+
+    url: str
+    headers: dict[str, str]
+    object_key: str
+    expires_in_s: int
+
+
+@dataclass(frozen=True)
+class CompletionReport(_Wire):
+    """The attempt ended. ``outcome`` one of OUTCOMES; ``exit_code`` or ``signal`` as the
+    wrapper saw them; ``log`` the uploaded object's facts, or None when no log was uploaded
+    (control records the attempt without an artifact)."""
+
+    lease: LeaseRef
+    outcome: str
+    exit_code: int | None
+    signal: int | None
+    log: LogFacts | None
+    reason: str | None = None
+
+    def validate(self) -> None:
+        _check(self.outcome in OUTCOMES, "outcome", f"must be one of {', '.join(OUTCOMES)}")
+        if self.reason is not None:
+            _check(bool(re.match(r"^[a-z_]{1,40}$", self.reason)), "reason", "must be a class name")
+
+
+@dataclass(frozen=True)
+class Ack(_Wire):
+    """``replayed`` is true when the write had already been applied (its first response was
+    lost): the answer is the same, never a 409."""
+
+    ok: bool = True
+    replayed: bool = False
+
+
+@dataclass(frozen=True)
+class WorkerStopped(_Wire):
+    incarnation_id: str
+    _uuid7_fields: ClassVar[tuple[str, ...]] = ("incarnation_id",)
