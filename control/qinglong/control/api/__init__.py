@@ -1,0 +1,1 @@
+"""The control plane's HTTP API (FastAPI; DESIGN.md §4.5)."""
