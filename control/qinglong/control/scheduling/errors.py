@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from qinglong.shared.errors import ConflictError, NotFoundError
+from qinglong.shared.errors import ConcurrentUpdateError, ConflictError, NotFoundError
 
 
 class TaskNotFoundError(NotFoundError):
@@ -16,3 +16,10 @@ class TaskDeletedError(ConflictError):
     schedule (``code`` ``task_deleted``)."""
 
     code = "task_deleted"
+
+
+class ScheduleAdvanceLostError(ConcurrentUpdateError):
+    """The compare-and-set of ``tasks.next_fire_at`` on ``schedule_version`` found another
+    version: someone else moved the schedule; this tick's work for the task is rolled back."""
+
+    code = "schedule_advance_lost"

@@ -36,3 +36,73 @@ WITH bump AS (
 )
 SELECT id, project_id, task_id, number, trigger, scheduled_for, not_before, created_at
 FROM run
+
+-- due_tasks --
+-- What is due by the database clock, oldest first, from the next-fire index only; rows locked
+-- by another replica are skipped (replicas split the work)
+SELECT id, schedule, timezone, concurrency_policy, catchup_grace_s, next_fire_at,
+       schedule_version, now() AS db_now
+FROM tasks
+WHERE next_fire_at <= now() AND next_fire_at IS NOT NULL AND enabled AND deleted_at IS NULL
+ORDER BY next_fire_at
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+
+-- advance --
+-- Compare-and-set the task's next fire time on the schedule_version read; bumps the version
+UPDATE tasks SET next_fire_at = %(next_fire_at)s, schedule_version = schedule_version + 1
+WHERE id = %(task_id)s AND schedule_version = %(schedule_version)s
+
+-- lock_schedule --
+-- Lock one task row and read what a reschedule needs
+SELECT id, schedule, timezone, enabled, deleted_at, schedule_version, now() AS db_now
+FROM tasks
+WHERE id = %(task_id)s
+FOR UPDATE
+
+-- active_runs --
+-- The task's runs that are queued, dispatching or running (runs_active_by_task_idx)
+SELECT id, status, cancel_requested_at
+FROM runs
+WHERE task_id = %(task_id)s AND status IN ('queued', 'dispatching', 'running')
+
+-- request_cancel --
+-- Policy replace: ask one active run to stop (once), with its run event
+WITH marked AS (
+    UPDATE runs SET cancel_requested_at = now(), version = version + 1, updated_at = now()
+    WHERE id = %(run_id)s AND cancel_requested_at IS NULL
+      AND status IN ('queued', 'dispatching', 'running')
+    RETURNING id, status
+)
+INSERT INTO events (id, run_id, kind, from_status, to_status, detail)
+SELECT CAST(%(event_id)s AS uuid), marked.id, 'cancel_requested', marked.status, marked.status,
+       jsonb_build_object('reason', 'replaced', 'by_run', CAST(%(by_run)s AS text))
+FROM marked
+
+-- latest_occurrence --
+-- The task's newest ledger row (occurrences_task_slot_idx): the candidate for a merge
+SELECT id, outcome, last_slot
+FROM occurrences
+WHERE task_id = %(task_id)s
+ORDER BY last_slot DESC
+LIMIT 1
+
+-- extend_occurrence --
+-- Merge consecutive slots with the same skip outcome into the row that precedes them
+UPDATE occurrences SET last_slot = %(last_slot)s, slot_count = slot_count + %(slot_count)s
+WHERE id = %(id)s
+
+-- insert_occurrence --
+-- One ledger row: a created run (one slot) or a compact range of skipped slots
+INSERT INTO occurrences (id, task_id, outcome, first_slot, last_slot, slot_count, run_id)
+VALUES (%(id)s, %(task_id)s, %(outcome)s, %(first_slot)s, %(last_slot)s, %(slot_count)s,
+        %(run_id)s)
+
+-- prune_occurrences --
+-- Delete at most %(limit)s ledger rows whose last slot is before %(older_than)s, oldest first
+DELETE FROM occurrences
+WHERE id IN (SELECT id FROM occurrences
+             WHERE last_slot < %(older_than)s
+             ORDER BY last_slot
+             LIMIT %(limit)s
+             FOR UPDATE SKIP LOCKED)

@@ -1,0 +1,114 @@
+"""Firing one due task inside a tick (DESIGN.md §4.2, §3.7 for the slot rules).
+
+The task row is locked by the tick's due read. Slots from ``next_fire_at`` up to the
+database's now() are computed with the shared cron module in the task's time zone:
+
+1. the latest slot fires when it is at most ``catchup_grace_s`` old; every earlier slot (and
+   the latest too when beyond the grace) is ``skipped_downtime``, one compact ledger row;
+2. the firing slot follows the task's concurrency policy: ``forbid`` with a run queued,
+   dispatching or running => ``skipped_active``; ``allow`` with ``backlog_limit`` runs queued
+   => ``backlog_full``; ``replace`` => create the run, then set ``cancel_requested_at`` on
+   the older active runs (one run event each); else ``create_run`` and a ``run_created`` row;
+3. ``next_fire_at`` moves to the first slot after now by compare-and-set on the
+   ``schedule_version`` read.
+
+Everything commits in the tick's transaction. The dispatch side refuses to claim a run of a
+``replace`` task while an older run of it is dispatching or running, so the new run starts
+only after the old group is gone.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from qinglong.control.db.engine import run_named
+from qinglong.control.scheduling.ledger import from_ms, record_run_created, record_skips, to_ms
+from qinglong.control.scheduling.next_fire import advance, cron_schedule
+from qinglong.control.scheduling.run_creation import create_run, queries
+from qinglong.shared.errors import ValidationError
+from qinglong.shared.ids import uuid7
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection, RowMapping
+
+    from qinglong.shared.cron import Schedule
+
+
+def fire_due_task(conn: Connection, task: RowMapping, *, backlog_limit: int,
+                  slot_scan_limit: int) -> Counter[str]:
+    """Handle one due, locked task row (the ``due_tasks`` columns) in ``conn``'s transaction.
+
+    Returns slot counts by outcome (``run_created``, ``skipped_active``, ``backlog_full``,
+    ``skipped_downtime``; ``already_served`` when the slot had a run; ``unschedulable`` for a
+    task whose stored schedule has no slots). At most ``slot_scan_limit`` downtime slots are
+    counted per call: a longer backlog is recorded in parts, the task staying due and its
+    next part merged into the same row by the next tick. Raises ScheduleAdvanceLostError and
+    the database's errors; the caller rolls the task's work back.
+    """
+    counts: Counter[str] = Counter()
+    task_id, version = str(task["id"]), int(task["schedule_version"])
+    try:
+        schedule = cron_schedule(task["schedule"], task["timezone"])
+    except ValidationError:
+        schedule = None
+    if schedule is None:  # edited to manual-only or unparsable: nothing fires
+        advance(conn, task_id, version, None)
+        counts["unschedulable"] += 1
+        return counts
+    now_ms, cursor_ms = to_ms(task["db_now"]), to_ms(task["next_fire_at"])
+    latest = schedule.latest_slot_at_or_before(now_ms)
+    fire = None
+    if latest is not None and latest >= cursor_ms:
+        fire = latest if now_ms - latest <= int(task["catchup_grace_s"]) * 1000 else None
+        end = latest if fire is None else latest - 1
+        last = _record_downtime(conn, schedule, task_id, cursor_ms - 1, end, slot_scan_limit,
+                                counts)
+        if last is not None:  # more downtime than one call counts: continue next tick
+            advance(conn, task_id, version, schedule.next_slot_after(last))
+            return counts
+    if fire is not None:
+        counts[_fire_slot(conn, schedule, task, fire, backlog_limit)] += 1
+    advance(conn, task_id, version, schedule.next_slot_after(now_ms))
+    return counts
+
+
+def _record_downtime(conn: Connection, schedule: Schedule, task_id: str, after_ms: int,
+                     until_ms: int, limit: int, counts: Counter[str]) -> int | None:
+    """Record slots in (after, until] as ``skipped_downtime``; returns the last slot recorded
+    when ``limit`` cut the range short, else None."""
+    first = last = None
+    n, cut = 0, False
+    for slot in schedule.slots_between(after_ms, until_ms):
+        if n == limit:
+            cut = True
+            break
+        first = slot if first is None else first
+        last, n = slot, n + 1
+    if first is not None and last is not None:
+        record_skips(conn, schedule, task_id, "skipped_downtime", from_ms(first),
+                     from_ms(last), n)
+        counts["skipped_downtime"] += n
+    return last if cut else None
+
+
+def _fire_slot(conn: Connection, schedule: Schedule, task: RowMapping, slot_ms: int,
+               backlog_limit: int) -> str:
+    """Apply the concurrency policy to the firing slot; returns its outcome."""
+    task_id, policy, slot = str(task["id"]), str(task["concurrency_policy"]), from_ms(slot_ms)
+    active = run_named(conn, queries()["active_runs"], {"task_id": task_id}).mappings().all()
+    if policy == "forbid" and active:
+        record_skips(conn, schedule, task_id, "skipped_active", slot, slot, 1)
+        return "skipped_active"
+    if policy == "allow" and sum(r["status"] == "queued" for r in active) >= backlog_limit:
+        record_skips(conn, schedule, task_id, "backlog_full", slot, slot, 1)
+        return "backlog_full"
+    run = create_run(conn, task_id=task_id, trigger="schedule", scheduled_for=slot)
+    if run is None:  # the slot has its run already (and its ledger row): nothing to add
+        return "already_served"
+    record_run_created(conn, task_id, slot, run.run_id)
+    if policy == "replace":
+        for old in active:  # the new run waits in dispatch until these groups are gone
+            run_named(conn, queries()["request_cancel"],
+                      {"run_id": old["id"], "event_id": uuid7(), "by_run": run.run_id})
+    return "run_created"
