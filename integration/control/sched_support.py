@@ -35,3 +35,27 @@ def seed_task(conn: psycopg.Connection[Any], *, schedule: str | None = None,
          policy, grace_s, enabled),
     )
     return task_id
+
+
+def wait_until_due(conn: psycopg.Connection[Any], task_id: str, timeout_s: float = 5.0) -> None:
+    """Return once the task's next_fire_at <= now() by the database clock (polls on an
+    event, 20 ms apart); AssertionError after ``timeout_s``."""
+    import threading
+    import time
+
+    pause = threading.Event()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        row = conn.execute("SELECT next_fire_at <= now() FROM tasks WHERE id = %s",
+                           (task_id,)).fetchone()
+        if row is not None and row[0]:
+            return
+        pause.wait(0.02)
+    raise AssertionError(f"task {task_id} did not come due within {timeout_s} s")
+
+
+def ledger(conn: psycopg.Connection[Any], task_id: str) -> list[tuple[Any, ...]]:
+    """(outcome, first_slot, last_slot, slot_count, run_id) rows of a task, by slot."""
+    return conn.execute(
+        "SELECT outcome, first_slot, last_slot, slot_count, run_id FROM occurrences"
+        " WHERE task_id = %s ORDER BY first_slot", (task_id,)).fetchall()
