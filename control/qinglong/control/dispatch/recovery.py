@@ -124,7 +124,8 @@ class LeaseRecovery:
                                   {"run_id": row["run_id"], "delay_s": delay_s}).mappings().first()
             else:
                 moved = run_named(conn, sql("finish_run"), {
-                    "run_id": row["run_id"], "status": "lost", "exit_code": None}).mappings().first()
+                    "run_id": row["run_id"], "status": "lost", "exit_code": None,
+                }).mappings().first()
             if moved is None:
                 return "attempt_only"  # the run had already left dispatching/running
             insert_event(conn, run_id=row["run_id"], attempt_id=row["attempt_id"],
