@@ -6,20 +6,20 @@
 -- register_incarnation --
 -- A worker process start: a new incarnation (never keyed by its reusable name)
 INSERT INTO worker_incarnations (id, pool_id, name, labels, concurrency)
-VALUES (%(id)s, %(pool_id)s, %(name)s, CAST(%(labels)s AS jsonb), %(concurrency)s)
+VALUES (CAST(%(id)s AS uuid), CAST(%(pool_id)s AS uuid), %(name)s, CAST(%(labels)s AS jsonb), %(concurrency)s)
 
 -- stop_incarnation --
 -- The worker finished draining; a second call changes nothing
 UPDATE worker_incarnations
 SET stopped_at = coalesce(stopped_at, now()), last_seen_at = now()
-WHERE id = %(id)s AND pool_id = %(pool_id)s
+WHERE id = CAST(%(id)s AS uuid) AND pool_id = CAST(%(pool_id)s AS uuid)
 RETURNING id
 
 -- touch_incarnation --
 -- A live incarnation of the caller's pool asks for work: remember when it was seen
 UPDATE worker_incarnations
 SET last_seen_at = now()
-WHERE id = %(id)s AND pool_id = %(pool_id)s AND stopped_at IS NULL
+WHERE id = CAST(%(id)s AS uuid) AND pool_id = CAST(%(pool_id)s AS uuid) AND stopped_at IS NULL
 RETURNING id
 
 -- pick_runs --
@@ -28,7 +28,7 @@ RETURNING id
 WITH inc AS MATERIALIZED (
     SELECT i.labels AS labels, p.labels AS pool_labels
     FROM worker_incarnations i JOIN worker_pools p ON p.id = i.pool_id
-    WHERE i.id = %(incarnation_id)s AND i.pool_id = %(pool_id)s AND i.stopped_at IS NULL
+    WHERE i.id = CAST(%(incarnation_id)s AS uuid) AND i.pool_id = CAST(%(pool_id)s AS uuid) AND i.stopped_at IS NULL
 ), picked AS MATERIALIZED (
     SELECT r.id, r.task_id, t.concurrency_policy
     FROM runs r
@@ -61,7 +61,7 @@ WITH run AS (
     SET status = 'dispatching', attempt_count = r.attempt_count + 1, version = r.version + 1,
         updated_at = now()
     FROM tasks t
-    WHERE r.id = %(run_id)s AND r.status = 'queued' AND t.id = r.task_id
+    WHERE r.id = CAST(%(run_id)s AS uuid) AND r.status = 'queued' AND t.id = r.task_id
       AND (t.concurrency_policy <> 'replace' OR NOT EXISTS (
             SELECT 1 FROM runs o
             WHERE o.task_id = r.task_id AND o.id <> r.id
@@ -71,17 +71,17 @@ WITH run AS (
 ), attempt AS (
     INSERT INTO attempts (id, run_id, number, executor, status, worker_incarnation_id,
                           lease_token, lease_version, lease_expires_at, claimed_at)
-    SELECT %(attempt_id)s, run.id, run.attempt_count, 'remote_worker', 'claimed',
-           %(incarnation_id)s, gen_random_uuid(), 1,
+    SELECT CAST(%(attempt_id)s AS uuid), run.id, run.attempt_count, 'remote_worker', 'claimed',
+           CAST(%(incarnation_id)s AS uuid), gen_random_uuid(), 1,
            now() + make_interval(secs => %(lease_s)s), now()
     FROM run
     RETURNING id, lease_token, lease_version, number
 ), events AS (
     INSERT INTO events (id, run_id, attempt_id, kind, from_status, to_status)
-    SELECT %(run_event_id)s, run.id, attempt.id, 'run_dispatching', 'queued', 'dispatching'
+    SELECT CAST(%(run_event_id)s AS uuid), run.id, attempt.id, 'run_dispatching', 'queued', 'dispatching'
     FROM run, attempt
     UNION ALL
-    SELECT %(attempt_event_id)s, run.id, attempt.id, 'attempt_claimed', NULL, 'claimed'
+    SELECT CAST(%(attempt_event_id)s AS uuid), run.id, attempt.id, 'attempt_claimed', NULL, 'claimed'
     FROM run, attempt
 )
 SELECT attempt.id::text AS attempt_id, attempt.lease_token::text AS lease_token,
@@ -102,8 +102,8 @@ FROM attempts a
 JOIN worker_incarnations i ON i.id = a.worker_incarnation_id
 JOIN runs r ON r.id = a.run_id
 JOIN tasks t ON t.id = r.task_id
-WHERE a.id = %(attempt_id)s AND a.lease_token = %(lease_token)s
-  AND a.lease_version = %(lease_version)s AND i.pool_id = %(pool_id)s
+WHERE a.id = CAST(%(attempt_id)s AS uuid) AND a.lease_token = CAST(%(lease_token)s AS uuid)
+  AND a.lease_version = %(lease_version)s AND i.pool_id = CAST(%(pool_id)s AS uuid)
 
 -- started --
 -- claimed -> running on a live lease (which it renews); run dispatching -> running; events
@@ -113,10 +113,10 @@ WITH attempt AS (
         lease_expires_at = now() + make_interval(secs => %(lease_s)s),
         version = a.version + 1, updated_at = now()
     FROM worker_incarnations i
-    WHERE a.id = %(attempt_id)s AND a.lease_token = %(lease_token)s
+    WHERE a.id = CAST(%(attempt_id)s AS uuid) AND a.lease_token = CAST(%(lease_token)s AS uuid)
       AND a.lease_version = %(lease_version)s AND a.status IN ('claimed', 'starting')
       AND a.lease_expires_at > now()
-      AND i.id = a.worker_incarnation_id AND i.pool_id = %(pool_id)s
+      AND i.id = a.worker_incarnation_id AND i.pool_id = CAST(%(pool_id)s AS uuid)
     RETURNING a.id, a.run_id
 ), run AS (
     UPDATE runs r
@@ -127,11 +127,11 @@ WITH attempt AS (
     RETURNING r.id
 ), events AS (
     INSERT INTO events (id, run_id, attempt_id, kind, from_status, to_status)
-    SELECT %(attempt_event_id)s, attempt.run_id, attempt.id, 'attempt_running', 'claimed',
+    SELECT CAST(%(attempt_event_id)s AS uuid), attempt.run_id, attempt.id, 'attempt_running', 'claimed',
            'running'
     FROM attempt
     UNION ALL
-    SELECT %(run_event_id)s, run.id, attempt.id, 'run_running', 'dispatching', 'running'
+    SELECT CAST(%(run_event_id)s AS uuid), run.id, attempt.id, 'run_running', 'dispatching', 'running'
     FROM run, attempt
 )
 SELECT attempt.id::text AS attempt_id FROM attempt
@@ -143,10 +143,10 @@ WITH attempt AS (
     SET lease_expires_at = now() + make_interval(secs => %(lease_s)s), heartbeat_at = now(),
         updated_at = now()
     FROM worker_incarnations i
-    WHERE a.id = %(attempt_id)s AND a.lease_token = %(lease_token)s
+    WHERE a.id = CAST(%(attempt_id)s AS uuid) AND a.lease_token = CAST(%(lease_token)s AS uuid)
       AND a.lease_version = %(lease_version)s
       AND a.status IN ('claimed', 'starting', 'running') AND a.lease_expires_at > now()
-      AND i.id = a.worker_incarnation_id AND i.pool_id = %(pool_id)s
+      AND i.id = a.worker_incarnation_id AND i.pool_id = CAST(%(pool_id)s AS uuid)
     RETURNING a.run_id, a.worker_incarnation_id
 ), seen AS (
     UPDATE worker_incarnations w SET last_seen_at = now()
@@ -162,17 +162,18 @@ SET status = %(status)s, exit_code = %(exit_code)s, signal = %(signal)s, reason 
     completion = CAST(%(completion)s AS jsonb), finished_at = now(),
     version = a.version + 1, updated_at = now()
 FROM worker_incarnations i
-WHERE a.id = %(attempt_id)s AND a.lease_token = %(lease_token)s
+WHERE a.id = CAST(%(attempt_id)s AS uuid) AND a.lease_token = CAST(%(lease_token)s AS uuid)
   AND a.lease_version = %(lease_version)s
   AND a.status IN ('claimed', 'starting', 'running') AND a.lease_expires_at > now()
-  AND i.id = a.worker_incarnation_id AND i.pool_id = %(pool_id)s
+  AND i.id = a.worker_incarnation_id AND i.pool_id = CAST(%(pool_id)s AS uuid)
 RETURNING a.status AS from_status
 
 -- insert_log_artifact --
 -- The facts control read from its own HEAD of the uploaded log
 INSERT INTO run_attempt_log_artifacts (id, attempt_id, project_id, run_id, bucket, object_key,
                                        version_id, size_bytes, sha256, content_type, metadata)
-VALUES (%(id)s, %(attempt_id)s, %(project_id)s, %(run_id)s, %(bucket)s, %(object_key)s,
+VALUES (%(id)s, CAST(%(attempt_id)s AS uuid), CAST(%(project_id)s AS uuid),
+        CAST(%(run_id)s AS uuid), %(bucket)s, %(object_key)s,
         %(version_id)s, %(size_bytes)s, %(sha256)s, %(content_type)s,
         CAST(%(metadata)s AS jsonb))
 
@@ -181,7 +182,7 @@ VALUES (%(id)s, %(attempt_id)s, %(project_id)s, %(run_id)s, %(bucket)s, %(object
 UPDATE runs r
 SET status = %(status)s, finished_at = now(), exit_code = %(exit_code)s,
     version = r.version + 1, updated_at = now()
-FROM (SELECT id, status FROM runs WHERE id = %(run_id)s FOR UPDATE) old
+FROM (SELECT id, status FROM runs WHERE id = CAST(%(run_id)s AS uuid) FOR UPDATE) old
 WHERE r.id = old.id AND old.status IN ('dispatching', 'running')
 RETURNING r.status AS to_status, old.status AS from_status
 
@@ -190,14 +191,14 @@ RETURNING r.status AS to_status, old.status AS from_status
 UPDATE runs r
 SET status = 'queued', not_before = now() + make_interval(secs => %(delay_s)s),
     version = r.version + 1, updated_at = now()
-FROM (SELECT id, status FROM runs WHERE id = %(run_id)s FOR UPDATE) old
+FROM (SELECT id, status FROM runs WHERE id = CAST(%(run_id)s AS uuid) FOR UPDATE) old
 WHERE r.id = old.id AND old.status IN ('dispatching', 'running')
 RETURNING r.status AS to_status, old.status AS from_status
 
 -- insert_event --
 -- One history row for one transition
 INSERT INTO events (id, run_id, attempt_id, kind, from_status, to_status, detail)
-VALUES (%(id)s, %(run_id)s, %(attempt_id)s, %(kind)s, %(from_status)s, %(to_status)s,
+VALUES (CAST(%(id)s AS uuid), CAST(%(run_id)s AS uuid), CAST(%(attempt_id)s AS uuid), %(kind)s, %(from_status)s, %(to_status)s,
         CAST(%(detail)s AS jsonb))
 
 -- expired_leases --
@@ -218,6 +219,6 @@ LIMIT %(limit)s
 UPDATE attempts
 SET status = 'lost', reason = %(reason)s, finished_at = now(), version = version + 1,
     updated_at = now()
-WHERE id = %(attempt_id)s AND lease_version = %(lease_version)s
+WHERE id = CAST(%(attempt_id)s AS uuid) AND lease_version = %(lease_version)s
   AND status IN ('claimed', 'starting', 'running') AND lease_expires_at <= now()
 RETURNING status
