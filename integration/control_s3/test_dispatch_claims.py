@@ -276,3 +276,23 @@ def test_completion_racing_recovery_with_a_short_lease_has_exactly_one_winner(
                              " AND kind = 'attempt_completed'",
                              (attempt.lease.attempt_id,)) == 0
     assert wins["completion"] + wins["recovery"] == 40
+
+
+def test_the_recovery_loop_recovers_in_the_background_and_stops_idempotently(
+        world: World, engine: Any) -> None:
+    recovery = LeaseRecovery(engine, RecoveryConfig(interval_s=0.05, stop_budget_s=5))
+    assert recovery.stop() is True  # callable without start
+    pool = world.pool()
+    [run_id] = world.runs(world.task())
+    [attempt] = _claim(engine, pool, _worker(engine, pool))
+    world.expire(attempt.lease.attempt_id)
+    recovery.start()
+    recovery.start()  # a second start does nothing
+    try:
+        for _ in range(100):
+            if world.run_status(run_id) == "lost":
+                break
+            world.sql("SELECT pg_sleep(0.05)")
+    finally:
+        assert recovery.stop() is True and recovery.stop() is True
+    assert world.attempt(attempt.lease.attempt_id)[:2] == ("lost", "not_started")
