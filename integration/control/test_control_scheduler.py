@@ -269,7 +269,7 @@ def test_start_and_stop_are_idempotent_and_the_tick_signal_reports_each_loop_tic
     try:
         assert scheduler.stop() is True  # never started
         with pg_db.connect() as admin:
-            seed_task(admin, schedule="* * * * *", next_fire_sql="now() - interval '1 s'")
+            seed_task(admin, schedule="* * * * *", next_fire_sql="date_trunc('minute', now())")
         scheduler.start()
         scheduler.start()
         assert ticked.wait(10)
