@@ -40,7 +40,7 @@ def kill_own_group() -> None:
     pgrp = os.getpgrp()
     if pgrp <= 1 or pgrp != os.getpid():
         os._exit(EXIT_BAD_CONTRACT)
-    try:
+    try:  # noqa: SIM105  (contextlib is one import too many here)
         os.killpg(pgrp, signal.SIGTERM)  # ignored by this process
     except OSError:
         pass
