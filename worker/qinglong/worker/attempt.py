@@ -133,14 +133,14 @@ class AttemptRunner:
         try:
             beats.start()
             self._report_started(proc)
-            verdict, reason, code = self._supervise(proc)
+            verdict, why, code = self._supervise(proc)
             proc.release_watch()
             copier.finish()
             status = decode_status(code)
             outcome = verdict or ("succeeded" if status.exit_code == 0 else "failed")
             facts = self._upload(spool_path)
             self._check_lease(proc)
-            self._complete(outcome, (status.exit_code, status.signal), facts, reason)
+            self._complete(outcome, (status.exit_code, status.signal), facts, why)
         finally:
             beats.stop()
             proc.release_watch()
