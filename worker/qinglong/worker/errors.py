@@ -3,7 +3,7 @@ task environment values or user output."""
 
 from __future__ import annotations
 
-from qinglong.shared.errors import QinglongError
+from qinglong.shared.errors import QinglongError, ValidationError
 
 
 class WorkerError(QinglongError):
@@ -74,8 +74,8 @@ class SpoolError(WorkerError):
     code = "spool_unsafe"
 
 
-class TokenError(WorkerError):
+class TokenError(ValidationError):
     """The worker token is missing, empty, or its file is unsafe (not a regular file, or
-    readable by group/other: it must be 0600 or stricter)."""
+    readable by group/other: it must be 0600 or stricter). A usage error (exit 2)."""
 
     code = "worker_token_invalid"
