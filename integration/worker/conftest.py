@@ -42,7 +42,8 @@ def wait_group_gone(pgid: int, timeout_s: float) -> float:
 
 
 class WorkerProc:
-    def __init__(self, control: FakeControl, tmp: Path, *extra: str) -> None:
+    def __init__(self, control: FakeControl, tmp: Path, *extra: str,
+                 group: int | None = None) -> None:
         self.stderr_path = tmp / "worker.stderr"
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         env["QL3_WORKER_TOKEN"] = TOKEN
@@ -51,7 +52,7 @@ class WorkerProc:
             self.proc = subprocess.Popen(
                 [QL3, "worker", "run", "--control-url", control.url, "--name", "w1",
                  "--spool-dir", str(tmp / "spool"), "--grace", "0.5", *extra],
-                env=env, stdout=subprocess.DEVNULL, stderr=err,
+                env=env, stdout=subprocess.DEVNULL, stderr=err, group=group,
             )
 
     def stderr(self) -> str:
@@ -74,8 +75,8 @@ def control() -> Iterator[FakeControl]:
 def start_worker(control: FakeControl, tmp_path: Path) -> Iterator[type[WorkerProc]]:
     started: list[WorkerProc] = []
 
-    def make(*extra: str) -> WorkerProc:
-        w = WorkerProc(control, tmp_path, *extra)
+    def make(*extra: str, group: int | None = None) -> WorkerProc:
+        w = WorkerProc(control, tmp_path, *extra, group=group)
         started.append(w)
         return w
 
