@@ -10,8 +10,8 @@ import subprocess
 import time
 
 import pytest
-from conftest import wait_group_gone
 from fake_control import TOKEN, make_attempt
+from worker_kit import wait_group_gone
 
 from qinglong.worker.spool import TRUNCATION_MARKER
 

@@ -7,8 +7,8 @@ import signal
 import time
 
 import pytest
-from conftest import live_members, wait_group_gone
 from fake_control import make_attempt
+from worker_kit import live_members, wait_group_gone
 
 pytestmark = pytest.mark.integration
 

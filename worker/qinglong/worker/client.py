@@ -15,7 +15,13 @@ import time
 from typing import Any, TypeVar
 
 import httpx
-from tenacity import Retrying, retry_if_exception_type, stop_before_delay, wait_exponential_jitter
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_before_delay,
+    wait_exponential,
+    wait_random,
+)
 
 from qinglong.shared import wire
 from qinglong.shared.errors import ValidationError
@@ -149,7 +155,7 @@ class ControlClient:
 
         retrying = Retrying(
             retry=retry_if_exception_type(_TransientError),
-            wait=wait_exponential_jitter(initial=0.1, max=2.0, jitter=0.3),
+            wait=wait_exponential(multiplier=0.1, max=2.0) + wait_random(0, 0.3),
             stop=stop_before_delay(max(0.0, deadline - time.monotonic())),
             reraise=True,
         )

@@ -12,7 +12,13 @@ import time
 from pathlib import Path
 
 import httpx
-from tenacity import Retrying, retry_if_exception_type, stop_before_delay, wait_exponential_jitter
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_before_delay,
+    wait_exponential,
+    wait_random,
+)
 
 from qinglong.shared.wire import LogUploadGrant
 from qinglong.worker.errors import ControlRejectedError, ControlUnavailableError
@@ -57,7 +63,7 @@ def put_spool(grant: LogUploadGrant, path: Path, deadline: float,
 
         retrying = Retrying(
             retry=retry_if_exception_type(_RetryableError),
-            wait=wait_exponential_jitter(initial=0.1, max=2.0, jitter=0.3),
+            wait=wait_exponential(multiplier=0.1, max=2.0) + wait_random(0, 0.3),
             stop=stop_before_delay(max(0.0, deadline - time.monotonic())),
             reraise=True,
         )
