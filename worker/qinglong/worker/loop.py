@@ -22,7 +22,7 @@ from qinglong.worker.client import ControlClient
 from qinglong.worker.errors import ControlUnavailableError, WorkerError
 
 log = logging.getLogger("qinglong.worker")
-REGISTER_TRY_S = 10.0
+REGISTER_TRY_S = 2.0  # one log line per failed try: keep it short
 REGISTER_BACKOFF_MAX_S = 30.0
 CLAIM_BUDGET_S = 15.0
 IDLE_MIN_S, IDLE_MAX_S = 0.5, 2.0
