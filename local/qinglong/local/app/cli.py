@@ -21,7 +21,7 @@ class _LazyGroup(click.Group):
     ``ql3 local ...`` never imports them, and import-linter sees no local -> control import.
     """
 
-    lazy = {"control": "qinglong.control.cli"}
+    lazy = {"control": "qinglong.control.cli", "worker": "qinglong.worker.cli"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted([*super().list_commands(ctx), *self.lazy])

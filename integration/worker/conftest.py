@@ -1,0 +1,58 @@
+"""A real `ql3 worker run` process against an in-process fake control (real HTTP)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fake_control import TOKEN, FakeControl
+
+QL3 = str(Path(sys.executable).parent / "ql3")
+
+
+class WorkerProc:
+    def __init__(self, control: FakeControl, tmp: Path, *extra: str,
+                 group: int | None = None) -> None:
+        self.stderr_path = tmp / "worker.stderr"
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        env["QL3_WORKER_TOKEN"] = TOKEN
+        env["QL3_WORKER_TEST_SENTINEL"] = "visible-to-worker-only"
+        with self.stderr_path.open("wb") as err:
+            self.proc = subprocess.Popen(
+                [QL3, "worker", "run", "--control-url", control.url, "--name", "w1",
+                 "--spool-dir", str(tmp / "spool"), "--grace", "0.5", *extra],
+                env=env, stdout=subprocess.DEVNULL, stderr=err, group=group,
+            )
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+
+
+@pytest.fixture
+def control() -> Iterator[FakeControl]:
+    fake = FakeControl().start()
+    yield fake
+    fake.close()
+
+
+@pytest.fixture
+def start_worker(control: FakeControl, tmp_path: Path) -> Iterator[type[WorkerProc]]:
+    started: list[WorkerProc] = []
+
+    def make(*extra: str, group: int | None = None) -> WorkerProc:
+        w = WorkerProc(control, tmp_path, *extra, group=group)
+        started.append(w)
+        return w
+
+    yield make  # type: ignore[misc]
+    for w in started:
+        w.stop()

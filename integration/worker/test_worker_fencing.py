@@ -1,0 +1,65 @@
+"""The worker fences itself (issue 11 item 4; DESIGN.md §4.2; cases C11, C21): real worker
+process, real process groups, real signals; control is an in-process HTTP fake."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+from fake_control import make_attempt
+from worker_kit import live_members, wait_group_gone
+
+pytestmark = pytest.mark.integration
+
+BACKGROUNDED = "sleep 300 & sleep 301 & wait"
+
+
+def test_worker_sigkill_takes_the_attempts_processes_with_it(control, start_worker):
+    control.queue.append(make_attempt(BACKGROUNDED))
+    worker = start_worker()
+    pgid = control.wait_for("started")[0]["pid"]
+    time.sleep(0.2)
+    assert len(live_members(pgid)) >= 3  # wrapper, sh and both sleeps
+    killed_at = time.monotonic()
+    worker.proc.send_signal(signal.SIGKILL)
+    gone_at = wait_group_gone(pgid, timeout_s=2.0)
+    assert gone_at - killed_at < 1.0
+
+
+def test_control_silent_worker_kills_attempt_before_the_lease_could_expire(control,
+                                                                          start_worker):
+    attempt = make_attempt(BACKGROUNDED, lease_ms=3000, heartbeat_ms=500)
+    control.queue.append(attempt)
+    start_worker()
+    pgid = control.wait_for("started")[0]["pid"]
+    control.wait_for("heartbeat", count=2)
+    control.heartbeat_status = 503  # control unreachable from now on
+    last_ok = control.last_ok_heartbeat[attempt["lease"]["attempt_id"]]
+    gone_at = wait_group_gone(pgid, timeout_s=4.0)
+    assert gone_at < last_ok + 3.0  # before the lease, renewed no later than last_ok, ends
+    assert control.seen("complete") == []
+
+
+def test_409_on_heartbeat_kills_the_group_at_once_and_never_completes(control, start_worker):
+    control.queue.append(make_attempt(BACKGROUNDED, lease_ms=3000, heartbeat_ms=500))
+    start_worker()
+    pgid = control.wait_for("started")[0]["pid"]
+    control.heartbeat_status = 409
+    first_409 = time.monotonic()
+    wait_group_gone(pgid, timeout_s=1.5)
+    assert time.monotonic() - first_409 < 1.5  # one heartbeat period + the kill
+    time.sleep(0.5)
+    assert control.seen("complete") == []
+    assert control.seen("log-upload") == []
+
+
+def test_claim_with_heartbeat_above_a_third_of_the_lease_is_refused(control, start_worker):
+    control.queue.append(make_attempt("echo ran", lease_ms=3000, heartbeat_ms=1500))
+    worker = start_worker()
+    control.wait_for("claim", count=2)
+    time.sleep(0.3)
+    assert control.seen("started") == []
+    line = next(x for x in worker.stderr().splitlines() if "refused" in x)
+    assert "1500" in line
+    assert "3000" in line

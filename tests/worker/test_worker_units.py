@@ -1,0 +1,142 @@
+"""Pure unit tests of the worker's rules: fence deadline, client status mapping and retry
+deadline, labels, token file, exit status, capped spool, clean environment."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+import httpx
+import pytest
+
+from qinglong.shared import wire
+from qinglong.shared.errors import ValidationError
+from qinglong.shared.ids import uuid7
+from qinglong.worker.cli import _labels
+from qinglong.worker.client import ControlClient
+from qinglong.worker.credentials import load_token
+from qinglong.worker.environment import SYSTEMD_DEFAULT_PATH, attempt_environment
+from qinglong.worker.errors import (
+    ControlAuthError,
+    ControlRejectedError,
+    ControlUnavailableError,
+    LeaseLostError,
+    TokenError,
+)
+from qinglong.worker.fencing import LeaseFence, fence_margin_ms
+from qinglong.worker.process import decode_status
+from qinglong.worker.spool import TRUNCATION_MARKER, CappedCopier
+
+LEASE = wire.LeaseRef(attempt_id=uuid7(), lease_token=str(uuid.uuid4()), lease_version=1)
+
+
+def test_fence_deadline_is_send_time_plus_lease_minus_margin_and_only_moves_forward():
+    assert fence_margin_ms(3000) == 1000
+    assert fence_margin_ms(60000) == 6000
+    fence = LeaseFence(sent_at=100.0, lease_ms=30000)
+    assert fence.deadline == pytest.approx(100.0 + 27.0)
+    fence.renewed(sent_at=90.0, lease_ms=30000)  # a late answer of an older request
+    assert fence.deadline == pytest.approx(127.0)
+    fence.renewed(sent_at=110.0, lease_ms=30000)
+    assert fence.deadline == pytest.approx(137.0)
+    assert fence.expired(now=137.0)
+    assert not fence.expired(now=136.9)
+
+
+def _client(handler) -> ControlClient:
+    return ControlClient("http://control", "tok", transport=httpx.MockTransport(handler))
+
+
+@pytest.mark.parametrize(("status", "error"), [
+    (409, LeaseLostError), (401, ControlAuthError), (403, ControlAuthError),
+    (422, ControlRejectedError),
+])
+def test_client_maps_statuses_to_typed_errors_without_retrying(status, error):
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        return httpx.Response(status, json={"code": "x"})
+
+    with pytest.raises(error):
+        _client(handler).heartbeat(wire.HeartbeatReport(lease=LEASE), time.monotonic() + 5)
+    assert len(calls) == 1
+    assert calls[0].url.path == "/v1/worker/heartbeat"
+    assert calls[0].headers["authorization"] == "Bearer tok"
+
+
+def test_client_retries_5xx_but_never_past_the_callers_deadline():
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(time.monotonic())
+        return httpx.Response(503)
+
+    start = time.monotonic()
+    with pytest.raises(ControlUnavailableError):
+        _client(handler).heartbeat(wire.HeartbeatReport(lease=LEASE), start + 0.8)
+    assert len(calls) >= 2
+    assert max(calls) < start + 0.8
+    assert time.monotonic() - start < 1.0
+
+
+def test_client_replay_after_a_5xx_returns_the_answer():
+    answers = iter([httpx.Response(502), httpx.Response(200, json={"cancel": True,
+                                                                    "lease_ms": 3000})])
+    got = _client(lambda _r: next(answers)).heartbeat(wire.HeartbeatReport(lease=LEASE),
+                                                       time.monotonic() + 5)
+    assert got == wire.HeartbeatAnswer(cancel=True, lease_ms=3000)
+
+
+def test_labels_parse_and_refuse_bad_input_as_usage_errors():
+    assert _labels("zone=a, gpu=yes") == {"zone": "a", "gpu": "yes"}
+    assert _labels("") == {}
+    with pytest.raises(ValidationError):
+        _labels("zone")
+    with pytest.raises(ValidationError):
+        _labels("zone=a b")
+
+
+def test_token_file_must_be_private_and_the_env_variable_is_removed(tmp_path):
+    env = {"QL3_WORKER_TOKEN": "from-env", "OTHER": "1"}
+    path = tmp_path / "token"
+    path.write_text("secret-token\n")
+    path.chmod(0o644)
+    with pytest.raises(TokenError, match="chmod 600") as caught:
+        load_token(str(path), env)
+    assert "secret-token" not in str(caught.value)
+    assert env == {"OTHER": "1"}
+    path.chmod(0o600)
+    assert load_token(str(path), {}) == "secret-token"
+    assert load_token(None, {"QL3_WORKER_TOKEN": "t"}) == "t"
+    with pytest.raises(TokenError):
+        load_token(None, {})
+
+
+def test_exit_status_follows_the_shell_convention():
+    assert decode_status(0).exit_code == 0
+    assert decode_status(3).exit_code == 3
+    assert decode_status(143).signal == 15
+    assert decode_status(-9).signal == 9
+
+
+def test_capped_copier_keeps_the_limit_then_one_marker(tmp_path):
+    r, w = os.pipe()
+    spool = tmp_path / "s.log"
+    fd = os.open(spool, os.O_WRONLY | os.O_CREAT, 0o600)
+    copier = CappedCopier(r, fd, 10)
+    copier.start()
+    for _ in range(5):
+        os.write(w, b"0123456789")
+    os.close(w)
+    copier.finish(1.0)
+    assert spool.read_bytes() == b"0123456789" + TRUNCATION_MARKER.format(limit=10).encode()
+    assert copier.truncated
+
+
+def test_attempt_environment_is_clean_and_task_values_win():
+    env = attempt_environment({"PATH": "/opt/bin", "X": "1"},
+                              {"HOME": "/home/w", "QL3_WORKER_TOKEN": "t", "SECRET": "s"})
+    assert env == {"PATH": "/opt/bin", "HOME": "/home/w", "LANG": "C.UTF-8", "X": "1"}
+    assert attempt_environment({}, {})["PATH"] == SYSTEMD_DEFAULT_PATH

@@ -1,0 +1,201 @@
+"""Running one claimed attempt end to end (DESIGN.md §4.2, issue 11 items 4 and 6).
+
+Order: spool file -> spawn the group behind the pipe-watch wrapper -> report ``started`` ->
+heartbeat and supervise (timeout, cancel, drain, lease loss, self-fence) -> stop the group ->
+hash the spool -> ask a log-upload grant -> PUT -> complete. A 409 on any write, or a fence
+deadline passed without renewal, kills the group at once and forgets the attempt: it is never
+completed by this worker (case C21).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from qinglong.shared import wire
+from qinglong.worker.client import ControlClient
+from qinglong.worker.environment import attempt_environment
+from qinglong.worker.errors import LeaseLostError, SpoolError, WorkerError
+from qinglong.worker.fencing import LeaseFence
+from qinglong.worker.heartbeat import Heartbeater
+from qinglong.worker.process import AttemptProcess, CwdMissingError, decode_status, spawn_attempt
+from qinglong.worker.spool import CappedCopier, open_spool_file, spool_facts
+from qinglong.worker.upload import put_spool
+
+log = logging.getLogger("qinglong.worker")
+SUPERVISE_S = 0.05
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    """``spool_dir`` a prepared private directory; ``grace_s`` seconds between TERM and KILL
+    when stopping a group for timeout, cancel or drain; ``worker_env`` the source of HOME and
+    LANG (None: os.environ)."""
+
+    spool_dir: Path
+    grace_s: float = 5.0
+    worker_env: Mapping[str, str] | None = None
+
+
+class _Forget(Exception):  # noqa: N818  (control flow, never escapes this module)
+    """The lease is lost or fenced: the group is dead, nothing is reported."""
+
+
+class AttemptRunner:
+    """One attempt in its own thread. ``claim_sent_at`` is the monotonic time (s) the claim
+    request was sent (the first renewal); ``on_done(attempt_id)`` runs when the runner ends,
+    whatever happened. ``request_stop(reason)`` stops the group (TERM, grace, KILL) and
+    completes the attempt ``cancelled`` with that reason."""
+
+    def __init__(self, client: ControlClient, attempt: wire.ClaimedAttempt,
+                 claim_sent_at: float, config: RunnerConfig,
+                 on_done: Callable[[str], None]) -> None:
+        self.attempt = attempt
+        self.attempt_id = attempt.lease.attempt_id
+        self._client = client
+        self._config = config
+        self._on_done = on_done
+        self._fence = LeaseFence(claim_sent_at, attempt.lease_ms)
+        self._claim_sent_at = claim_sent_at
+        self._stop_reason: str | None = None
+        self._lost = threading.Event()
+        self._thread = threading.Thread(target=self._main, name=f"ql3-attempt-{self.attempt_id}",
+                                        daemon=True)
+
+    def start(self) -> None:
+        """Start the attempt's thread."""
+        self._thread.start()
+
+    def request_stop(self, reason: str) -> None:
+        """Ask to stop the attempt and complete it ``cancelled`` with ``reason`` (first wins)."""
+        if self._stop_reason is None:
+            self._stop_reason = reason
+
+    def join(self, timeout_s: float | None = None) -> bool:
+        """Wait for the runner to end; True when it did."""
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    def _main(self) -> None:
+        try:
+            self._run()
+        except _Forget:
+            pass
+        except Exception:
+            log.exception("attempt %s: runner failed", self.attempt_id)
+        finally:
+            self._on_done(self.attempt_id)
+
+    def _complete(self, outcome: str, status: tuple[int | None, int | None],
+                  log_facts: wire.LogFacts | None, reason: str | None) -> None:
+        report = wire.CompletionReport(lease=self.attempt.lease, outcome=outcome,
+                                       exit_code=status[0], signal=status[1], log=log_facts,
+                                       reason=reason)
+        try:
+            self._client.complete(report, deadline=self._fence.deadline)
+        except LeaseLostError:
+            log.warning("attempt %s: lease lost at completion", self.attempt_id)
+        except WorkerError as exc:
+            log.error("attempt %s: completion not recorded: %s", self.attempt_id, exc)
+        else:
+            log.info("attempt %s: completed %s", self.attempt_id, outcome)
+
+    def _run(self) -> None:
+        a = self.attempt
+        command = list(a.argv) if a.argv is not None else ["/bin/sh", "-c", a.shell or ""]
+        env = attempt_environment(a.env, self._config.worker_env)
+        try:
+            spool_path, spool_fd = open_spool_file(self._config.spool_dir, self.attempt_id)
+        except SpoolError as exc:
+            log.error("attempt %s: %s", self.attempt_id, exc)
+            return self._complete("failed", (None, None), None, "spool_unavailable")
+        pipe_r, pipe_w = os.pipe()
+        try:
+            proc = spawn_attempt(command, env, a.cwd, pipe_w)
+        except (CwdMissingError, OSError, ValueError) as exc:
+            for fd in (pipe_r, pipe_w, spool_fd):
+                os.close(fd)
+            reason = "cwd_missing" if isinstance(exc, CwdMissingError) else "spawn_failed"
+            log.error("attempt %s: not started: %s", self.attempt_id, reason)
+            spool_path.unlink(missing_ok=True)
+            return self._complete("failed", (None, None), None, reason)
+        os.close(pipe_w)
+        copier = CappedCopier(pipe_r, spool_fd, a.log_limit_bytes)
+        copier.start()
+        beats = Heartbeater(self._client, a.lease, self._fence, self._claim_sent_at,
+                            a.heartbeat_ms, lambda: self.request_stop("cancel_requested"),
+                            self._lost.set)
+        try:
+            beats.start()
+            self._report_started(proc)
+            verdict, why, code = self._supervise(proc)
+            proc.release_watch()
+            copier.finish()
+            status = decode_status(code)
+            outcome = verdict or ("succeeded" if status.exit_code == 0 else "failed")
+            facts = self._upload(spool_path)
+            self._check_lease(proc)
+            self._complete(outcome, (status.exit_code, status.signal), facts, why)
+        finally:
+            beats.stop()
+            proc.release_watch()
+            copier.finish(0.0)
+            spool_path.unlink(missing_ok=True)
+        return None
+
+    def _check_lease(self, proc: AttemptProcess) -> None:
+        if self._lost.is_set() or self._fence.expired():
+            why = "lease lost (409)" if self._lost.is_set() else "lease fenced"
+            if proc.poll() is None or proc.group_alive():
+                proc.kill_now()
+            log.warning("attempt %s: %s: group killed, attempt forgotten", self.attempt_id, why)
+            raise _Forget
+
+    def _report_started(self, proc: AttemptProcess) -> None:
+        try:
+            self._client.started(wire.StartedReport(lease=self.attempt.lease, pid=proc.pid),
+                                 deadline=self._fence.deadline)
+        except LeaseLostError:
+            self._lost.set()
+        except WorkerError as exc:
+            log.warning("attempt %s: started not reported: %s", self.attempt_id, exc)
+
+    def _supervise(self, proc: AttemptProcess) -> tuple[str | None, str | None, int]:
+        """Wait for the wrapper; returns (outcome or None for "by exit status", reason,
+        wrapper return code). Raises _Forget after killing the group when fenced."""
+        timeout_ms = self.attempt.timeout_ms
+        timeout_at = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000.0
+        while True:
+            self._check_lease(proc)
+            code = proc.wait(SUPERVISE_S)
+            if code is not None:
+                break
+            if timeout_at is not None and time.monotonic() >= timeout_at:
+                return "timed_out", "timeout", proc.stop(self._config.grace_s)
+            if self._stop_reason is not None:
+                return "cancelled", self._stop_reason, proc.stop(self._config.grace_s)
+        if proc.group_alive():  # the leader exited, something of the attempt is still running
+            proc.stop(self._config.grace_s)
+            return "failed", "leftover_processes", code
+        return None, None, code
+
+    def _upload(self, spool_path: Path) -> wire.LogFacts | None:
+        facts = spool_facts(spool_path)
+        log_facts = wire.LogFacts(sha256=facts.sha256, size_bytes=facts.size_bytes)
+        try:
+            grant = self._client.log_upload(
+                wire.LogUploadRequest(lease=self.attempt.lease, log=log_facts),
+                deadline=self._fence.deadline)
+            put_spool(grant, spool_path, deadline=self._fence.deadline)
+        except LeaseLostError:
+            self._lost.set()
+            return None
+        except WorkerError as exc:
+            log.error("attempt %s: log not uploaded: %s", self.attempt_id, exc)
+            return None
+        return log_facts

@@ -1,0 +1,121 @@
+"""``ql3 worker run``: the remote worker's command line (DESIGN.md §4.2, issue 11 item 6).
+
+Bad input is one line on stderr and exit 2 (``ValidationError`` through ``ql3``'s error
+mapping); control unreachable at start is retried with backoff and one log line per try;
+SIGTERM or SIGINT drains and exits 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from qinglong.shared.errors import ValidationError
+from qinglong.shared.wire import MAX_CLAIM, WireFormatError, check_labels
+
+
+def _labels(text: str) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValidationError("--labels", "expected k=v pairs separated by commas")
+        labels[key.strip()] = value.strip()
+    try:
+        return check_labels(labels, "--labels")
+    except WireFormatError as exc:
+        raise ValidationError("--labels", str(exc).partition(": ")[2]) from None
+
+
+def _control_url(url: str) -> str:
+    if not url.startswith(("http://", "https://")) or len(url) < 10:
+        raise ValidationError("--control-url", "must be an http(s):// URL")
+    return url
+
+
+def _default_spool_dir() -> Path:
+    import os
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / f"ql3-worker-{os.getuid()}" / "spool"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def worker() -> None:
+    """The cluster's remote worker: claims attempts from control over HTTP and runs them.
+
+    It holds no database or bucket credentials, only its worker-pool token.
+    """
+
+
+@worker.command()
+@click.option("--control-url", required=True, envvar="QL3_CONTROL_URL",
+              help="Base URL of control, http(s)://host:port (env QL3_CONTROL_URL).")
+@click.option("--concurrency", type=int, default=1, show_default=True,
+              help=f"Attempts run at once (1–{MAX_CLAIM}).")
+@click.option("--labels", default="", help="Labels this worker declares, k=v,k2=v2 "
+              "(bounded by the token's pool).")
+@click.option("--name", default=None, help="Worker name (default: the host name); a "
+              "restart under the same name is a new incarnation.")
+@click.option("--token-file", default=None, type=str,
+              help="File holding the worker token (mode 0600). Default: env QL3_WORKER_TOKEN.")
+@click.option("--spool-dir", default=None, type=str,
+              help="Private (0700) directory for output spools [default: "
+                   "$TMPDIR/ql3-worker-<uid>/spool].")
+@click.option("--drain-budget", type=float, default=30.0, show_default=True,
+              help="Seconds running attempts get to finish after SIGTERM/SIGINT before their "
+                   "groups are stopped and reported cancelled (worker_drain).")
+@click.option("--grace", type=float, default=5.0, show_default=True,
+              help="Seconds between TERM and KILL when stopping an attempt's group.")
+def run(control_url: str, concurrency: int, labels: str, name: str | None,
+        token_file: str | None, spool_dir: str | None, drain_budget: float,
+        grace: float) -> None:
+    """Register with control, claim and run attempts until SIGTERM/SIGINT, then drain.
+
+    Token: env QL3_WORKER_TOKEN or --token-file; it is removed from this process's
+    environment and the process is made non-dumpable, so tasks cannot read it from /proc.
+    """
+    from qinglong.worker.credentials import load_token, make_undumpable
+
+    token = load_token(token_file)  # removes QL3_WORKER_TOKEN from os.environ
+    make_undumpable()
+    url = _control_url(control_url)
+    if not 1 <= concurrency <= MAX_CLAIM:
+        raise ValidationError("--concurrency", f"must be 1–{MAX_CLAIM}")
+    if drain_budget < 0 or grace < 0:
+        raise ValidationError("--drain-budget", "durations must be ≥ 0")
+    declared = _labels(labels)
+    worker_name = name or socket.gethostname().split(".")[0]
+
+    from qinglong.worker.attempt import RunnerConfig
+    from qinglong.worker.client import ControlClient
+    from qinglong.worker.errors import SpoolError
+    from qinglong.worker.loop import WorkerConfig, WorkerLoop
+    from qinglong.worker.spool import prepare_spool_dir
+
+    try:
+        spool = prepare_spool_dir(Path(spool_dir) if spool_dir else _default_spool_dir())
+    except SpoolError as exc:
+        raise ValidationError("--spool-dir", str(exc)) from None
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s ql3-worker %(levelname)s "
+                        "%(message)s")
+    config = WorkerConfig(name=worker_name, labels=declared, concurrency=concurrency,
+                          drain_budget_s=drain_budget, control_url=url,
+                          runner=RunnerConfig(spool_dir=spool, grace_s=grace))
+    client = ControlClient(url, token)
+    loop = WorkerLoop(client, config)
+
+    def on_signal(_sig: int, _frame: FrameType | None) -> None:
+        loop.request_stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        loop.run()
+    finally:
+        client.close()

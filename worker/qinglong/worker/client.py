@@ -1,0 +1,181 @@
+"""The worker's HTTP client of control (DESIGN.md §4.2, routes and shapes of shared/wire.py).
+
+Every call posts one wire message and decodes the answer with the wire type's strict
+``from_json``. Connection errors, timeouts and 5xx are retried with exponential backoff and
+jitter (tenacity), and never past the caller's ``deadline`` (a ``time.monotonic()`` reading,
+s): for an attempt's writes that is its self-fencing deadline, so a retry never outlives the
+lease. Control answers an already-applied write as the first time, so replays are safe.
+409 => LeaseLostError, 401/403 => ControlAuthError, 422 and other 4xx => ControlRejectedError,
+out of time => ControlUnavailableError. The bearer token goes only to control's base URL.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, TypeVar
+
+import httpx
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_before_delay,
+    wait_exponential,
+    wait_random,
+)
+
+from qinglong.shared import wire
+from qinglong.shared.errors import ValidationError
+from qinglong.worker.errors import (
+    ControlAuthError,
+    ControlRejectedError,
+    ControlUnavailableError,
+    LeaseLostError,
+    WireAnswerError,
+)
+
+W = TypeVar("W", bound=wire._Wire)  # the shared base of every wire type
+
+DEFAULT_TIMEOUT_S = 10.0
+DEFAULT_BUDGET_S = 30.0
+ROUTES = {
+    "register": "/v1/worker/register",
+    "claim": "/v1/worker/claim",
+    "started": "/v1/worker/started",
+    "heartbeat": "/v1/worker/heartbeat",
+    "log_upload": "/v1/worker/log-upload",
+    "complete": "/v1/worker/complete",
+    "stopped": "/v1/worker/stopped",
+}
+
+
+class _TransientError(Exception):
+    """A failure worth retrying: connection error, timeout or 5xx (``cause`` names it)."""
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(cause)
+        self.cause = cause
+
+
+def _error_code(response: httpx.Response) -> str | None:
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    code = body.get("code") if isinstance(body, dict) else None
+    if code is None and isinstance(body, dict) and isinstance(body.get("error"), dict):
+        code = body["error"].get("code")
+    return code if isinstance(code, str) else None
+
+
+class ControlClient:
+    """One httpx.Client to control's ``base_url`` with the worker's bearer token.
+
+    ``timeout_s`` caps one request (connect, read, write, pool); ``transport`` lets tests
+    route through their own httpx transport. Thread-safe (httpx.Client is).
+    """
+
+    def __init__(self, base_url: str, token: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self._timeout_s = timeout_s
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/"), headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout_s, follow_redirects=False, transport=transport,
+        )
+
+    def close(self) -> None:
+        """Close the connection pool (idempotent)."""
+        self._http.close()
+
+    def register(self, msg: wire.WorkerRegistration,
+                 deadline: float | None = None) -> wire.WorkerRegistered:
+        """POST /v1/worker/register. WireAnswerError when the answer's lease timing breaks
+        heartbeat ≤ lease/3 (C11; the message holds both numbers)."""
+        return self._call("register", msg, wire.WorkerRegistered, deadline)
+
+    def claim(self, msg: wire.ClaimRequest,
+              deadline: float | None = None) -> tuple[list[wire.ClaimedAttempt], list[str]]:
+        """POST /v1/worker/claim. Returns (attempts to run, reasons of refused ones): each
+        attempt decodes on its own, so one with heartbeat > lease/3 is refused (C11) without
+        refusing the others."""
+        body = self._post(ROUTES["claim"], msg, deadline)
+        if not isinstance(body, dict) or set(body) != {"attempts"} or not isinstance(
+                body["attempts"], list):
+            raise WireAnswerError("ClaimAnswer: must be an object with a list 'attempts'")
+        attempts: list[wire.ClaimedAttempt] = []
+        refused: list[str] = []
+        for item in body["attempts"]:
+            try:
+                attempts.append(wire.ClaimedAttempt.from_json(item))
+            except ValidationError as exc:
+                refused.append(str(exc))
+        return attempts, refused
+
+    def started(self, msg: wire.StartedReport, deadline: float) -> wire.Ack:
+        """POST /v1/worker/started."""
+        return self._call("started", msg, wire.Ack, deadline)
+
+    def heartbeat(self, msg: wire.HeartbeatReport, deadline: float) -> wire.HeartbeatAnswer:
+        """POST /v1/worker/heartbeat: extends the lease; the answer may ask to cancel."""
+        return self._call("heartbeat", msg, wire.HeartbeatAnswer, deadline)
+
+    def log_upload(self, msg: wire.LogUploadRequest, deadline: float) -> wire.LogUploadGrant:
+        """POST /v1/worker/log-upload: a presigned PUT for the attempt's log object."""
+        return self._call("log_upload", msg, wire.LogUploadGrant, deadline)
+
+    def complete(self, msg: wire.CompletionReport, deadline: float) -> wire.Ack:
+        """POST /v1/worker/complete."""
+        return self._call("complete", msg, wire.Ack, deadline)
+
+    def stopped(self, msg: wire.WorkerStopped, deadline: float | None = None) -> wire.Ack:
+        """POST /v1/worker/stopped (the drain finished)."""
+        return self._call("stopped", msg, wire.Ack, deadline)
+
+    def _call(self, route: str, msg: wire._Wire, answer: type[W],
+              deadline: float | None) -> W:
+        body = self._post(ROUTES[route], msg, deadline)
+        try:
+            return answer.from_json(body)
+        except ValidationError as exc:
+            raise WireAnswerError(f"{answer.__name__}: {exc}") from None
+
+    def _post(self, path: str, msg: wire._Wire, deadline: float | None) -> Any:
+        if deadline is None:
+            deadline = time.monotonic() + DEFAULT_BUDGET_S
+        payload = msg.to_json()
+
+        def once() -> Any:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _TransientError("deadline passed")
+            try:
+                response = self._http.post(path, json=payload, timeout=min(self._timeout_s, left))
+            except httpx.TransportError as exc:
+                raise _TransientError(type(exc).__name__) from None
+            return self._answer(response)
+
+        retrying = Retrying(
+            retry=retry_if_exception_type(_TransientError),
+            wait=wait_exponential(multiplier=0.1, max=2.0) + wait_random(0, 0.3),
+            stop=stop_before_delay(max(0.0, deadline - time.monotonic())),
+            reraise=True,
+        )
+        try:
+            return retrying(once)
+        except _TransientError as exc:
+            raise ControlUnavailableError(exc.cause) from None
+
+    @staticmethod
+    def _answer(response: httpx.Response) -> Any:
+        status = response.status_code
+        if status >= 500:
+            raise _TransientError(f"HTTP {status}")
+        if status == 409:
+            raise LeaseLostError("control answered 409: lease lost")
+        if status in (401, 403):
+            raise ControlAuthError(status)
+        if status >= 300:
+            raise ControlRejectedError(status, _error_code(response))
+        try:
+            return response.json()
+        except ValueError:
+            raise WireAnswerError("answer is not JSON") from None

@@ -1,0 +1,58 @@
+"""Self-fencing of one attempt's lease (DESIGN.md §4.2 "Self-fencing", issue 11 item 4).
+
+The worker's deadline for an attempt is the monotonic time at which the last successful
+renewal (the claim, then each heartbeat) was *sent*, plus the lease granted by that renewal,
+minus a margin. Control's lease started no earlier than the send, so once this deadline passes
+the database's lease may be close to expiring: the worker kills the attempt's group first, and
+no retry of any write for that attempt runs past the deadline.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+MIN_MARGIN_MS = 1000
+
+
+def fence_margin_ms(lease_ms: int) -> int:
+    """The safety margin (ms) subtracted from a lease: ``max(1000, lease_ms // 10)``."""
+    return max(MIN_MARGIN_MS, lease_ms // 10)
+
+
+class LeaseFence:
+    """Tracks one attempt's self-fencing deadline on the monotonic clock (seconds).
+
+    ``sent_at`` values are ``time.monotonic()`` readings taken when the renewing request was
+    sent; ``lease_ms`` is the lease that request obtained (ms). Thread-safe.
+    """
+
+    def __init__(self, sent_at: float, lease_ms: int) -> None:
+        self._lock = threading.Lock()
+        self._deadline = self._compute(sent_at, lease_ms)
+
+    @staticmethod
+    def _compute(sent_at: float, lease_ms: int) -> float:
+        return sent_at + (lease_ms - fence_margin_ms(lease_ms)) / 1000.0
+
+    @property
+    def deadline(self) -> float:
+        """The monotonic time (s) after which the attempt's group must be dead."""
+        with self._lock:
+            return self._deadline
+
+    def renewed(self, sent_at: float, lease_ms: int) -> None:
+        """Record a successful renewal sent at ``sent_at`` granting ``lease_ms``; the deadline
+        only moves forward (a late answer of an older request never shortens it wrongly, nor
+        extends past what that request earned)."""
+        candidate = self._compute(sent_at, lease_ms)
+        with self._lock:
+            self._deadline = max(self._deadline, candidate)
+
+    def expired(self, now: float | None = None) -> bool:
+        """True when the deadline has passed (``now`` defaults to ``time.monotonic()``)."""
+        return (time.monotonic() if now is None else now) >= self.deadline
+
+    def remaining_s(self) -> float:
+        """Seconds left before the deadline (≤ 0 when passed)."""
+        return self.deadline - time.monotonic()

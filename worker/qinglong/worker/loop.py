@@ -1,0 +1,151 @@
+"""The worker's main loop (DESIGN.md §4.2 "Dispatch", issue 11 item 6): register a new
+incarnation, claim up to the free slots, run each attempt, drain on stop.
+
+A registration is a new incarnation per process start (case C12: a restarted worker under the
+same name inherits nothing). An empty claim backs off 0.5–2 s with jitter. A claimed attempt
+whose heartbeat breaks heartbeat ≤ lease/3 is refused and not run (C11). Stop (SIGTERM/SIGINT)
+drains: no more claims, running attempts get ``drain_budget_s``, then their groups are stopped
+and they complete ``cancelled`` with reason ``worker_drain``; then ``stopped`` is sent.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+
+from qinglong.shared import wire
+from qinglong.worker.attempt import AttemptRunner, RunnerConfig
+from qinglong.worker.client import ControlClient
+from qinglong.worker.errors import ControlUnavailableError, WorkerError
+
+log = logging.getLogger("qinglong.worker")
+REGISTER_TRY_S = 2.0  # one log line per failed try: keep it short
+REGISTER_BACKOFF_MAX_S = 30.0
+CLAIM_BUDGET_S = 15.0
+IDLE_MIN_S, IDLE_MAX_S = 0.5, 2.0
+DRAIN_REPORT_S = 60.0  # after the drain budget: stop (grace), upload, complete
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """``name`` (reusable, e.g. the host name), ``labels`` declared to control, ``concurrency``
+    attempts at once (1–64), ``drain_budget_s`` seconds running attempts get after a stop
+    request, ``runner`` the per-attempt settings, ``control_url`` for log lines only."""
+
+    name: str
+    labels: dict[str, str]
+    concurrency: int
+    drain_budget_s: float
+    runner: RunnerConfig
+    control_url: str = ""
+    idle_s: tuple[float, float] = field(default=(IDLE_MIN_S, IDLE_MAX_S))
+
+
+class WorkerLoop:
+    """Runs the worker until ``request_stop()``; ``run()`` returns the process exit code.
+
+    Fatal errors (ControlAuthError, ControlRejectedError, WireAnswerError at registration)
+    propagate from ``run()`` before any attempt is claimed.
+    """
+
+    def __init__(self, client: ControlClient, config: WorkerConfig) -> None:
+        self._client = client
+        self._config = config
+        self._stop = threading.Event()
+        self._changed = threading.Condition()
+        self._running: dict[str, AttemptRunner] = {}
+        self.incarnation_id: str | None = None
+
+    def request_stop(self) -> None:
+        """Begin the drain (idempotent; safe from a signal handler)."""
+        self._stop.set()
+
+    def running_ids(self) -> list[str]:
+        """Attempt ids currently running."""
+        with self._changed:
+            return list(self._running)
+
+    def run(self) -> int:
+        """Register, claim and run until stopped, then drain; 0 on a clean drain."""
+        registered = self._register()
+        if registered is None:
+            return 0
+        self.incarnation_id = registered.incarnation_id
+        log.info("registered as %s (incarnation %s; lease %d ms, heartbeat %d ms)",
+                 self._config.name, registered.incarnation_id, registered.lease_ms,
+                 registered.heartbeat_ms)
+        while not self._stop.is_set():
+            free = self._config.concurrency - len(self.running_ids())
+            if free <= 0:
+                with self._changed:
+                    self._changed.wait(0.5)
+                continue
+            if not self._claim_once(registered.incarnation_id, free):
+                self._stop.wait(random.uniform(*self._config.idle_s))  # noqa: S311 jitter
+        self._drain()
+        try:
+            self._client.stopped(wire.WorkerStopped(incarnation_id=registered.incarnation_id),
+                                 deadline=time.monotonic() + 10.0)
+        except WorkerError as exc:
+            log.warning("stopped not reported: %s", exc)
+        log.info("worker stopped")
+        return 0
+
+    def _register(self) -> wire.WorkerRegistered | None:
+        msg = wire.WorkerRegistration(name=self._config.name, labels=self._config.labels,
+                                      concurrency=self._config.concurrency)
+        delay = 0.5
+        while not self._stop.is_set():
+            try:
+                return self._client.register(msg, deadline=time.monotonic() + REGISTER_TRY_S)
+            except ControlUnavailableError as exc:
+                log.warning("control at %s unreachable (%s); retrying registration in %.1f s",
+                            self._config.control_url or "?", exc.cause, delay)
+                self._stop.wait(delay * random.uniform(0.8, 1.2))  # noqa: S311 jitter
+                delay = min(REGISTER_BACKOFF_MAX_S, delay * 2)
+        return None
+
+    def _claim_once(self, incarnation_id: str, free: int) -> bool:
+        """One claim call; True when at least one attempt started."""
+        sent_at = time.monotonic()  # the first renewal of every lease in this answer
+        try:
+            attempts, refused = self._client.claim(
+                wire.ClaimRequest(incarnation_id=incarnation_id,
+                                  max_attempts=min(free, wire.MAX_CLAIM)),
+                deadline=sent_at + CLAIM_BUDGET_S)
+        except WorkerError as exc:
+            log.warning("claim failed: %s", exc)
+            return False
+        for reason in refused:
+            log.error("claimed attempt refused, not run: %s", reason)
+        for attempt in attempts:
+            runner = AttemptRunner(self._client, attempt, sent_at, self._config.runner,
+                                   self._finished)
+            with self._changed:
+                self._running[runner.attempt_id] = runner
+            log.info("attempt %s of task %s: starting", runner.attempt_id, attempt.task_name)
+            runner.start()
+        return bool(attempts)
+
+    def _finished(self, attempt_id: str) -> None:
+        with self._changed:
+            self._running.pop(attempt_id, None)
+            self._changed.notify_all()
+
+    def _drain(self) -> None:
+        with self._changed:
+            runners = list(self._running.values())
+        if runners:
+            log.info("draining %d attempt(s) for up to %.1f s", len(runners),
+                     self._config.drain_budget_s)
+        deadline = time.monotonic() + self._config.drain_budget_s
+        for runner in runners:
+            runner.join(max(0.0, deadline - time.monotonic()))
+        late = [r for r in runners if not r.join(0)]
+        for runner in late:
+            runner.request_stop("worker_drain")
+        for runner in late:
+            runner.join(self._config.runner.grace_s + DRAIN_REPORT_S)
