@@ -1,0 +1,215 @@
+"""A cluster on this machine for the integration tier (DESIGN.md §4, §5): a fresh database on
+the local PostgreSQL with its own runtime and login roles, moto's S3 server over real HTTP,
+real ``ql3 control serve`` replicas and real ``ql3 worker run`` processes. Every process
+started here is stopped by ``Cluster.close``; every role and database is dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+
+QL3 = str(Path(sys.executable).parent / "ql3")
+PG = "postgresql://{user}@127.0.0.1:5432/{db}"
+CREDS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+         "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def _admin() -> psycopg.Connection[Any]:
+    return psycopg.connect(PG.format(user="postgres", db="postgres"), autocommit=True,
+                           connect_timeout=10)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_for(predicate: Any, timeout: float, interval: float = 0.1) -> Any:
+    """Poll ``predicate`` until truthy or ``timeout`` seconds pass; its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(interval)
+
+
+@dataclass
+class ClusterDb:
+    """A migrated database; ``runtime_url`` logs in as a role that is a member of the
+    runtime role and nothing more (what ``serve`` must use)."""
+
+    name: str
+    runtime_role: str
+    login_role: str
+
+    @property
+    def owner_url(self) -> str:
+        return PG.format(user="postgres", db=self.name)
+
+    @property
+    def runtime_url(self) -> str:
+        return PG.format(user=self.login_role, db=self.name)
+
+    @classmethod
+    def create(cls) -> ClusterDb:
+        suffix = secrets.token_hex(5)
+        db = cls(f"ql3c_{suffix}", f"ql3c_rt_{suffix}", f"ql3c_login_{suffix}")
+        with _admin() as conn:
+            conn.execute(f'CREATE DATABASE "{db.name}"')
+        subprocess.run([QL3, "control", "migrate", "--database-url", db.owner_url,
+                        "--runtime-role", db.runtime_role], check=True, capture_output=True,
+                       timeout=60)
+        with _admin() as conn:
+            conn.execute(f'CREATE ROLE "{db.login_role}" LOGIN IN ROLE "{db.runtime_role}"')
+        return db
+
+    def connect(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(self.owner_url, autocommit=True, connect_timeout=10)
+
+    def drop(self) -> None:
+        with _admin() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+            conn.execute(f'DROP ROLE IF EXISTS "{self.login_role}"')
+            conn.execute(f'DROP ROLE IF EXISTS "{self.runtime_role}"')
+
+
+@dataclass
+class Proc:
+    """One started ``ql3`` process and its log file."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    url: str | None = None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash."""
+        if self.alive():
+            self.popen.send_signal(signal.SIGKILL)
+            self.popen.wait(10)
+
+    def terminate(self, timeout: float = 30) -> int:
+        """SIGTERM and wait; SIGKILL after ``timeout`` s. Returns the exit code."""
+        if self.alive():
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(10)
+        return int(self.popen.returncode)
+
+
+@dataclass
+class Cluster:
+    """Control replicas and workers on one database and one bucket."""
+
+    tmp: Path
+    db: ClusterDb
+    s3_endpoint: str
+    bucket: str
+    procs: list[Proc] = field(default_factory=list)
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("QL3_", "AWS_"))}
+        env.update(CREDS)
+        env.update(extra)
+        return env
+
+    def ql3(self, *args: str, check: bool = True, timeout: float = 60
+            ) -> subprocess.CompletedProcess[str]:
+        out = subprocess.run([QL3, *args], env=self.env(), capture_output=True, text=True,
+                             timeout=timeout, check=False)
+        if check and out.returncode != 0:
+            raise AssertionError(f"ql3 {args[:3]} exited {out.returncode}: {out.stderr}")
+        return out
+
+    def token(self, scope: str, *, pool: str | None = None,
+              labels: str | None = None, name: str | None = None) -> str:
+        """A new token of ``scope`` (a worker token in ``pool`` with the pool's ``labels``
+        "k=v,..."), issued by ``ql3 control token create`` as the schema owner."""
+        args = ["control", "token", "create", "--database-url", self.db.owner_url,
+                "--name", name or f"{scope}-{secrets.token_hex(3)}", "--scope", scope,
+                "--json"]
+        if pool is not None:
+            args += ["--pool", pool]
+        if labels is not None:
+            args += ["--pool-labels", labels]
+        token: str = json.loads(self.ql3(*args).stdout)["token"]
+        return token
+
+    def _start(self, name: str, args: list[str], env: dict[str, str]) -> Proc:
+        log_path = self.tmp / f"{name}.log"
+        with open(log_path, "ab") as log:
+            popen = subprocess.Popen([QL3, *args], env=env, stdout=log, stderr=log,
+                                     start_new_session=True)
+        proc = Proc(name, popen, log_path)
+        self.procs.append(proc)
+        return proc
+
+    def start_control(self, name: str, *extra: str, lease_ms: int = 3000,
+                      heartbeat_ms: int = 1000, wait: bool = True) -> Proc:
+        """``ql3 control serve`` on a free loopback port; waits for ``/livez`` (and
+        ``/readyz`` ready) unless ``wait`` is False."""
+        port = free_port()
+        proc = self._start(name, [
+            "control", "serve", "--database-url", self.db.runtime_url,
+            "--runtime-role", self.db.runtime_role, "--listen", f"127.0.0.1:{port}",
+            "--log-bucket", self.bucket, "--s3-endpoint", self.s3_endpoint,
+            "--replica-id", name, "--lease-ms", str(lease_ms),
+            "--heartbeat-ms", str(heartbeat_ms), *extra], self.env())
+        proc.url = f"http://127.0.0.1:{port}"
+        if wait:
+            ready = wait_for(lambda: not proc.alive() or _ready(proc.url or ""), 30, 0.1)
+            if not proc.alive() or not ready:
+                raise AssertionError(f"control {name} did not become ready: {proc.log()}")
+        return proc
+
+    def start_worker(self, name: str, token: str, control_url: str, *extra: str,
+                     concurrency: int = 2, labels: str | None = None) -> Proc:
+        """``ql3 worker run`` with its token in ``QL3_WORKER_TOKEN``."""
+        args = ["worker", "run", "--control-url", control_url, "--name", name,
+                "--concurrency", str(concurrency), "--spool-dir", str(self.tmp / f"spool-{name}")]
+        if labels is not None:
+            args += ["--labels", labels]
+        env = {k: v for k, v in self.env(QL3_WORKER_TOKEN=token).items()
+               if not k.startswith("AWS_")}  # a worker holds no bucket credentials
+        return self._start(name, [*args, *extra], env)
+
+    def api(self, url: str, token: str) -> httpx.Client:
+        return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"},
+                            timeout=10)
+
+    def close(self) -> None:
+        for proc in reversed(self.procs):
+            proc.terminate(timeout=15)
+
+
+def _ready(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
