@@ -35,16 +35,19 @@ def role_url(name: str, role: str) -> str:
 def migrated_database(prefix: str) -> Iterator[tuple[str, str]]:
     """``(database, runtime_role)``: a fresh migrated database with its own runtime role,
     both dropped on exit (also when the bench fails)."""
-    import psycopg
-
+    from qinglong.control.db.engine import create_engine
     from qinglong.control.db.migrations import migrate
 
     name, role = unique(prefix), unique(prefix + "rt")
     with admin() as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
-        with psycopg.connect(db_url(name), autocommit=True) as conn:
-            migrate(conn, runtime_role=role)
+        engine = create_engine(db_url(name), pool_size=1, max_overflow=0)
+        try:
+            with engine.connect() as conn:
+                migrate(conn, runtime_role=role)
+        finally:
+            engine.dispose()  # a template: nobody may stay connected
         yield name, role
     finally:
         drop_database(name)

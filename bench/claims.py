@@ -1,39 +1,24 @@
-"""Claim(16) + finalize rows per second (no S3) at 1, 2 and 4 sessions, beside pgbench.
+"""Claim(16) + finalize, reported: rows/s, round trips and server time per row (no S3).
 
-ours:     N processes, each with its own psycopg 3 connection (autocommit, READ COMMITTED, as
-          the runtime role), looping ``claims.claim(limit=16)`` then ``finalize.finalize`` per
-          claimed row (outcome ``deleted``), exactly as a sweep does minus the S3 calls. The
-          sessions start their timed windows together, after every process has imported and
-          connected (a barrier), so no start-up work lands inside anyone's window.
+ours:     N processes, each with its own engine of ``db/engine.py`` (SQLAlchemy over psycopg
+          3, READ COMMITTED, as the runtime role), looping ``claims.claim(limit=16)`` then
+          ``finalize.finalize`` per claimed row (outcome ``deleted``), exactly as a sweep does
+          minus the S3 calls. The sessions start their timed windows together, after every
+          process has imported and connected (a barrier). Round trips are counted from the
+          engine's events: each statement, BEGIN and COMMIT is one exchange with the server.
 baseline: ``pgbench -M prepared -c N -j N -T DURATION -n`` running the same statements from
-          ``retention/queries.sql`` in the round trips ours uses per row: [BEGIN; lock_control]
-          then [retire_control; COMMIT], each pair pipelined (``\\startpipeline``). The claim
-          is BEGIN | claim | COMMIT for pgbench (its ``\\gset`` cannot be pipelined) and
-          [BEGIN; claim] | COMMIT for ours: 1/16 of a round trip per row in ours' favour.
-          pgbench cannot loop over a result set, so the claim statement is wrapped,
-          unchanged, in an outer CTE that hands the claimed rows' ids and versions to the
-          finalize blocks through ``\\gset``; retire_control takes those (what the locked row
-          holds when the fence holds), a fixed ``retired_at`` and a fixed evidence string of
-          the usual length (ours builds the evidence in Python from the locked row and
-          hashes it, and checks the fence in Python between the two round trips).
+          ``retention/queries.sql``: [BEGIN; lock_control] then [retire_control; COMMIT] per
+          row, each pair pipelined, and BEGIN | claim | COMMIT (the claim wrapped, unchanged,
+          in an outer CTE that hands the claimed ids and versions on through ``\\gset``). It
+          is the floor of what these statements cost, for context; there is no target
+          (issue 11 item 9 retired the hand-written libpq client and its ratio).
+server:   ``pg_stat_database.active_time`` of the run's own database (milliseconds spent
+          executing statements; every run gets a fresh clone) per row retired.
+client CPU: user + system CPU seconds of the client processes over the run, per row (µs).
 
-floor:    ours' round trips and statements with no per-row work in Python: the claimed rows'
-          values are handed on as the server's text, no row is loaded, no fence is checked and
-          the evidence is pgbench's fixed string (raw ``psycopg.pq`` calls). It is not a
-          client anyone should run; it separates what the round trips cost a Python process
-          from what our per-row protocol work costs, so a ratio below target says which one to
-          look at.
-client CPU: user + system CPU seconds of the client processes over the run, per row (µs):
-          ``getrusage`` of each session over its timed window, and of pgbench (children) over
-          its whole run. It moves far less from run to run than rows/s on a shared host.
-
-Each configuration runs on a fresh clone of one seeded database (identical starting state),
-in the same run, interleaved per session count, for ROUNDS rounds (a single few-second
-sample on a shared 2-core machine moves by ±30 %). Prints the median rows/s of each, the
-median of the per-round ratios (each round's runs are back to back, so a ratio compares runs
-under the same host conditions), each round's ratio, and the median client CPU per row
-(issue 4 target: ours/pgbench >= 0.8 at 2 and 4 sessions).
-Usage: python bench/claims.py [SECONDS_PER_RUN (8)] [ROUNDS (5)]  (about 8 minutes)
+Each configuration runs on a fresh clone of one seeded database, interleaved per session
+count, for ROUNDS rounds; medians are printed.
+Usage: python bench/claims.py [SECONDS_PER_RUN (8)] [ROUNDS (3)]
 """
 
 from __future__ import annotations
@@ -98,21 +83,37 @@ def pgbench_script(path: Path) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-EVIDENCE = "x" * 560  # pgbench's and the floor's evidence: the usual length, fixed
+EVIDENCE = "x" * 560  # pgbench's evidence: the usual length, fixed
 DIGEST = "0" * 64
 RETIRED_AT = "2026-01-01T00:00:00+00:00"
 
 
 class Run(NamedTuple):
-    """One timed run: rows retired per second and client CPU (user + system) per row, µs."""
+    """One timed run: rows retired per second, client CPU (user + system) per row in µs,
+    round trips per row (NaN: not counted, pgbench) and server active time per row in µs."""
 
     rows_per_s: float
     client_us_per_row: float
+    round_trips_per_row: float
+    server_us_per_row: float
+
+
+def server_active_ms(db: str) -> float:
+    """``pg_stat_database.active_time`` of ``db`` in milliseconds (flushed by sessions that
+    ended; read after the run's clients exit)."""
+    import psycopg
+
+    with psycopg.connect(db_url("postgres"), autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = conn.execute("SELECT active_time FROM pg_stat_database WHERE datname = %s",
+                           (db,)).fetchone()
+    return float(row[0]) if row and row[0] is not None else float("nan")
 
 
 def run_pgbench(db: str, role: str, sessions: int, seconds: int, script: Path) -> Run:
     """pgbench on ``db``: its tps (excluding connection time) × rows per cycle, and its CPU."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    active0 = server_active_ms(db)
     env = dict(os.environ, PGOPTIONS=f"-c role={role}")
     out = subprocess.run(
         [PGBENCH, "-h", "127.0.0.1", "-U", "postgres", "-n", "-M", "prepared",
@@ -133,8 +134,9 @@ def run_pgbench(db: str, role: str, sessions: int, seconds: int, script: Path) -
     rows = int(row[0]) if row else 0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    server_ms = server_active_ms(db) - active0
     return Run(float(tps.group(1)) * rows / max(int(done.group(1)), 1),
-               1e6 * cpu_s / max(rows, 1))
+               1e6 * cpu_s / max(rows, 1), float("nan"), 1e3 * server_ms / max(rows, 1))
 
 
 def _cpu_s() -> float:
@@ -145,15 +147,25 @@ def _cpu_s() -> float:
 
 def _session(url: str, index: int, ready: Any, seconds: float, out: mp.Queue) -> None:  # type: ignore[type-arg]
     """One session of ours: claim+finalize for ``seconds`` once every session is ready;
-    reports (rows, elapsed)."""
-    from qinglong.control.db.pool import connect
+    reports (rows, elapsed, cpu_s, round trips)."""
+    from sqlalchemy import event
+
+    from qinglong.control.db.engine import create_engine
     from qinglong.control.retention.claims import claim, process_owner
     from qinglong.control.retention.finalize import Outcome, finalize
 
-    conn = connect(url)
+    engine = create_engine(url, pool_size=1, max_overflow=0)
+    trips = [0]
+
+    def count(*_: Any, **__: Any) -> None:
+        trips[0] += 1
+
+    for name in ("before_cursor_execute", "begin", "commit", "rollback"):
+        event.listen(engine, name, count)
+    conn = engine.connect()
     owner = process_owner(f"bench-{index}")
     ready.wait(120)  # imported and connected: no start-up work inside anyone's timed window
-    t0, cpu0, rows = time.perf_counter(), _cpu_s(), 0
+    t0, cpu0, rows, trips[0] = time.perf_counter(), _cpu_s(), 0, 0
     end = t0 + seconds
     while time.perf_counter() < end:
         claims = claim(conn, owner, limit=LIMIT, lease_s=LEASE_S)
@@ -162,88 +174,19 @@ def _session(url: str, index: int, ready: Any, seconds: float, out: mp.Queue) ->
         for c in claims:
             finalize(conn, c, Outcome.DELETED)
         rows += len(claims)
-    out.put((rows, time.perf_counter() - t0, _cpu_s() - cpu0))
+    out.put((rows, time.perf_counter() - t0, _cpu_s() - cpu0, trips[0]))
     conn.close()
+    engine.dispose()
 
 
-def _floor_session(url: str, index: int, ready: Any, seconds: float,
-                   out: mp.Queue) -> None:  # type: ignore[type-arg]
-    """The floor (module docstring): ours' statements in ours' pipelined round trips, with
-    every per-row value handed on as the server's text. Reports (rows, elapsed, cpu_s)."""
-    import select
-
-    import psycopg
-    from psycopg.pq import ExecStatus
-
-    from qinglong.control.db.prepared import positional
-    from qinglong.control.retention.claims import queries
-
-    conn = psycopg.connect(url, autocommit=True)
-    pgconn = conn.pgconn
-    order: dict[bytes, tuple[str, ...]] = {}
-    for name in ("claim", "lock_control", "retire_control"):
-        sql, params = positional(queries()[name])
-        order[name.encode()] = params
-        pgconn.prepare(name.encode(), sql.encode())
-    pgconn.prepare(b"begin", b"BEGIN ISOLATION LEVEL READ COMMITTED")
-    pgconn.prepare(b"commit", b"COMMIT")
-    poller = select.poll()
-    poller.register(pgconn.socket, select.POLLIN)
-
-    def round_trip(*calls: tuple[bytes, dict[str, bytes]]) -> list[Any]:
-        pgconn.enter_pipeline_mode()
-        for name, values in calls:
-            pgconn.send_query_prepared(name, [values[p] for p in order.get(name, ())])
-        pgconn.pipeline_sync()
-        while pgconn.flush():
-            pass
-        results = []
-        while True:
-            while pgconn.is_busy():
-                poller.poll()
-                pgconn.consume_input()
-            result = pgconn.get_result()
-            if result is None:
-                continue
-            if result.status == ExecStatus.PIPELINE_SYNC:
-                break
-            if result.status not in (ExecStatus.COMMAND_OK, ExecStatus.TUPLES_OK):
-                raise RuntimeError(f"floor statement failed: {result.error_message!r}")
-            results.append(result)
-        pgconn.exit_pipeline_mode()
-        return results
-
-    fixed = {"limit": str(LIMIT).encode(), "owner": f"floor/{index}".encode(),
-             "lease_s": str(LEASE_S).encode(), "versioned_only": b"f", "outcome": b"deleted",
-             "retired_at": RETIRED_AT.encode(), "evidence": EVIDENCE.encode(),
-             "evidence_sha256": DIGEST.encode()}
-    ready.wait(120)
-    t0, cpu0, rows = time.perf_counter(), _cpu_s(), 0
-    end = t0 + seconds
-    while time.perf_counter() < end:
-        claimed = round_trip((b"begin", {}), (b"claim", fixed))[1]
-        round_trip((b"commit", {}))
-        if not claimed.ntuples:
-            raise RuntimeError("ran out of due controls: raise ROWS")
-        for i in range(claimed.ntuples):
-            value = claimed.get_value  # text columns: leased, attempt_id, project_id, …
-            row = dict(fixed, attempt_id=value(i, 1), project_id=value(i, 2),
-                       run_id=value(i, 3), artifact_id=value(i, 4), claim_version=value(i, 13))
-            round_trip((b"begin", {}), (b"lock_control", row))
-            round_trip((b"retire_control", row), (b"commit", {}))
-        rows += claimed.ntuples
-    out.put((rows, time.perf_counter() - t0, _cpu_s() - cpu0))
-    conn.close()
-
-
-def run_ours(db: str, role: str, sessions: int, seconds: int, *, floor: bool = False) -> Run:
-    """Rows/s summed over ``sessions`` processes (each rows / its own elapsed) and their CPU
-    per row; ``floor``: the floor client instead of ours."""
+def run_ours(db: str, role: str, sessions: int, seconds: int) -> Run:
+    """Rows/s summed over ``sessions`` processes (each rows / its own elapsed), their CPU,
+    round trips and the server's active time per row."""
     ctx = mp.get_context("spawn")
     out: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
     ready = ctx.Barrier(sessions + 1)  # all sessions start together, after start-up
-    target = _floor_session if floor else _session
-    procs = [ctx.Process(target=target, args=(role_url(db, role), i, ready, seconds, out))
+    active0 = server_active_ms(db)
+    procs = [ctx.Process(target=_session, args=(role_url(db, role), i, ready, seconds, out))
              for i in range(sessions)]
     for p in procs:
         p.start()
@@ -252,13 +195,15 @@ def run_ours(db: str, role: str, sessions: int, seconds: int, *, floor: bool = F
     for p in procs:
         p.join(30)
     rows = sum(r[0] for r in results)
-    return Run(sum(rows / elapsed for rows, elapsed, _ in results),
-               1e6 * sum(cpu for _, _, cpu in results) / max(rows, 1))
+    server_ms = server_active_ms(db) - active0
+    return Run(sum(r[0] / r[1] for r in results),
+               1e6 * sum(r[2] for r in results) / max(rows, 1),
+               sum(r[3] for r in results) / max(rows, 1), 1e3 * server_ms / max(rows, 1))
 
 
 def main() -> None:
     seconds = int(sys.argv[1]) if len(sys.argv) > 1 else 8
-    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
     if not Path(PGBENCH).exists():
         raise SystemExit(f"pgbench not found at {PGBENCH}")
     with tempfile.TemporaryDirectory() as tmp, migrated_database("ql3bench_claims") as (tmpl,
@@ -271,41 +216,34 @@ def main() -> None:
             seed_bulk(conn, ROWS)
             conn.execute("VACUUM ANALYZE")
         runs: dict[str, dict[int, list[Run]]] = {
-            kind: {n: [] for n in SESSIONS} for kind in ("pgbench", "ours", "floor")}
+            kind: {n: [] for n in SESSIONS} for kind in ("pgbench", "ours")}
         for _ in range(rounds):
             for n in SESSIONS:  # interleaved, so drift hits all alike
                 with cloned_database(tmpl) as db:
                     runs["pgbench"][n].append(run_pgbench(db, role, n, seconds, script))
                 with cloned_database(tmpl) as db:
                     runs["ours"][n].append(run_ours(db, role, n, seconds))
-                with cloned_database(tmpl) as db:
-                    runs["floor"][n].append(run_ours(db, role, n, seconds, floor=True))
         with admin() as conn:
             version = conn.execute("SHOW server_version").fetchone()
     print(f"PostgreSQL {version[0] if version else '?'}; {ROWS} due controls per run; "
           f"{seconds} s per run; {rounds} rounds; claim limit {LIMIT}; no S3")
-    print(f"{'sessions':>8}  {'pgbench rows/s':>14}  {'ours rows/s':>11}  {'ours/pgbench':>12}"
-          f"  {'floor/pgbench':>13}  {'client CPU µs/row: pgbench ours floor':>37}"
-          f"  ours/pgbench per round")
+    print(f"{'sessions':>8}  {'ours rows/s':>11}  {'round trips/row':>15}"
+          f"  {'server µs/row':>13}  {'client CPU µs/row':>17}"
+          f"  {'pgbench rows/s':>14}  {'pgbench server µs/row':>21}")
 
     def median(kind: str, n: int, field: str) -> float:
         return float(statistics.median(getattr(r, field) for r in runs[kind][n]))
 
-    def paired(kind: str, n: int) -> list[float]:  # each round against its own pgbench run
-        return [x.rows_per_s / y.rows_per_s
-                for x, y in zip(runs[kind][n], runs["pgbench"][n], strict=True)]
-
     for n in SESSIONS:
-        b, o = (median(k, n, "rows_per_s") for k in ("pgbench", "ours"))
-        ratio, floor = statistics.median(paired("ours", n)), statistics.median(paired("floor", n))
-        cpu = "  ".join(f"{median(k, n, 'client_us_per_row'):>5.0f}"
-                        for k in ("pgbench", "ours", "floor"))
-        each = " ".join(f"{r:.2f}" for r in paired("ours", n))
-        print(f"{n:>8}  {b:>14.0f}  {o:>11.0f}  {ratio:>12.2f}  {floor:>13.2f}  {cpu:>37}"
-              f"  {each}")
-    print("rows/s and CPU: medians over the rounds; ratios: median of the per-round ratios "
-          "(each round's runs are back to back)")
-    print("target: ours/pgbench >= 0.8 at 2 and 4 sessions")
+        print(f"{n:>8}  {median('ours', n, 'rows_per_s'):>11.0f}"
+              f"  {median('ours', n, 'round_trips_per_row'):>15.2f}"
+              f"  {median('ours', n, 'server_us_per_row'):>13.0f}"
+              f"  {median('ours', n, 'client_us_per_row'):>17.0f}"
+              f"  {median('pgbench', n, 'rows_per_s'):>14.0f}"
+              f"  {median('pgbench', n, 'server_us_per_row'):>21.0f}")
+    print("medians over the rounds; server time is pg_stat_database.active_time of each "
+          "run's own clone; pgbench runs the same statements (context, not a target)")
+
 
 if __name__ == "__main__":
     main()

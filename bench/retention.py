@@ -1,6 +1,6 @@
 """Objects retired per second by the retention sweeper: 1 vs 3 replica processes, with a ceiling.
 
-Each replica is its own process (own psycopg pool, own boto3 client, own owner incarnation)
+Each replica is its own process (own SQLAlchemy engine, own boto3 client, own owner incarnation)
 running ``RunAttemptLogRetentionSweeper.run_once()`` back to back (default Config: 16 claims and
 16 deletes per sweep, lease 60 s) against moto's server. Phases, in the same run, each on its
 own fresh migrated database and unversioned bucket (If-Match deletes after a ``safe`` probe):
@@ -44,11 +44,16 @@ def seed(db: str, client: Any, bucket: str, n: int) -> None:
     """``n`` finished remote attempts of one run, each with an uploaded log of about 3 KiB,
     recorded and enrolled the way a worker and the terminal transition leave them (the
     sweeper tier's own seeding, ``integration/control_s3/sweep_world.py``)."""
-    import psycopg
     from sweep_world import seed_logs
 
-    with psycopg.connect(db_url(db), autocommit=True) as conn:
-        seed_logs(conn, client, bucket, n, repeat=64)
+    from qinglong.control.db.engine import create_engine
+
+    engine = create_engine(db_url(db), pool_size=1, max_overflow=0)
+    try:
+        with engine.connect() as conn:
+            seed_logs(conn, client, bucket, n, repeat=64)
+    finally:
+        engine.dispose()
 
 
 def _replica(url: str, endpoint: str, bucket: str, index: int, start: float, seconds: float,
@@ -57,15 +62,15 @@ def _replica(url: str, endpoint: str, bucket: str, index: int, start: float, sec
     Reports (retired, seconds from start to the end of its last sweep, other counts, verdict)."""
     from collections import Counter
 
-    from qinglong.control.db.pool import open_pool
+    from qinglong.control.db.engine import create_engine
     from qinglong.control.retention.claims import process_owner
     from qinglong.control.retention.objects import make_client
     from qinglong.control.retention.sweeper import RunAttemptLogRetentionSweeper as Sweeper
 
-    pool = open_pool(url, min_size=1, max_size=2)
+    engine = create_engine(url, pool_size=2, max_overflow=0)
     try:
         client = make_client(endpoint, timeout_s=10, **CREDS)
-        sweeper = Sweeper(pool.connection, client, process_owner(f"bench-{index}"),
+        sweeper = Sweeper(engine, client, process_owner(f"bench-{index}"),
                           probe_bucket=bucket, config=Sweeper.Config())
         verdict = sweeper.probe().status  # as start() does; also warms the HTTP connection
         while time.time() < start:
@@ -84,7 +89,7 @@ def _replica(url: str, endpoint: str, bucket: str, index: int, start: float, sec
             last_end = time.perf_counter() - t0
         out.put((retired, last_end, dict(counts), verdict))
     finally:
-        pool.close()
+        engine.dispose()
 
 
 def phase(label: str, direct: Any, s3_endpoint: str, replicas: int, objects: int,

@@ -11,6 +11,7 @@ psycopg = pytest.importorskip("psycopg")
 
 from pg_control_db import PgDb, admin, db_url, drop_database, drop_role, unique  # noqa: E402
 
+from qinglong.control.db.engine import create_engine  # noqa: E402
 from qinglong.control.db.migrations import migrate  # noqa: E402
 from qinglong.control.db.roles import apply_runtime_grants  # noqa: E402
 
@@ -22,8 +23,12 @@ def pg_template() -> Iterator[PgDb]:
     with admin() as conn:
         conn.execute(f'CREATE DATABASE "{template.name}"')
     try:
-        with psycopg.connect(db_url(template.name), autocommit=True) as conn:
-            migrate(conn, runtime_role=template.runtime_role)
+        engine = create_engine(db_url(template.name), pool_size=1, max_overflow=0)
+        try:
+            with engine.connect() as conn:
+                migrate(conn, runtime_role=template.runtime_role)
+        finally:
+            engine.dispose()  # nobody may stay connected to a template
         yield template
     finally:
         drop_database(template.name)
@@ -37,7 +42,7 @@ def pg_db(pg_template: PgDb) -> Iterator[PgDb]:
     with admin() as conn:
         conn.execute(f'CREATE DATABASE "{db.name}" TEMPLATE "{pg_template.name}"')
     try:
-        with db.connect() as conn, conn.transaction():
+        with db.sa() as conn, conn.begin():
             apply_runtime_grants(conn, db.runtime_role)
         yield db
     finally:

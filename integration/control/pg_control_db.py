@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import secrets
+import urllib.parse
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from sqlalchemy import Connection, Engine
 
+from qinglong.control.db.engine import create_engine
 from qinglong.shared.ids import uuid7
 
 PG_HOST = "127.0.0.1"
@@ -47,8 +52,38 @@ class PgDb:
     def url(self) -> str:
         return db_url(self.name)
 
+    @property
+    def runtime_url(self) -> str:
+        """The URL acting as the runtime role (a NOLOGIN role: the superuser SETs it)."""
+        return self.url + "?options=" + urllib.parse.quote("-c role=" + self.runtime_role)
+
     def connect(self) -> psycopg.Connection[Any]:
+        """A plain autocommit psycopg connection: the tests' own setup and assertions."""
         return psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+
+    def engine(self, url: str | None = None, **kwargs: Any) -> Engine:
+        """The control plane's engine (``db/engine.py``) on ``url`` (default: superuser);
+        the caller disposes it."""
+        return create_engine(url or self.url, **kwargs)
+
+    @contextmanager
+    def pooled(self, url: str | None = None, **kwargs: Any) -> Iterator[Engine]:
+        """``engine(url, **kwargs)``, disposed on exit (readiness, sweepers, gates)."""
+        engine = self.engine(url, **kwargs)
+        try:
+            yield engine
+        finally:
+            engine.dispose()
+
+    @contextmanager
+    def sa(self, url: str | None = None) -> Iterator[Connection]:
+        """One idle SQLAlchemy connection of a throwaway engine: what the API takes."""
+        engine = self.engine(url, pool_size=1, max_overflow=0)
+        try:
+            with engine.connect() as conn:
+                yield conn
+        finally:
+            engine.dispose()
 
 
 @dataclass(frozen=True)
@@ -58,7 +93,7 @@ class Seeded:
 
 
 def seed_run(
-    conn: psycopg.Connection[Any],
+    conn: Connection,
     *,
     attempts: int = 1,
     retention_s: int = 0,
@@ -71,16 +106,18 @@ def seed_run(
     artifacts: bool = True,
     enroll: bool = False,
 ) -> Seeded:
-    """A finished run (times from the database clock) with attempts and their log artifacts."""
+    """A finished run (times from the database clock) with attempts and their log artifacts,
+    written in one transaction on the idle SQLAlchemy ``conn``; ``enroll`` enrolls it in
+    that same transaction (as the terminal transition does)."""
     from qinglong.control.retention.enrollment import enroll_run
 
     project_id, task_id, run_id = uuid7(), uuid7(), uuid7()
     finished = f"now() - make_interval(secs => {int(finished_ago_s)})"
     terminal = run_status not in {"queued", "dispatching", "running"}
-    with conn.transaction():
-        conn.execute("INSERT INTO tasks (id, project_id, name, log_retention_s)"
+    with conn.begin():
+        conn.exec_driver_sql("INSERT INTO tasks (id, project_id, name, log_retention_s)"
                      " VALUES (%s, %s, 'job', %s)", (task_id, project_id, retention_s))
-        conn.execute(
+        conn.exec_driver_sql(
             f"INSERT INTO runs (id, project_id, task_id, owner, status, finished_at)"
             f" VALUES (%s, %s, %s, %s, %s, {finished if terminal else 'NULL'})",
             (run_id, project_id, task_id, owner, run_status),
@@ -89,13 +126,13 @@ def seed_run(
         for number in range(1, attempts + 1):
             attempt_id = uuid7()
             ids.append(attempt_id)
-            conn.execute(
+            conn.exec_driver_sql(
                 f"INSERT INTO attempts (id, run_id, number, executor, status, finished_at)"
                 f" VALUES (%s, %s, %s, %s, %s, {finished})",
                 (attempt_id, run_id, number, executor, attempt_status),
             )
             if artifacts:
-                conn.execute(
+                conn.exec_driver_sql(
                     "INSERT INTO run_attempt_log_artifacts (id, attempt_id, project_id, run_id,"
                     " bucket, object_key, version_id, size_bytes, sha256, content_type, metadata)"
                     " VALUES (%s, %s, %s, %s, 'logs', %s, %s, 42, %s, 'text/plain', '{}')",
@@ -133,7 +170,8 @@ DROP TABLE bulk;
 
 
 def seed_bulk(conn: psycopg.Connection[Any], n: int) -> None:
-    """``n`` due controls with their runs, attempts and artifacts, in one transaction."""
+    """``n`` due controls with their runs, attempts and artifacts, in one transaction on a
+    plain psycopg connection (setup only)."""
     with conn.transaction():
         conn.execute("SET LOCAL session_replication_role = replica")  # skip FK triggers: speed
         conn.execute(BULK_SQL.replace("%(n)s", str(int(n))))

@@ -28,7 +28,7 @@ def _bumped(conn: psycopg.Connection[Any]) -> int:
 
 
 def test_claims_never_exceed_their_limit_on_100k_rows_without_statistics(pg_db: PgDb) -> None:
-    with pg_db.connect() as conn:
+    with pg_db.connect() as conn, pg_db.sa() as sa:
         for table in TABLES:  # DESIGN.md §4.3: the planner must not know the row counts
             conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
         seed_bulk(conn, 100_000)
@@ -39,7 +39,7 @@ def test_claims_never_exceed_their_limit_on_100k_rows_without_statistics(pg_db: 
         assert never_analyzed
         total = 0
         for limit in (1, 7, 16):
-            got = claim(conn, ClaimOwner("r", "x" * 32), limit=limit, lease_s=60)
+            got = claim(sa, ClaimOwner("r", "x" * 32), limit=limit, lease_s=60)
             total += limit
             assert len(got) == limit
             assert _bumped(conn) == total
@@ -53,14 +53,14 @@ def test_concurrent_claimers_split_rows_without_overlap(pg_db: PgDb) -> None:
 
     def worker(n: int) -> None:
         try:
-            with pg_db.connect() as conn:
+            with pg_db.sa() as sa:
                 owner = ClaimOwner(f"replica-{n}", f"{n:032x}")
                 for _ in range(10):
-                    batch = claim(conn, owner, limit=16, lease_s=60)
+                    batch = claim(sa, owner, limit=16, lease_s=60)
                     assert len(batch) <= 16
                     seen.append([c.attempt_id for c in batch])
                     for c in batch[::2]:
-                        fin.finalize(conn, c, fin.Outcome.DELETED)
+                        fin.finalize(sa, c, fin.Outcome.DELETED)
         except BaseException as exc:
             errors.append(exc)
 
@@ -75,10 +75,10 @@ def test_concurrent_claimers_split_rows_without_overlap(pg_db: PgDb) -> None:
 
 
 def test_cli_retention_status_and_retry(pg_db: PgDb) -> None:
-    with pg_db.connect() as conn:
-        seeded = seed_run(conn, enroll=True)
-        (c,) = claim(conn, ClaimOwner("r", "y" * 32), limit=1, lease_s=30)
-        fin.record_failure(conn, c, fin.FailureClass.ARTIFACT_INTEGRITY_MISMATCH, manual_after=1)
+    with pg_db.sa() as sa:
+        seeded = seed_run(sa, enroll=True)
+        (c,) = claim(sa, ClaimOwner("r", "y" * 32), limit=1, lease_s=30)
+        fin.record_failure(sa, c, fin.FailureClass.ARTIFACT_INTEGRITY_MISMATCH, manual_after=1)
     base = [QL3, "control", "retention"]
     url = ["--database-url", pg_db.url]
     out = subprocess.run([*base, "status", *url, "--json"], capture_output=True, text=True,
@@ -93,9 +93,9 @@ def test_cli_retention_status_and_retry(pg_db: PgDb) -> None:
     bad = subprocess.run([*base, "retry", *url, missing], capture_output=True, text=True,
                          timeout=60, check=False)
     assert bad.returncode == 1 and missing in bad.stderr
-    with pg_db.connect() as conn:  # manual again, then retried beside an unknown id, as JSON
-        (c,) = claim(conn, ClaimOwner("r", "y" * 32), limit=1, lease_s=30)
-        fin.record_failure(conn, c, fin.FailureClass.ARTIFACT_INTEGRITY_MISMATCH, manual_after=1)
+    with pg_db.sa() as sa:  # manual again, then retried beside an unknown id, as JSON
+        (c,) = claim(sa, ClaimOwner("r", "y" * 32), limit=1, lease_s=30)
+        fin.record_failure(sa, c, fin.FailureClass.ARTIFACT_INTEGRITY_MISMATCH, manual_after=1)
     both = subprocess.run([*base, "retry", *url, "--json", seeded.attempt_ids[0], missing,
                            missing.upper()],  # the same id twice: listed once
                           capture_output=True, text=True, timeout=60, check=False)

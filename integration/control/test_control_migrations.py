@@ -50,10 +50,10 @@ def test_a_file_added_without_moving_the_cap_fails_closed(tmp_path: Path) -> Non
 
 
 def test_migrate_records_each_file_once_with_its_sha256(empty_db: PgDb) -> None:
-    with empty_db.connect() as conn:
-        first = m.migrate(conn, runtime_role=empty_db.runtime_role)
-        again = m.migrate(conn, runtime_role=empty_db.runtime_role)
-        ledger = m.read_ledger(conn)
+    with empty_db.sa() as sa:
+        first = m.migrate(sa, runtime_role=empty_db.runtime_role)
+        again = m.migrate(sa, runtime_role=empty_db.runtime_role)
+        ledger = m.read_ledger(sa)
     assert len(first.applied) == m.EXPECTED_MIGRATION_COUNT
     assert again.applied == ()
     files = m.load_migration_files()
@@ -68,8 +68,8 @@ def test_concurrent_migrations_serialise_on_the_advisory_lock(empty_db: PgDb) ->
 
     def run() -> None:
         try:
-            with empty_db.connect() as conn:
-                results.append(m.migrate(conn, runtime_role=empty_db.runtime_role).applied)
+            with empty_db.sa() as sa:
+                results.append(m.migrate(sa, runtime_role=empty_db.runtime_role).applied)
         except Exception as exc:
             results.append(exc)
 
@@ -100,38 +100,38 @@ def _append_ledger(conn: psycopg.Connection[object], name: str, additive: bool) 
 
 
 def test_a_schema_ahead_by_additive_migrations_is_accepted(pg_db: PgDb) -> None:
-    with pg_db.connect() as conn:
+    with pg_db.connect() as conn, pg_db.sa() as sa, pg_db.pooled() as engine:
         _append_ledger(conn, EXPAND, True)
         role = pg_db.runtime_role
         conn.execute(f'CREATE TABLE future (x int); GRANT SELECT ON future TO "{role}"')
-        result = m.migrate(conn, runtime_role=pg_db.runtime_role)
+        result = m.migrate(sa, runtime_role=pg_db.runtime_role)
         held = conn.execute("SELECT has_table_privilege(%s, 'future', 'SELECT')",
                             (role,)).fetchone()
         assert held == (True,)  # an old replica's migrate leaves the newer grants alone
-        verdict = readiness(conn, runtime_role=pg_db.runtime_role)
+        verdict = readiness(engine, runtime_role=pg_db.runtime_role)
     assert result.ahead == (EXPAND,)
     assert verdict.ready, verdict
     assert verdict.ahead == (EXPAND,)
 
 
 def test_a_non_additive_migration_ahead_of_the_code_is_refused(pg_db: PgDb) -> None:
-    with pg_db.connect() as conn:
+    with pg_db.connect() as conn, pg_db.sa() as sa, pg_db.pooled() as engine:
         _append_ledger(conn, EXPAND, True)
         _append_ledger(conn, CONTRACT, False)
         with pytest.raises(SchemaNewerThanCodeError):
-            m.migrate(conn, runtime_role=pg_db.runtime_role)
-        verdict = readiness(conn, runtime_role=pg_db.runtime_role)
+            m.migrate(sa, runtime_role=pg_db.runtime_role)
+        verdict = readiness(engine, runtime_role=pg_db.runtime_role)
     assert (verdict.ready, verdict.reason) == (False, "schema_newer_than_code")
 
 
 def test_a_recorded_file_that_changed_is_refused(pg_db: PgDb, tmp_path: Path) -> None:
     for file in m.load_migration_files():
         (tmp_path / file.name).write_text(file.sql + ("\n-- edited\n" if file.seq == 1 else ""))
-    with pg_db.connect() as conn, pytest.raises(MigrationChecksumError):
-        m.migrate(conn, runtime_role=pg_db.runtime_role, directory=tmp_path, check_cap=False)
+    with pg_db.sa() as sa, pytest.raises(MigrationChecksumError):
+        m.migrate(sa, runtime_role=pg_db.runtime_role, directory=tmp_path, check_cap=False)
 
 
 def test_readiness_names_pending_migrations(empty_db: PgDb) -> None:
-    with empty_db.connect() as conn:
-        verdict = readiness(conn, runtime_role=empty_db.runtime_role)
+    with empty_db.pooled() as engine:
+        verdict = readiness(engine, runtime_role=empty_db.runtime_role)
     assert (verdict.ready, verdict.reason) == (False, "migration_pending")

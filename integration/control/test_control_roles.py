@@ -25,8 +25,9 @@ def _as_runtime(conn: psycopg.Connection[Any], role: str, statement: str) -> Non
         conn.execute(statement)
 
 
-def _tombstone(conn: psycopg.Connection[Any], role: str) -> str:
-    seeded = seed_run(conn)
+def _tombstone(conn: psycopg.Connection[Any], db: PgDb, role: str) -> str:
+    with db.sa() as sa:
+        seeded = seed_run(sa)
     attempt = seeded.attempt_ids[0]
     _as_runtime(conn, role, (
         "INSERT INTO run_attempt_log_artifact_tombstones (attempt_id, project_id, run_id,"
@@ -57,14 +58,14 @@ FORBIDDEN = [
 @pytest.mark.parametrize("statement", FORBIDDEN)
 def test_runtime_role_cannot(pg_db: PgDb, statement: str) -> None:
     with pg_db.connect() as conn:
-        _tombstone(conn, pg_db.runtime_role)
+        _tombstone(conn, pg_db, pg_db.runtime_role)
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             _as_runtime(conn, pg_db.runtime_role, statement)
 
 
 def test_runtime_role_can_insert_and_read_tombstones_and_use_controls(pg_db: PgDb) -> None:
     with pg_db.connect() as conn:
-        attempt = _tombstone(conn, pg_db.runtime_role)
+        attempt = _tombstone(conn, pg_db, pg_db.runtime_role)
         _as_runtime(conn, pg_db.runtime_role, "SELECT * FROM run_attempt_log_artifact_tombstones")
         _as_runtime(conn, pg_db.runtime_role,
                     "DELETE FROM run_attempt_log_retention_controls WHERE false")
@@ -77,8 +78,8 @@ def test_runtime_role_can_insert_and_read_tombstones_and_use_controls(pg_db: PgD
 def test_readiness_is_ready_and_lists_degraded_capabilities(pg_db: PgDb) -> None:
     probes = [lambda: CapabilityStatus("object_store", "degraded", "object_store_unsafe",
                                        "DELETE with a wrong If-Match succeeded")]
-    with pg_db.connect() as conn:
-        verdict = readiness(conn, runtime_role=pg_db.runtime_role, capabilities=probes)
+    with pg_db.pooled() as engine:
+        verdict = readiness(engine, runtime_role=pg_db.runtime_role, capabilities=probes)
     assert verdict.ready and verdict.reason is None
     assert verdict.to_json()["degraded"] == [
         {"capability": "object_store", "reason": "object_store_unsafe",
@@ -88,8 +89,8 @@ def test_readiness_is_ready_and_lists_degraded_capabilities(pg_db: PgDb) -> None
 
 def test_readiness_fails_on_an_unavailable_capability(pg_db: PgDb) -> None:
     probes = [lambda: CapabilityStatus("object_store", "unavailable", "object_store_unavailable")]
-    with pg_db.connect() as conn:
-        verdict = readiness(conn, runtime_role=pg_db.runtime_role, capabilities=probes)
+    with pg_db.pooled() as engine:
+        verdict = readiness(engine, runtime_role=pg_db.runtime_role, capabilities=probes)
     assert (verdict.ready, verdict.reason) == (False, "object_store_unavailable")
 
 
@@ -102,15 +103,15 @@ def test_readiness_fails_on_an_unavailable_capability(pg_db: PgDb) -> None:
     'GRANT REFERENCES (name) ON ql3_migration_ledger TO "{role}"',
 ])
 def test_readiness_names_an_invalid_runtime_role(pg_db: PgDb, drift: str) -> None:
-    with pg_db.connect() as conn:
+    with pg_db.connect() as conn, pg_db.pooled() as engine:
         conn.execute(drift.format(role=pg_db.runtime_role))
-        verdict = readiness(conn, runtime_role=pg_db.runtime_role)
+        verdict = readiness(engine, runtime_role=pg_db.runtime_role)
     assert (verdict.ready, verdict.reason) == (False, "runtime_role_invalid")
 
 
 def test_readiness_of_a_missing_role(pg_db: PgDb) -> None:
-    with pg_db.connect() as conn:
-        verdict = readiness(conn, runtime_role=f"ql3rt_missing_{uuid7()[:8]}".replace("-", ""))
+    with pg_db.pooled() as engine:
+        verdict = readiness(engine, runtime_role=f"ql3rt_missing_{uuid7()[:8]}".replace("-", ""))
     assert verdict.reason == "runtime_role_invalid"
 
 
@@ -160,14 +161,14 @@ def test_a_sweeper_login_that_can_become_a_privileged_role_is_refused(
             with pg_db.connect() as conn:
                 conn.execute(f'ALTER TABLE run_attempt_log_artifact_tombstones OWNER TO '
                              f'"{privileged}"')
-        with psycopg.connect(url, autocommit=True) as conn:
-            refuse_privileged_session(conn, "--database-url")  # only the runtime role: fine
+        with pg_db.sa(url) as sa, sa.begin():
+            refuse_privileged_session(sa, "--database-url")  # only the runtime role: fine
         with admin() as conn:  # indirect: login -> middle -> privileged
             conn.execute(f'GRANT "{middle}" TO "{login}"')
             conn.execute(f'GRANT "{target}" TO "{middle}"')
-        with psycopg.connect(url, autocommit=True) as conn, pytest.raises(
+        with pg_db.sa(url) as sa, sa.begin(), pytest.raises(
                 RuntimeRoleRefusedError, match="use a login that is a member of the runtime"):
-            refuse_privileged_session(conn, "--database-url")
+            refuse_privileged_session(sa, "--database-url")
     finally:
         if also == "owner":
             with pg_db.connect() as conn:

@@ -41,7 +41,7 @@ sys.path.insert(0, str(HERE.parent / "s3"))
 
 from s3_services import CREDS  # noqa: E402
 
-from qinglong.control.db.pool import open_pool  # noqa: E402
+from qinglong.control.db.engine import create_engine  # noqa: E402
 from qinglong.control.retention import finalize as fin  # noqa: E402
 from qinglong.control.retention.claims import Claim, process_owner  # noqa: E402
 from qinglong.control.retention.objects import (  # noqa: E402
@@ -126,12 +126,12 @@ def main() -> int:
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    pool = open_pool(args.database_url, min_size=1, max_size=2)
+    engine = create_engine(args.database_url, pool_size=2, max_overflow=0)
     config = RunAttemptLogRetentionSweeper.Config(
         claims_per_sweep=args.claims, deletes_per_sweep=args.claims, budget_s=args.budget_s,
         lease_s=args.lease_s, stop_budget_s=10, retry_base_s=args.retry_base_s)
     replica = DrillReplica(
-        pool.connection, make_client(args.endpoint, timeout_s=5, **CREDS),
+        engine, make_client(args.endpoint, timeout_s=5, **CREDS),
         process_owner(args.replica_id), probe_bucket=args.probe_bucket, config=config,
         events=EventLog(args.events), stall_fraction=args.stall_fraction,
         rng=random.Random(args.seed))
@@ -142,7 +142,7 @@ def main() -> int:
     while not stop.is_set():
         if replica.run_once().claimed == 0:
             stop.wait(0.05)
-    pool.close()
+    engine.dispose()
     return 0
 
 

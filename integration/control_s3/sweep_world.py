@@ -9,6 +9,7 @@ from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
+from sqlalchemy import Connection
 
 from qinglong.control.retention.enrollment import enroll_run
 from qinglong.control.retention.objects import ArtifactIdentity
@@ -23,20 +24,22 @@ class Logged:
 
 
 def seed_logs(
-    conn: psycopg.Connection[Any], client: Any, bucket: str, n: int, repeat: int | None = None
+    conn: Connection, client: Any, bucket: str, n: int, repeat: int | None = None
 ) -> list[Logged]:
     """``n`` finished remote attempts of one run, each with an uploaded log, enrolled and due.
 
     Log ``k`` holds its line ``k`` times (distinct sizes), or ``repeat`` times for all
-    (equal sizes, as bench/retention.py wants)."""
+    (equal sizes, as bench/retention.py wants). One transaction on the idle SQLAlchemy
+    ``conn``, enrolled in it as the terminal transition does."""
     project_id, task_id, run_id = uuid7(), uuid7(), uuid7()
     out: list[Logged] = []
-    with conn.transaction():
-        conn.execute("INSERT INTO tasks (id, project_id, name, log_retention_s)"
-                     " VALUES (%s, %s, 'job', 0)", (task_id, project_id))
-        conn.execute("INSERT INTO runs (id, project_id, task_id, owner, status, finished_at)"
-                     " VALUES (%s, %s, %s, 'runtime', 'succeeded', now() - interval '1 hour')",
-                     (run_id, project_id, task_id))
+    with conn.begin():
+        conn.exec_driver_sql("INSERT INTO tasks (id, project_id, name, log_retention_s)"
+                             " VALUES (%s, %s, 'job', 0)", (task_id, project_id))
+        conn.exec_driver_sql(
+            "INSERT INTO runs (id, project_id, task_id, owner, status, finished_at)"
+            " VALUES (%s, %s, %s, 'runtime', 'succeeded', now() - interval '1 hour')",
+            (run_id, project_id, task_id))
         for number in range(1, n + 1):
             attempt_id = uuid7()
             body = f"attempt {attempt_id} line\n".encode() * (repeat or number)
@@ -53,11 +56,11 @@ def seed_logs(
             version = None if not version or version == "null" else version
             ident = ArtifactIdentity(bucket, draft.key, version, draft.content_type,
                                      draft.size, draft.sha256, draft.metadata)
-            conn.execute(
+            conn.exec_driver_sql(
                 "INSERT INTO attempts (id, run_id, number, executor, status, finished_at)"
                 " VALUES (%s, %s, %s, 'remote_worker', 'succeeded',"
                 " now() - interval '1 hour')", (attempt_id, run_id, number))
-            conn.execute(
+            conn.exec_driver_sql(
                 "INSERT INTO run_attempt_log_artifacts (id, attempt_id, project_id, run_id,"
                 " bucket, object_key, version_id, size_bytes, sha256, content_type, metadata)"
                 " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",

@@ -10,7 +10,6 @@ import pytest
 from pg_control_db import PgDb
 from sweep_world import Logged, seed_logs
 
-from qinglong.control.db.pool import open_pool
 from qinglong.control.retention.claims import ClaimOwner
 from qinglong.control.retention.objects import ArtifactIdentity, TransactionHeldError
 from qinglong.control.retention.read_path import (
@@ -28,17 +27,17 @@ OWNER = ClaimOwner("replica-r", "b" * 32)
 
 class World:
     def __init__(self, pg_db: PgDb, s3: Any, direct_s3: Any, bucket: str) -> None:
-        self.pool = open_pool(pg_db.url, min_size=1, max_size=2)
-        self.gate = ConnectionGate(self.pool.connection)
+        self.engine = pg_db.engine(pool_size=2, max_overflow=0)
+        self.gate = ConnectionGate(self.engine)
         self.reader = S3LogReader(s3, in_transaction=self.gate.held)
-        self.sweeper = RunAttemptLogRetentionSweeper(self.pool.connection, s3, OWNER,
+        self.sweeper = RunAttemptLogRetentionSweeper(self.engine, s3, OWNER,
                                                      probe_bucket=bucket)
         self.sweeper.probe()
         self.pg_db, self.direct_s3, self.bucket = pg_db, direct_s3, bucket
 
     def seed(self, n: int = 1) -> list[Logged]:
-        with self.pg_db.connect() as conn:
-            return seed_logs(conn, self.direct_s3, self.bucket, n)
+        with self.pg_db.sa() as sa:
+            return seed_logs(sa, self.direct_s3, self.bucket, n)
 
 
 @pytest.fixture(params=[False, True], ids=["unversioned", "versioned"])
@@ -48,7 +47,7 @@ def world(request: pytest.FixtureRequest, pg_db: PgDb, s3: Any, direct_s3: Any,
     try:
         yield w
     finally:
-        w.pool.close()
+        w.engine.dispose()
 
 
 def test_present_log_is_200_then_410_after_retirement(world: World) -> None:

@@ -87,9 +87,9 @@ def test_four_replicas_retire_2000_logs_exactly_once_through_lost_responses(
         pg_db: PgDb, direct_s3: Any, make_bucket: Callable[[bool], str], proxy: Any,
         tmp_path: Path) -> None:
     plain, versioned, probe_bucket = make_bucket(False), make_bucket(True), make_bucket(False)
-    with pg_db.connect() as conn:
-        logs = (seed_logs(conn, direct_s3, plain, ARTIFACTS // 2, repeat=2)
-                + seed_logs(conn, direct_s3, versioned, ARTIFACTS // 2, repeat=2))
+    with pg_db.connect() as conn, pg_db.sa() as sa:
+        logs = (seed_logs(sa, direct_s3, plain, ARTIFACTS // 2, repeat=2)
+                + seed_logs(sa, direct_s3, versioned, ARTIFACTS // 2, repeat=2))
     by_key = {f"/{log.identity.bucket}/{log.identity.key}": log for log in logs}
     assert len(by_key) == ARTIFACTS
     runtime_url = pg_db.url + "?options=" + urllib.parse.quote(f"-c role={pg_db.runtime_role}")
@@ -107,7 +107,7 @@ def test_four_replicas_retire_2000_logs_exactly_once_through_lost_responses(
         (tmp_path / "go").touch()
         deadline = time.monotonic() + DEADLINE_S
         while True:
-            with pg_db.connect() as conn:
+            with pg_db.connect() as conn, pg_db.sa() as sa:
                 left = rows(conn, "SELECT state, count(*) FROM"
                                   " run_attempt_log_retention_controls GROUP BY state")
             assert ("manual",) not in {(s,) for s, _ in left}, left
@@ -122,7 +122,7 @@ def test_four_replicas_retire_2000_logs_exactly_once_through_lost_responses(
         (tmp_path / f"replica-{i}.err").read_text()[-2000:] for i in range(REPLICAS)]
 
     # every artifact tombstoned exactly once; no object or version left in either bucket
-    with pg_db.connect() as conn:
+    with pg_db.connect() as conn, pg_db.sa() as sa:
         stones = rows(conn, "SELECT attempt_id::text, outcome"
                             " FROM run_attempt_log_artifact_tombstones")
     assert Counter(a for a, _ in stones) == Counter(log.attempt_id for log in logs)

@@ -65,8 +65,8 @@ def _tombstones(pg_db: PgDb) -> dict[str, str]:
 def test_sweep_once_retires_due_logs_and_prints_counts(
         pg_db: PgDb, direct_s3: Any, proxy: Any, make_bucket: Callable[[bool], str]) -> None:
     bucket = make_bucket(False)
-    with pg_db.connect() as conn:
-        logs = seed_logs(conn, direct_s3, bucket, 3)
+    with pg_db.sa() as sa:
+        logs = seed_logs(sa, direct_s3, bucket, 3)
     out = _sweep(pg_db, proxy, bucket, "--once", "--json")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
@@ -82,8 +82,8 @@ def test_sweep_once_retires_due_logs_and_prints_counts(
 def test_sweep_runs_until_sigterm_and_drains(
         pg_db: PgDb, direct_s3: Any, proxy: Any, make_bucket: Callable[[bool], str]) -> None:
     bucket = make_bucket(True)
-    with pg_db.connect() as conn:
-        logs = seed_logs(conn, direct_s3, bucket, 20)
+    with pg_db.sa() as sa:
+        logs = seed_logs(sa, direct_s3, bucket, 20)
     proc = subprocess.Popen([*_args(pg_db, proxy, bucket), "--claims", "4",
                              "--interval-s", "0.05"], env=ENV, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)

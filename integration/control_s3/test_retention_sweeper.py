@@ -11,7 +11,6 @@ import pytest
 from pg_control_db import PgDb
 from sweep_world import Logged, exists, make_due, rows, seed_logs
 
-from qinglong.control.db.pool import open_pool
 from qinglong.control.retention.claims import ClaimOwner
 from qinglong.control.retention.objects import TransactionHeldError
 from qinglong.control.retention.sweeper import RunAttemptLogRetentionSweeper
@@ -27,11 +26,11 @@ MakeSweeper = Callable[..., RunAttemptLogRetentionSweeper]
 
 @pytest.fixture
 def make_sweeper(pg_db: PgDb, s3: Any) -> Iterator[MakeSweeper]:
-    pool = open_pool(pg_db.url, min_size=1, max_size=2)
+    engine = pg_db.engine(pool_size=2, max_overflow=0)
     made: list[RunAttemptLogRetentionSweeper] = []
 
     def make(bucket: str, config: Any = FAST) -> RunAttemptLogRetentionSweeper:
-        sweeper = RunAttemptLogRetentionSweeper(pool.connection, s3, OWNER, probe_bucket=bucket,
+        sweeper = RunAttemptLogRetentionSweeper(engine, s3, OWNER, probe_bucket=bucket,
                                                 config=config)
         made.append(sweeper)
         return sweeper
@@ -41,7 +40,7 @@ def make_sweeper(pg_db: PgDb, s3: Any) -> Iterator[MakeSweeper]:
     finally:
         for sweeper in made:
             sweeper.stop()
-        pool.close()
+        engine.dispose()
 
 
 def _tombstones(pg_db: PgDb) -> dict[str, str]:
@@ -79,8 +78,8 @@ def test_a_sweep_retires_versioned_and_unversioned_logs(
         pg_db: PgDb, s3: Any, direct_s3: Any, make_bucket: Callable[[bool], str],
         make_sweeper: MakeSweeper, proxy: Any) -> None:
     plain, versioned = make_bucket(False), make_bucket(True)
-    with pg_db.connect() as conn:
-        logs = seed_logs(conn, direct_s3, plain, 3) + seed_logs(conn, direct_s3, versioned, 3)
+    with pg_db.sa() as sa:
+        logs = seed_logs(sa, direct_s3, plain, 3) + seed_logs(sa, direct_s3, versioned, 3)
     sweeper = make_sweeper(plain)
     assert sweeper.probe().status == "safe"
     result = sweeper.run_once()
@@ -99,8 +98,8 @@ def test_a_row_whose_lease_is_too_short_for_a_delete_is_left_leased(
         pg_db: PgDb, direct_s3: Any, make_bucket: Callable[[bool], str],
         make_sweeper: MakeSweeper, guard_s: float | None) -> None:
     bucket = make_bucket(False)
-    with pg_db.connect() as conn:
-        (log,) = seed_logs(conn, direct_s3, bucket, 1)
+    with pg_db.sa() as sa:
+        (log,) = seed_logs(sa, direct_s3, bucket, 1)
     sweeper = make_sweeper(bucket, Config(lease_s=5, budget_s=4, stop_budget_s=5,
                                           delete_guard_s=guard_s))
     # default guard: the client's read timeout, at most half the lease
@@ -147,8 +146,8 @@ def test_the_s3_guard_sees_the_sweepers_pooled_connection(
         make_bucket: Callable[[bool], str], make_sweeper: MakeSweeper,
         direct_s3: Any, pg_db: PgDb) -> None:
     bucket = make_bucket(False)
-    with pg_db.connect() as conn:
-        (log,) = seed_logs(conn, direct_s3, bucket, 1)
+    with pg_db.sa() as sa:
+        (log,) = seed_logs(sa, direct_s3, bucket, 1)
     sweeper = make_sweeper(bucket)
     with sweeper._db(), pytest.raises(TransactionHeldError):
         sweeper.store.head(log.identity)
@@ -160,8 +159,8 @@ def test_c09_a_lost_delete_response_settles_already_absent_exactly_once(
         pg_db: PgDb, direct_s3: Any, make_bucket: Callable[[bool], str],
         make_sweeper: MakeSweeper, proxy: Any, versioned: bool) -> None:
     bucket = make_bucket(versioned)
-    with pg_db.connect() as conn:
-        (log,) = seed_logs(conn, direct_s3, bucket, 1)
+    with pg_db.connect() as conn, pg_db.sa() as sa:
+        (log,) = seed_logs(sa, direct_s3, bucket, 1)
     sweeper = make_sweeper(make_bucket(False))
     sweeper.probe()
     proxy.set(drop_delete_response=True)
@@ -173,7 +172,7 @@ def test_c09_a_lost_delete_response_settles_already_absent_exactly_once(
         "pending", 1, "artifact_unavailable", True, None)
     assert sweeper.run_once().claimed == 0  # not due before its retry time
     proxy.set()
-    with pg_db.connect() as conn:
+    with pg_db.connect() as conn, pg_db.sa() as sa:
         make_due(conn)
     second = sweeper.run_once()
     assert (second.claimed, second["already_absent"]) == (1, 1), second
@@ -203,8 +202,8 @@ def test_c10_reupload_between_head_and_delete_keeps_the_new_object_unversioned(
         pg_db: PgDb, direct_s3: Any, make_bucket: Callable[[bool], str],
         make_sweeper: MakeSweeper, monkeypatch: pytest.MonkeyPatch, proxy: Any) -> None:
     bucket = make_bucket(False)
-    with pg_db.connect() as conn:
-        (log,) = seed_logs(conn, direct_s3, bucket, 1)
+    with pg_db.sa() as sa:
+        (log,) = seed_logs(sa, direct_s3, bucket, 1)
     sweeper = make_sweeper(bucket)
     sweeper.probe()
     _reupload_after_head(sweeper, direct_s3, log, monkeypatch)
@@ -223,8 +222,8 @@ def test_c10_reupload_on_a_versioned_bucket_leaves_the_new_version_untouched(
         pg_db: PgDb, direct_s3: Any, make_bucket: Callable[[bool], str],
         make_sweeper: MakeSweeper, monkeypatch: pytest.MonkeyPatch) -> None:
     bucket = make_bucket(True)
-    with pg_db.connect() as conn:
-        (log,) = seed_logs(conn, direct_s3, bucket, 1)
+    with pg_db.sa() as sa:
+        (log,) = seed_logs(sa, direct_s3, bucket, 1)
     sweeper = make_sweeper(make_bucket(False))
     sweeper.probe()
     versions = _reupload_after_head(sweeper, direct_s3, log, monkeypatch)
@@ -240,9 +239,9 @@ def test_c08_an_if_match_stripping_backend_leaves_unversioned_rows_alone(
         pg_db: PgDb, direct_s3: Any, make_bucket: Callable[[bool], str],
         make_sweeper: MakeSweeper, proxy: Any) -> None:
     plain, versioned = make_bucket(False), make_bucket(True)
-    with pg_db.connect() as conn:
-        (kept,) = seed_logs(conn, direct_s3, plain, 1)
-        (gone,) = seed_logs(conn, direct_s3, versioned, 1)
+    with pg_db.sa() as sa:
+        (kept,) = seed_logs(sa, direct_s3, plain, 1)
+        (gone,) = seed_logs(sa, direct_s3, versioned, 1)
     proxy.set(strip_if_match=True)
     sweeper = make_sweeper(plain)
     verdict = sweeper.probe()
@@ -266,8 +265,8 @@ def test_stop_drains_the_running_sweep_within_its_budget(
         pg_db: PgDb, direct_s3: Any, make_bucket: Callable[[bool], str],
         make_sweeper: MakeSweeper, proxy: Any) -> None:
     bucket = make_bucket(False)
-    with pg_db.connect() as conn:
-        logs = seed_logs(conn, direct_s3, bucket, 16)
+    with pg_db.sa() as sa:
+        logs = seed_logs(sa, direct_s3, bucket, 16)
     sweeper = make_sweeper(bucket, Config(lease_s=60, budget_s=50, stop_budget_s=3,
                                           interval_s=0.05))
     sweeper.probe()
@@ -296,9 +295,9 @@ def test_c09_a_replica_that_died_after_a_lost_response_is_healed_after_its_lease
     from qinglong.control.retention.sweeper import identity_of
 
     bucket = make_bucket(False)
-    with pg_db.connect() as conn:
-        (log,) = seed_logs(conn, direct_s3, bucket, 1)
-        (dead,) = claim(conn, ClaimOwner("replica-b", "d" * 32), limit=1, lease_s=30)
+    with pg_db.connect() as conn, pg_db.sa() as sa:
+        (log,) = seed_logs(sa, direct_s3, bucket, 1)
+        (dead,) = claim(sa, ClaimOwner("replica-b", "d" * 32), limit=1, lease_s=30)
     sweeper = make_sweeper(bucket)
     sweeper.probe()
     proxy.set(drop_delete_response=True)
@@ -307,7 +306,7 @@ def test_c09_a_replica_that_died_after_a_lost_response_is_healed_after_its_lease
         sweeper.store.delete(identity_of(dead), head.etag)  # replica b dies here
     proxy.set()
     assert sweeper.run_once().claimed == 0  # b's lease still holds
-    with pg_db.connect() as conn:
+    with pg_db.connect() as conn, pg_db.sa() as sa:
         make_due(conn)
     result = sweeper.run_once()
     assert (result.claimed, result["already_absent"]) == (1, 1), result
@@ -320,19 +319,16 @@ def test_a_failed_tombstone_write_is_retirement_record_unavailable_then_healed_f
     """The DELETE succeeded but the finalize transaction fails (here: the runtime role lost
     INSERT on tombstones): the control records ``retirement_record_unavailable`` with a
     retry time; the next claim settles it from S3 facts as ``already_absent``."""
-    import urllib.parse
-
     from qinglong.control.db.roles import apply_runtime_grants
 
     bucket = make_bucket(True)
-    with pg_db.connect() as conn:
-        (log,) = seed_logs(conn, direct_s3, bucket, 1)
+    with pg_db.connect() as conn, pg_db.sa() as sa:
+        (log,) = seed_logs(sa, direct_s3, bucket, 1)
         conn.execute(f'REVOKE INSERT ON run_attempt_log_artifact_tombstones'
                      f' FROM "{pg_db.runtime_role}"')
-    runtime = pg_db.url + "?options=" + urllib.parse.quote(f"-c role={pg_db.runtime_role}")
-    pool = open_pool(runtime, min_size=1, max_size=2)
+    engine = pg_db.engine(pg_db.runtime_url, pool_size=2, max_overflow=0)
     try:
-        sweeper = RunAttemptLogRetentionSweeper(pool.connection, s3, OWNER,
+        sweeper = RunAttemptLogRetentionSweeper(engine, s3, OWNER,
                                                 probe_bucket=bucket, config=FAST)
         first = sweeper.run_once()
         assert (first.claimed, first["retirement_record_unavailable"]) == (1, 1), first
@@ -341,13 +337,14 @@ def test_a_failed_tombstone_write_is_retirement_record_unavailable_then_healed_f
         ((_, state, failures, failure, later, owner, _),) = _controls(pg_db)
         assert (state, failures, failure, later, owner) == (
             "pending", 1, "retirement_record_unavailable", True, None)
-        with pg_db.connect() as conn, conn.transaction():
-            apply_runtime_grants(conn, pg_db.runtime_role)
+        with pg_db.sa() as sa, sa.begin():
+            apply_runtime_grants(sa, pg_db.runtime_role)
+        with pg_db.connect() as conn:
             make_due(conn)
         second = sweeper.run_once()
         assert (second.claimed, second["already_absent"]) == (1, 1), second
     finally:
-        pool.close()
+        engine.dispose()
     assert _tombstones(pg_db) == {log.attempt_id: "already_absent"}
     assert _controls(pg_db) == []
 
@@ -356,8 +353,8 @@ def test_an_unavailable_store_claims_nothing_and_is_probed_again(
         pg_db: PgDb, direct_s3: Any, make_bucket: Callable[[bool], str],
         make_sweeper: MakeSweeper, proxy: Any) -> None:
     bucket = make_bucket(False)
-    with pg_db.connect() as conn:
-        logs = seed_logs(conn, direct_s3, bucket, 3)
+    with pg_db.sa() as sa:
+        logs = seed_logs(sa, direct_s3, bucket, 3)
     sweeper = make_sweeper(bucket, Config(lease_s=30, budget_s=20, stop_budget_s=5,
                                           probe_interval_s=0.05))
     proxy.set(fail={"PUT": 503})
@@ -376,8 +373,8 @@ def test_an_outage_mid_sweep_ends_it_after_two_rows_and_pauses_claims(
         pg_db: PgDb, direct_s3: Any, make_bucket: Callable[[bool], str],
         make_sweeper: MakeSweeper, proxy: Any) -> None:
     bucket = make_bucket(True)
-    with pg_db.connect() as conn:
-        seed_logs(conn, direct_s3, bucket, 6)
+    with pg_db.sa() as sa:
+        seed_logs(sa, direct_s3, bucket, 6)
     sweeper = make_sweeper(bucket)
     assert sweeper.probe().status == "safe"
     proxy.set(fail={"HEAD": 503, "PUT": 503, "DELETE": 503})
@@ -398,8 +395,8 @@ def test_a_recorded_null_version_id_is_an_integrity_mismatch_and_nothing_is_dele
     bucket = make_bucket(False)
     check = ("run_attempt_log_artifacts_version_id_names_a_version CHECK (version_id IS NULL"
              " OR version_id NOT IN ('', 'null')) NOT VALID")
-    with pg_db.connect() as conn:
-        (log,) = seed_logs(conn, direct_s3, bucket, 1)
+    with pg_db.connect() as conn, pg_db.sa() as sa:
+        (log,) = seed_logs(sa, direct_s3, bucket, 1)
         # a row written before migration 0004 (which refuses new ones), as the owner
         conn.execute("ALTER TABLE run_attempt_log_artifacts DROP CONSTRAINT "
                      "run_attempt_log_artifacts_version_id_names_a_version")
@@ -417,8 +414,8 @@ def test_a_stop_requested_before_the_claim_claims_nothing(
         pg_db: PgDb, direct_s3: Any, make_bucket: Callable[[bool], str],
         make_sweeper: MakeSweeper) -> None:
     bucket = make_bucket(True)
-    with pg_db.connect() as conn:
-        seed_logs(conn, direct_s3, bucket, 2)
+    with pg_db.sa() as sa:
+        seed_logs(sa, direct_s3, bucket, 2)
     sweeper = make_sweeper(bucket)
     sweeper.request_stop()  # e.g. SIGTERM while the probe ran
     assert sweeper.run_once().claimed == 0

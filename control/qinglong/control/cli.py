@@ -1,7 +1,8 @@
 """``ql3 control ...``: migrate, readiness and retention commands (DESIGN.md §4.1, §4.3).
 
-Resolved lazily by the ``ql3`` root (by module name), and itself imports psycopg only inside
-commands, so ``ql3 --help`` and every ``ql3 local`` command load no cluster library.
+Resolved lazily by the ``ql3`` root (by module name), and itself imports SQLAlchemy and
+psycopg only inside commands, so ``ql3 --help`` and every ``ql3 local`` command load no
+cluster library. Every command reaches PostgreSQL through one engine of ``db/engine.py``.
 Malformed input exits 2 before any connection; a database or object store that fails exits 1
 with one redacted line (``cli_errors.py``), never a traceback.
 """
@@ -10,12 +11,17 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from qinglong.control.cli_errors import checked_database_url, external_error
 from qinglong.control.db.roles import DEFAULT_RUNTIME_ROLE
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 
 def _label(name: str, flag: str, envvar: str) -> str:
@@ -49,7 +55,7 @@ _endpoint = click.option(
     help="S3-compatible endpoint URL, http(s)://host:port (env QL3_S3_ENDPOINT); default AWS.")
 
 
-_EXTRA_MODULES = frozenset({"psycopg", "psycopg_pool", "boto3", "botocore"})  # [control]
+_EXTRA_MODULES = frozenset({"psycopg", "sqlalchemy", "boto3", "botocore"})  # [control]
 
 
 class _ControlGroup(click.Group):
@@ -73,6 +79,20 @@ class _ControlGroup(click.Group):
             if mapped is None:
                 raise
             raise mapped from None
+
+
+@contextmanager
+def _engine(url: str, *, pool_size: int = 1, lock_timeout_ms: int | None = None
+            ) -> Iterator[Engine]:
+    """A small engine (``db/engine.py``) for one command, disposed on exit."""
+    from qinglong.control.db.engine import create_engine
+
+    engine = create_engine(url, pool_size=pool_size, max_overflow=0,
+                           lock_timeout_ms=lock_timeout_ms)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
 
 
 @click.group(cls=_ControlGroup)
@@ -145,11 +165,10 @@ def migrate(database_url: str, runtime_role: str, as_json: bool) -> None:
     that owns nothing here (exit 2 otherwise). ``--json`` prints
     ``{"applied": [...], "ahead": [...]}`` (migration names)."""
     from qinglong.control.db.migrations import migrate as run_migrate
-    from qinglong.control.db.pool import connect
     from qinglong.control.db.roles import validate_role_name
 
     validate_role_name(runtime_role)
-    with connect(database_url) as conn:
+    with _engine(database_url) as engine, engine.connect() as conn:
         result = run_migrate(conn, runtime_role=runtime_role, url_option=_url_label())
     if as_json:
         click.echo(json.dumps({"applied": list(result.applied), "ahead": list(result.ahead)},
@@ -177,7 +196,6 @@ def readiness(database_url: str, runtime_role: str, log_bucket: str | None,
     runtime_role_invalid and, with --log-bucket, object_store_unavailable. A backend that
     ignores If-Match on DELETE is listed as degraded (object_store_unsafe) and stays ready.
     """
-    from qinglong.control.db.pool import connect
     from qinglong.control.db.roles import validate_role_name
     from qinglong.control.readiness import CapabilityProbe
     from qinglong.control.readiness import readiness as check
@@ -196,8 +214,8 @@ def readiness(database_url: str, runtime_role: str, log_bucket: str | None,
 
         probes.append(object_store_capability(_s3_client(s3_endpoint), log_bucket))
     try:
-        with connect(database_url) as conn:
-            verdict = check(conn, runtime_role=runtime_role, capabilities=probes)
+        with _engine(database_url) as engine:
+            verdict = check(engine, runtime_role=runtime_role, capabilities=probes)
     except Exception as exc:
         mapped = external_error(exc)
         if mapped is None:
@@ -223,11 +241,11 @@ def retention() -> None:
     """Run Attempt log retention (ADR-0379)."""
 
 
-def _require_schema(conn: Any) -> None:
+def _require_schema(engine: Engine) -> None:
     """NotReadyError unless the ledger matches this code (the ledger part of readiness)."""
     from qinglong.control.readiness import schema_readiness
 
-    with conn.transaction():
+    with engine.begin() as conn:
         verdict = schema_readiness(conn)
     if not verdict.ready:
         from qinglong.control.errors import NotReadyError
@@ -241,12 +259,12 @@ def _require_schema(conn: Any) -> None:
 @_json
 def status(database_url: str, as_json: bool) -> None:
     """Controls by state, tombstones by outcome, and the manual backlog."""
-    from qinglong.control.db.pool import connect
     from qinglong.control.retention.admin import retention_status
 
-    with connect(database_url) as conn:
-        _require_schema(conn)
-        out = retention_status(conn)
+    with _engine(database_url) as engine:
+        _require_schema(engine)
+        with engine.connect() as conn:
+            out = retention_status(conn)
     if as_json:
         click.echo(json.dumps(out, sort_keys=True))
         return
@@ -267,7 +285,6 @@ def retry(database_url: str, attempt_ids: tuple[str, ...], as_json: bool) -> Non
     Prints each attempt id it changed; exits 1 naming the ids it left alone (unknown,
     already retired, or under a live lease). ``--json`` prints
     ``{"retried": [...], "not_retried": [...]}`` first (same exit codes)."""
-    from qinglong.control.db.pool import connect
     from qinglong.control.retention.admin import retention_retry
     from qinglong.shared.errors import ValidationError
     from qinglong.shared.ids import validate_uuid7
@@ -279,9 +296,10 @@ def retry(database_url: str, attempt_ids: tuple[str, ...], as_json: bool) -> Non
         except ValidationError:
             raise ValidationError("ATTEMPT_ID", f"argument {position} is not a UUIDv7 "
                                                 "attempt id") from None
-    with connect(database_url) as conn:
-        _require_schema(conn)
-        changed = retention_retry(conn, list(attempt_ids))
+    with _engine(database_url) as engine:
+        _require_schema(engine)
+        with engine.connect() as conn:
+            changed = retention_retry(conn, list(attempt_ids))
     missing = sorted(set(attempt_ids) - set(changed))
     if as_json:
         click.echo(json.dumps({"retried": list(changed), "not_retried": missing},
@@ -334,14 +352,9 @@ def sweep(database_url: str, log_bucket: str, s3_endpoint: str | None,
     finish its current row (rows it had not reached stay leased until their lease ends).
     Exit 1 if the store is unavailable (--once) or the stop budget ran out.
     """
-    import logging
-    import signal
     import socket
-    import time
 
-    from qinglong.control.db.pool import connect, open_pool
     from qinglong.control.db.roles import refuse_privileged_session
-    from qinglong.control.errors import DrainTimeoutError, ObjectStoreUnavailableError
     from qinglong.control.retention.claims import process_owner
     from qinglong.control.retention.sweeper import RunAttemptLogRetentionSweeper
     from qinglong.shared.errors import ValidationError
@@ -354,46 +367,57 @@ def sweep(database_url: str, log_bucket: str, s3_endpoint: str | None,
         claims_per_sweep=claims, deletes_per_sweep=claims, lease_s=lease_s,
         budget_s=min(20.0, lease_s / 2), interval_s=interval_s)
     owner = process_owner(replica_id or socket.gethostname())
-    with connect(database_url) as conn:  # a clear error before the pool starts retrying
-        _require_schema(conn)
-        refuse_privileged_session(conn, _url_label())
-    # the pool's own reconnect chatter ("discarding closed connection") is not for operators
-    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
-    pool = open_pool(database_url, min_size=1, max_size=2, lock_timeout_ms=LOCK_TIMEOUT_MS)
-    try:
-        sweeper = RunAttemptLogRetentionSweeper(pool.connection, client, owner,
-                                                probe_bucket=log_bucket, config=config)
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, lambda *_: sweeper.request_stop())
-        if once:  # the verdict is reported below: no second copy from the sweeper's log
-            logging.getLogger("qinglong.control.retention.sweeper").setLevel(logging.ERROR)
-            result = sweeper.run_once()
-            verdict = sweeper.verdict
-            store = verdict.status if verdict else "unknown"
-            click.echo(_sweep_line(result, as_json, owner=str(owner), object_store=store))
-            if store == "unavailable":
-                raise ObjectStoreUnavailableError(
-                    f"object store unavailable: {verdict.reason if verdict else '-'}")
-            return
-        sweeper.on_sweep = lambda result: click.echo(_sweep_line(result, as_json))
-        sweeper.start()
+    with _engine(database_url, pool_size=2, lock_timeout_ms=LOCK_TIMEOUT_MS) as engine:
+        _require_schema(engine)
+        with engine.begin() as conn:
+            refuse_privileged_session(conn, _url_label())
+        _sweep_until_stopped(engine, client, owner, log_bucket, config, once=once,
+                             as_json=as_json)
+
+
+def _sweep_until_stopped(engine: Engine, client: Any, owner: Any, log_bucket: str,
+                         config: Any, *, once: bool, as_json: bool) -> None:
+    """The body of ``retention sweep`` once the engine is checked: one sweep (``once``) or
+    sweeps until SIGTERM/SIGINT, then drain. Raises ObjectStoreUnavailableError (``once``,
+    store unavailable) or DrainTimeoutError (stop budget spent)."""
+    import logging
+    import signal
+    import time
+
+    from qinglong.control.errors import DrainTimeoutError, ObjectStoreUnavailableError
+    from qinglong.control.retention.sweeper import RunAttemptLogRetentionSweeper
+
+    sweeper = RunAttemptLogRetentionSweeper(engine, client, owner,
+                                            probe_bucket=log_bucket, config=config)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: sweeper.request_stop())
+    if once:  # the verdict is reported below: no second copy from the sweeper's log
+        logging.getLogger("qinglong.control.retention.sweeper").setLevel(logging.ERROR)
+        result = sweeper.run_once()
         verdict = sweeper.verdict
-        started = {"event": "started", "owner": str(owner),
-                   "object_store": verdict.status if verdict else "unknown"}
-        click.echo(json.dumps(started, sort_keys=True) if as_json else
-                   f"sweeping as {owner}; object store {started['object_store']}")
-        while sweeper.running() and not sweeper.stop_requested():
-            time.sleep(0.2)
-        drained = sweeper.stop()
-        stopped = {"event": "stopped", "drained": drained}
-        if as_json:
-            click.echo(json.dumps(stopped, sort_keys=True))
-        elif drained:
-            click.echo("stopped: any sweep in flight finished its current row; rows it had "
-                       "claimed but not reached stay leased until their lease ends")
-        if not drained:
-            raise DrainTimeoutError(f"the running sweep did not end within "
-                                    f"{config.stop_budget_s:g} s (blocked in the database or "
-                                    "the object store); any rows it holds stay leased")
-    finally:
-        pool.close()
+        store = verdict.status if verdict else "unknown"
+        click.echo(_sweep_line(result, as_json, owner=str(owner), object_store=store))
+        if store == "unavailable":
+            raise ObjectStoreUnavailableError(
+                f"object store unavailable: {verdict.reason if verdict else '-'}")
+        return
+    sweeper.on_sweep = lambda result: click.echo(_sweep_line(result, as_json))
+    sweeper.start()
+    verdict = sweeper.verdict
+    started = {"event": "started", "owner": str(owner),
+               "object_store": verdict.status if verdict else "unknown"}
+    click.echo(json.dumps(started, sort_keys=True) if as_json else
+               f"sweeping as {owner}; object store {started['object_store']}")
+    while sweeper.running() and not sweeper.stop_requested():
+        time.sleep(0.2)
+    drained = sweeper.stop()
+    stopped = {"event": "stopped", "drained": drained}
+    if as_json:
+        click.echo(json.dumps(stopped, sort_keys=True))
+    elif drained:
+        click.echo("stopped: any sweep in flight finished its current row; rows it had "
+                   "claimed but not reached stay leased until their lease ends")
+    if not drained:
+        raise DrainTimeoutError(f"the running sweep did not end within "
+                                f"{config.stop_budget_s:g} s (blocked in the database or "
+                                "the object store); any rows it holds stay leased")

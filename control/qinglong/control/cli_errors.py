@@ -4,7 +4,8 @@ clear typed error, no secrets in messages).
 ``checked_database_url`` rejects what is not a PostgreSQL URL before any connection (exit 2)
 and remembers the URL's password so ``external_error`` can redact it: libpq echoes the
 connection string in some messages (a malformed percent-escape, a bad option). Library
-exceptions (psycopg, psycopg_pool, botocore) become DatabaseUnavailableError or
+exceptions (SQLAlchemy, unwrapped to the psycopg error it carries; psycopg; botocore) become
+DatabaseUnavailableError or
 ObjectStoreUnavailableError carrying the first line of their reason, redacted.
 """
 
@@ -157,14 +158,22 @@ def _check_hosts_and_ports(params: Mapping[str, object], option: str,
 
 
 def external_error(exc: BaseException) -> QinglongError | None:
-    """The typed one-line error for a library exception, or None for anything else."""
+    """The typed one-line error for a library exception, or None for anything else.
+
+    An SQLAlchemy ``DBAPIError`` is judged by the driver error it wraps (``.orig``), so the
+    line carries the server's reason, never the statement."""
     module = type(exc).__module__ or ""
     name = type(exc).__name__
-    if module.startswith(("psycopg", "psycopg_pool")):
+    if module.startswith("sqlalchemy"):
+        orig = getattr(exc, "orig", None)
+        if isinstance(orig, BaseException):
+            return external_error(orig)
+        reason = ("no connection could be opened in time" if name == "TimeoutError"
+                  else name)
+        return DatabaseUnavailableError(f"database: {reason}")
+    if module.startswith("psycopg"):
         sqlstate = getattr(exc, "sqlstate", None)
         reason = redact(str(exc)) or name
-        if name == "PoolTimeout":
-            reason = "no connection could be opened in time (see the server's reason above)"
         hint = ""
         if sqlstate == "42P01":
             hint = " (is the schema migrated? run `ql3 control migrate`)"

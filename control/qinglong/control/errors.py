@@ -38,7 +38,7 @@ class MigrationOwnerRequiredError(ValidationError):
 
 
 class ControlExtraMissingError(ValidationError):
-    """``ql3 control`` ran without the ``control`` extra (psycopg, psycopg_pool, boto3)
+    """``ql3 control`` ran without the ``control`` extra (psycopg, SQLAlchemy, boto3)
     installed: exit 2 with the install command instead of a traceback."""
 
 

@@ -19,7 +19,7 @@ from qinglong.control.db.roles import DEFAULT_RUNTIME_ROLE, runtime_role_problem
 from qinglong.control.errors import MigrationChecksumError, SchemaNewerThanCodeError
 
 if TYPE_CHECKING:
-    import psycopg
+    from sqlalchemy import Connection, Engine
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,11 +59,12 @@ class Readiness:
 MAX_PROBLEMS_SHOWN = 5
 
 
-def schema_readiness(conn: psycopg.Connection[Any]) -> Readiness:
+def schema_readiness(conn: Connection) -> Readiness:
     """The ledger part of readiness alone: ready (with ``ahead``), or ``migration_pending``,
-    ``migration_checksum_mismatch`` or ``schema_newer_than_code``. Reads the ledger only; the
-    runtime-role check is not made. Commands that use the schema (``retention sweep``) call
-    it before their first claim."""
+    ``migration_checksum_mismatch`` or ``schema_newer_than_code``. Reads the ledger only, in
+    the caller's transaction on ``conn`` (an SQLAlchemy Connection); the runtime-role check
+    is not made. Commands that use the schema (``retention sweep``) call it before their
+    first claim."""
     files = load_migration_files()
     ledger = read_ledger(conn)
     if ledger is None or len(ledger) < len(files):
@@ -79,7 +80,7 @@ def schema_readiness(conn: psycopg.Connection[Any]) -> Readiness:
 
 
 def readiness(
-    conn: psycopg.Connection[Any],
+    engine: Engine,
     *,
     runtime_role: str = DEFAULT_RUNTIME_ROLE,
     capabilities: Sequence[CapabilityProbe] = (),
@@ -87,10 +88,12 @@ def readiness(
     """Check ledger, runtime grants, then each capability probe, in that order.
 
     The first failing check names the reason. Probes must not raise: a probe reports its
-    own failure as ``unavailable`` (reason defaults to ``<name>_unavailable``). ``conn`` may
-    be any role that can read the catalog and the ledger; it must be idle.
+    own failure as ``unavailable`` (reason defaults to ``<name>_unavailable``). ``engine``
+    (``db/engine.py``) may connect as any role that can read the catalog and the ledger; the
+    database checks run in one short transaction and its connection is back in the pool
+    before any probe runs. Database errors (``sqlalchemy.exc.DBAPIError``) pass through.
     """
-    with conn.transaction():
+    with engine.begin() as conn:
         schema = schema_readiness(conn)
         if not schema.ready:
             return schema

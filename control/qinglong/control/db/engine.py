@@ -77,11 +77,12 @@ def create_engine(
         "postgresql+psycopg://", creator=creator, pool_pre_ping=True,
         pool_size=pool_size, max_overflow=max_overflow, pool_timeout=10,
         isolation_level="READ COMMITTED",
+        hide_parameters=True,  # an error's text never carries a statement's values
     )
 
 
 def run_named(conn: Connection, statement: str, params: Mapping[str, Any] | None = None
-              ) -> CursorResult[Any]:
+              ) -> CursorResult[*tuple[Any, ...]]:
     """Run one named protocol statement (``%(name)s`` placeholders, psycopg's style) on
     ``conn`` inside its current transaction; returns the cursor result (``.mappings()``,
     ``.rowcount``, ``.scalar()``)."""

@@ -8,6 +8,14 @@ additive (rolling upgrades run migrations before code).
 
 A small runner instead of yoyo-migrations/alembic: neither pins a count and last checksum,
 records a per-file SHA-256 in an append-only ledger, nor accepts "ahead by additive only".
+
+It runs on the same SQLAlchemy connection as everything else in ``control`` (DESIGN.md §4.5,
+issue 11 item 9: one way to reach PostgreSQL), not on a plain psycopg connection of its own:
+the advisory lock, the ledger and the grants are ordinary statements in one transaction
+(``with conn.begin()``), and a migration file, several statements, goes to the driver as one
+simple-protocol query (``no_parameters``: no placeholders are read, so a ``%`` in a file is
+literal). A second connection type would buy nothing here and would be one more path for
+readiness and the tests to keep equal.
 """
 
 from __future__ import annotations
@@ -15,8 +23,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
+from qinglong.control.db.engine import run_named
 from qinglong.control.db.roles import (
     DEFAULT_RUNTIME_ROLE,
     apply_runtime_grants,
@@ -30,7 +39,7 @@ from qinglong.control.errors import (
 from qinglong.shared.digest import sha256_hex
 
 if TYPE_CHECKING:
-    import psycopg
+    from sqlalchemy import Connection
 
 # ADR-0379 §阶段验收: the reviewed hard cap moves exactly, one migration at a time.
 EXPECTED_MIGRATION_COUNT = 5
@@ -58,6 +67,10 @@ CREATE OR REPLACE TRIGGER {LEDGER_TABLE}_append_only
     BEFORE UPDATE OR DELETE OR TRUNCATE ON {LEDGER_TABLE}
     FOR EACH STATEMENT EXECUTE FUNCTION {LEDGER_TABLE}_append_only();
 """
+
+
+# several statements as one simple-protocol query, no placeholders read (a "%" is literal)
+_WHOLE_FILE = {"no_parameters": True}
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,14 +143,15 @@ def check_reviewed_cap(files: list[MigrationFile]) -> None:
         )
 
 
-def read_ledger(conn: psycopg.Connection[Any]) -> list[LedgerRow] | None:
+def read_ledger(conn: Connection) -> list[LedgerRow] | None:
     """The ledger rows in order, or None when the ledger table does not exist yet."""
-    exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (LEDGER_TABLE,)).fetchone()
-    if not exists or not exists[0]:
+    exists = run_named(conn, "SELECT to_regclass(%(t)s) IS NOT NULL", {"t": LEDGER_TABLE}
+                       ).scalar_one()
+    if not exists:
         return None
-    rows = conn.execute(
+    rows = conn.exec_driver_sql(
         f"SELECT seq, name, sha256, additive FROM {LEDGER_TABLE} ORDER BY seq"  # noqa: S608
-    ).fetchall()
+    ).all()
     return [LedgerRow(*cast(tuple[int, str, str, bool], r)) for r in rows]
 
 
@@ -160,7 +174,7 @@ def compare_ledger(files: list[MigrationFile], ledger: list[LedgerRow]) -> tuple
 
 
 def migrate(
-    conn: psycopg.Connection[Any],
+    conn: Connection,
     *,
     runtime_role: str = DEFAULT_RUNTIME_ROLE,
     directory: Path | None = None,
@@ -173,8 +187,9 @@ def migrate(
     are left to the newer release, so an old replica's migrate never revokes them.
 
     Runs as the migration owner (the connection's user). Concurrent callers serialise on
-    ``pg_advisory_xact_lock``; the second one finds nothing pending. ``conn`` must not be in
-    a transaction. Raises MigrationOwnerRequiredError (nothing changed) when the connecting
+    ``pg_advisory_xact_lock``; the second one finds nothing pending. ``conn`` is an SQLAlchemy
+    Connection (``engine.connect()``) that must not be in a transaction: this opens and
+    commits its own. Raises MigrationOwnerRequiredError (nothing changed) when the connecting
     role cannot create in ``public``, the ControlSchemaError subclasses above, and
     RuntimeRoleError for a bad role name. ``url_option`` names where the URL came from in
     that refusal (the flag or its environment variable).
@@ -183,18 +198,20 @@ def migrate(
     if check_cap:
         check_reviewed_cap(files)
     applied: list[str] = []
-    with conn.transaction():
+    with conn.begin():
         refuse_non_owner(conn, url_option)  # inside: nothing has changed when it refuses
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (ADVISORY_LOCK_KEY,))
-        conn.execute(_LEDGER_DDL)
+        run_named(conn, "SELECT pg_advisory_xact_lock(%(key)s)", {"key": ADVISORY_LOCK_KEY})
+        conn.exec_driver_sql(_LEDGER_DDL, execution_options=_WHOLE_FILE)
         ahead = compare_ledger(files, read_ledger(conn) or [])
         done = len(read_ledger(conn) or [])
         for file in files[done:]:
-            conn.execute(file.sql)
-            conn.execute(
+            conn.exec_driver_sql(file.sql, execution_options=_WHOLE_FILE)
+            run_named(
+                conn,
                 f"INSERT INTO {LEDGER_TABLE} (seq, name, sha256, additive)"  # noqa: S608
-                " VALUES (%s, %s, %s, %s)",
-                (file.seq, file.name, file.sha256, file.additive),
+                " VALUES (%(seq)s, %(name)s, %(sha256)s, %(additive)s)",
+                {"seq": file.seq, "name": file.name, "sha256": file.sha256,
+                 "additive": file.additive},
             )
             applied.append(file.name)
         if not ahead:  # a newer release owns the grants of a schema ahead of this code

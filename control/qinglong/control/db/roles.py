@@ -10,12 +10,13 @@ no DDL. ``runtime_role_problems`` checks the effective privileges for readiness.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from qinglong.control.db.engine import run_named
 from qinglong.control.errors import MigrationOwnerRequiredError, RuntimeRoleRefusedError
 
 if TYPE_CHECKING:
-    import psycopg
+    from sqlalchemy import Connection
 
 DEFAULT_RUNTIME_ROLE = "ql3_runtime"
 _ROLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -51,20 +52,20 @@ def validate_role_name(role: str) -> str:
     return role
 
 
-def refuse_unfit_runtime_role(conn: psycopg.Connection[Any], role: str) -> None:
+def refuse_unfit_runtime_role(conn: Connection, role: str) -> None:
     """RuntimeRoleRefusedError when ``role`` is the connecting role, a superuser, or owns
     objects in ``public``: revoking "everything else" from it would strip the owner's own
     rights and break every later migrate (DESIGN.md §4.1: the runtime role is not the
     owner)."""
-    row = conn.execute(
+    row = run_named(
+        conn,
         "SELECT %(role)s IN (current_user, session_user),"
         " coalesce((SELECT rolsuper FROM pg_roles WHERE rolname = %(role)s), false),"
         " EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
         "         JOIN pg_roles r ON r.oid = c.relowner"
         "         WHERE n.nspname = 'public' AND r.rolname = %(role)s)",
         {"role": role},
-    ).fetchone()
-    assert row is not None
+    ).one()
     same, superuser, owner = row
     why = ("is the role running the migration" if same else "is a superuser" if superuser
            else "owns objects in schema public" if owner else None)
@@ -73,33 +74,34 @@ def refuse_unfit_runtime_role(conn: psycopg.Connection[Any], role: str) -> None:
                                                         "least-privilege role")
 
 
-def refuse_non_owner(conn: psycopg.Connection[Any], option: str = "--database-url") -> None:
+def refuse_non_owner(conn: Connection, option: str = "--database-url") -> None:
     """MigrationOwnerRequiredError when the connecting role cannot create objects in schema
     ``public`` (e.g. migrate was given the runtime role's URL): the message names the role,
     which is not a secret, instead of the server's "permission denied for schema public";
     ``option`` names the input that gave the URL."""
-    row = conn.execute("SELECT current_user, has_schema_privilege('public', 'CREATE')"
-                       ).fetchone()
+    row = run_named(conn, "SELECT current_user, has_schema_privilege('public', 'CREATE')"
+                    ).first()
     if row is not None and not row[1]:
         raise MigrationOwnerRequiredError(
             option, f"connects as role {row[0]!r}, which cannot create objects in "
                               "schema public: run migrate with the migration owner's URL")
 
 
-def refuse_privileged_session(conn: psycopg.Connection[Any], option: str) -> None:
+def refuse_privileged_session(conn: Connection, option: str) -> None:
     """RuntimeRoleRefusedError when ``conn``'s login or current role is, or is a member of
     (directly or through other roles, so it could SET ROLE to it or inherits its rights), a
     superuser, a role owning objects in ``public`` (the migration owner) or
     ``pg_write_all_data``: runtime commands hold only the runtime role's grants (DESIGN.md
     §4.1, least privilege). A superuser login that only SETs ROLE is refused too: its
     credentials could RESET ROLE. ``option`` names the offending input."""
-    row = conn.execute(
+    row = run_named(
+        conn,
         "SELECT bool_or(r.rolsuper), bool_or(EXISTS (SELECT 1 FROM pg_class c"
         "  JOIN pg_namespace n ON n.oid = c.relnamespace"
         "  WHERE n.nspname = 'public' AND c.relowner = r.oid)),"
         " bool_or(r.rolname = 'pg_write_all_data')"
         " FROM pg_roles r WHERE pg_has_role(session_user, r.oid, 'MEMBER')"
-        "  OR pg_has_role(current_user, r.oid, 'MEMBER')").fetchone()
+        "  OR pg_has_role(current_user, r.oid, 'MEMBER')").first()
     superuser, owner, write_all = row if row is not None else (False, False, False)
     why = ("a superuser" if superuser else "the owner of the schema" if owner
            else "a member of pg_write_all_data" if write_all else None)
@@ -111,36 +113,32 @@ def refuse_privileged_session(conn: psycopg.Connection[Any], option: str) -> Non
                     "control migrate --runtime-role`)")
 
 
-def apply_runtime_grants(conn: psycopg.Connection[Any], role: str) -> None:
+def apply_runtime_grants(conn: Connection, role: str) -> None:
     """Create ``role`` (NOLOGIN) if missing, then set exactly ``RUNTIME_GRANTS`` on public.
 
     Runs inside the caller's transaction (``migrate``); revokes everything else first, so a
     re-run repairs drifted grants. Raises RuntimeRoleRefusedError for a bad name or an unfit
     role (``refuse_unfit_runtime_role``).
     """
-    from psycopg import sql
-
-    ident = sql.Identifier(validate_role_name(role))
+    quote = conn.dialect.identifier_preparer.quote_identifier
+    ident = quote(validate_role_name(role))
     refuse_unfit_runtime_role(conn, role)
-    exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
+    exists = run_named(conn, "SELECT 1 FROM pg_roles WHERE rolname = %(role)s",
+                       {"role": role}).first()
     if exists is None:
-        conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(ident))
-    conn.execute(sql.SQL("REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {}").format(ident))
-    conn.execute(sql.SQL("REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM {}").format(ident))
-    conn.execute(sql.SQL("REVOKE CREATE ON SCHEMA public FROM {}").format(ident))
-    conn.execute(sql.SQL("GRANT USAGE ON SCHEMA public TO {}").format(ident))
+        conn.exec_driver_sql(f"CREATE ROLE {ident} NOLOGIN")
+    conn.exec_driver_sql(f"REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {ident}")
+    conn.exec_driver_sql(f"REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM {ident}")
+    conn.exec_driver_sql(f"REVOKE CREATE ON SCHEMA public FROM {ident}")
+    conn.exec_driver_sql(f"GRANT USAGE ON SCHEMA public TO {ident}")
     for table, privileges in sorted(RUNTIME_GRANTS.items()):
-        conn.execute(
-            sql.SQL("GRANT {} ON TABLE {} TO {}").format(
-                sql.SQL(", ").join(sql.SQL(p) for p in sorted(privileges)),
-                sql.Identifier(table),
-                ident,
-            )
-        )
+        # privileges are this module's constants; names are quoted identifiers
+        conn.exec_driver_sql(
+            f"GRANT {', '.join(sorted(privileges))} ON TABLE {quote(table)} TO {ident}")
 
 
 def runtime_role_problems(
-    conn: psycopg.Connection[Any], role: str, *, tolerate_unknown_tables: bool = False
+    conn: Connection, role: str, *, tolerate_unknown_tables: bool = False
 ) -> list[str]:
     """Every way the role's effective privileges differ from the reviewed set (empty: valid).
 
@@ -151,23 +149,26 @@ def runtime_role_problems(
     """
     if not _ROLE_NAME.match(role):
         return [f"invalid role name {role!r}"]
-    attrs = conn.execute(
+    attrs = run_named(
+        conn,
         "SELECT rolsuper OR rolcreaterole OR rolcreatedb OR rolbypassrls"
-        " FROM pg_roles WHERE rolname = %s",
-        (role,),
-    ).fetchone()
+        " FROM pg_roles WHERE rolname = %(role)s",
+        {"role": role},
+    ).first()
     if attrs is None:
         return [f"role {role} does not exist"]
     problems = [f"role {role} has admin attributes"] if attrs[0] else []
-    if conn.execute("SELECT has_schema_privilege(%s, 'public', 'CREATE')", (role,)).fetchone()[0]:  # type: ignore[index]
+    if run_named(conn, "SELECT has_schema_privilege(%(role)s, 'public', 'CREATE')",
+                 {"role": role}).scalar_one():
         problems.append("CREATE on schema public")
-    rows = conn.execute(
-        "SELECT c.relname, p.priv, has_table_privilege(%s, c.oid, p.priv)"
+    rows = run_named(
+        conn,
+        "SELECT c.relname, p.priv, has_table_privilege(%(role)s, c.oid, p.priv)"
         " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " CROSS JOIN unnest(%s::text[]) AS p(priv)"
+        " CROSS JOIN unnest(%(privs)s::text[]) AS p(priv)"
         " WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'v', 'm')",
-        (role, list(PRIVILEGES)),
-    ).fetchall()
+        {"role": role, "privs": list(PRIVILEGES)},
+    ).all()
     seen: set[str] = set()
     extra: set[tuple[str, str]] = set()
     for table, priv, held in rows:
@@ -182,13 +183,14 @@ def runtime_role_problems(
     problems.extend(f"missing table {t}" for t in sorted(set(RUNTIME_GRANTS) - seen))
     # a column-level grant (GRANT UPDATE (evidence) ON tombstones) is invisible to
     # has_table_privilege; has_any_column_privilege sees table- and column-level grants
-    columns = conn.execute(
-        "SELECT c.relname, p.priv, has_any_column_privilege(%s, c.oid, p.priv)"
+    columns = run_named(
+        conn,
+        "SELECT c.relname, p.priv, has_any_column_privilege(%(role)s, c.oid, p.priv)"
         " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " CROSS JOIN unnest(%s::text[]) AS p(priv)"
+        " CROSS JOIN unnest(%(privs)s::text[]) AS p(priv)"
         " WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'v', 'm')",
-        (role, list(COLUMN_PRIVILEGES)),
-    ).fetchall()
+        {"role": role, "privs": list(COLUMN_PRIVILEGES)},
+    ).all()
     for table, priv, held in columns:
         if tolerate_unknown_tables and table not in RUNTIME_GRANTS:
             continue

@@ -6,8 +6,9 @@ nested loop, DESIGN.md §4.3), then an update that re-checks state, due time, le
 immutable identity and bumps the version. A row whose identity broke moves to ``manual`` with
 ``artifact_integrity_mismatch`` instead of being leased; a row whose retention is not over by
 today's facts (``finished_at`` + the task's current ``log_retention_s``: the policy may have
-been raised since enrollment) moves to its new eligibility instead. The caller commits,
-returns the connection to the pool, and only then talks to S3.
+been raised since enrollment) moves to its new eligibility instead. The caller returns the
+connection to the pool, and only then talks to S3. Statements are the named blocks of
+``queries.sql``, run through the SQLAlchemy engine's driver level (``db/engine.py``).
 """
 
 from __future__ import annotations
@@ -16,16 +17,15 @@ import os
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
-from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qinglong.control.db.prepared import Statements
+from qinglong.control.db.engine import run_named
 from qinglong.control.db.queries import load_queries
 from qinglong.shared.errors import ValidationError
 
 if TYPE_CHECKING:
-    import psycopg
+    from sqlalchemy import Connection
 
 MAX_CLAIM_LIMIT = 16  # ADR-0379 §4: at most 16 rows per claim
 MIN_LEASE_S = 5.0  # ADR-0379 §4: lease 5 s – 5 min
@@ -38,12 +38,6 @@ _QUERIES_DIR = str(Path(__file__).parent)  # computed once: a Path per call cost
 def queries() -> dict[str, Any]:
     """The named statements of ``retention/queries.sql`` (read once per process)."""
     return load_queries(_QUERIES_DIR, "queries.sql")
-
-
-@cache
-def statements() -> Statements:
-    """``retention/queries.sql`` as server-side prepared statements (``ql3_retention_*``)."""
-    return Statements(queries(), prefix="ql3_retention_")
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +102,7 @@ def validate_bounds(limit: int, lease_s: float) -> None:
 
 
 def claim(
-    conn: psycopg.Connection[Any], owner: ClaimOwner, *, limit: int, lease_s: float,
+    conn: Connection, owner: ClaimOwner, *, limit: int, lease_s: float,
     versioned_only: bool = False,
 ) -> list[Claim]:
     """Lease at most ``limit`` due controls to ``owner`` for ``lease_s`` seconds.
@@ -116,15 +110,15 @@ def claim(
     ``versioned_only``: claim only rows with a recorded VersionId (the sweeper sets it while
     the backend probe says ``unsafe``: unversioned rows would only fail towards ``manual``).
 
-    Opens and commits its own transaction on ``conn`` (which must be idle). Returns the
-    intact claims (possibly fewer than the rows touched: broken identities go manual).
-    Raises ValidationError on out-of-range bounds; psycopg errors pass through.
+    Opens and commits its own transaction on ``conn`` (an SQLAlchemy Connection, idle: not
+    in a transaction). Returns the intact claims (possibly fewer than the rows touched:
+    broken identities go manual). Raises ValidationError on out-of-range bounds; database
+    errors (``sqlalchemy.exc.DBAPIError``, e.g. a lock_timeout) pass through, nothing leased.
     """
     validate_bounds(limit, lease_s)
     params = {"limit": limit, "owner": str(owner), "lease_s": float(lease_s),
               "versioned_only": versioned_only}
-    # ADR-0379 §2: one short READ COMMITTED transaction
-    rows = statements().run_transaction(
-        conn, lambda tx: tx.execute("claim", params).rows(tuple))
+    with conn.begin():  # ADR-0379 §2: one short READ COMMITTED transaction
+        rows = run_named(conn, queries()["claim"], params).all()
     # ids and token come back as text (``::text`` in the statement): no uuid.UUID round trip
     return [Claim(*r[1:]) for r in rows if r[0]]

@@ -4,10 +4,10 @@ Finalize is a second short transaction (ADR-0379 §3 step 5; DESIGN.md §4.3 ste
 claimed control by primary key with a plain ``FOR UPDATE`` (never SKIP LOCKED), re-verify
 owner, token, version, lease expiry, terminal statuses and identity, then in one statement
 delete the control (fenced by version and by the lease at that statement's clock, since the
-lock wait may outlive it) and insert the tombstone. Two round trips: BEGIN travels with the
-lock, the retiring statement with the COMMIT (``db/prepared.py``). Any mismatch raises
-FenceMismatchError and changes nothing: the next claimant settles the artifact from S3
-facts.
+lock wait may outlive it) and insert the tombstone. Named statements of ``queries.sql`` on
+the SQLAlchemy connection (``db/engine.py``: BEGIN, lock, retire, COMMIT). Any mismatch
+raises FenceMismatchError and changes nothing (the transaction rolls back): the next
+claimant settles the artifact from S3 facts.
 """
 
 from __future__ import annotations
@@ -18,18 +18,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from json.encoder import encode_basestring_ascii
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
+from qinglong.control.db.engine import run_named
 from qinglong.control.errors import FenceMismatchError
-from qinglong.control.retention.claims import Claim, statements
+from qinglong.control.retention.claims import Claim, queries
 from qinglong.shared.backoff import retry_delay_s
 from qinglong.shared.digest import sha256_hex
 from qinglong.shared.errors import ValidationError
 
 if TYPE_CHECKING:
-    import psycopg
-
-    from qinglong.control.db.prepared import Transaction
+    from sqlalchemy import Connection
 
 EVIDENCE_SCHEMA = "qinglong/run-attempt-log-retirement@v1"
 _TERMINAL_OK = frozenset({"succeeded", "failed", "cancelled", "timed_out"})  # terminal, not lost
@@ -177,48 +176,46 @@ def _fence_problem(row: _Locked, claim: Claim) -> str | None:
     return None
 
 
-def finalize(conn: psycopg.Connection[Any], claim: Claim, outcome: Outcome) -> Tombstone:
-    """Tombstone ``claim``'s artifact and delete its control in one short transaction.
+def finalize(conn: Connection, claim: Claim, outcome: Outcome) -> Tombstone:
+    """Tombstone ``claim``'s artifact and delete its control in one short transaction that
+    it opens and commits on ``conn`` (an idle SQLAlchemy Connection).
 
-    Call only after S3 confirmed the delete or HEAD found the object absent. Raises
-    FenceMismatchError (nothing written) when the fence no longer holds.
+    Call only after S3 confirmed the delete or HEAD found the object absent. Returns the
+    tombstone written (``retired_at`` database time, evidence canonical JSON and its hex
+    SHA-256). Raises FenceMismatchError (nothing written) when the fence no longer holds;
+    database errors (``sqlalchemy.exc.DBAPIError``) pass through, nothing written.
     """
-    # prepared once per connection, run over libpq (db/prepared.py); run once more only if
-    # the server had forgotten the statements (that attempt changed nothing)
-    return statements().run_transaction(conn, lambda tx: _finalize(tx, claim, outcome))
-
-
-def _finalize(tx: Transaction, claim: Claim, outcome: Outcome) -> Tombstone:
-    """The body of ``finalize`` inside its transaction ``tx``."""
-    # ADR-0379 §3 step 5: plain FOR UPDATE by primary key, never SKIP LOCKED
-    locked = tx.execute("lock_control", {"attempt_id": claim.attempt_id})
-    if not _LOCK_COLUMNS_CHECKED:
-        _check_lock_columns(locked.column_names)
-    row = locked.first(_Locked._make)
-    if row is None:
-        raise FenceMismatchError(f"control {claim.attempt_id} is gone")
-    problem = _fence_problem(row, claim)
-    if problem is not None:
-        raise FenceMismatchError(f"control {claim.attempt_id}: {problem}")
-    retired_at: datetime = row.db_now
-    evidence = canonical_evidence(claim, outcome, retired_at)
-    digest = sha256_hex(evidence.encode("ascii"))
-    # ADR-0379 §3 step 5: delete the control and insert the exact tombstone in one
-    # statement, sent with the COMMIT (one round trip)
-    retired = tx.execute_and_commit("retire_control", {
-        "attempt_id": claim.attempt_id, "claim_version": claim.version,
-        "project_id": claim.project_id, "run_id": claim.run_id,
-        "artifact_id": claim.artifact_id, "outcome": outcome.value,
-        "retired_at": retired_at, "evidence": evidence, "evidence_sha256": digest,
-    })
-    if retired.rowcount != 1:  # the lease ran out while this transaction waited: the
-        # statement changed nothing, so its commit only released the row lock
-        raise FenceMismatchError(f"control {claim.attempt_id}: lease expired")
+    with conn.begin():
+        # ADR-0379 §3 step 5: plain FOR UPDATE by primary key, never SKIP LOCKED
+        locked = run_named(conn, queries()["lock_control"], {"attempt_id": claim.attempt_id})
+        if not _LOCK_COLUMNS_CHECKED:
+            _check_lock_columns(tuple(locked.keys()))
+        first = locked.first()
+        if first is None:
+            raise FenceMismatchError(f"control {claim.attempt_id} is gone")
+        row = _Locked._make(first)
+        problem = _fence_problem(row, claim)
+        if problem is not None:
+            raise FenceMismatchError(f"control {claim.attempt_id}: {problem}")
+        retired_at: datetime = row.db_now
+        evidence = canonical_evidence(claim, outcome, retired_at)
+        digest = sha256_hex(evidence.encode("ascii"))
+        # ADR-0379 §3 step 5: delete the control and insert the exact tombstone in one
+        # statement, committed with this transaction
+        retired = run_named(conn, queries()["retire_control"], {
+            "attempt_id": claim.attempt_id, "claim_version": claim.version,
+            "project_id": claim.project_id, "run_id": claim.run_id,
+            "artifact_id": claim.artifact_id, "outcome": outcome.value,
+            "retired_at": retired_at, "evidence": evidence, "evidence_sha256": digest,
+        })
+        if retired.rowcount != 1:  # the lease ran out while this transaction waited: the
+            # statement changed nothing; the rollback only releases the row lock
+            raise FenceMismatchError(f"control {claim.attempt_id}: lease expired")
     return Tombstone(claim.attempt_id, claim.artifact_id, outcome, retired_at, evidence, digest)
 
 
 def record_failure(
-    conn: psycopg.Connection[Any],
+    conn: Connection,
     claim: Claim,
     failure_class: FailureClass,
     *,
@@ -231,7 +228,8 @@ def record_failure(
     The delay is ``retry_delay_s(failures, base retry_base_s (default 60 s), cap 86,400 s)``:
     full jitter, capped at 24 h before exponentiation (ADR-0379 §4). After ``manual_after``
     failures the control moves to ``manual``. Fenced by owner, token and version: returns
-    None (nothing changed) when another claim superseded this one. Raises ValidationError
+    None (nothing changed) when another claim superseded this one. One transaction, opened
+    and committed on ``conn`` (an idle SQLAlchemy Connection). Raises ValidationError
     when ``manual_after`` < 1 or ``retry_base_s`` is outside 0 < base ≤ 86,400 s.
     """
     if manual_after < 1:
@@ -246,6 +244,6 @@ def record_failure(
         "failure_class": FailureClass(failure_class).value,
         "manual_after": manual_after, "delay_s": delay_s,
     }
-    row = statements().run_transaction(
-        conn, lambda tx: tx.execute("record_failure", params).first(tuple))
+    with conn.begin():
+        row = run_named(conn, queries()["record_failure"], params).first()
     return None if row is None else FailureRecorded(row[0], row[1], row[2])

@@ -8,7 +8,8 @@ recorded artifact raises TombstoneIntegrityError (fail closed). The HTTP endpoin
 ``LogReadResult.status`` one to one.
 
 No pooled connection is held across an S3 call: ``ConnectionGate`` counts the connections the
-calling thread holds, and ``S3LogReader`` refuses S3 work while it is non-zero.
+calling thread holds from the SQLAlchemy engine (``db/engine.py``), and ``S3LogReader``
+refuses S3 work while it is non-zero.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ import hashlib
 import json
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from qinglong.control.db.engine import run_named
 from qinglong.control.retention.claims import queries
 from qinglong.control.retention.finalize import EVIDENCE_SCHEMA
 from qinglong.control.retention.objects import (
@@ -38,10 +40,8 @@ from qinglong.shared.errors import QinglongError
 from qinglong.shared.ids import validate_uuid7
 
 if TYPE_CHECKING:
-    import psycopg
     from mypy_boto3_s3 import S3Client
-
-    ConnectionFactory = Callable[[], AbstractContextManager[psycopg.Connection[Any]]]
+    from sqlalchemy import Connection, Engine
 
 
 class TombstoneIntegrityError(QinglongError):
@@ -71,19 +71,21 @@ class LogObjectReader(Protocol):
 
 
 class ConnectionGate:
-    """Wraps a connection factory and knows whether the calling thread holds a connection."""
+    """Wraps an SQLAlchemy ``engine`` and knows whether the calling thread holds one of its
+    connections."""
 
-    def __init__(self, connect: ConnectionFactory) -> None:
-        self._connect, self._local = connect, threading.local()
+    def __init__(self, engine: Engine) -> None:
+        self._engine, self._local = engine, threading.local()
 
     def held(self) -> bool:
         """True while the calling thread is inside ``connection()``."""
         return int(getattr(self._local, "held", 0)) > 0
 
     @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection[Any]]:
-        """A connection from the wrapped factory, counted while it is held."""
-        with self._connect() as conn:
+    def connection(self) -> Iterator[Connection]:
+        """A pooled connection of the engine (idle, not in a transaction), counted while it
+        is held; returned to the pool on exit."""
+        with self._engine.connect() as conn:
             self._local.held = int(getattr(self._local, "held", 0)) + 1
             try:
                 yield conn
@@ -127,10 +129,10 @@ class S3LogReader:
 
 
 def _state(gate: ConnectionGate, attempt_id: str) -> dict[str, Any] | None:
-    from psycopg.rows import dict_row
-
-    with gate.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(queries()["read_log_state"], {"attempt_id": attempt_id}).fetchone()
+    with gate.connection() as conn, conn.begin():
+        row = run_named(conn, queries()["read_log_state"], {"attempt_id": attempt_id}
+                        ).mappings().first()
+    return None if row is None else dict(row)
 
 
 def verify_tombstone(attempt_id: str, row: dict[str, Any]) -> None:
@@ -181,8 +183,9 @@ def read_attempt_log(gate: ConnectionGate, store: LogObjectReader,
     """The log of ``attempt_id`` (a UUIDv7) as 200/404/410/503 (DESIGN.md §4.4).
 
     Raises TombstoneIntegrityError (tampered tombstone), ArtifactIntegrityMismatchError (the
-    stored bytes are not the recorded artifact), InvalidIdentifierError (bad id); psycopg
-    errors pass through. The S3 call runs with no connection held (``gate``).
+    stored bytes are not the recorded artifact), InvalidIdentifierError (bad id); database
+    errors (``sqlalchemy.exc.DBAPIError``) pass through. The S3 call runs with no
+    connection held (``gate``).
     """
     attempt_id = validate_uuid7(attempt_id)
     row = _state(gate, attempt_id)  # ADR-0379 §5: tombstone before S3

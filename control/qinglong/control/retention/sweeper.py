@@ -12,9 +12,11 @@ One sweep of one replica (DESIGN.md §4.3):
 Bounds per sweep: claims, DELETE calls and a wall-clock budget. Rows a sweep does not reach
 (budget spent, stop requested) stay leased and are settled by the next claim after their lease
 expires: every claimed row is always settled or leased. No cursor across sweeps, no timer per
-attempt. ``in_transaction`` of the object store is wired to a thread-local count of pooled
-connections this sweeper holds, so an S3 call with a connection checked out raises
-TransactionHeldError (ADR-0379 §3: S3 never runs inside a database transaction).
+attempt. Every database step takes a connection of the SQLAlchemy engine (``db/engine.py``)
+and returns it before S3 is called. ``in_transaction`` of the object store is wired to a
+thread-local count of pooled connections this sweeper holds, so an S3 call with a
+connection checked out raises TransactionHeldError (ADR-0379 §3: S3 never runs inside a
+database transaction).
 """
 
 from __future__ import annotations
@@ -24,9 +26,9 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from qinglong.control.errors import FenceMismatchError
 from qinglong.control.retention import finalize as fin
@@ -49,10 +51,8 @@ from qinglong.shared.backoff import retry_delay_s
 from qinglong.shared.errors import ValidationError
 
 if TYPE_CHECKING:
-    import psycopg
     from mypy_boto3_s3 import S3Client
-
-    ConnectionFactory = Callable[[], AbstractContextManager[psycopg.Connection[Any]]]
+    from sqlalchemy import Connection, Engine
 
 log = logging.getLogger(__name__)
 MAX_DELETES_PER_SWEEP = 1000
@@ -97,8 +97,9 @@ class SweepResult:
 class RunAttemptLogRetentionSweeper:
     """Bounded retention sweeps for one replica, run inline (``run_once``) or on one thread.
 
-    ``connect()`` returns a context manager yielding an idle autocommit connection (e.g.
-    ``pool.connection``); ``client`` a boto3 S3 client from ``objects.make_client``;
+    ``engine`` is the SQLAlchemy engine of ``db/engine.py`` (give it a ``lock_timeout_ms`` so
+    a sweep blocked by a table lock returns to its loop and to a pending stop); ``client`` a
+    boto3 S3 client from ``objects.make_client``;
     ``probe_bucket`` the bucket the ``If-Match`` canary runs in. Raises ValidationError on a bad
     Config (the message names the numbers). # ADR-0379 §4
     """
@@ -156,11 +157,11 @@ class RunAttemptLogRetentionSweeper:
                 raise ValidationError("delete_guard_s", f"{self.delete_guard_s} s must be ≥ 0 "
                                       f"and below the lease of {self.lease_s} s")
 
-    def __init__(self, connect: ConnectionFactory, client: S3Client, owner: ClaimOwner, *,
+    def __init__(self, engine: Engine, client: S3Client, owner: ClaimOwner, *,
                  probe_bucket: str, config: Config | None = None) -> None:
         self.config = config or self.Config()
         self.config.validate()
-        self._connect, self._client, self._owner = connect, client, owner
+        self._engine, self._client, self._owner = engine, client, owner
         self._probe_bucket = probe_bucket
         self._local = threading.local()
         self.store = S3ObjectStore(client, in_transaction=self.holds_connection)
@@ -184,8 +185,9 @@ class RunAttemptLogRetentionSweeper:
         return int(getattr(self._local, "held", 0)) > 0
 
     @contextmanager
-    def _db(self) -> Iterator[psycopg.Connection[Any]]:
-        with self._connect() as conn:
+    def _db(self) -> Iterator[Connection]:
+        """An idle pooled connection, counted while held (``holds_connection``)."""
+        with self._engine.connect() as conn:
             self._local.held = int(getattr(self._local, "held", 0)) + 1
             try:
                 yield conn
@@ -236,7 +238,7 @@ class RunAttemptLogRetentionSweeper:
         rows towards ``manual``; two rows in a row failing ``artifact_unavailable`` end the
         sweep early (the rest stay leased) and make the next sweep probe again.
         """
-        import psycopg
+        from sqlalchemy.exc import SQLAlchemyError
 
         cfg = self.config
         if self.probe_due():
@@ -281,7 +283,7 @@ class RunAttemptLogRetentionSweeper:
                 counts[outcome.value] += 1
             except FenceMismatchError:
                 counts["fence_mismatch"] += 1
-            except psycopg.Error:
+            except SQLAlchemyError:  # the database (or the pool) failed: nothing written
                 self._fail(c, fin.FailureClass.RETIREMENT_RECORD_UNAVAILABLE, counts)
         return SweepResult(len(claims), dict(counts), time.monotonic() - started)
 
@@ -307,7 +309,7 @@ class RunAttemptLogRetentionSweeper:
               counts: Counter[str]) -> fin.FailureRecorded | None:
         """Persist ``failure`` with a retry time (ADR-0379 §4) and return what was recorded;
         None when the fence no longer held or the write failed (the row stays leased)."""
-        import psycopg
+        from sqlalchemy.exc import SQLAlchemyError
 
         counts[failure.value] += 1
         try:
@@ -315,7 +317,7 @@ class RunAttemptLogRetentionSweeper:
                 recorded = fin.record_failure(conn, c, failure,
                                               manual_after=self.config.manual_after,
                                               retry_base_s=self.config.retry_base_s)
-        except psycopg.Error:
+        except SQLAlchemyError:
             log.warning("could not record %s for %s; the lease will expire", failure.value,
                         c.attempt_id)
             return None
@@ -362,8 +364,9 @@ class RunAttemptLogRetentionSweeper:
                     self.on_sweep(result)
             except Exception as exc:  # keep the lifecycle alive; the next sweep retries
                 failures += 1
+                cause = getattr(exc, "orig", None) or exc  # the driver's error, not the SQL
                 log.warning("retention sweep failed (%d in a row): %s: %s", failures,
-                            type(exc).__name__, redact(str(exc)))
+                            type(cause).__name__, redact(str(cause)))
                 log.debug("retention sweep failure", exc_info=True)
             self._stop.wait(self.pause_s(failures))
 
