@@ -397,3 +397,12 @@ def sweep(database_url: str, log_bucket: str, s3_endpoint: str | None,
                                     "the object store); any rows it holds stay leased")
     finally:
         pool.close()
+
+
+def _add_token_commands() -> None:
+    from qinglong.control.cli_tokens import token
+
+    control.add_command(token)
+
+
+_add_token_commands()

@@ -19,7 +19,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, select, text, update
+from sqlalchemy import func, null, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from qinglong.control.api.errors import ApiError
@@ -33,6 +33,11 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection, RowMapping
 
 SCHEDULE_FIELDS = frozenset({"schedule", "timezone", "enabled"})
+
+
+def _sql_nulls(values: dict[str, Any]) -> dict[str, Any]:
+    """JSON columns take SQL NULL, not the JSON ``null`` SQLAlchemy writes for None."""
+    return {k: null() if v is None and k == "argv" else v for k, v in values.items()}
 
 
 def invalid(field: str) -> ApiError:
@@ -95,7 +100,7 @@ def create_task(conn: Connection, project_id: str, values: dict[str, Any], by: s
                next_fire_at=next_fire_at(conn, values), schedule_version=1)
     try:
         with conn.begin_nested():
-            conn.execute(tasks.insert().values(**row))
+            conn.execute(tasks.insert().values(**_sql_nulls(row)))
     except IntegrityError as exc:
         if "tasks_live_name_idx" in str(exc.orig):
             raise ApiError(409, "task_exists", "a live task has this name") from None
@@ -106,15 +111,15 @@ def create_task(conn: Connection, project_id: str, values: dict[str, Any], by: s
 
 def _merged_env(old: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
     env: dict[str, Any] = {}
-    for name, entry in patch.items():
-        if entry["value"] is None:
+    for name, entry in patch.items():  # nested fields the client left out are absent
+        if entry.get("value") is None:
             if name not in old:
                 raise invalid("env")
             # keeping a value keeps its secrecy: an edit never downgrades a secret
             env[name] = {"value": old[name]["value"],
-                         "secret": bool(entry["secret"] or old[name].get("secret"))}
+                         "secret": bool(entry.get("secret") or old[name].get("secret"))}
         else:
-            env[name] = {"value": entry["value"], "secret": bool(entry["secret"])}
+            env[name] = {"value": entry["value"], "secret": bool(entry.get("secret"))}
     return env
 
 
@@ -140,7 +145,7 @@ def edit_task(conn: Connection, project_id: str, name: str, patch: dict[str, Any
     changed = sorted(f for f, v in patch.items() if old[f] != v)
     if not changed:
         return old
-    values: dict[str, Any] = {f: patch[f] for f in changed}
+    values: dict[str, Any] = _sql_nulls({f: patch[f] for f in changed})
     if SCHEDULE_FIELDS & set(changed):
         values["next_fire_at"] = next_fire_at(conn, merged)
         values["schedule_version"] = tasks.c.schedule_version + 1
