@@ -1,0 +1,182 @@
+"""The worker endpoints (DESIGN.md §4.2, §4.5): the routes listed in ``qinglong.shared.wire``.
+
+Every route needs a worker-pool token (``require("worker")``); the pool comes from the token,
+never from the body, and every lease statement is fenced by it, so a worker touches only
+attempts leased to an incarnation of its own pool (another pool's lease answers 409
+``lease_lost``, exactly like a stale one). Bodies are decoded with the wire types' strict
+``from_json``; a malformed body is 422 ``invalid_request`` naming the field, never its value.
+The OpenAPI document describes each body and answer with the JSON schema of its wire type.
+Dispatch errors map to their ``status`` and ``code`` (``dispatch/errors.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+from fastapi import APIRouter, Depends, Request
+from starlette.concurrency import run_in_threadpool
+
+from qinglong.control.api.context import ApiContext, get_context
+from qinglong.control.api.errors import ApiError
+from qinglong.control.api.security import require
+from qinglong.control.auth.tokens import Principal
+from qinglong.control.dispatch.claims import claim_attempts
+from qinglong.control.dispatch.completion import complete_attempt
+from qinglong.control.dispatch.config import DispatchConfig
+from qinglong.control.dispatch.errors import DispatchError
+from qinglong.control.dispatch.leases import heartbeat, report_started
+from qinglong.control.dispatch.log_upload import grant_log_upload
+from qinglong.control.dispatch.workers import register_incarnation, stop_incarnation
+from qinglong.shared import wire
+from qinglong.shared.errors import ValidationError
+
+W = TypeVar("W", bound=wire._Wire)
+WorkerPrincipal = Annotated[Principal, Depends(require("worker"))]
+router = APIRouter(prefix="/v1/worker", tags=["worker"])
+
+
+def _inline(schema: Any, defs: dict[str, Any]) -> Any:
+    """``schema`` with every ``#/$defs/X`` reference replaced by X (the wire types are not
+    recursive) and objects closed (``additionalProperties: false``, as ``from_json``)."""
+    if isinstance(schema, list):
+        return [_inline(item, defs) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        return _inline(defs[ref.removeprefix("#/$defs/")], defs)
+    out = {k: _inline(v, defs) for k, v in schema.items() if k != "$defs"}
+    if out.get("type") == "object" and "properties" in out:
+        out["additionalProperties"] = False
+    return out
+
+
+def schema_of(kind: type[Any]) -> dict[str, Any]:
+    """The self-contained JSON schema of a wire dataclass (pydantic's, references inlined)."""
+    from pydantic import TypeAdapter
+
+    raw = TypeAdapter(kind).json_schema()
+    result: dict[str, Any] = _inline(raw, raw.get("$defs", {}))
+    return result
+
+
+def _doc(body: type[Any], answer: type[Any]) -> dict[str, Any]:
+    """Route keywords that put ``body`` and ``answer`` into the OpenAPI document."""
+    return {
+        "openapi_extra": {"requestBody": {"required": True, "content": {
+            "application/json": {"schema": schema_of(body)}}}},
+        "responses": {200: {"content": {"application/json": {"schema": schema_of(answer)}}},
+                      409: {"description": "lease_lost, completion_conflict, log_mismatch, "
+                                           "unknown_incarnation"},
+                      403: {"description": "forbidden, labels_outside_pool"},
+                      422: {"description": "invalid_request"}},
+    }
+
+
+async def _decode(request: Request, kind: type[W]) -> W:
+    try:
+        data = json.loads(await request.body())
+    except (ValueError, UnicodeDecodeError):
+        raise ApiError(422, "invalid_request", "the body is not JSON") from None
+    try:
+        return kind.from_json(data)
+    except ValidationError as exc:
+        raise ApiError(422, "invalid_request", f"invalid field: {exc.field}") from None
+
+
+def _config(ctx: ApiContext) -> DispatchConfig:
+    config = ctx.extras.get("dispatch")
+    if isinstance(config, DispatchConfig):
+        return config
+    return DispatchConfig(lease_ms=ctx.lease_ms, heartbeat_ms=ctx.heartbeat_ms)
+
+
+async def _call(fn: Callable[[], Any]) -> dict[str, Any]:
+    """Run a blocking dispatch step off the event loop; map its typed errors."""
+    try:
+        answer = await run_in_threadpool(fn)
+    except DispatchError as exc:
+        raise ApiError(exc.status, exc.code, str(exc)) from None
+    except ValidationError as exc:
+        raise ApiError(422, "invalid_request", f"invalid field: {exc.field}") from None
+    result: dict[str, Any] = answer.to_json()
+    return result
+
+
+def _pool(principal: Principal) -> str:
+    if principal.pool_id is None:  # a worker token always names a pool (schema CHECK)
+        raise ApiError(403, "forbidden", "this token has no worker pool")
+    return principal.pool_id
+
+
+@router.post("/register", **_doc(wire.WorkerRegistration, wire.WorkerRegistered))
+async def register(request: Request, principal: WorkerPrincipal) -> dict[str, Any]:
+    """A worker process start: a new incarnation (403 ``labels_outside_pool``)."""
+    body = await _decode(request, wire.WorkerRegistration)
+    ctx = get_context(request)
+    return await _call(lambda: register_incarnation(
+        ctx.engine, _config(ctx), pool_id=_pool(principal),
+        pool_labels=principal.pool_labels or {}, registration=body))
+
+
+@router.post("/claim", **_doc(wire.ClaimRequest, wire.ClaimAnswer))
+async def claim(request: Request, principal: WorkerPrincipal) -> dict[str, Any]:
+    """Lease up to ``max_attempts`` queued attempts (409 ``unknown_incarnation``)."""
+    body = await _decode(request, wire.ClaimRequest)
+    ctx = get_context(request)
+    return await _call(lambda: claim_attempts(ctx.engine, _config(ctx),
+                                              pool_id=_pool(principal), request=body))
+
+
+@router.post("/started", **_doc(wire.StartedReport, wire.Ack))
+async def started(request: Request, principal: WorkerPrincipal) -> dict[str, Any]:
+    """The attempt's process runs; a replay answers ``replayed: true``."""
+    body = await _decode(request, wire.StartedReport)
+    ctx = get_context(request)
+    return await _call(lambda: report_started(ctx.engine, _config(ctx),
+                                              pool_id=_pool(principal), report=body))
+
+
+@router.post("/heartbeat", **_doc(wire.HeartbeatReport, wire.HeartbeatAnswer))
+async def beat(request: Request, principal: WorkerPrincipal) -> dict[str, Any]:
+    """Renew the lease; the answer carries ``cancel``."""
+    body = await _decode(request, wire.HeartbeatReport)
+    ctx = get_context(request)
+    return await _call(lambda: heartbeat(ctx.engine, _config(ctx),
+                                         pool_id=_pool(principal), report=body))
+
+
+@router.post("/log-upload", **_doc(wire.LogUploadRequest, wire.LogUploadGrant))
+async def log_upload(request: Request, principal: WorkerPrincipal) -> dict[str, Any]:
+    """A presigned PUT for the attempt's log (503 ``log_store_unavailable`` without a
+    bucket)."""
+    body = await _decode(request, wire.LogUploadRequest)
+    ctx = get_context(request)
+    return await _call(lambda: grant_log_upload(
+        ctx.engine, _config(ctx), s3=ctx.s3, bucket=ctx.bucket, pool_id=_pool(principal),
+        request=body))
+
+
+@router.post("/complete", **_doc(wire.CompletionReport, wire.Ack))
+async def complete(request: Request, principal: WorkerPrincipal) -> dict[str, Any]:
+    """The attempt ended; a replay answers ``replayed: true`` (409 ``log_mismatch``)."""
+    body = await _decode(request, wire.CompletionReport)
+    ctx = get_context(request)
+    return await _call(lambda: complete_attempt(
+        ctx.engine, s3=ctx.s3, bucket=ctx.bucket, pool_id=_pool(principal), report=body))
+
+
+@router.post("/stopped", **_doc(wire.WorkerStopped, wire.Ack))
+async def stopped(request: Request, principal: WorkerPrincipal) -> dict[str, Any]:
+    """The incarnation finished draining (idempotent)."""
+    body = await _decode(request, wire.WorkerStopped)
+    ctx = get_context(request)
+
+    def stop() -> wire.Ack:
+        stop_incarnation(ctx.engine, pool_id=_pool(principal),
+                         incarnation_id=body.incarnation_id)
+        return wire.Ack()
+
+    return await _call(stop)

@@ -1,0 +1,166 @@
+"""Completion of a leased attempt (DESIGN.md §4.2 fencing and logs, §4.3 enrollment).
+
+1. Read the lease. A replay of a completion already applied on this lease (same content)
+   answers ``Ack(replayed=True)``; other content on that lease is CompletionConflictError;
+   a lease that is not live is LeaseLostError. Nothing changes in either refusal.
+2. When the worker claims a log: HEAD the object with control's own S3 client, outside any
+   transaction, and require the claimed size, content type, identity metadata and SHA-256
+   (``retention/objects.py`` checks); any difference or absence is LogMismatchError.
+3. One transaction: compare-and-set the attempt to its terminal status (completion JSON kept
+   for replays), record the artifact with the VersionId S3 reported (ETag and VersionId also
+   in the completion JSON), then either queue the run again with capped jittered backoff by
+   database time (failed / timed out, attempts left, no cancel) or finish it with the
+   attempt's status and enroll its logs for retention (``enroll_run``); events for both.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import TYPE_CHECKING, Any
+
+from qinglong.control.db.engine import run_named
+from qinglong.control.dispatch.errors import (
+    CompletionConflictError,
+    LeaseLostError,
+    LogMismatchError,
+    LogStoreUnavailableError,
+)
+from qinglong.control.dispatch.leases import lease_params, lease_state
+from qinglong.control.dispatch.log_upload import log_identity
+from qinglong.control.dispatch.statements import insert_event, sql
+from qinglong.control.retention.claims import queries as retention_queries
+from qinglong.control.retention.objects import (
+    ArtifactIdentity,
+    ArtifactIntegrityMismatchError,
+    HeadResult,
+    ObjectStoreError,
+    S3ObjectStore,
+)
+from qinglong.shared.backoff import retry_delay_s
+from qinglong.shared.wire import Ack, CompletionReport
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection, Engine
+    from sqlalchemy.engine import RowMapping
+
+_COMPLETED = ("succeeded", "failed", "timed_out", "cancelled")
+_RETRYABLE = ("failed", "timed_out")
+
+
+class _RacedError(Exception):
+    """The compare-and-set found no live lease: decided after the rollback."""
+
+
+def complete_attempt(engine: Engine, *, s3: Any, bucket: str | None, pool_id: str,
+                     report: CompletionReport, rng: random.Random | None = None) -> Ack:
+    """Apply ``report`` to its leased attempt, all-or-nothing; ``Ack()`` when applied now,
+    ``Ack(replayed=True)`` for a replay of the applied completion.
+
+    Raises LeaseLostError (not live: recovered, re-claimed, expired by the database clock,
+    another pool's), CompletionConflictError (already completed differently), LogMismatchError
+    (HEAD differs from the claim or finds nothing), LogStoreUnavailableError (no bucket, or
+    S3 could not answer). ``rng`` draws the retry jitter (tests pin it).
+    """
+    with engine.begin() as conn:
+        state = lease_state(conn, pool_id, report.lease)
+    replay = _replay_answer(state, report)
+    if replay is not None:
+        return replay
+    assert state is not None
+    ident: ArtifactIdentity | None = None
+    head: HeadResult | None = None
+    if report.log is not None:
+        if s3 is None or not bucket:
+            raise LogStoreUnavailableError("no log bucket is configured")
+        ident = log_identity(bucket=bucket, project_id=state["project_id"],
+                             run_id=state["run_id"], attempt_id=state["attempt_id"],
+                             facts=report.log)
+        head = _verify_log(s3, ident)
+    try:
+        with engine.begin() as conn:
+            _apply(conn, state, pool_id, report, ident, head, rng)
+    except _RacedError:
+        with engine.begin() as conn:
+            state = lease_state(conn, pool_id, report.lease)
+        replay = _replay_answer(state, report)
+        if replay is not None:
+            return replay
+        raise LeaseLostError("the lease is not live") from None
+    return Ack()
+
+
+def _replay_answer(state: RowMapping | None, report: CompletionReport) -> Ack | None:
+    """None while the lease is live; the replay's answer, or the refusal, otherwise."""
+    if state is None:
+        raise LeaseLostError("the lease is not live")
+    if state["status"] in _COMPLETED and state["completion"] is not None:
+        if state["completion"].get("report") == report.to_json():
+            return Ack(replayed=True)
+        raise CompletionConflictError("this lease was already completed differently")
+    if state["status"] not in ("claimed", "starting", "running") or not state["live"]:
+        raise LeaseLostError("the lease is not live")
+    return None
+
+
+def _verify_log(s3: Any, ident: ArtifactIdentity) -> HeadResult:
+    """HEAD with control's own client (no transaction is open here: ADR-0379 §3)."""
+    store = S3ObjectStore(s3, in_transaction=lambda: False)
+    try:
+        head = store.head(ident)
+    except ArtifactIntegrityMismatchError as exc:
+        raise LogMismatchError(exc.reason) from None
+    except ObjectStoreError as exc:
+        raise LogStoreUnavailableError(f"the log store could not be read: {exc.reason}") \
+            from None
+    if head.state != "present":
+        raise LogMismatchError("object absent")
+    return head
+
+
+def _apply(conn: Connection, state: RowMapping, pool_id: str, report: CompletionReport,
+           ident: ArtifactIdentity | None, head: HeadResult | None,
+           rng: random.Random | None) -> None:
+    outcome = report.outcome
+    if state["cancel"] and outcome in _RETRYABLE:
+        outcome = "cancelled"  # the worker stopped it because a cancel was requested
+    version_id = head.version_id if head and head.version_id not in (None, "", "null") else None
+    completion = {"report": report.to_json(),
+                  "object": None if head is None else {"etag": head.etag,
+                                                       "version_id": version_id}}
+    row = run_named(conn, sql("complete_attempt"), lease_params(
+        pool_id, report.lease, status=outcome, exit_code=report.exit_code,
+        signal=report.signal, reason=report.reason,
+        completion=json.dumps(completion))).first()
+    if row is None:
+        raise _RacedError()
+    attempt_id, run_id = state["attempt_id"], state["run_id"]
+    insert_event(conn, run_id=run_id, attempt_id=attempt_id, kind="attempt_completed",
+                 from_status=str(row[0]), to_status=outcome,
+                 detail={"reason": report.reason} if report.reason else None)
+    if ident is not None:
+        run_named(conn, sql("insert_log_artifact"), {
+            "id": ident.metadata["artifact"], "attempt_id": attempt_id,
+            "project_id": state["project_id"], "run_id": run_id, "bucket": ident.bucket,
+            "object_key": ident.key, "version_id": version_id, "size_bytes": ident.size,
+            "sha256": ident.sha256, "content_type": ident.content_type,
+            "metadata": json.dumps(dict(ident.metadata), sort_keys=True)})
+    retry = (outcome in _RETRYABLE and not state["cancel"]
+             and int(state["number"]) < int(state["max_attempts"]))
+    if retry:
+        delay_s = retry_delay_s(int(state["number"]),
+                                base_s=state["retry_backoff_ms"] / 1000.0,
+                                cap_s=state["retry_backoff_cap_ms"] / 1000.0, rng=rng)
+        moved = run_named(conn, sql("requeue_run"),
+                          {"run_id": run_id, "delay_s": delay_s}).mappings().first()
+    else:
+        moved = run_named(conn, sql("finish_run"), {
+            "run_id": run_id, "status": outcome, "exit_code": report.exit_code}).mappings().first()
+    if moved is None:  # the run left dispatching/running without its attempt: fail closed
+        raise _RacedError()
+    insert_event(conn, run_id=run_id, attempt_id=attempt_id,
+                 kind="run_requeued" if retry else "run_finished",
+                 from_status=moved["from_status"], to_status=moved["to_status"])
+    if not retry:
+        # ADR-0379 §2: enrolled in the terminal transition's own transaction
+        run_named(conn, retention_queries()["enroll_run"], {"run_id": run_id})
