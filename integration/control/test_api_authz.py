@@ -85,7 +85,7 @@ def test_every_principal_against_every_route(api: ApiWorld) -> None:
                 ok = status == 403 if not allowed(who, needed) else status not in (401, 403)
             else:
                 ok = status == 401
-            if not ok or status >= 500 and status != 503:
+            if not ok or (status >= 500 and status != 503):
                 failures.append((method, path, who, status))
     assert failures == []
 
