@@ -164,7 +164,7 @@ def test_c21_stale_completion_after_recovery_and_reclaim_is_refused(
     with pytest.raises(LeaseLostError):
         complete_attempt(engine, s3=None, bucket=None, pool_id=pool,
                          report=_done(stale.lease, "failed", 1))
-    assert world.attempt(stale.lease.attempt_id)[:2] == ("lost", "lease_expired")
+    assert world.attempt(stale.lease.attempt_id)[:2] == ("lost", "lost")
     assert world.attempt(fresh.lease.attempt_id)[0] == "succeeded"
     assert world.run_status(run_id) == "succeeded"
 
@@ -199,7 +199,7 @@ def test_a_failed_attempt_requeues_the_run_with_backoff_by_database_time(
     assert status == "queued" and 29 <= float(wait) <= 60  # equal jitter over [30 s, 60 s]
 
 
-def test_recovery_names_not_started_and_lease_expired_and_ends_runs_without_attempts_left(
+def test_recovery_names_not_started_and_lost_and_ends_runs_without_attempts_left(
         world: World, engine: Any) -> None:
     pool = world.pool()
     [never_started] = world.runs(world.task(max_attempts=2, backoff_ms=20_000,
@@ -217,7 +217,7 @@ def test_recovery_names_not_started_and_lease_expired_and_ends_runs_without_atte
     assert (result.lost, result.requeued, result.runs_lost) == (2, 1, 1)
     assert world.attempt(claimed[never_started].lease.attempt_id)[:2] == ("lost",
                                                                           "not_started")
-    assert world.attempt(claimed[started].lease.attempt_id)[:2] == ("lost", "lease_expired")
+    assert world.attempt(claimed[started].lease.attempt_id)[:2] == ("lost", "lost")
     status, wait = world.one("SELECT status, extract(epoch FROM not_before - now())"
                              " FROM runs WHERE id = %s", (never_started,))
     assert status == "queued" and 9 <= float(wait) <= 20

@@ -65,9 +65,9 @@ def test_upload_through_the_presigned_url_then_complete_records_and_enrolls(
                                                    _facts(BODY)))
     assert ack.replayed is False
     head = direct_s3.head_object(Bucket=bucket, Key=grant.object_key)
-    art_version, size, meta = world.one(
-        "SELECT version_id, size_bytes, metadata FROM run_attempt_log_artifacts")
-    assert art_version == head["VersionId"] and size == len(BODY)
+    art_version, size, meta, etag = world.one(
+        "SELECT version_id, size_bytes, metadata, etag FROM run_attempt_log_artifacts")
+    assert art_version == head["VersionId"] and size == len(BODY) and etag == head["ETag"]
     assert meta["artifact"] == f"wlog-{attempt.lease.attempt_id}"
     completion = world.attempt(attempt.lease.attempt_id)[2]
     assert completion["object"] == {"etag": head["ETag"], "version_id": head["VersionId"]}

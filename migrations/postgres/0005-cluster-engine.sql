@@ -123,6 +123,10 @@ CREATE INDEX task_events_task_idx ON task_events (task_id, at);
 
 ALTER TABLE events ADD COLUMN detail jsonb;
 
+-- What S3 reported for an uploaded log at completion (HEAD by control): the ETag beside the
+-- VersionId 0001 already records.
+ALTER TABLE run_attempt_log_artifacts ADD COLUMN etag text;
+
 -- The occurrence ledger: every slot of an enabled task has an outcome. Consecutive slots with
 -- one skip outcome are one row (first_slot, last_slot, slot_count); run_created rows name
 -- their run. Pruned with run history.

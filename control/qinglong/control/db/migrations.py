@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 # ADR-0379 §阶段验收: the reviewed hard cap moves exactly, one migration at a time.
 EXPECTED_MIGRATION_COUNT = 5
-EXPECTED_LAST_SHA256 = "dc164b33618599a0ca915f30ae47ff02bc78e722199de022c35d0f66e06ff88d"
+EXPECTED_LAST_SHA256 = "f422499a9f3ba84e4402b8ad5bb8934cc2ebafa0904901df8c7d8eb27a2f23bd"
 
 LEDGER_TABLE = "ql3_migration_ledger"
 ADVISORY_LOCK_KEY = 0x716C335F6D6967  # "ql3_mig": one key for every replica and release

@@ -188,6 +188,7 @@ run_attempt_log_artifacts = Table(
     Column("content_type", Text, nullable=False),
     Column("metadata", JSONB, nullable=False),
     Column("created_at", _TS, nullable=False),
+    Column("etag", Text),
 )
 
 run_attempt_log_retention_controls = Table(

@@ -144,7 +144,8 @@ def _apply(conn: Connection, state: RowMapping, pool_id: str, report: Completion
             "project_id": state["project_id"], "run_id": run_id, "bucket": ident.bucket,
             "object_key": ident.key, "version_id": version_id, "size_bytes": ident.size,
             "sha256": ident.sha256, "content_type": ident.content_type,
-            "metadata": json.dumps(dict(ident.metadata), sort_keys=True)})
+            "metadata": json.dumps(dict(ident.metadata), sort_keys=True),
+            "etag": head.etag if head is not None else None})
     retry = (outcome in _RETRYABLE and not state["cancel"]
              and int(state["number"]) < int(state["max_attempts"]))
     if retry:

@@ -171,11 +171,12 @@ RETURNING a.status AS from_status
 -- insert_log_artifact --
 -- The facts control read from its own HEAD of the uploaded log
 INSERT INTO run_attempt_log_artifacts (id, attempt_id, project_id, run_id, bucket, object_key,
-                                       version_id, size_bytes, sha256, content_type, metadata)
+                                       version_id, size_bytes, sha256, content_type, metadata,
+                                       etag)
 VALUES (%(id)s, CAST(%(attempt_id)s AS uuid), CAST(%(project_id)s AS uuid),
         CAST(%(run_id)s AS uuid), %(bucket)s, %(object_key)s,
         %(version_id)s, %(size_bytes)s, %(sha256)s, %(content_type)s,
-        CAST(%(metadata)s AS jsonb))
+        CAST(%(metadata)s AS jsonb), %(etag)s)
 
 -- finish_run --
 -- The run takes its last attempt's terminal status

@@ -10,7 +10,7 @@ One batch reads at most ``batch`` attempts whose lease expired by the database c
 1. ``lose_attempt``: compare-and-set on the lease version, a live status and
    ``lease_expires_at <= now()`` — a heartbeat or completion that got there first wins and the
    row is skipped. Reason ``not_started`` when the worker never reported the process started
-   (safe to retry), else ``lease_expired``.
+   (safe to retry), else ``lost`` (issue 11 item 5).
 2. The run goes back to ``queued`` with capped jittered backoff by database time when the
    task allows more attempts and no cancel was requested, else it ends ``lost``; events.
 
@@ -105,7 +105,7 @@ class LeaseRecovery:
                               full=len(expired) >= self.config.batch)
 
     def _recover(self, row: RowMapping) -> str | None:
-        reason = "lease_expired" if row["started"] else "not_started"
+        reason = "lost" if row["started"] else "not_started"
         number = int(row["number"])
         retry = not row["cancel"] and number < int(row["max_attempts"])
         delay_s = retry_delay_s(number, base_s=row["retry_backoff_ms"] / 1000.0,
