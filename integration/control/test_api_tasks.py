@@ -162,3 +162,19 @@ def test_edit_refuses_null_for_required_fields_and_two_commands(api: ApiWorld) -
     assert (switched["argv"], switched["shell"]) == (None, "echo hi")
     assert json.loads(api.sql("SELECT detail::text FROM task_events WHERE kind = 'edited'"
                               )[0][0])["fields"] == ["argv", "shell"]
+
+
+def test_run_now_queues_a_numbered_manual_run_kept_after_delete(api: ApiWorld) -> None:
+    api.client.post("/v1/tasks", json=task(), headers=api.as_("admin"))
+    first = api.client.post("/v1/tasks/backup/run", headers=api.as_("operator"))
+    second = api.client.post("/v1/tasks/backup/run", headers=api.as_("operator"))
+    assert (first.status_code, second.status_code) == (201, 201), first.text
+    assert (first.json()["number"], second.json()["number"]) == (1, 2)
+    run = api.client.get(f"/v1/runs/{first.json()['id']}", headers=api.as_("viewer")).json()
+    assert (run["status"], run["trigger"], run["task_name"]) == ("queued", "manual", "backup")
+    assert api.client.post("/v1/tasks/backup/run", headers=api.as_("viewer")).status_code == 403
+    api.client.delete("/v1/tasks/backup", headers=api.as_("admin"))
+    assert api.client.get(f"/v1/runs/{first.json()['id']}",
+                          headers=api.as_("viewer")).status_code == 200
+    assert api.client.post("/v1/tasks/backup/run",
+                           headers=api.as_("operator")).status_code == 404

@@ -135,18 +135,17 @@ def disable_task(name: TaskName, request: Request, who: Operator) -> TaskOut:
 
 @router.post("/v1/tasks/{name}/run", status_code=201, response_model=RunRef)
 def run_task(name: TaskName, request: Request, who: Operator) -> RunRef:
-    """Run now (operator): a queued run with trigger ``manual``. 409 ``run_refused`` when
-    the task's concurrency policy admits no run now."""
-    from qinglong.control.scheduling.run_creation import (  # type: ignore[import-untyped,import-not-found,unused-ignore]
-        create_run,
-    )
+    """Run now (operator): a queued run with trigger ``manual`` (``create_run``), its
+    number answered; a ``run_requested`` task event. 409 ``run_refused`` if no run was
+    created."""
+    from qinglong.control.scheduling.run_creation import create_run
 
     ctx = get_context(request)
     with ctx.engine.begin() as conn:
         task = live_task(conn, ctx.project_id, name, lock=True)
         created = create_run(conn, task_id=str(task["id"]), trigger="manual")
         if created is None:
-            raise ApiError(409, "run_refused", "the task's concurrency policy admits no run")
+            raise ApiError(409, "run_refused", "no run was created")
         record_event(conn, str(task["id"]), "run_requested", by=who.name)
         return RunRef(id=str(created.run_id), number=created.number)
 
