@@ -78,7 +78,7 @@ class EnvValueOut(BaseModel):
 
 
 _EXAMPLE: dict[str, Any] = {
-    "name": "backup", "argv": ["/bin/echo", "hello"], "schedule": "*/5 * * * *",
+    "name": "nightly", "argv": ["/bin/echo", "hello"], "schedule": "*/5 * * * *",
     "timezone": "Asia/Shanghai", "env": {"TOKEN": {"value": "s3cr3t", "secret": True}},
     "labels": {"zone": "a"}, "max_attempts": 2}
 
