@@ -4,6 +4,7 @@ cloned per test with ``CREATE DATABASE … TEMPLATE`` and a fresh runtime role e
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -61,3 +62,16 @@ def empty_db() -> Iterator[PgDb]:
     finally:
         drop_database(db.name)
         drop_role(db.runtime_role)
+
+
+@pytest.fixture
+def api(pg_db: PgDb) -> Iterator[Any]:
+    """The API over ``pg_db`` as its runtime role, with a token of every scope
+    (``api_world.ApiWorld``)."""
+    from api_world import close_world, open_world
+
+    world = open_world(pg_db)
+    try:
+        yield world
+    finally:
+        close_world(world)

@@ -421,3 +421,16 @@ def _sweep_until_stopped(engine: Engine, client: Any, owner: Any, log_bucket: st
         raise DrainTimeoutError(f"the running sweep did not end within "
                                 f"{config.stop_budget_s:g} s (blocked in the database or "
                                 "the object store); any rows it holds stay leased")
+
+
+def _add_commands() -> None:
+    """``token`` (cli_tokens.py) and ``serve`` (serve/command.py) live in their own modules;
+    both import nothing heavy at module level."""
+    from qinglong.control.cli_tokens import token
+    from qinglong.control.serve.command import serve
+
+    control.add_command(token)
+    control.add_command(serve)
+
+
+_add_commands()

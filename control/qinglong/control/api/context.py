@@ -11,6 +11,8 @@ if TYPE_CHECKING:
     from fastapi import Request
     from sqlalchemy import Engine
 
+    from qinglong.control.metrics import Metrics
+
 
 @dataclass
 class ApiContext:
@@ -19,7 +21,9 @@ class ApiContext:
     (heartbeat ≤ lease / 3, checked at start). ``s3`` a boto3 S3 client (or None when no
     bucket is configured: log endpoints answer 503), ``bucket`` its bucket, ``project_id``
     the project every task of this deployment belongs to. ``readiness``: a callable returning
-    ``(ready: bool, reasons: list[str], degraded: list[str])`` for ``/readyz``."""
+    ``(ready: bool, reasons: list[str], degraded: list[str])`` for ``/readyz`` (None: ready when
+    ``SELECT 1`` answers). ``metrics``: the process's counters (``qinglong.control.metrics``);
+    ``build_app`` creates one when None."""
 
     engine: Engine
     project_id: str
@@ -28,6 +32,7 @@ class ApiContext:
     s3: Any = None
     bucket: str | None = None
     readiness: Any = None
+    metrics: Metrics | None = None
     extras: dict[str, Any] = field(default_factory=dict)
 
 

@@ -36,6 +36,27 @@ def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, **extra}}
 
 
+def _declared_names(document: dict[str, Any]) -> set[str]:
+    """Every property and parameter name an OpenAPI ``document`` declares, plus the
+    request locations (body, query, path, header, cookie)."""
+    names = {"body", "query", "path", "header", "cookie"}
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("properties"), dict):
+                names.update(node["properties"])
+            if node.get("in") in ("query", "path", "header", "cookie") and "name" in node:
+                names.add(str(node["name"]))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(document)
+    return names
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Map ApiError, request validation errors (422 ``invalid_request``, naming the fields'
     locations only), HTTP errors raised by the framework (404/405 …) and any other exception
@@ -49,9 +70,21 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(error_body(exc.code, exc.message, **exc.extra),
                             status_code=exc.status)
 
+    known: set[str] = set()
+
+    def shown(part: Any) -> str:
+        """A location part as answered: list indexes and names the API itself declares
+        (OpenAPI properties and parameters); anything else — a dict key the client chose,
+        such as an env or label name — becomes ``*``, so no input is echoed."""
+        if not known:
+            known.update(_declared_names(app.openapi()))
+        if isinstance(part, int) or part in known:
+            return str(part)
+        return "*"
+
     async def invalid(_request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
-        fields = sorted({".".join(str(p) for p in err.get("loc", ()))
+        fields = sorted({".".join(shown(p) for p in err.get("loc", ()))
                          for err in exc.errors()})[:10]
         return JSONResponse(error_body("invalid_request",
                                        "invalid fields: " + ", ".join(fields)),

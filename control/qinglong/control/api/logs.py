@@ -1,0 +1,112 @@
+"""``GET /v1/attempts/{id}/log``: an attempt's log against retention (DESIGN.md §4.4).
+
+200 with the bytes (``text/plain``); 404 ``log_not_found`` when no log was recorded; 410
+``log_retired`` with ``retired_at`` and ``outcome`` (deleted / already_absent) when retention
+retired it; 503 ``log_unavailable`` when the object is missing without a tombstone or the
+store is unreachable or not configured (retry later) — never a fake "retired". A tombstone or
+object that fails its integrity check answers 500 with its own stable code (fail closed).
+
+The read itself is ``retention/read_path.read_attempt_log``, reached through the thin
+adapter ``_gate`` (a psycopg connection borrowed from the SQLAlchemy pool), so the read path
+can move to the engine without this module changing its answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
+
+from qinglong.control.api.adapters import driver
+from qinglong.control.api.context import get_context
+from qinglong.control.api.errors import ApiError, error_body
+from qinglong.control.api.models_common import ERRORS, ErrorBody
+from qinglong.control.api.security import require
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from qinglong.control.retention.read_path import ConnectionGate
+
+router = APIRouter(tags=["logs"], responses=ERRORS)
+
+
+class RetiredDetail(BaseModel):
+    """``code`` ``log_retired``; when and how retention retired the log."""
+
+    code: str
+    message: str
+    retired_at: datetime
+    outcome: str
+
+
+class RetiredBody(BaseModel):
+    """The 410 answer."""
+
+    error: RetiredDetail
+
+
+def _gate(engine: Engine) -> ConnectionGate:
+    """Adapter: read_path's connection factory over the engine's pool."""
+    from qinglong.control.retention.read_path import ConnectionGate
+
+    @contextmanager
+    def connect() -> Iterator[Any]:
+        with engine.connect() as conn:
+            yield driver(conn)
+
+    return ConnectionGate(connect)
+
+
+@router.get(
+    "/v1/attempts/{attempt_id}/log",
+    dependencies=[Depends(require("viewer"))],
+    response_class=Response,
+    responses={
+        200: {"content": {"text/plain": {"schema": {"type": "string"}}},
+              "description": "the log's bytes"},
+        410: {"model": RetiredBody, "description": "retired by retention"},
+        503: {"model": ErrorBody, "description": "unavailable: retry later"},
+    },
+)
+def get_log(attempt_id: UUID, request: Request) -> Response:
+    """The attempt's log (viewer): 200 / 404 / 410 / 503, DESIGN.md §4.4."""
+    from qinglong.control.retention.objects import ArtifactIntegrityMismatchError
+    from qinglong.control.retention.read_path import (
+        S3LogReader,
+        TombstoneIntegrityError,
+        read_attempt_log,
+    )
+    from qinglong.shared.errors import InvalidIdentifierError
+
+    ctx = get_context(request)
+    if ctx.s3 is None:
+        raise ApiError(503, "log_unavailable", "no log store is configured")
+    gate = _gate(ctx.engine)
+    reader = S3LogReader(ctx.s3, in_transaction=gate.held)
+    try:
+        result = read_attempt_log(gate, reader, str(attempt_id))
+    except TombstoneIntegrityError:
+        raise ApiError(500, "tombstone_integrity_mismatch",
+                       "the log's retirement record fails its integrity check") from None
+    except InvalidIdentifierError:  # not a UUIDv7: no attempt of ours has this id
+        raise ApiError(404, "log_not_found", "no log was recorded for this attempt") from None
+    except ArtifactIntegrityMismatchError:
+        raise ApiError(500, "artifact_integrity_mismatch",
+                       "the stored log differs from its record") from None
+    if result.status == 200:
+        return Response(result.body or b"", media_type="text/plain; charset=utf-8")
+    if result.status == 404:
+        raise ApiError(404, "log_not_found", "no log was recorded for this attempt")
+    if result.status == 410:
+        assert result.retired_at is not None
+        return JSONResponse(error_body("log_retired", "the log was retired by retention",
+                                       retired_at=result.retired_at.isoformat(),
+                                       outcome=result.outcome), status_code=410)
+    raise ApiError(503, "log_unavailable", "the log is unavailable; retry later")

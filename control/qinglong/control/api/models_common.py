@@ -1,0 +1,38 @@
+"""Models shared by several route modules: the error body and the run reference
+(DESIGN.md §4.5: errors are JSON with a stable code)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+
+class ErrorDetail(BaseModel):
+    """``code``: a stable snake_case name; ``message``: one line naming fields, never
+    values. Some errors add fixed facts (e.g. ``retired_at`` and ``outcome`` of a retired
+    log)."""
+
+    code: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    """Every answer that is not a success."""
+
+    error: ErrorDetail
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorBody, "description": "no, malformed, unknown or revoked token"},
+    403: {"model": ErrorBody, "description": "the token lacks the scope"},
+    404: {"model": ErrorBody, "description": "not found"},
+    422: {"model": ErrorBody, "description": "invalid request (fields named, values never)"},
+}
+
+
+class RunRef(BaseModel):
+    """A run just created: its ``id`` and per-task ``number``."""
+
+    id: str
+    number: int | None

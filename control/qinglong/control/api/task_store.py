@@ -1,0 +1,190 @@
+"""Task definitions in PostgreSQL for the API (DESIGN.md §2 Task, §4.2, §4.5).
+
+Every function runs inside the caller's transaction (``engine.begin()``) on a SQLAlchemy
+connection acting as the runtime role. Rules held here:
+
+- a live task's name is unique per project (``tasks_live_name_idx``): a duplicate is
+  ``ApiError(409, "task_exists")``; delete is soft (``deleted_at``), frees the name and
+  keeps runs, events and the ledger readable;
+- every change writes one ``task_events`` row naming the changed fields and the acting
+  token's name — never a value, so a secret never reaches history;
+- a change of schedule, time zone or enabled recomputes ``next_fire_at`` in the same
+  transaction (the first slot strictly after the database's ``now()`` in the task's zone,
+  from ``qinglong.shared.cron``) and bumps ``schedule_version``, the scheduler's
+  compare-and-set fence (§4.2); disable and delete set it NULL.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import func, null, select, text, update
+from sqlalchemy.exc import IntegrityError
+
+from qinglong.control.api.errors import ApiError
+from qinglong.control.db.tables import task_events, tasks
+from qinglong.shared.cron import parse_schedule
+from qinglong.shared.errors import ValidationError
+from qinglong.shared.ids import uuid7
+from qinglong.shared.wire import check_labels
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection, RowMapping
+
+SCHEDULE_FIELDS = frozenset({"schedule", "timezone", "enabled"})
+
+
+def _sql_nulls(values: dict[str, Any]) -> dict[str, Any]:
+    """JSON columns take SQL NULL, not the JSON ``null`` SQLAlchemy writes for None."""
+    return {k: null() if v is None and k == "argv" else v for k, v in values.items()}
+
+
+def invalid(field: str) -> ApiError:
+    """The 422 for one body field, naming it and never its value."""
+    return ApiError(422, "invalid_request", f"invalid fields: body.{field}")
+
+
+def check_definition(values: dict[str, Any]) -> None:
+    """Validate the cross-field rules of a whole definition: exactly one of argv/shell, the
+    schedule and time zone (shared cron module), the labels. Raises ApiError 422."""
+    if (values.get("argv") is None) == (values.get("shell") is None):
+        raise ApiError(422, "invalid_request", "give exactly one of argv and shell")
+    try:
+        if values.get("schedule") is not None:
+            parse_schedule(values["schedule"], values["timezone"])
+        else:
+            parse_schedule("@once", values["timezone"])  # the zone alone
+        check_labels(values.get("labels", {}))
+    except ValidationError as exc:
+        raise invalid(exc.field) from None
+
+
+def next_fire_at(conn: Connection, values: dict[str, Any]) -> datetime | None:
+    """The first slot strictly after the database's now() in the task's zone, or None for a
+    disabled, manual (no schedule), @once or @boot task. # DESIGN.md §4.2"""
+    if not values.get("enabled", True) or values.get("schedule") is None:
+        return None
+    schedule = parse_schedule(values["schedule"], values["timezone"])
+    now: datetime = conn.execute(text("SELECT now()")).scalar_one()
+    slot = schedule.next_slot_after(int(now.timestamp() * 1000))
+    return None if slot is None else datetime.fromtimestamp(slot / 1000, UTC)
+
+
+def record_event(conn: Connection, task_id: str, kind: str, **detail: Any) -> None:
+    """Append one ``task_events`` row (field names and token names only, never values)."""
+    conn.execute(task_events.insert().values(id=uuid7(), task_id=task_id, kind=kind,
+                                             detail=detail))
+
+
+def live_task(conn: Connection, project_id: str, name: str, *, lock: bool = False
+              ) -> RowMapping:
+    """The live task ``name`` of the project; ApiError 404 ``task_not_found`` otherwise."""
+    query = select(tasks).where(tasks.c.project_id == project_id, tasks.c.name == name,
+                                tasks.c.deleted_at.is_(None))
+    if lock:
+        query = query.with_for_update()
+    row = conn.execute(query).mappings().first()
+    if row is None:
+        raise ApiError(404, "task_not_found", "no live task has this name")
+    return row
+
+
+def create_task(conn: Connection, project_id: str, values: dict[str, Any], by: str
+                ) -> RowMapping:
+    """Insert a task from validated ``values`` (TaskCreate's fields); 409 ``task_exists``
+    when a live task has the name."""
+    check_definition(values)
+    task_id = uuid7()
+    row = dict(values, id=task_id, project_id=project_id,
+               next_fire_at=next_fire_at(conn, values), schedule_version=1)
+    try:
+        with conn.begin_nested():
+            conn.execute(tasks.insert().values(**_sql_nulls(row)))
+    except IntegrityError as exc:
+        if "tasks_live_name_idx" in str(exc.orig):
+            raise ApiError(409, "task_exists", "a live task has this name") from None
+        raise
+    record_event(conn, task_id, "created", by=by)
+    return conn.execute(select(tasks).where(tasks.c.id == task_id)).mappings().one()
+
+
+def _merged_env(old: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    env: dict[str, Any] = {}
+    for name, entry in patch.items():  # nested fields the client left out are absent
+        if entry.get("value") is None:
+            if name not in old:
+                raise invalid("env")
+            # keeping a value keeps its secrecy: an edit never downgrades a secret
+            env[name] = {"value": old[name]["value"],
+                         "secret": bool(entry.get("secret") or old[name].get("secret"))}
+        else:
+            env[name] = {"value": entry["value"], "secret": bool(entry.get("secret"))}
+    return env
+
+
+def edit_task(conn: Connection, project_id: str, name: str, patch: dict[str, Any],
+              nullable: frozenset[str], by: str) -> RowMapping:
+    """Apply ``patch`` (the fields the client sent) to the live task ``name``; keeps its id
+    and history, writes an ``edited`` event naming the changed fields. 422 for a null
+    non-nullable field or a broken definition; 404 for an unknown name."""
+    old = live_task(conn, project_id, name, lock=True)
+    for field, value in patch.items():
+        if value is None and field not in nullable:
+            raise invalid(field)
+    if patch.get("argv") is not None and patch.get("shell") is not None:
+        raise ApiError(422, "invalid_request", "give exactly one of argv and shell")
+    if patch.get("argv") is not None:
+        patch.setdefault("shell", None)
+    if patch.get("shell") is not None:
+        patch.setdefault("argv", None)
+    if "env" in patch:
+        patch["env"] = _merged_env(dict(old["env"]), patch["env"])
+    merged = {**dict(old), **patch}
+    check_definition(merged)
+    changed = sorted(f for f, v in patch.items() if old[f] != v)
+    if not changed:
+        return old
+    values: dict[str, Any] = _sql_nulls({f: patch[f] for f in changed})
+    if SCHEDULE_FIELDS & set(changed):
+        values["next_fire_at"] = next_fire_at(conn, merged)
+        values["schedule_version"] = tasks.c.schedule_version + 1
+    conn.execute(update(tasks).where(tasks.c.id == old["id"]).values(
+        **values, version=tasks.c.version + 1, updated_at=func.now()))
+    record_event(conn, old["id"], "edited", fields=changed, by=by)
+    return conn.execute(select(tasks).where(tasks.c.id == old["id"])).mappings().one()
+
+
+def set_enabled(conn: Connection, project_id: str, name: str, enabled: bool, by: str
+                ) -> RowMapping:
+    """Enable (next fire time computed) or disable (next fire time NULL) the live task;
+    idempotent: no change, no event."""
+    old = live_task(conn, project_id, name, lock=True)
+    if old["enabled"] == enabled:
+        return old
+    merged = {**dict(old), "enabled": enabled}
+    conn.execute(update(tasks).where(tasks.c.id == old["id"]).values(
+        enabled=enabled, next_fire_at=next_fire_at(conn, merged),
+        schedule_version=tasks.c.schedule_version + 1, version=tasks.c.version + 1,
+        updated_at=func.now()))
+    record_event(conn, old["id"], "enabled" if enabled else "disabled", by=by)
+    return conn.execute(select(tasks).where(tasks.c.id == old["id"])).mappings().one()
+
+
+def delete_task(conn: Connection, project_id: str, name: str, by: str) -> None:
+    """Soft-delete the live task: ``deleted_at`` set, next fire time NULL, name freed;
+    its runs, events and ledger stay readable."""
+    old = live_task(conn, project_id, name, lock=True)
+    conn.execute(update(tasks).where(tasks.c.id == old["id"]).values(
+        deleted_at=func.now(), next_fire_at=None,
+        schedule_version=tasks.c.schedule_version + 1, version=tasks.c.version + 1,
+        updated_at=func.now()))
+    record_event(conn, old["id"], "deleted", by=by)
+
+
+def history(conn: Connection, task_id: str, limit: int = 100) -> list[RowMapping]:
+    """The task's latest ``limit`` events, newest first."""
+    return list(conn.execute(
+        select(task_events).where(task_events.c.task_id == task_id)
+        .order_by(task_events.c.at.desc(), task_events.c.id.desc()).limit(limit)
+    ).mappings())

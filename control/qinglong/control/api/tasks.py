@@ -1,0 +1,170 @@
+"""Task routes: CRUD, run now, enable/disable, the occurrence ledger (DESIGN.md §4.2, §4.5).
+
+Scopes: reads need ``viewer``; run now, enable and disable need ``operator``; create, edit
+and delete need ``admin``. Secret env values are never answered (``EnvValueOut``). Rules of
+the stored definition live in ``task_store.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+from uuid import UUID
+
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from sqlalchemy import RowMapping, select
+
+from qinglong.control.api.context import get_context
+from qinglong.control.api.errors import ApiError
+from qinglong.control.api.models_common import ERRORS, RunRef
+from qinglong.control.api.security import require
+from qinglong.control.api.task_models import (
+    NAME_PATTERN,
+    NULLABLE_ON_EDIT,
+    EnvValueOut,
+    OccurrenceOut,
+    OccurrencePage,
+    TaskCreate,
+    TaskDetail,
+    TaskEventOut,
+    TaskOut,
+    TaskPage,
+    TaskPatch,
+)
+from qinglong.control.api.task_store import (
+    create_task,
+    delete_task,
+    edit_task,
+    history,
+    live_task,
+    record_event,
+    set_enabled,
+)
+from qinglong.control.auth.tokens import Principal
+from qinglong.control.db.tables import occurrences, tasks
+
+router = APIRouter(tags=["tasks"], responses=ERRORS)
+TaskNameParam = Annotated[str, Query(pattern=NAME_PATTERN)]
+TaskName = Annotated[str, Path(pattern=NAME_PATTERN, examples=["backup"])]
+Viewer = Annotated[Principal, Depends(require("viewer"))]
+Operator = Annotated[Principal, Depends(require("operator"))]
+Admin = Annotated[Principal, Depends(require("admin"))]
+Limit = Annotated[int, Query(ge=1, le=200)]
+
+
+def task_out(row: RowMapping) -> TaskOut:
+    """The answer for one task row; secret values become null. # DESIGN.md §4.5"""
+    env = {name: EnvValueOut(value=None if e.get("secret") else e.get("value"),
+                             secret=bool(e.get("secret")))
+           for name, e in dict(row["env"]).items()}
+    fields = {f: row[f] for f in TaskOut.model_fields if f not in ("env", "id")}
+    return TaskOut(id=str(row["id"]), env=env, **fields)
+
+
+def _detail(conn: Any, row: RowMapping) -> TaskDetail:
+    events = [TaskEventOut(kind=e["kind"], detail=dict(e["detail"]), at=e["at"])
+              for e in history(conn, str(row["id"]))]
+    return TaskDetail(**task_out(row).model_dump(), history=events)
+
+
+@router.post("/v1/tasks", status_code=201, response_model=TaskDetail)
+def post_task(body: TaskCreate, request: Request, who: Admin) -> TaskDetail:
+    """Create a task (admin). 409 ``task_exists`` when a live task has the name."""
+    ctx = get_context(request)
+    with ctx.engine.begin() as conn:
+        row = create_task(conn, ctx.project_id, body.model_dump(), who.name)
+        return _detail(conn, row)
+
+
+@router.get("/v1/tasks", response_model=TaskPage)
+def get_tasks(request: Request, _who: Viewer, cursor: TaskNameParam | None = None,
+              limit: Limit = 50) -> TaskPage:
+    """Live tasks ordered by name; keyset pages (``cursor``: the last name seen)."""
+    ctx = get_context(request)
+    query = select(tasks).where(tasks.c.project_id == ctx.project_id,
+                                tasks.c.deleted_at.is_(None))
+    if cursor is not None:
+        query = query.where(tasks.c.name > cursor)
+    with ctx.engine.connect() as conn:
+        rows = list(conn.execute(query.order_by(tasks.c.name).limit(limit)).mappings())
+    items = [task_out(r) for r in rows]
+    return TaskPage(items=items, next_cursor=items[-1].name if len(items) == limit else None)
+
+
+@router.get("/v1/tasks/{name}", response_model=TaskDetail)
+def get_task(name: TaskName, request: Request, _who: Viewer) -> TaskDetail:
+    """One live task with its history (newest first)."""
+    ctx = get_context(request)
+    with ctx.engine.connect() as conn:
+        return _detail(conn, live_task(conn, ctx.project_id, name))
+
+
+@router.patch("/v1/tasks/{name}", response_model=TaskDetail)
+def patch_task(name: TaskName, body: TaskPatch, request: Request, who: Admin) -> TaskDetail:
+    """Edit a task in place (admin): same id, history kept, an ``edited`` event."""
+    ctx = get_context(request)
+    patch = body.model_dump(exclude_unset=True)
+    with ctx.engine.begin() as conn:
+        row = edit_task(conn, ctx.project_id, name, patch, NULLABLE_ON_EDIT, who.name)
+        return _detail(conn, row)
+
+
+@router.delete("/v1/tasks/{name}", status_code=204, response_class=Response)
+def remove_task(name: TaskName, request: Request, who: Admin) -> Response:
+    """Remove a task (admin; soft: history stays readable, the name is free again)."""
+    ctx = get_context(request)
+    with ctx.engine.begin() as conn:
+        delete_task(conn, ctx.project_id, name, who.name)
+    return Response(status_code=204)
+
+
+@router.post("/v1/tasks/{name}/enable", response_model=TaskOut)
+def enable_task(name: TaskName, request: Request, who: Operator) -> TaskOut:
+    """Enable (operator): the next fire time is computed now."""
+    ctx = get_context(request)
+    with ctx.engine.begin() as conn:
+        return task_out(set_enabled(conn, ctx.project_id, name, True, who.name))
+
+
+@router.post("/v1/tasks/{name}/disable", response_model=TaskOut)
+def disable_task(name: TaskName, request: Request, who: Operator) -> TaskOut:
+    """Disable (operator): nothing fires until enabled again."""
+    ctx = get_context(request)
+    with ctx.engine.begin() as conn:
+        return task_out(set_enabled(conn, ctx.project_id, name, False, who.name))
+
+
+@router.post("/v1/tasks/{name}/run", status_code=201, response_model=RunRef)
+def run_task(name: TaskName, request: Request, who: Operator) -> RunRef:
+    """Run now (operator): a queued run with trigger ``manual`` (``create_run``), its
+    number answered; a ``run_requested`` task event. 409 ``run_refused`` if no run was
+    created."""
+    from qinglong.control.scheduling.run_creation import create_run
+
+    ctx = get_context(request)
+    with ctx.engine.begin() as conn:
+        task = live_task(conn, ctx.project_id, name, lock=True)
+        created = create_run(conn, task_id=str(task["id"]), trigger="manual")
+        if created is None:
+            raise ApiError(409, "run_refused", "no run was created")
+        record_event(conn, str(task["id"]), "run_requested", by=who.name)
+        return RunRef(id=str(created.run_id), number=created.number)
+
+
+@router.get("/v1/tasks/{name}/occurrences", response_model=OccurrencePage)
+def get_occurrences(name: TaskName, request: Request, _who: Viewer,
+                    cursor: UUID | None = None,
+                    limit: Limit = 50) -> OccurrencePage:
+    """The task's occurrence ledger, newest first; keyset pages (``cursor``: last id)."""
+    ctx = get_context(request)
+    with ctx.engine.connect() as conn:
+        task = live_task(conn, ctx.project_id, name)
+        query = select(occurrences).where(occurrences.c.task_id == task["id"])
+        if cursor is not None:
+            query = query.where(occurrences.c.id < str(cursor))
+        rows = list(conn.execute(query.order_by(occurrences.c.id.desc()).limit(limit))
+                    .mappings())
+    items = [OccurrenceOut(**{**dict(r), "id": str(r["id"]),
+                              "run_id": str(r["run_id"]) if r["run_id"] else None})
+             for r in rows]
+    return OccurrencePage(items=items,
+                          next_cursor=items[-1].id if len(items) == limit else None)

@@ -1,0 +1,183 @@
+"""``ql3 control token create|list|revoke|import`` (DESIGN.md §4.5; issue 11 item 7).
+
+Run as the schema owner (``--database-url`` / ``QL3_DATABASE_URL``): it creates worker pools,
+which the runtime role may only read. ``create`` prints the new token once on stdout and
+nowhere else (never logged, never stored: the database keeps its SHA-256). ``import``
+records a token known only by its hash (a Kubernetes Secret's value hashed elsewhere), so
+the token itself never passes through this command. A ``--pool`` is created when missing,
+with ``--pool-labels``; an existing pool whose labels differ from given ``--pool-labels``
+is refused (exit 2) rather than silently changed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from qinglong.control.cli_errors import checked_database_url
+
+_url = click.option(
+    "--database-url", envvar="QL3_DATABASE_URL", required=True,
+    callback=lambda _c, _p, v: checked_database_url(v),
+    help="PostgreSQL URL of the schema owner, postgresql://... (env QL3_DATABASE_URL).")
+_name = click.option("--name", required=True, help="A label for the token (1–100 chars).")
+_scope = click.option("--scope", required=True,
+                      type=click.Choice(["viewer", "operator", "admin", "worker"]),
+                      help="viewer ⊂ operator ⊂ admin; worker: /v1/worker/* only.")
+_pool = click.option("--pool", default=None, help="Worker pool name (worker scope only).")
+_json = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+
+
+def parse_labels(text: str | None) -> dict[str, str]:
+    """``k=v,k2=v2`` as a label map checked by ``wire.check_labels``; ValidationError
+    (exit 2) naming ``--pool-labels`` otherwise."""
+    from qinglong.shared.errors import ValidationError
+    from qinglong.shared.wire import check_labels
+
+    if not text:
+        return {}
+    labels: dict[str, str] = {}
+    for pair in text.split(","):
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise ValidationError("--pool-labels", "write key=value pairs separated by ,")
+        labels[key.strip()] = value.strip()
+    try:
+        return check_labels(labels, "--pool-labels")
+    except ValidationError:
+        raise ValidationError("--pool-labels", "keys and values are [A-Za-z0-9][A-Za-z0-9_.-]*"
+                                               " (≤ 63 chars), at most 32 pairs") from None
+
+
+def _pool_id(conn: Any, pool: str, labels: dict[str, str] | None) -> str:
+    """The id of pool ``pool``, created with ``labels`` (or none) when missing."""
+    import re
+
+    from qinglong.shared.errors import ValidationError
+    from qinglong.shared.ids import uuid7
+
+    if not re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,62}", pool):
+        raise ValidationError("--pool", "must be [a-z0-9][a-z0-9_.-]* (≤ 63 chars)")
+    conn.exec_driver_sql(
+        "INSERT INTO worker_pools (id, name, labels) VALUES (%(id)s, %(name)s, %(labels)s)"
+        " ON CONFLICT (name) DO NOTHING",
+        {"id": uuid7(), "name": pool, "labels": json.dumps(labels or {})})
+    row = conn.exec_driver_sql("SELECT id::text, labels FROM worker_pools WHERE name = %(n)s",
+                               {"n": pool}).one()
+    if labels is not None and dict(row[1]) != labels:
+        raise ValidationError("--pool-labels", "the pool exists with other labels")
+    return str(row[0])
+
+
+def _record(database_url: str, name: str, scope: str, sha256: str, pool: str | None,
+            pool_labels: str | None) -> str:
+    from qinglong.control.auth.tokens import insert_token
+    from qinglong.control.db.engine import create_engine
+    from qinglong.shared.errors import ValidationError
+
+    labels = parse_labels(pool_labels) if pool_labels is not None else None
+    if labels is not None and pool is None:
+        raise ValidationError("--pool-labels", "needs --pool")
+    if (scope == "worker") != (pool is not None):
+        raise ValidationError("--pool", "a worker token needs a pool; other scopes take none")
+    from sqlalchemy.exc import IntegrityError
+
+    from qinglong.shared.errors import ConflictError
+
+    engine = create_engine(database_url, pool_size=1, max_overflow=0)
+    try:
+        with engine.begin() as conn:
+            pool_id = _pool_id(conn, pool, labels) if pool is not None else None
+            return insert_token(conn, name=name, scope=scope, sha256=sha256, pool_id=pool_id)
+    except IntegrityError:
+        raise ConflictError("a token with this SHA-256 is already recorded") from None
+    finally:
+        engine.dispose()
+
+
+@click.group()
+def token() -> None:
+    """Issue, list, revoke and import API tokens (as the schema owner)."""
+
+
+@token.command()
+@_url
+@_name
+@_scope
+@_pool
+@click.option("--pool-labels", default=None, help="k=v,... labels of a new pool.")
+@_json
+def create(database_url: str, name: str, scope: str, pool: str | None,
+           pool_labels: str | None, as_json: bool) -> None:
+    """Issue a token and print it once (it cannot be shown again)."""
+    from qinglong.control.auth.tokens import new_token, token_hash
+
+    secret = new_token()
+    token_id = _record(database_url, name, scope, token_hash(secret), pool, pool_labels)
+    if as_json:
+        click.echo(json.dumps({"id": token_id, "token": secret}, sort_keys=True))
+    else:
+        click.echo(f"id {token_id}\ntoken {secret}\n(shown once: store it now)")
+
+
+@token.command(name="import")
+@_url
+@_name
+@_scope
+@_pool
+@click.option("--pool-labels", default=None, help="k=v,... labels of a new pool.")
+@click.option("--sha256", "digest", required=True, help="Hex SHA-256 of the token.")
+def import_(database_url: str, name: str, scope: str, pool: str | None,
+            pool_labels: str | None, digest: str) -> None:
+    """Record a token by its SHA-256 (e.g. from a Kubernetes Secret); prints its id."""
+    click.echo(_record(database_url, name, scope, digest.strip().lower(), pool, pool_labels))
+
+
+@token.command(name="list")
+@_url
+@_json
+def list_(database_url: str, as_json: bool) -> None:
+    """Every token: id, name, scope, pool, created, revoked (never a token or hash)."""
+    from qinglong.control.auth.tokens import list_tokens
+    from qinglong.control.db.engine import create_engine
+
+    engine = create_engine(database_url, pool_size=1, max_overflow=0)
+    try:
+        with engine.connect() as conn:
+            rows = list_tokens(conn)
+    finally:
+        engine.dispose()
+    if as_json:
+        click.echo(json.dumps(rows, default=str, sort_keys=True))
+        return
+    for row in rows:
+        revoked = f" revoked {row['revoked_at']:%Y-%m-%dT%H:%M:%SZ}" if row["revoked_at"] else ""
+        click.echo(f"{row['id']} {row['scope']} {row['pool'] or '-'} {row['name']}{revoked}")
+
+
+@token.command()
+@_url
+@click.argument("token_id")
+def revoke(database_url: str, token_id: str) -> None:
+    """Revoke token TOKEN_ID; its next request is refused. Exit 1 when unknown or already
+    revoked."""
+    from qinglong.control.auth.tokens import revoke_token
+    from qinglong.control.db.engine import create_engine
+    from qinglong.shared.errors import NotFoundError, ValidationError
+    from qinglong.shared.ids import validate_uuid7
+
+    try:
+        validate_uuid7(token_id.strip().lower(), "TOKEN_ID")
+    except ValidationError:
+        raise ValidationError("TOKEN_ID", "is not a token id (UUIDv7)") from None
+    engine = create_engine(database_url, pool_size=1, max_overflow=0)
+    try:
+        with engine.begin() as conn:
+            done = revoke_token(conn, token_id.strip().lower())
+    finally:
+        engine.dispose()
+    if not done:
+        raise NotFoundError("no live token has this id (unknown or already revoked)")
+    click.echo(f"revoked {token_id.strip().lower()}")

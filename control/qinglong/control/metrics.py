@@ -1,0 +1,76 @@
+"""Prometheus metrics of one control process (DESIGN.md §4.5 ``/metrics``; issue 11 item 7).
+
+A ``Metrics`` owns its own ``CollectorRegistry`` (never the process-global one), so two apps
+in one test process never share counts. The lifecycles count through its small methods:
+
+- ``claimed(n)``: attempts handed to workers by claims (``ql3_claims_total``);
+- ``lease_lost(reason)``: attempts moved to ``lost`` by recovery, by reason (``not_started``,
+  ``lost``, ...) (``ql3_leases_lost_total{reason}``);
+- ``occurrence(outcome, n)``: scheduler slots by ledger outcome (``run_created``,
+  ``skipped_active``, ...) (``ql3_occurrences_total{outcome}``);
+- ``retention(outcome_class, n)``: retention sweep results by outcome or failure class
+  (``deleted``, ``already_absent``, ``artifact_unavailable``, ...)
+  (``ql3_retention_outcomes_total{class}``);
+- ``observe_request(method, route, status, seconds)``: the API middleware's request latency,
+  labelled by route *template* (``/v1/runs/{run_id}``), never the raw path
+  (``ql3_http_request_duration_seconds``).
+
+Every method accepts only short label values chosen by our code; a caller never passes user
+input as a label (unbounded cardinality). Thread-safe (prometheus-client's own locking).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import exposition as _exposition
+
+CONTENT_TYPE = _exposition.CONTENT_TYPE_LATEST
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class Metrics:
+    """The process's counters and histogram on a private ``registry``."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._claims = Counter("ql3_claims", "Attempts handed to workers by claims.",
+                               registry=self.registry)
+        self._leases_lost = Counter("ql3_leases_lost", "Attempts lost by lease expiry.",
+                                    ["reason"], registry=self.registry)
+        self._occurrences = Counter("ql3_occurrences", "Scheduler slots by ledger outcome.",
+                                    ["outcome"], registry=self.registry)
+        self._retention = Counter("ql3_retention_outcomes",
+                                  "Retention sweep results by outcome or failure class.",
+                                  ["class"], registry=self.registry)
+        self._latency = Histogram("ql3_http_request_duration_seconds",
+                                  "API request latency by route template.",
+                                  ["method", "route", "status"], buckets=_LATENCY_BUCKETS,
+                                  registry=self.registry)
+
+    def claimed(self, n: int = 1) -> None:
+        """Count ``n`` (≥ 0) attempts handed out by one claim."""
+        if n > 0:
+            self._claims.inc(n)
+
+    def lease_lost(self, reason: str, n: int = 1) -> None:
+        """Count ``n`` attempts moved to ``lost`` with ``reason`` (a code of ours)."""
+        if n > 0:
+            self._leases_lost.labels(reason=reason).inc(n)
+
+    def occurrence(self, outcome: str, n: int = 1) -> None:
+        """Count ``n`` slots with ledger ``outcome`` (the occurrences table's values)."""
+        if n > 0:
+            self._occurrences.labels(outcome=outcome).inc(n)
+
+    def retention(self, outcome_class: str, n: int = 1) -> None:
+        """Count ``n`` retention results of ``outcome_class`` (outcome or failure class)."""
+        if n > 0:
+            self._retention.labels(**{"class": outcome_class}).inc(n)
+
+    def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        """Record one request's latency (seconds) under its route template."""
+        self._latency.labels(method=method, route=route, status=str(status)).observe(seconds)
+
+    def exposition(self) -> bytes:
+        """The registry in Prometheus text format (``CONTENT_TYPE``)."""
+        return generate_latest(self.registry)

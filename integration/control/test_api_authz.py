@@ -1,0 +1,117 @@
+"""The authorization matrix (DESIGN.md §4.5; issue 11 item 7): every principal against every
+route of ``app.routes``. A route without an entry in ``REQUIRED`` fails the test, so a new
+route cannot ship without a decision on who may call it."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from api_world import ApiWorld
+from fastapi.routing import APIRoute
+
+from qinglong.shared.ids import uuid7
+
+pytestmark = [pytest.mark.integration, pytest.mark.postgres]
+
+PUBLIC = None
+REQUIRED: dict[tuple[str, str], str | None] = {
+    ("GET", "/livez"): PUBLIC, ("GET", "/readyz"): PUBLIC, ("GET", "/metrics"): PUBLIC,
+    ("GET", "/v1/tasks"): "viewer", ("GET", "/v1/tasks/{name}"): "viewer",
+    ("GET", "/v1/tasks/{name}/occurrences"): "viewer",
+    ("POST", "/v1/tasks"): "admin", ("PATCH", "/v1/tasks/{name}"): "admin",
+    ("DELETE", "/v1/tasks/{name}"): "admin",
+    ("POST", "/v1/tasks/{name}/run"): "operator", ("POST", "/v1/tasks/{name}/enable"): "operator",
+    ("POST", "/v1/tasks/{name}/disable"): "operator",
+    ("GET", "/v1/runs"): "viewer", ("GET", "/v1/runs/{run_id}"): "viewer",
+    ("POST", "/v1/runs/{run_id}/cancel"): "operator",
+    ("GET", "/v1/attempts/{attempt_id}"): "viewer",
+    ("GET", "/v1/attempts/{attempt_id}/log"): "viewer",
+    ("GET", "/v1/tokens"): "admin", ("POST", "/v1/tokens"): "admin",
+    ("POST", "/v1/tokens/{token_id}/revoke"): "admin",
+}
+RANK = {"viewer": 1, "operator": 2, "admin": 3}
+
+
+def required(method: str, path: str) -> str | None:
+    if path.startswith("/v1/worker/"):
+        return "worker"  # every worker endpoint: worker tokens only
+    assert (method, path) in REQUIRED, f"no authorization entry for {method} {path}"
+    return REQUIRED[(method, path)]
+
+
+def api_routes(routes: list[Any], prefix: str = "") -> list[tuple[str, str]]:
+    """(method, path) of every APIRoute under ``routes``, through included routers (FastAPI
+    keeps ``include_router`` results as lazy ``_IncludedRouter`` entries)."""
+    found: list[tuple[str, str]] = []
+    for route in routes:
+        if isinstance(route, APIRoute):
+            found += [(m, prefix + route.path) for m in sorted(route.methods)]
+        elif hasattr(route, "original_router"):
+            context = getattr(route, "include_context", None)
+            found += api_routes(route.original_router.routes,
+                                prefix + (getattr(context, "prefix", "") or ""))
+    return found
+
+
+def allowed(scope: str, needed: str) -> bool:
+    if "worker" in (scope, needed):
+        return scope == needed
+    return RANK[scope] >= RANK[needed]
+
+
+def test_every_principal_against_every_route(api: ApiWorld) -> None:
+    principals = {
+        "none": None, "malformed": "Bearer not-a-token", "basic": "Basic dXNlcjpwYXNz",
+        "unknown": "Bearer ql3_" + "A" * 43,
+        "revoked": f"Bearer {api.issue('admin', revoked=True)}",
+        **{scope: f"Bearer {api.tokens[scope]}" for scope in RANK | {"worker": 0}},
+    }
+    routes = api_routes(api.app.routes)
+    documented = {(m.upper(), p) for p, ops in api.app.openapi()["paths"].items() for m in ops}
+    assert set(routes) == documented and len(routes) >= len(REQUIRED)
+    failures = []
+    for method, path in routes:
+        needed = required(method, path)
+        url = re.sub(r"\{name\}", "backup", re.sub(r"\{\w+_id\}", uuid7(), path))
+        for who, header in principals.items():
+            headers = {"Authorization": header} if header else {}
+            body = {} if method in ("POST", "PATCH") else None
+            status = api.client.request(method, url, headers=headers, json=body).status_code
+            if needed is None:
+                ok = status not in (401, 403)
+            elif who in RANK or who == "worker":
+                ok = status == 403 if not allowed(who, needed) else status not in (401, 403)
+            else:
+                ok = status == 401
+            if not ok or (status >= 500 and status != 503):
+                failures.append((method, path, who, status))
+    assert failures == []
+
+
+def test_a_revoked_token_is_refused_at_its_next_request(api: ApiWorld) -> None:
+    token = api.issue("viewer")
+    headers = {"Authorization": f"Bearer {token}"}
+    assert api.client.get("/v1/tasks", headers=headers).status_code == 200
+    listed = api.client.get("/v1/tokens", headers=api.as_("admin")).json()
+    assert token not in str(listed)
+    token_id = listed[-1]["id"]
+    revoked = api.client.post(f"/v1/tokens/{token_id}/revoke", headers=api.as_("admin"))
+    assert revoked.status_code == 200 and revoked.json()["revoked_at"]
+    refused = api.client.get("/v1/tasks", headers=headers)
+    assert (refused.status_code, refused.json()["error"]["code"]) == (401, "unauthenticated")
+
+
+def test_an_issued_token_is_answered_once_and_works(api: ApiWorld) -> None:
+    issued = api.client.post("/v1/tokens", json={"name": "ci", "scope": "operator"},
+                             headers=api.as_("admin"))
+    assert issued.status_code == 201
+    token = issued.json()["token"]
+    assert api.client.get("/v1/runs", headers={"Authorization": f"Bearer {token}"}
+                          ).status_code == 200
+    assert token not in api.client.get("/v1/tokens", headers=api.as_("admin")).text
+    worker = api.client.post("/v1/tokens", json={"name": "w", "scope": "worker",
+                                                 "pool": "no-such-pool"},
+                             headers=api.as_("admin"))
+    assert (worker.status_code, worker.json()["error"]["code"]) == (404, "pool_not_found")

@@ -1,0 +1,180 @@
+"""Task routes over real PostgreSQL as the runtime role (DESIGN.md §4.2, §4.5; issue 11
+item 7): CRUD that keeps id and history, write-only secrets, soft delete, validation that
+never echoes input, next fire times from the shared cron module, keyset pages."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from api_world import ApiWorld
+
+pytestmark = [pytest.mark.integration, pytest.mark.postgres]
+SECRET = "s3cr3t-VALUE-7f1e"
+
+
+def task(name: str = "backup", **over: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"name": name, "argv": ["/bin/echo", "hi"],
+                            "schedule": "*/5 * * * *", "timezone": "Asia/Shanghai",
+                            "env": {"TOKEN": {"value": SECRET, "secret": True},
+                                    "MODE": {"value": "plain"}}}
+    body.update(over)
+    return body
+
+
+def test_edit_keeps_id_and_history_and_moves_the_next_fire_time(api: ApiWorld) -> None:
+    created = api.client.post("/v1/tasks", json=task(), headers=api.as_("admin"))
+    assert created.status_code == 201, created.text
+    first = created.json()
+    assert first["next_fire_at"] is not None
+    (version_before,) = api.sql("SELECT schedule_version FROM tasks WHERE id = %(i)s",
+                                {"i": first["id"]})[0]
+    edited = api.client.patch("/v1/tasks/backup", json={"schedule": "0 3 * * *",
+                                                        "max_attempts": 3},
+                              headers=api.as_("admin"))
+    assert edited.status_code == 200, edited.text
+    after = edited.json()
+    assert after["id"] == first["id"] and after["max_attempts"] == 3
+    assert after["version"] == first["version"] + 1
+    fire = datetime.fromisoformat(after["next_fire_at"]).astimezone(UTC)
+    assert (fire.hour, fire.minute) == (19, 0)  # 03:00 Asia/Shanghai
+    (version_after,) = api.sql("SELECT schedule_version FROM tasks WHERE id = %(i)s",
+                               {"i": first["id"]})[0]
+    assert version_after == version_before + 1
+    kinds = [(e["kind"], e["detail"].get("fields")) for e in after["history"]]
+    assert kinds == [("edited", ["max_attempts", "schedule"]), ("created", None)]
+    assert after["history"][0]["detail"]["by"] == "admin-token"
+
+
+def test_secret_values_never_leave_the_api_nor_reach_history(api: ApiWorld) -> None:
+    answers = [api.client.post("/v1/tasks", json=task(), headers=api.as_("admin"))]
+    # keep the secret (value null), change the plain entry: the stored secret stays
+    answers.append(api.client.patch(
+        "/v1/tasks/backup", json={"env": {"TOKEN": {"value": None, "secret": True},
+                                          "MODE": {"value": "other"}}},
+        headers=api.as_("admin")))
+    for scope in ("viewer", "operator", "admin"):
+        answers.append(api.client.get("/v1/tasks/backup", headers=api.as_(scope)))
+        answers.append(api.client.get("/v1/tasks", headers=api.as_(scope)))
+    answers.append(api.client.post("/v1/tasks/backup/disable", headers=api.as_("operator")))
+    answers.append(api.client.post("/v1/tasks/backup/enable", headers=api.as_("operator")))
+    assert all(a.status_code in (200, 201) for a in answers), [a.text for a in answers]
+    assert not [a.text for a in answers if SECRET in a.text]
+    assert answers[1].json()["env"] == {"TOKEN": {"value": None, "secret": True},
+                                        "MODE": {"value": "other", "secret": False}}
+    (env,) = api.sql("SELECT env FROM tasks WHERE name = 'backup'")[0]
+    assert env["TOKEN"] == {"value": SECRET, "secret": True}  # kept, not lost
+    events = api.sql("SELECT kind, detail::text FROM task_events")
+    assert len(events) == 4 and not [e for e in events if SECRET in e[1]]
+    # a kept value keeps its secrecy: it cannot be downgraded to plain and then read
+    api.client.patch("/v1/tasks/backup", json={"env": {"TOKEN": {"value": None}}},
+                     headers=api.as_("admin"))
+    again = api.client.get("/v1/tasks/backup", headers=api.as_("admin"))
+    assert SECRET not in again.text and again.json()["env"]["TOKEN"]["secret"] is True
+
+
+def test_delete_is_soft_frees_the_name_and_keeps_history(api: ApiWorld) -> None:
+    first = api.client.post("/v1/tasks", json=task(), headers=api.as_("admin")).json()
+    gone = api.client.delete("/v1/tasks/backup", headers=api.as_("admin"))
+    assert gone.status_code == 204
+    assert api.client.get("/v1/tasks/backup", headers=api.as_("viewer")).status_code == 404
+    row = api.sql("SELECT deleted_at IS NOT NULL, next_fire_at FROM tasks WHERE id = %(i)s",
+                  {"i": first["id"]})
+    assert row == [(True, None)]
+    assert [k for (k,) in api.sql("SELECT kind FROM task_events WHERE task_id = %(i)s"
+                                  " ORDER BY at", {"i": first["id"]})] == ["created", "deleted"]
+    again = api.client.post("/v1/tasks", json=task(), headers=api.as_("admin"))
+    assert again.status_code == 201 and again.json()["id"] != first["id"]
+    dup = api.client.post("/v1/tasks", json=task(), headers=api.as_("admin"))
+    assert (dup.status_code, dup.json()["error"]["code"]) == (409, "task_exists")
+
+
+def test_disable_clears_and_enable_recomputes_the_next_fire_time(api: ApiWorld) -> None:
+    api.client.post("/v1/tasks", json=task(schedule="* * * * * *"), headers=api.as_("admin"))
+    off = api.client.post("/v1/tasks/backup/disable", headers=api.as_("operator")).json()
+    assert (off["enabled"], off["next_fire_at"]) == (False, None)
+    on = api.client.post("/v1/tasks/backup/enable", headers=api.as_("operator")).json()
+    (now,) = api.sql("SELECT now()")[0]
+    fire = datetime.fromisoformat(on["next_fire_at"])
+    # the next whole second after the enable's database now(), which was just before ours
+    assert on["enabled"] and fire.microsecond == 0
+    assert -1.5 < (fire - now).total_seconds() <= 1
+    kinds = [k for (k,) in api.sql("SELECT kind FROM task_events ORDER BY at")]
+    assert kinds == ["created", "disabled", "enabled"]
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("schedule", "99 * * * * MARK"), ("schedule", "61 * * * *"), ("timezone", "Mars/MARK"),
+    ("env", {"1MARK": {"value": "x"}}), ("labels", {"MARK!": "x"}), ("max_attempts", 101),
+    ("argv", ["/bin/MARK\x00"]), ("concurrency_policy", "MARK"), ("shell", "echo MARK"),
+], ids=["cron-fields", "cron-range", "zone", "env-name", "label", "attempts", "nul",
+        "policy", "argv-and-shell"])
+def test_invalid_definitions_are_422_without_echoing_input(api: ApiWorld, field: str,
+                                                           value: Any) -> None:
+    answer = api.client.post("/v1/tasks", json=task(**{field: value}),
+                             headers=api.as_("admin"))
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["error"]["code"] == "invalid_request"
+    assert "MARK" not in answer.text and SECRET not in answer.text
+    assert api.sql("SELECT count(*) FROM tasks") == [(0,)]
+
+
+def test_tasks_and_the_ledger_page_by_keyset(api: ApiWorld) -> None:
+    for n in range(5):
+        api.client.post("/v1/tasks", json=task(f"t{n}"), headers=api.as_("admin"))
+    names, cursor = [], None
+    while True:
+        page = api.client.get("/v1/tasks", params={"limit": 2, **({"cursor": cursor}
+                              if cursor else {})}, headers=api.as_("viewer")).json()
+        names += [t["name"] for t in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert names == ["t0", "t1", "t2", "t3", "t4"]
+    task_id = api.sql("SELECT id::text FROM tasks WHERE name = 't0'")[0][0]
+    for minute in range(5):
+        api.sql("INSERT INTO occurrences (id, task_id, outcome, first_slot, last_slot,"
+                " slot_count) VALUES (gen_random_uuid(), %(t)s, 'skipped_active',"
+                " now() + make_interval(mins => %(m)s), now() + make_interval(mins => %(m)s),"
+                " 1)", {"t": task_id, "m": minute})
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page = api.client.get("/v1/tasks/t0/occurrences", params={
+            "limit": 2, **({"cursor": cursor} if cursor else {})},
+            headers=api.as_("viewer")).json()
+        seen += [o["id"] for o in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert len(seen) == 5 == len(set(seen)) and seen == sorted(seen, reverse=True)
+
+
+def test_edit_refuses_null_for_required_fields_and_two_commands(api: ApiWorld) -> None:
+    api.client.post("/v1/tasks", json=task(), headers=api.as_("admin"))
+    for body in ({"max_attempts": None}, {"argv": ["a"], "shell": "b"}, {"timezone": None}):
+        answer = api.client.patch("/v1/tasks/backup", json=body, headers=api.as_("admin"))
+        assert answer.status_code == 422, (body, answer.text)
+    switched = api.client.patch("/v1/tasks/backup", json={"shell": "echo hi"},
+                                headers=api.as_("admin")).json()
+    assert (switched["argv"], switched["shell"]) == (None, "echo hi")
+    assert json.loads(api.sql("SELECT detail::text FROM task_events WHERE kind = 'edited'"
+                              )[0][0])["fields"] == ["argv", "shell"]
+
+
+def test_run_now_queues_a_numbered_manual_run_kept_after_delete(api: ApiWorld) -> None:
+    api.client.post("/v1/tasks", json=task(), headers=api.as_("admin"))
+    first = api.client.post("/v1/tasks/backup/run", headers=api.as_("operator"))
+    second = api.client.post("/v1/tasks/backup/run", headers=api.as_("operator"))
+    assert (first.status_code, second.status_code) == (201, 201), first.text
+    assert (first.json()["number"], second.json()["number"]) == (1, 2)
+    run = api.client.get(f"/v1/runs/{first.json()['id']}", headers=api.as_("viewer")).json()
+    assert (run["status"], run["trigger"], run["task_name"]) == ("queued", "manual", "backup")
+    assert api.client.post("/v1/tasks/backup/run", headers=api.as_("viewer")).status_code == 403
+    api.client.delete("/v1/tasks/backup", headers=api.as_("admin"))
+    assert api.client.get(f"/v1/runs/{first.json()['id']}",
+                          headers=api.as_("viewer")).status_code == 200
+    assert api.client.post("/v1/tasks/backup/run",
+                           headers=api.as_("operator")).status_code == 404

@@ -1,0 +1,60 @@
+"""``GET /v1/attempts/{id}/log`` over real PostgreSQL (runtime role) and moto over HTTP:
+200 with the bytes, 410 with retirement time and outcome, 503 when missing without a
+tombstone (DESIGN.md §4.4)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from api_world import close_world, open_world
+from pg_control_db import PgDb
+from sweep_world import seed_logs
+
+from qinglong.control.db.pool import open_pool
+from qinglong.control.retention.claims import ClaimOwner
+from qinglong.control.retention.sweeper import RunAttemptLogRetentionSweeper
+from qinglong.shared.ids import uuid7
+
+pytestmark = [pytest.mark.integration, pytest.mark.postgres]
+
+
+def test_log_read_answers_200_then_410_and_503_when_lost(
+        pg_db: PgDb, s3: Any, direct_s3: Any, make_bucket: Callable[[bool], str]) -> None:
+    bucket = make_bucket(False)
+    api = open_world(pg_db, s3=s3, bucket=bucket)
+    pool = open_pool(pg_db.url, min_size=1, max_size=2)
+    try:
+        with pg_db.connect() as conn:
+            kept, lost = seed_logs(conn, direct_s3, bucket, 2)
+        viewer = api.as_("viewer")
+        ok = api.client.get(f"/v1/attempts/{kept.attempt_id}/log", headers=viewer)
+        assert (ok.status_code, ok.content) == (200, kept.body)
+        assert ok.headers["content-type"].startswith("text/plain")
+        direct_s3.delete_object(Bucket=bucket, Key=lost.identity.key)  # out of band
+        gone = api.client.get(f"/v1/attempts/{lost.attempt_id}/log", headers=viewer)
+        assert (gone.status_code, gone.json()["error"]["code"]) == (503, "log_unavailable")
+        sweeper = RunAttemptLogRetentionSweeper(pool.connection, s3,
+                                                ClaimOwner("replica-api", "c" * 32),
+                                                probe_bucket=bucket)
+        sweeper.probe()
+        sweeper.run_once()
+        retired = api.client.get(f"/v1/attempts/{kept.attempt_id}/log", headers=viewer)
+        error = retired.json()["error"]
+        assert retired.status_code == 410 and error["code"] == "log_retired"
+        assert error["outcome"] == "deleted" and error["retired_at"]
+        unknown = api.client.get(f"/v1/attempts/{uuid7()}/log", headers=viewer)
+        assert unknown.status_code == 404
+    finally:
+        pool.close()
+        close_world(api)
+
+
+def test_no_configured_store_is_503(pg_db: PgDb) -> None:
+    api = open_world(pg_db)
+    try:
+        answer = api.client.get(f"/v1/attempts/{uuid7()}/log", headers=api.as_("viewer"))
+        assert (answer.status_code, answer.json()["error"]["code"]) == (503, "log_unavailable")
+    finally:
+        close_world(api)
