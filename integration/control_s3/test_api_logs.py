@@ -12,7 +12,6 @@ from api_world import close_world, open_world
 from pg_control_db import PgDb
 from sweep_world import seed_logs
 
-from qinglong.control.db.pool import open_pool
 from qinglong.control.retention.claims import ClaimOwner
 from qinglong.control.retention.sweeper import RunAttemptLogRetentionSweeper
 from qinglong.shared.ids import uuid7
@@ -24,9 +23,9 @@ def test_log_read_answers_200_then_410_and_503_when_lost(
         pg_db: PgDb, s3: Any, direct_s3: Any, make_bucket: Callable[[bool], str]) -> None:
     bucket = make_bucket(False)
     api = open_world(pg_db, s3=s3, bucket=bucket)
-    pool = open_pool(pg_db.url, min_size=1, max_size=2)
+    engine = pg_db.engine()
     try:
-        with pg_db.connect() as conn:
+        with pg_db.sa() as conn:
             kept, lost = seed_logs(conn, direct_s3, bucket, 2)
         viewer = api.as_("viewer")
         ok = api.client.get(f"/v1/attempts/{kept.attempt_id}/log", headers=viewer)
@@ -35,7 +34,7 @@ def test_log_read_answers_200_then_410_and_503_when_lost(
         direct_s3.delete_object(Bucket=bucket, Key=lost.identity.key)  # out of band
         gone = api.client.get(f"/v1/attempts/{lost.attempt_id}/log", headers=viewer)
         assert (gone.status_code, gone.json()["error"]["code"]) == (503, "log_unavailable")
-        sweeper = RunAttemptLogRetentionSweeper(pool.connection, s3,
+        sweeper = RunAttemptLogRetentionSweeper(engine, s3,
                                                 ClaimOwner("replica-api", "c" * 32),
                                                 probe_bucket=bucket)
         sweeper.probe()
@@ -47,7 +46,7 @@ def test_log_read_answers_200_then_410_and_503_when_lost(
         unknown = api.client.get(f"/v1/attempts/{uuid7()}/log", headers=viewer)
         assert unknown.status_code == 404
     finally:
-        pool.close()
+        engine.dispose()
         close_world(api)
 
 

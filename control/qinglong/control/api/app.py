@@ -7,35 +7,27 @@ the context has none).
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 
-from qinglong.control.api import health, logs, metrics, runs, tasks, token_routes
+from qinglong.control.api import (
+    health,
+    logs,
+    metrics,
+    runs,
+    tasks,
+    token_routes,
+    worker_routes,
+)
 from qinglong.control.api.errors import install_error_handlers
 from qinglong.control.metrics import Metrics
 
 if TYPE_CHECKING:
-    from fastapi import APIRouter
 
     from qinglong.control.api.context import ApiContext
 
 API_VERSION = "1"
-WORKER_ROUTES = "qinglong.control.api.worker_routes"
-
-
-def _worker_router() -> APIRouter | None:
-    """The /v1/worker/* router. TEMPORARY: tolerated missing while worker_routes.py is being
-    written by another change; only a missing module of exactly that name is tolerated."""
-    try:
-        module = importlib.import_module(WORKER_ROUTES)
-    except ModuleNotFoundError as exc:
-        if exc.name != WORKER_ROUTES:
-            raise
-        return None
-    router: APIRouter = module.router
-    return router
 
 
 def build_app(ctx: ApiContext) -> FastAPI:
@@ -46,10 +38,7 @@ def build_app(ctx: ApiContext) -> FastAPI:
                   openapi_url="/openapi.json", docs_url=None, redoc_url=None)
     app.state.ctx = ctx
     install_error_handlers(app)
-    for module in (health, metrics, tasks, runs, logs, token_routes):
+    for module in (health, metrics, tasks, runs, logs, token_routes, worker_routes):
         app.include_router(module.router)
-    worker = _worker_router()
-    if worker is not None:
-        app.include_router(worker)
     app.add_middleware(metrics.LatencyMiddleware, metrics=ctx.metrics)
     return app

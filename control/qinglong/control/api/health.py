@@ -19,7 +19,6 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from sqlalchemy import text
 
-from qinglong.control.api.adapters import driver
 from qinglong.control.api.context import get_context
 
 if TYPE_CHECKING:
@@ -47,17 +46,13 @@ class Ready(BaseModel):
 
 def schema_readiness_check(engine: Engine, runtime_role: str,
                            capabilities: Sequence[Any] = ()) -> ReadinessCheck:
-    """Adapter: ``readiness.readiness`` (ledger, runtime grants, capability probes) over a
-    connection of ``engine``'s pool, shaped for ``ApiContext.readiness``."""
+    """``readiness.readiness`` (ledger, runtime grants, capability probes) over ``engine``,
+    shaped for ``ApiContext.readiness``."""
 
     def check() -> tuple[bool, list[str], list[str]]:
         from qinglong.control.readiness import readiness
 
-        with engine.connect() as conn:
-            raw = driver(conn)
-            raw.rollback()  # readiness wants an idle connection
-            verdict = readiness(raw, runtime_role=runtime_role,
-                                capabilities=capabilities)
+        verdict = readiness(engine, runtime_role=runtime_role, capabilities=capabilities)
         degraded = [f"{c.name}: {c.reason}" for c in verdict.degraded]
         return verdict.ready, [verdict.reason] if verdict.reason else [], degraded
 

@@ -13,26 +13,22 @@ can move to the engine without this module changing its answers.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
-from qinglong.control.api.adapters import driver
 from qinglong.control.api.context import get_context
 from qinglong.control.api.errors import ApiError, error_body
 from qinglong.control.api.models_common import ERRORS, ErrorBody
 from qinglong.control.api.security import require
 
 if TYPE_CHECKING:
-    from sqlalchemy import Engine
 
-    from qinglong.control.retention.read_path import ConnectionGate
+    pass
 
 router = APIRouter(tags=["logs"], responses=ERRORS)
 
@@ -50,18 +46,6 @@ class RetiredBody(BaseModel):
     """The 410 answer."""
 
     error: RetiredDetail
-
-
-def _gate(engine: Engine) -> ConnectionGate:
-    """Adapter: read_path's connection factory over the engine's pool."""
-    from qinglong.control.retention.read_path import ConnectionGate
-
-    @contextmanager
-    def connect() -> Iterator[Any]:
-        with engine.connect() as conn:
-            yield driver(conn)
-
-    return ConnectionGate(connect)
 
 
 @router.get(
@@ -88,7 +72,9 @@ def get_log(attempt_id: UUID, request: Request) -> Response:
     ctx = get_context(request)
     if ctx.s3 is None:
         raise ApiError(503, "log_unavailable", "no log store is configured")
-    gate = _gate(ctx.engine)
+    from qinglong.control.retention.read_path import ConnectionGate
+
+    gate = ConnectionGate(ctx.engine)
     reader = S3LogReader(ctx.s3, in_transaction=gate.held)
     try:
         result = read_attempt_log(gate, reader, str(attempt_id))

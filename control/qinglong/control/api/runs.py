@@ -20,7 +20,6 @@ from uuid import UUID
 from fastapi import APIRouter, Depends, Query, Request, Response
 from sqlalchemy import RowMapping, Select, exists, func, select, update
 
-from qinglong.control.api.adapters import driver
 from qinglong.control.api.context import get_context
 from qinglong.control.api.errors import ApiError
 from qinglong.control.api.models_common import ERRORS, ErrorBody
@@ -151,7 +150,7 @@ def cancel_run(run_id: UUID, request: Request, response: Response, who: Operator
                 id=uuid7(), run_id=row["id"], kind="cancelled", from_status="queued",
                 to_status="cancelled", detail={"by": who.name}))
             # earlier attempts' logs (a retry was queued) enroll with the terminal run
-            enroll_run(driver(conn), str(row["id"]))
+            enroll_run(conn, str(row["id"]))
         else:
             response.status_code = 202
             if row["cancel_requested_at"] is None:

@@ -29,7 +29,7 @@ from qinglong.control.dispatch.errors import (
 from qinglong.control.dispatch.leases import lease_params, lease_state
 from qinglong.control.dispatch.log_upload import log_identity
 from qinglong.control.dispatch.statements import insert_event, sql
-from qinglong.control.retention.claims import queries as retention_queries
+from qinglong.control.retention.enrollment import enroll_run
 from qinglong.control.retention.objects import (
     ArtifactIdentity,
     ArtifactIntegrityMismatchError,
@@ -164,4 +164,4 @@ def _apply(conn: Connection, state: RowMapping, pool_id: str, report: Completion
                  from_status=moved["from_status"], to_status=moved["to_status"])
     if not retry:
         # ADR-0379 §2: enrolled in the terminal transition's own transaction
-        run_named(conn, retention_queries()["enroll_run"], {"run_id": run_id})
+        enroll_run(conn, str(run_id))

@@ -1,0 +1,83 @@
+"""``ql3 control serve``: run one control replica (DESIGN.md §4.5; issue 11 item 8).
+
+Registered on the ``ql3 control`` group by ``control/cli.py``; its errors are mapped there
+(one redacted line, exit 1; bad input exit 2).
+"""
+
+from __future__ import annotations
+
+import click
+
+_LISTEN_HELP = ("host:port the HTTP API listens on (env QL3_LISTEN). Use 0.0.0.0:8080 in a "
+                "container.")
+
+
+def _listen(value: str) -> tuple[str, int]:
+    from qinglong.shared.errors import ValidationError
+
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValidationError("--listen", "must be HOST:PORT with a port 1..65535")
+    return host.strip("[]"), int(port)
+
+
+@click.command()
+@click.option("--database-url", envvar="QL3_DATABASE_URL", required=True,
+              help="PostgreSQL URL of a login that is a member of the runtime role and "
+                   "nothing more (env QL3_DATABASE_URL). Several hosts with "
+                   "target_session_attrs=read-write follow a failover.")
+@click.option("--runtime-role", envvar="QL3_RUNTIME_ROLE", default="ql3_runtime",
+              show_default=True, help="The runtime role whose grants readiness checks.")
+@click.option("--listen", envvar="QL3_LISTEN", default="127.0.0.1:8080", show_default=True,
+              help=_LISTEN_HELP)
+@click.option("--log-bucket", envvar="QL3_LOG_BUCKET", required=True,
+              help="Bucket of the workers' logs (env QL3_LOG_BUCKET). Credentials come "
+                   "from the usual AWS_* environment.")
+@click.option("--s3-endpoint", envvar="QL3_S3_ENDPOINT", default=None,
+              help="S3-compatible endpoint URL (env QL3_S3_ENDPOINT); default AWS.")
+@click.option("--replica-id", envvar="QL3_REPLICA_ID", default=None,
+              help="This replica's name in logs and claims (env QL3_REPLICA_ID; default the "
+                   "host name).")
+@click.option("--lease-ms", envvar="QL3_LEASE_MS", type=click.IntRange(1000, 3_600_000),
+              default=30_000, show_default=True,
+              help="Dispatch lease handed to workers, in ms.")
+@click.option("--heartbeat-ms", envvar="QL3_HEARTBEAT_MS", type=click.IntRange(100, 1_200_000),
+              default=10_000, show_default=True,
+              help="Worker heartbeat period in ms; at most a third of the lease.")
+@click.option("--scheduler-tick-ms", type=click.IntRange(50, 60_000), default=500,
+              show_default=True, help="Longest pause between scheduler ticks, in ms.")
+@click.option("--drain-s", type=click.FloatRange(0, 600), default=20.0, show_default=True,
+              help="Seconds requests in flight may take after SIGTERM.")
+def serve(database_url: str, runtime_role: str, listen: str, log_bucket: str,
+          s3_endpoint: str | None, replica_id: str | None, lease_ms: int,
+          heartbeat_ms: int, scheduler_tick_ms: int, drain_s: float) -> None:
+    """Run a control replica: the HTTP API (OpenAPI at /openapi.json, /livez, /readyz,
+    /metrics), the scheduler, lease recovery, retention enrollment and log retention.
+
+    Any number of replicas may share one database and bucket; none is a leader. A lost
+    database is retried (backoff capped at 5 s) and reported by /readyz, never a crash.
+    SIGTERM or SIGINT drains and exits 0.
+    """
+    import logging
+    import socket
+
+    from qinglong.control.cli import _checked_bucket, _s3_client
+    from qinglong.control.cli_errors import checked_database_url
+    from qinglong.control.db.roles import validate_role_name
+    from qinglong.control.serve.replica import ControlReplica, ServeSettings
+
+    database_url = checked_database_url(database_url, option="--database-url")
+    validate_role_name(runtime_role)
+    host, port = _listen(listen)
+    _checked_bucket(log_bucket)
+    _s3_client(s3_endpoint)  # checks the endpoint's shape (exit 2 on a malformed one)
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("botocore", "urllib3", "psycopg", "sqlalchemy", "uvicorn.error"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    settings = ServeSettings(
+        database_url=database_url, runtime_role=runtime_role, host=host, port=port,
+        bucket=log_bucket, s3_endpoint=s3_endpoint,
+        replica_id=(replica_id or socket.gethostname())[:60], lease_ms=lease_ms,
+        heartbeat_ms=heartbeat_ms, scheduler_tick_ms=scheduler_tick_ms, drain_s=drain_s)
+    ControlReplica(settings).run()

@@ -1,0 +1,259 @@
+"""One control replica: the HTTP API plus its lifecycles (DESIGN.md §4.5; issue 11 item 8).
+
+Start order: settings checked (bad input exits 2 before anything starts) → engine and S3
+client (no connection yet) → lifecycles (readiness, scheduler, lease recovery, enrollment,
+retention, occurrence pruning) → the HTTP server. Any number of replicas run at once; none
+is a leader. A database that is down at start or lost later (restart, failover) never ends
+the process: every lifecycle retries with a jittered backoff capped at 5 s, and ``/readyz``
+answers 503 ``database_unavailable`` until a check succeeds again.
+
+Stop (SIGTERM or SIGINT, handled by uvicorn): the server stops accepting, finishes requests
+in flight within ``drain_s``, then the lifecycles stop in reverse order, each within its
+budget, and the engine's pool closes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from qinglong.control.serve.lifecycle import PeriodicService, Supervisor
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from qinglong.control.api.context import ApiContext
+    from qinglong.control.readiness import CapabilityStatus
+
+_log = logging.getLogger("qinglong.control.serve")
+
+DEFAULT_PROJECT_ID = "00000000-0000-7000-8000-000000000001"  # one project per deployment
+READINESS_PERIOD_S = 2.0
+ENROLLMENT_PERIOD_S = 30.0
+PRUNE_PERIOD_S = 3600.0
+OCCURRENCE_KEEP_DAYS_DEFAULT = 30
+LOCK_TIMEOUT_MS = 10_000
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """Checked settings of ``ql3 control serve``. ``database_url``: the runtime login (never
+    logged); ``host``/``port``: where the API listens; ``bucket``/``s3_endpoint``: the log
+    bucket (credentials from the AWS environment); ``lease_ms``/``heartbeat_ms``: the
+    dispatch lease and heartbeat handed to workers (heartbeat ≤ lease/3, C11);
+    ``scheduler_tick_ms``: the longest pause between scheduler ticks; ``drain_s``: how long
+    requests in flight may take at stop; ``replica_id``: names this replica's retention
+    claims."""
+
+    database_url: str
+    runtime_role: str
+    host: str
+    port: int
+    bucket: str
+    s3_endpoint: str | None
+    replica_id: str
+    project_id: str = DEFAULT_PROJECT_ID
+    lease_ms: int = 30_000
+    heartbeat_ms: int = 10_000
+    scheduler_tick_ms: int = 500
+    recovery_interval_ms: int = 1000
+    drain_s: float = 20.0
+    occurrence_keep_days: int = OCCURRENCE_KEEP_DAYS_DEFAULT
+
+
+class ReadinessCache:
+    """``/readyz``'s answer, computed every ``READINESS_PERIOD_S`` by a lifecycle rather
+    than per request (a probe storm never reaches the database). Until the first check, and
+    after a check that could not reach the database, the answer is not ready with
+    ``database_unavailable``; a lifecycle whose ticks keep failing adds
+    ``<name>_failing``."""
+
+    def __init__(self, engine: Engine, runtime_role: str, capabilities: list[Any],
+                 supervisor: Supervisor) -> None:
+        self._engine = engine
+        self._role = runtime_role
+        self._capabilities = capabilities
+        self._supervisor = supervisor
+        self._lock = threading.Lock()
+        self._answer: tuple[bool, list[str], list[str]] = (False, ["database_unavailable"], [])
+
+    def refresh(self) -> None:
+        """One check; a database error becomes ``database_unavailable`` (then re-raised so
+        the lifecycle backs off)."""
+        from qinglong.control.readiness import readiness
+
+        try:
+            verdict = readiness(self._engine, runtime_role=self._role,
+                                capabilities=self._capabilities)
+        except Exception:
+            with self._lock:
+                self._answer = (False, ["database_unavailable"], [])
+            raise
+        degraded = [f"{c.name}: {c.reason}" for c in verdict.degraded]
+        with self._lock:
+            self._answer = (verdict.ready, [verdict.reason] if verdict.reason else [],
+                            degraded)
+
+    def __call__(self) -> tuple[bool, list[str], list[str]]:
+        with self._lock:
+            ready, reasons, degraded = self._answer
+        failing = [f"{h.name}_failing" for h in self._supervisor.health()
+                   if h.failures >= 3 and h.name != "readiness"]
+        if failing and ready:
+            return False, failing, degraded
+        return ready, list(reasons), list(degraded)
+
+
+class ControlReplica:
+    """Wires one replica from ``ServeSettings``; ``run()`` blocks until SIGTERM/SIGINT."""
+
+    def __init__(self, settings: ServeSettings) -> None:
+        from qinglong.control.db.engine import create_engine
+        from qinglong.control.dispatch.config import DispatchConfig
+        from qinglong.control.retention.objects import make_client
+
+        self.settings = settings
+        # C11: a heartbeat above a third of the lease is refused here, before anything starts
+        self.dispatch = DispatchConfig(lease_ms=settings.lease_ms,
+                                       heartbeat_ms=settings.heartbeat_ms)
+        self.engine = create_engine(settings.database_url, pool_size=8, max_overflow=8,
+                                    lock_timeout_ms=LOCK_TIMEOUT_MS,
+                                    application_name=f"ql3-control:{settings.replica_id}"[:60])
+        self.s3 = make_client(settings.s3_endpoint, timeout_s=10)
+        self.supervisor = Supervisor([])
+        self._stoppables: list[Any] = []
+        self.ctx = self._context()
+
+    def _context(self) -> ApiContext:
+        from qinglong.control.api.context import ApiContext
+        from qinglong.control.metrics import Metrics
+
+        ctx = ApiContext(engine=self.engine, project_id=self.settings.project_id,
+                         lease_ms=self.settings.lease_ms,
+                         heartbeat_ms=self.settings.heartbeat_ms, s3=self.s3,
+                         bucket=self.settings.bucket, metrics=Metrics())
+        ctx.extras["dispatch"] = self.dispatch
+        return ctx
+
+    def _lifecycles(self) -> None:
+        from datetime import UTC, datetime, timedelta
+
+        from qinglong.control.dispatch.recovery import LeaseRecovery, RecoveryConfig
+        from qinglong.control.retention.claims import process_owner
+        from qinglong.control.retention.enrollment import enrollment_sweep
+        from qinglong.control.retention.sweeper import RunAttemptLogRetentionSweeper
+        from qinglong.control.scheduling.ledger import prune_occurrences
+        from qinglong.control.scheduling.scheduler import Config, Scheduler
+
+        metrics = self.ctx.metrics
+        assert metrics is not None
+        sweeper = RunAttemptLogRetentionSweeper(
+            self.engine, self.s3, process_owner(self.settings.replica_id),
+            probe_bucket=self.settings.bucket)
+
+        def on_sweep(result: Any) -> None:
+            for outcome, n in dict(result.counts).items():
+                metrics.retention(str(outcome), int(n))
+
+        sweeper.on_sweep = on_sweep
+        probe = _probe_capability(sweeper)
+        cache = ReadinessCache(self.engine, self.settings.runtime_role, [probe],
+                               self.supervisor)
+        self.ctx.readiness = cache
+        scheduler = Scheduler(self.engine, Config(
+            tick_period_s=self.settings.scheduler_tick_ms / 1000))
+        recovery = LeaseRecovery(self.engine, RecoveryConfig(
+            interval_s=self.settings.recovery_interval_ms / 1000))
+
+        def tick_scheduler() -> Any:
+            result = scheduler.run_once()
+            for outcome, n in result.outcomes.items():
+                if outcome in ("run_created", "skipped_active", "skipped_downtime",
+                               "backlog_full", "skipped_disabled"):
+                    metrics.occurrence(outcome, n)
+            return result
+
+        def tick_recovery() -> Any:
+            result = recovery.run_once()
+            if result.lost:
+                metrics.lease_lost("expired", result.lost)
+            return result
+
+        def enroll() -> int:
+            with self.engine.connect() as conn:
+                return enrollment_sweep(conn, limit=500)
+
+        def prune() -> int:
+            keep = timedelta(days=self.settings.occurrence_keep_days)
+            with self.engine.begin() as conn:
+                return prune_occurrences(conn, older_than=datetime.now(UTC) - keep,
+                                         limit=1000)
+
+        self.supervisor.services.extend([
+            PeriodicService("readiness", cache.refresh, period_s=READINESS_PERIOD_S),
+            PeriodicService("scheduler", tick_scheduler,
+                            period_s=self.settings.scheduler_tick_ms / 1000,
+                            more=lambda r: bool(r.page_full)),
+            PeriodicService("lease_recovery", tick_recovery,
+                            period_s=self.settings.recovery_interval_ms / 1000,
+                            more=lambda r: bool(r.full)),
+            PeriodicService("enrollment", enroll, period_s=ENROLLMENT_PERIOD_S),
+            PeriodicService("occurrence_prune", prune, period_s=PRUNE_PERIOD_S),
+        ])
+        self._stoppables.append(sweeper)
+        self._sweeper = sweeper
+
+    def run(self) -> None:
+        """Serve until SIGTERM/SIGINT, then drain (module docstring)."""
+        import uvicorn
+
+        from qinglong.control.api.app import build_app
+
+        self._lifecycles()
+        app = build_app(self.ctx)
+        config = uvicorn.Config(app, host=self.settings.host, port=self.settings.port,
+                                log_level="warning", access_log=False,
+                                timeout_graceful_shutdown=int(self.settings.drain_s),
+                                lifespan="off")
+        server = uvicorn.Server(config)
+        self.supervisor.start()
+        self._sweeper.start()
+        _log.info("control replica %s listening on http://%s:%d", self.settings.replica_id,
+                  self.settings.host, self.settings.port)
+        try:
+            server.run()
+        finally:
+            self.stop()
+
+    def stop(self) -> bool:
+        """Stop the lifecycles and close the pool; True when all ended within budget.
+        Idempotent."""
+        ok = self.supervisor.stop()
+        for item in reversed(self._stoppables):
+            ok = bool(item.stop()) and ok
+        self._stoppables.clear()
+        self.engine.dispose()
+        return ok
+
+
+def _probe_capability(sweeper: Any) -> Any:
+    """The object store's capability as the retention sweeper's periodic probe last saw it
+    (``retention/probe.py`` mapping: safe → ok, unsafe → degraded ``object_store_unsafe``,
+    unavailable → ``object_store_unavailable``); not probed yet → ok. Never raises."""
+    from qinglong.control.readiness import CapabilityStatus
+
+    def probe() -> CapabilityStatus:
+        verdict = sweeper.verdict
+        if verdict is None:
+            return CapabilityStatus("object_store", "ok")
+        if verdict.status == "unavailable":
+            return CapabilityStatus("object_store", "unavailable", "object_store_unavailable",
+                                    verdict.reason)
+        if verdict.status == "unsafe":
+            return CapabilityStatus("object_store", "degraded", "object_store_unsafe",
+                                    verdict.reason)
+        return CapabilityStatus("object_store", "ok")
+
+    return probe
