@@ -104,6 +104,10 @@ def run(control_url: str, concurrency: int, labels: str, name: str | None,
         raise ValidationError("--spool-dir", str(exc)) from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s ql3-worker %(levelname)s "
                         "%(message)s")
+    # httpx logs every request at INFO, presigned URLs (a signature valid for minutes)
+    # included: never in our log
+    for noisy in ("httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     config = WorkerConfig(name=worker_name, labels=declared, concurrency=concurrency,
                           drain_budget_s=drain_budget, control_url=url,
                           runner=RunnerConfig(spool_dir=spool, grace_s=grace))
