@@ -52,6 +52,20 @@ FORBIDDEN = [
     "UPDATE ql3_migration_ledger SET additive = true",
     "DELETE FROM ql3_migration_ledger",
     "DELETE FROM events",
+    # 0005, the cluster engine: tasks are removed softly, history is append-only, pools are
+    # the schema owner's, tokens are never deleted (revoked instead)
+    "DELETE FROM tasks",
+    "DELETE FROM runs",
+    "DELETE FROM attempts",
+    "UPDATE task_events SET kind = 'x'",
+    "DELETE FROM task_events",
+    "INSERT INTO worker_pools (id, name) VALUES (gen_random_uuid(), 'evil')",
+    "UPDATE worker_pools SET labels = '{\"gpu\": \"yes\"}'",
+    "DELETE FROM worker_pools",
+    "DELETE FROM worker_incarnations",
+    "DELETE FROM api_tokens",
+    "TRUNCATE occurrences",
+    "ALTER TABLE tasks ADD COLUMN evil int",
 ]
 
 
