@@ -97,7 +97,8 @@ def _engine(url: str, *, pool_size: int = 1, lock_timeout_ms: int | None = None
 
 @click.group(cls=_ControlGroup)
 def control() -> None:
-    """The cluster control plane: PostgreSQL authority and log retention."""
+    """The cluster control plane: replicas (serve), schema (migrate), readiness, tokens and
+    log retention."""
 
 
 def _s3_client(endpoint: str | None) -> Any:
