@@ -13,8 +13,8 @@ once per running attempt.
 - ``lock_fd`` is the attempt lock, already exclusively flocked by the worker on this open
   file description; it is inherited by the command, so every process of the attempt holds
   the lock, even one that left the group with ``setsid``.
-- The command runs in this same group (default TERM/INT/HUP/PIPE/XFSZ dispositions, an
-  empty signal mask). When it ends, the wrapper closes its own copy of the lock, writes the
+- The command runs in this same group (every signal at its default disposition, an empty
+  signal mask). When it ends, the wrapper closes its own copy of the lock, writes the
   command's status to the socket (``<code>\\n``: the exit code, or 128+N for a death by
   signal N, as shells do; 127 command missing, 126 cannot execute) and then WAITS: a byte
   from the worker (it has stopped the leftovers) => exit with that status; end-of-file (the
@@ -39,7 +39,9 @@ EXIT_CANNOT_EXECUTE = 126
 EXIT_BAD_CONTRACT = 125
 ENV_LC_CTYPE = "QL3_WATCH_LC_CTYPE"
 GRACEFUL = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-DEFAULTED = (*GRACEFUL, signal.SIGPIPE, signal.SIGXFSZ)  # CPython ignores PIPE and XFSZ
+# every standard signal back to its default for the command, as the local wrapper does
+# (CPython itself ignores PIPE and XFSZ, and SIG_IGN survives exec)
+DEFAULTED = tuple(s for s in range(1, 32) if s not in (signal.SIGKILL, signal.SIGSTOP))
 
 
 def lock_holders(lock_id: tuple[int, int]) -> list[int]:
