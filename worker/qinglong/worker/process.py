@@ -209,7 +209,10 @@ class _Leftovers:
         return self._proc.lock.held() or bool(self._proc.others_in_group())
 
     def holders(self) -> list[int]:
-        return sorted(set(self._proc.lock.holders()) | set(self._proc.others_in_group()))
+        # a free lock has no holder (they all share the locked open file description), so
+        # the /proc fd scan is paid only when something was left behind
+        found = set(self._proc.lock.holders()) if self._proc.lock.held() else set()
+        return sorted(found | set(self._proc.others_in_group()))
 
 
 def spawn_attempt(command: list[str], env: Mapping[str, str], cwd: str | None,
