@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness import QL3, Ql3, wait_for
-from qinglong.local.process.lock_holders import kill_lock_holders
+from qinglong.shared.process.lock_holders import kill_lock_holders
 
 pytestmark = pytest.mark.integration
 

@@ -16,10 +16,11 @@ QL3 = str(Path(sys.executable).parent / "ql3")
 
 class WorkerProc:
     def __init__(self, control: FakeControl, tmp: Path, *extra: str,
-                 group: int | None = None) -> None:
+                 group: int | None = None, token_env: bool = True) -> None:
         self.stderr_path = tmp / "worker.stderr"
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        env["QL3_WORKER_TOKEN"] = TOKEN
+        if token_env:
+            env["QL3_WORKER_TOKEN"] = TOKEN
         env["QL3_WORKER_TEST_SENTINEL"] = "visible-to-worker-only"
         with self.stderr_path.open("wb") as err:
             self.proc = subprocess.Popen(
@@ -48,8 +49,8 @@ def control() -> Iterator[FakeControl]:
 def start_worker(control: FakeControl, tmp_path: Path) -> Iterator[type[WorkerProc]]:
     started: list[WorkerProc] = []
 
-    def make(*extra: str, group: int | None = None) -> WorkerProc:
-        w = WorkerProc(control, tmp_path, *extra, group=group)
+    def make(*extra: str, group: int | None = None, token_env: bool = True) -> WorkerProc:
+        w = WorkerProc(control, tmp_path, *extra, group=group, token_env=token_env)
         started.append(w)
         return w
 

@@ -1,6 +1,7 @@
 """A small fake of control's worker routes over real HTTP (shared/wire.py shapes), with
-switches a test flips: heartbeat status (503 = unreachable, 409 = lease lost), cancel, and the
-attempts the next claim hands out. Every request decodes with the wire type's strict decoder.
+switches a test flips: heartbeat status (503 = unreachable, 409 = lease lost), a forced status
+for any route (``force``, e.g. 409 on ``started``), cancel, and the attempts the next claim
+hands out. Every request decodes with the wire type's strict decoder.
 It also serves the presigned PUT target (``/put/<key>``) and records what it received."""
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class FakeControl:
         self.queue: list[dict[str, Any]] = []
         self.heartbeat_status = 200
         self.cancel = False
+        self.force: dict[str, int] = {}  # route -> status answered (after decoding the body)
         self.lock = threading.Lock()
         self.log: list[tuple[float, str, Any]] = []  # (monotonic s, route, decoded message)
         self.puts: list[tuple[dict[str, str], bytes]] = []
@@ -72,6 +74,12 @@ class FakeControl:
         raise AssertionError(f"no {route} within {timeout_s} s")
 
     def _answer(self, route: str, body: Any) -> tuple[int, Any]:
+        if route in self.force:
+            self._answer_normally(route, body)  # the body is still decoded strictly
+            return self.force[route], {"code": "lease_conflict"}
+        return self._answer_normally(route, body)
+
+    def _answer_normally(self, route: str, body: Any) -> tuple[int, Any]:
         if route == "register":
             wire.WorkerRegistration.from_json(body)
             return 200, {"incarnation_id": uuid7(), "lease_ms": self.lease_ms,

@@ -63,3 +63,44 @@ def test_claim_with_heartbeat_above_a_third_of_the_lease_is_refused(control, sta
     line = next(x for x in worker.stderr().splitlines() if "refused" in x)
     assert "1500" in line
     assert "3000" in line
+
+
+def test_cancel_in_the_heartbeat_answer_stops_the_group_and_completes_cancelled(
+        control, start_worker):
+    control.queue.append(make_attempt(BACKGROUNDED, lease_ms=3000, heartbeat_ms=500))
+    start_worker()
+    pgid = control.wait_for("started")[0]["pid"]
+    assert len(live_members(pgid)) >= 3
+    control.cancel = True
+    done = control.wait_for("complete", timeout_s=5.0)[0]
+    assert (done["outcome"], done["reason"]) == ("cancelled", "cancel_requested")
+    assert done["signal"] == signal.SIGTERM  # sh died of the group's TERM within the grace
+    assert live_members(pgid) == []  # stopped before the completion was sent
+
+
+def test_409_on_started_kills_the_group_at_once_and_sends_nothing_more(control,
+                                                                      start_worker):
+    control.force["started"] = 409
+    control.queue.append(make_attempt(BACKGROUNDED, lease_ms=3000, heartbeat_ms=500))
+    start_worker()
+    started_at = time.monotonic()
+    pgid = control.wait_for("started")[0]["pid"]
+    wait_group_gone(pgid, timeout_s=1.5)
+    assert time.monotonic() - started_at < 1.5
+    time.sleep(0.7)  # more than one heartbeat period
+    assert [control.seen(r) for r in ("complete", "log-upload")] == [[], []]
+    assert len(control.seen("started")) == 1  # a 409 is never retried
+
+
+def test_409_on_complete_is_final_and_the_worker_keeps_claiming(control, start_worker):
+    control.force["complete"] = 409
+    control.queue.append(make_attempt("echo done", lease_ms=3000, heartbeat_ms=500))
+    start_worker()
+    pgid = control.wait_for("started")[0]["pid"]
+    control.wait_for("complete")
+    time.sleep(1.2)  # two heartbeat periods
+    with control.lock:
+        routes = [r for _, r, _ in control.log]
+    after = routes[routes.index("complete") + 1:]
+    assert set(after) == {"claim"}  # no retry, heartbeat or upload: only new claims
+    assert live_members(pgid) == []

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from qinglong.local.process.leftovers import LeftoverReport, stop_leftovers
+from qinglong.shared.process.leftovers import LeftoverReport, stop_leftovers
 
 
 class FakeLock:

@@ -1,10 +1,14 @@
 """Running one claimed attempt end to end (DESIGN.md §4.2, issue 11 items 4 and 6).
 
-Order: spool file -> spawn the group behind the pipe-watch wrapper -> report ``started`` ->
-heartbeat and supervise (timeout, cancel, drain, lease loss, self-fence) -> stop the group ->
-hash the spool -> ask a log-upload grant -> PUT -> complete. A 409 on any write, or a fence
-deadline passed without renewal, kills the group at once and forgets the attempt: it is never
-completed by this worker (case C21).
+Order: spool file -> spawn the group behind the wrapper, holding the attempt lock -> report
+``started`` -> heartbeat and supervise (timeout, cancel, drain, lease loss, self-fence) -> stop
+the group -> stop the leftovers (lock holders and group members; case C18) -> release the
+wrapper -> hash the spool -> ask a log-upload grant -> PUT -> complete. An attempt whose
+command ended by itself but left processes behind completes ``failed`` with reason
+``leftover_processes``, never ``succeeded``; a timed-out or cancelled one keeps that outcome
+(the leftovers are stopped and logged). A 409 on any write, or a fence deadline passed
+without renewal, kills the group and every lock holder at once and forgets the attempt: it is
+never completed by this worker (case C21).
 """
 
 from __future__ import annotations
@@ -116,7 +120,8 @@ class AttemptRunner:
             return self._complete("failed", (None, None), None, "spool_unavailable")
         pipe_r, pipe_w = os.pipe()
         try:
-            proc = spawn_attempt(command, env, a.cwd, pipe_w)
+            proc = spawn_attempt(command, env, a.cwd, pipe_w,
+                                 self._config.spool_dir / f"{self.attempt_id}.lock")
         except (CwdMissingError, OSError, ValueError) as exc:
             for fd in (pipe_r, pipe_w, spool_fd):
                 os.close(fd)
@@ -134,7 +139,6 @@ class AttemptRunner:
             beats.start()
             self._report_started(proc)
             verdict, why, code = self._supervise(proc)
-            proc.release_watch()
             copier.finish()
             status = decode_status(code)
             outcome = verdict or ("succeeded" if status.exit_code == 0 else "failed")
@@ -143,7 +147,7 @@ class AttemptRunner:
             self._complete(outcome, (status.exit_code, status.signal), facts, why)
         finally:
             beats.stop()
-            proc.release_watch()
+            proc.abandon()  # after an error: the wrapper stops whatever still runs
             copier.finish(0.0)
             spool_path.unlink(missing_ok=True)
         return None
@@ -151,8 +155,9 @@ class AttemptRunner:
     def _check_lease(self, proc: AttemptProcess) -> None:
         if self._lost.is_set() or self._fence.expired():
             why = "lease lost (409)" if self._lost.is_set() else "lease fenced"
-            if proc.poll() is None or proc.group_alive():
-                proc.kill_now()
+            proc.kill_now()
+            proc.clear_leftovers(0.0)  # escapees too, at once: the lease is at stake
+            proc.release()
             log.warning("attempt %s: %s: group killed, attempt forgotten", self.attempt_id, why)
             raise _Forget
 
@@ -166,23 +171,34 @@ class AttemptRunner:
             log.warning("attempt %s: started not reported: %s", self.attempt_id, exc)
 
     def _supervise(self, proc: AttemptProcess) -> tuple[str | None, str | None, int]:
-        """Wait for the wrapper; returns (outcome or None for "by exit status", reason,
-        wrapper return code). Raises _Forget after killing the group when fenced."""
+        """Wait for the command, stop its leftovers, release the wrapper; returns (outcome or
+        None for "by exit status", reason, command status code). Raises _Forget after
+        killing everything when fenced."""
         timeout_ms = self.attempt.timeout_ms
         timeout_at = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000.0
+        verdict: str | None = None
+        why: str | None = None
         while True:
             self._check_lease(proc)
             code = proc.wait(SUPERVISE_S)
             if code is not None:
                 break
             if timeout_at is not None and time.monotonic() >= timeout_at:
-                return "timed_out", "timeout", proc.stop(self._config.grace_s)
-            if self._stop_reason is not None:
-                return "cancelled", self._stop_reason, proc.stop(self._config.grace_s)
-        if proc.group_alive():  # the leader exited, something of the attempt is still running
-            proc.stop(self._config.grace_s)
-            return "failed", "leftover_processes", code
-        return None, None, code
+                verdict, why = "timed_out", "timeout"
+            elif self._stop_reason is not None:
+                verdict, why = "cancelled", self._stop_reason
+            else:
+                continue
+            code = proc.stop(self._config.grace_s)
+            break
+        self._check_lease(proc)
+        report = proc.clear_leftovers(self._config.grace_s)
+        if report.found or report.unresolved:
+            log.warning("attempt %s: %s", self.attempt_id, report.describe())
+            if verdict is None:  # never a silent "succeeded" (case C18)
+                verdict, why = "failed", "leftover_processes"
+        proc.release()
+        return verdict, why, code
 
     def _upload(self, spool_path: Path) -> wire.LogFacts | None:
         facts = spool_facts(spool_path)

@@ -1,18 +1,24 @@
-"""Qinglong 3 remote-attempt wrapper: the pipe watch (DESIGN.md §4.2 "Self-fencing").
+"""Qinglong 3 remote-attempt wrapper: the watch socket and the attempt lock (DESIGN.md §3.3,
+§4.2 "Self-fencing"; case C18).
 
-Never imported by the worker: it runs as ``python3 -I -S group_wrapper.py <watch_fd> --
-<argv...>`` as the leader of a new process group (the worker spawns it with
+Never imported by the worker: it runs as ``python3 -I -S group_wrapper.py <watch_fd>
+<lock_fd> -- <argv...>`` as the leader of a new process group (the worker spawns it with
 ``start_new_session``). It imports only os, _signal, select, sys and time: its memory is paid
 once per running attempt.
 
-- ``watch_fd`` is the read end of a pipe whose write end only the worker holds. The worker
-  never writes to it: end-of-file means the worker died (or abandoned the attempt), and this
-  wrapper then sends TERM to its whole group, waits ``GRACE_S`` and sends KILL to the group,
-  itself included (well under a second in total).
-- Otherwise it starts the user command in this same group (default TERM/INT/HUP dispositions,
-  an empty signal mask), waits for it and exits with its status: the exit code, or 128+N for
-  a death by signal N (as shells do); 127 when the command is missing, 126 when it cannot be
-  executed.
+- ``watch_fd`` is this wrapper's end of a socket pair whose other end only the worker holds;
+  it is not passed to the command. End-of-file means the worker died (or abandoned the
+  attempt): the wrapper then stops everything of the attempt (see :func:`stop_everything`)
+  and exits.
+- ``lock_fd`` is the attempt lock, already exclusively flocked by the worker on this open
+  file description; it is inherited by the command, so every process of the attempt holds
+  the lock, even one that left the group with ``setsid``.
+- The command runs in this same group (every signal at its default disposition, an empty
+  signal mask). When it ends, the wrapper closes its own copy of the lock, writes the
+  command's status to the socket (``<code>\\n``: the exit code, or 128+N for a death by
+  signal N, as shells do; 127 command missing, 126 cannot execute) and then WAITS: a byte
+  from the worker (it has stopped the leftovers) => exit with that status; end-of-file (the
+  worker died meanwhile) => stop everything. So leftovers never outlive the worker.
 - It ignores TERM/INT/HUP itself: the worker signals the whole group, so the command gets
   them directly; the wrapper stays to report the command's status.
 - ``QL3_WATCH_LC_CTYPE`` (``-`` when the task set no LC_CTYPE, else ``=value``) restores the
@@ -27,16 +33,64 @@ import sys
 import time
 
 GRACE_S = 0.3
+KILL_ROUNDS = 5
 EXIT_NOT_FOUND = 127
 EXIT_CANNOT_EXECUTE = 126
 EXIT_BAD_CONTRACT = 125
 ENV_LC_CTYPE = "QL3_WATCH_LC_CTYPE"
 GRACEFUL = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# every standard signal back to its default for the command, as the local wrapper does
+# (CPython itself ignores PIPE and XFSZ, and SIG_IGN survives exec)
+DEFAULTED = tuple(s for s in range(1, 32) if s not in (signal.SIGKILL, signal.SIGSTOP))
 
 
-def kill_own_group() -> None:
-    """TERM to this wrapper's group, a short grace, then KILL to the group (this process
-    included). Never signals a group this process does not lead, nor one ≤ 1."""
+def lock_holders(lock_id: tuple[int, int]) -> list[int]:
+    """Pids > 1, other than this process and its parent (the worker), with an fd open on the
+    file ``lock_id`` = (st_dev, st_ino): a /proc scan."""
+    skip = (os.getpid(), os.getppid())
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) > 1 and int(name) not in skip and holds(name, lock_id):
+            found.append(int(name))
+    return found
+
+
+def holds(pid: str, lock_id: tuple[int, int]) -> bool:
+    """True when process ``pid`` has an fd open on ``lock_id``."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            st = os.stat(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == lock_id:
+            return True
+    return False
+
+
+def signal_holder(pid: int, lock_id: tuple[int, int], sig: int) -> None:
+    """Send ``sig`` to ``pid`` through a pidfd, only if it still holds the lock once pinned
+    (a reused pid is never hit)."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        return
+    try:
+        if holds(str(pid), lock_id):
+            signal.pidfd_send_signal(pidfd, sig)
+    except OSError:
+        pass
+    finally:
+        os.close(pidfd)
+
+
+def stop_everything(lock_id: tuple[int, int]) -> None:
+    """The worker is gone: TERM to this group and to every other holder of the lock, a short
+    grace, KILL to the holders (a few rounds, for late forks), then KILL to the group, this
+    process included. Never signals a group this process does not lead, nor one <= 1."""
     pgrp = os.getpgrp()
     if pgrp <= 1 or pgrp != os.getpid():
         os._exit(EXIT_BAD_CONTRACT)
@@ -44,7 +98,16 @@ def kill_own_group() -> None:
         os.killpg(pgrp, signal.SIGTERM)  # ignored by this process
     except OSError:
         pass
+    for pid in lock_holders(lock_id):
+        signal_holder(pid, lock_id, signal.SIGTERM)
     time.sleep(GRACE_S)
+    for _ in range(KILL_ROUNDS):
+        holders = lock_holders(lock_id)
+        if not holders:
+            break
+        for pid in holders:
+            signal_holder(pid, lock_id, signal.SIGKILL)
+        time.sleep(0.02)
     os.killpg(pgrp, signal.SIGKILL)
     os._exit(EXIT_BAD_CONTRACT)  # not reached: KILL includes this process
 
@@ -59,19 +122,11 @@ def user_environment() -> dict[str, str]:
     return env
 
 
-def main(args: list[str]) -> int:
-    """Run the contract above; ``args`` is ``sys.argv[1:]``."""
-    if len(args) < 3 or args[1] != "--" or os.getpgrp() != os.getpid():
-        sys.stderr.write("ql3 group wrapper: bad invocation\n")
-        return EXIT_BAD_CONTRACT
-    watch_fd = int(args[0])
-    argv = args[2:]
-    for sig in GRACEFUL:
-        signal.signal(sig, signal.SIG_IGN)
-    os.set_inheritable(watch_fd, False)
+def run_command(argv: list[str], watch_fd: int, lock_id: tuple[int, int]) -> int:
+    """Spawn ``argv`` and wait for it, watching the socket; returns its status code."""
     try:
         child = os.posix_spawnp(argv[0], argv, user_environment(), setsigmask=(),
-                                setsigdef=GRACEFUL)
+                                setsigdef=DEFAULTED)
     except FileNotFoundError:
         sys.stderr.write(f"ql3: command not found: {argv[0]}\n")
         return EXIT_NOT_FOUND
@@ -85,11 +140,34 @@ def main(args: list[str]) -> int:
     while True:
         for fd, _events in poller.poll():
             if fd == watch_fd and not os.read(watch_fd, 1):
-                kill_own_group()  # the worker is gone: the attempt dies with it
+                stop_everything(lock_id)  # the worker is gone: the attempt dies with it
             if fd == pidfd:
                 _, status = os.waitpid(child, 0)
                 code = os.waitstatus_to_exitcode(status)
                 return 128 - code if code < 0 else code
+
+
+def main(args: list[str]) -> int:
+    """Run the contract above; ``args`` is ``sys.argv[1:]``."""
+    if len(args) < 4 or args[2] != "--" or os.getpgrp() != os.getpid():
+        sys.stderr.write("ql3 group wrapper: bad invocation\n")
+        return EXIT_BAD_CONTRACT
+    watch_fd, lock_fd = int(args[0]), int(args[1])
+    for sig in GRACEFUL:
+        signal.signal(sig, signal.SIG_IGN)
+    os.set_inheritable(watch_fd, False)
+    st = os.fstat(lock_fd)
+    lock_id = (st.st_dev, st.st_ino)
+    code = run_command(args[3:], watch_fd, lock_id)
+    os.close(lock_fd)  # from now on only leftovers hold the lock
+    try:
+        os.write(watch_fd, b"%d\n" % code)
+        answer = os.read(watch_fd, 1)  # blocks until the worker answers or dies
+    except OSError:
+        answer = b""
+    if not answer:
+        stop_everything(lock_id)
+    return code
 
 
 if __name__ == "__main__":

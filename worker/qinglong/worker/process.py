@@ -1,15 +1,24 @@
-"""Launching one remote attempt as its own process group behind the pipe-watch wrapper
-(DESIGN.md §3.2–§3.3 reused by §4.2; case C01).
+"""Launching one remote attempt as its own process group behind the wrapper, and stopping
+everything it leaves behind (DESIGN.md §3.2–§3.3 reused by §4.2; cases C01, C18).
 
-The wrapper (``group_wrapper.py``) leads a new session and process group; the worker keeps the
-only write end of the watch pipe (both ends are created close-on-exec and only the read end is
-passed, to this wrapper alone), so if the worker dies the wrapper kills the group. Signals go
-through ``qinglong.shared.process.signals`` (never a group ≤ 1 or the worker's own).
+The wrapper (``group_wrapper.py``) leads a new session and process group. The worker keeps
+the only other end of the watch socket pair (both ends close-on-exec; only the wrapper's end
+is passed, to the wrapper alone), so if the worker dies the wrapper stops the attempt. The
+attempt lock ``<attempt>.lock`` in the private spool directory is created and flocked here,
+before the wrapper exists, and that open file description is handed to the wrapper and
+through it to the command: every process of the attempt holds the lock, even one that left
+the group. When the command ends the wrapper reports its status on the socket and waits; the
+worker stops the leftovers (lock holders and group members: TERM, grace, KILL; the shared
+``stop_leftovers``) and only then releases the wrapper. Signals go through
+``qinglong.shared.process.signals`` (never a group ≤ 1 or the worker's own).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
+import socket
 import subprocess
 import sys
 import time
@@ -19,10 +28,14 @@ from pathlib import Path
 
 from qinglong.shared.errors import ProcessIdentityError
 from qinglong.shared.process.identity import read_stat
+from qinglong.shared.process.leftovers import LeftoverReport, stop_leftovers
+from qinglong.shared.process.path_lock import PathLock, create_locked
 from qinglong.shared.process.signals import signal_group
 
 WRAPPER_PATH = Path(__file__).with_name("group_wrapper.py")
 POLL_S = 0.02
+RELEASE_WAIT_S = 2.0
+STATUS_MAX = 16
 
 
 def live_group_members(pgid: int) -> list[int]:
@@ -69,12 +82,17 @@ def decode_status(returncode: int) -> ExitStatus:
 
 
 class AttemptProcess:
-    """One spawned attempt: the wrapper (``pid``, leader of group ``pgid``) and the watch
-    pipe's write end. Methods are safe to call from the attempt's own thread."""
+    """One spawned attempt: the wrapper (``pid``, leader of group ``pgid``), the worker's end
+    of the watch socket and the attempt lock at ``lock_path``. Use it from one thread (the
+    attempt's). The group is signalled only while the wrapper is unreaped (its id pinned)."""
 
-    def __init__(self, popen: subprocess.Popen[bytes], watch_w: int) -> None:
+    def __init__(self, popen: subprocess.Popen[bytes], watch: socket.socket,
+                 lock_path: str) -> None:
         self._popen = popen
-        self._watch_w = watch_w
+        self._watch: socket.socket | None = watch
+        self._buffer = b""
+        self._code: int | None = None
+        self.lock = PathLock(lock_path)
         self.pid = popen.pid
         self.pgid = popen.pid
 
@@ -83,70 +101,152 @@ class AttemptProcess:
         return self._popen.poll()
 
     def wait(self, timeout_s: float) -> int | None:
-        """Wait up to ``timeout_s`` seconds for the wrapper; its return code or None."""
-        try:
-            return self._popen.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            return None
+        """Wait up to ``timeout_s`` seconds for the command to end. Returns its status code
+        (exit code, or 128+N for a death by signal N) from the wrapper's status line; when
+        the wrapper died without one, the wrapper's return code (negative: killed by that
+        signal). None while the command runs."""
+        deadline = time.monotonic() + timeout_s
+        while self._code is None:
+            if self._watch is None:
+                try:
+                    self._code = self._popen.wait(max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    return None
+                break
+            ready, _, _ = select.select([self._watch], [], [],
+                                        max(0.0, deadline - time.monotonic()))
+            if not ready:
+                return None
+            chunk = self._watch.recv(STATUS_MAX)
+            if not chunk:  # the wrapper is gone without a status: its own return code
+                self._code = self._popen.wait()
+                break
+            self._buffer += chunk
+            line, newline, _ = self._buffer.partition(b"\n")
+            if newline and line.isdigit():
+                self._code = int(line)
+            elif newline:  # not our wrapper's contract: stop it, keep its return code
+                self.kill_now()
+        return self._code
+
+    def others_in_group(self) -> list[int]:
+        """Live members of the attempt's group other than the wrapper ([] once it is reaped:
+        the id may belong to another group by then)."""
+        if self._popen.returncode is not None:
+            return []
+        return [pid for pid in live_group_members(self.pgid) if pid != self.pid]
 
     def group_alive(self) -> bool:
-        """True while any live (non-zombie) process of the attempt's group exists."""
-        return bool(live_group_members(self.pgid))
+        """True while the wrapper is unreaped or any other process of its group lives."""
+        return self._popen.returncode is None or bool(self.others_in_group())
+
+    def _signal_group(self, sig: int) -> None:
+        if self._popen.returncode is None:  # unreaped: the group id is still ours
+            signal_group(self.pgid, sig)
 
     def stop(self, grace_s: float) -> int:
-        """TERM to the whole group, up to ``grace_s`` seconds for it to vanish, then KILL to
-        the group; returns the wrapper's return code (DESIGN.md §3.3 escalation)."""
-        signal_group(self.pgid, 15)
+        """TERM to the whole group, up to ``grace_s`` seconds for the command to end and the
+        rest of the group to vanish, then KILL to the group (DESIGN.md §3.3 escalation);
+        returns the command's status code as :meth:`wait` does. Lock holders outside the
+        group are :meth:`clear_leftovers`' work."""
+        self._signal_group(15)
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline:
-            self._popen.poll()
-            if not self.group_alive():
-                break
-            time.sleep(POLL_S)
-        if self.group_alive():
-            return self.kill_now()
-        return self._popen.wait()
+            code = self.wait(POLL_S)
+            if code is not None and not self.others_in_group():
+                return code
+        return self.kill_now()
 
     def kill_now(self) -> int:
-        """KILL to the whole group at once (lease lost or self-fence); reaps the wrapper and
-        returns its return code."""
-        signal_group(self.pgid, 9)
+        """KILL to the whole group at once (the wrapper included); reaps the wrapper and
+        returns the command's status code (the wrapper's -9 when no status had arrived)."""
+        self._signal_group(9)
         code = self._popen.wait()
-        if self.group_alive():  # members not yet reaped by init; KILL is already pending
-            signal_group(self.pgid, 9)
-        return code
+        if self._code is None:
+            self._code = code
+        return self._code
 
-    def release_watch(self) -> None:
-        """Close the worker's write end of the watch pipe (idempotent)."""
-        if self._watch_w >= 0:
-            os.close(self._watch_w)
-            self._watch_w = -1
+    def clear_leftovers(self, grace_s: float) -> LeftoverReport:
+        """After the command ended (or the group was killed): find every process of the
+        attempt still alive — holders of the attempt lock (``setsid`` escapees included) and
+        members of the group other than the wrapper — and stop them (TERM, ``grace_s``
+        seconds, KILL; never pid ≤ 1 or the worker). Never raises; ``report.found`` > 0 or
+        ``report.unresolved`` means something was left behind (case C18)."""
+        return stop_leftovers(_Leftovers(self), pgid=None, grace_s=grace_s)
+
+    def release(self) -> int | None:
+        """Tell a waiting wrapper to exit (call after :meth:`clear_leftovers`), reap it
+        within 2 s (else KILL its group), close the socket and discard the lock file if it is
+        free. Returns the wrapper's return code, None if it could not be reaped."""
+        if self._watch is not None:
+            with contextlib.suppress(OSError):
+                self._watch.send(b"q")
+            try:
+                self._popen.wait(RELEASE_WAIT_S)
+            except subprocess.TimeoutExpired:
+                self.kill_now()
+            self.abandon()
+        with contextlib.suppress(OSError):
+            self.lock.discard()
+        return self._popen.returncode
+
+    def abandon(self) -> None:
+        """Close the worker's end of the watch socket without a release (idempotent): a
+        wrapper still running stops everything of the attempt and exits."""
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+
+
+class _Leftovers:
+    """``AttemptLockPort`` of one attempt: the lock, plus its group's members other than the
+    wrapper (held while either is non-empty)."""
+
+    def __init__(self, proc: AttemptProcess) -> None:
+        self._proc = proc
+
+    def held(self) -> bool:
+        return self._proc.lock.held() or bool(self._proc.others_in_group())
+
+    def holders(self) -> list[int]:
+        # a free lock has no holder (they all share the locked open file description), so
+        # the /proc fd scan is paid only when something was left behind
+        found = set(self._proc.lock.holders()) if self._proc.lock.held() else set()
+        return sorted(found | set(self._proc.others_in_group()))
 
 
 def spawn_attempt(command: list[str], env: Mapping[str, str], cwd: str | None,
-                  output_fd: int) -> AttemptProcess:
+                  output_fd: int, lock_path: Path) -> AttemptProcess:
     """Start ``command`` under the wrapper in a new process group with exactly ``env`` (the
     clean attempt environment), working directory ``cwd`` (None: the worker's), stdin from
-    /dev/null and stdout+stderr to ``output_fd``.
+    /dev/null, stdout+stderr to ``output_fd``, holding the attempt lock created (0600,
+    ``O_EXCL | O_NOFOLLOW``) and flocked at ``lock_path``.
 
-    Raises CwdMissingError when ``cwd`` is not an existing directory; OSError or ValueError
-    (NUL in argv/env) from the spawn itself. The watch pipe's fds never leak on failure.
+    Raises CwdMissingError when ``cwd`` is not an existing directory; FileExistsError when
+    the lock file exists; OSError or ValueError (NUL in argv/env) from the spawn itself. No
+    fd leaks on failure and the lock file is removed.
     """
     if cwd is not None and not os.path.isdir(cwd):
         raise CwdMissingError(f"working directory missing: {cwd}")
     wrapper_env = dict(env)
     lc_ctype = env.get("LC_CTYPE")
     wrapper_env["QL3_WATCH_LC_CTYPE"] = "-" if lc_ctype is None else "=" + lc_ctype
-    watch_r, watch_w = os.pipe()  # O_CLOEXEC: no other child inherits either end
+    lock_fd = create_locked(str(lock_path))
+    ours, theirs = socket.socketpair()  # non-inheritable: no other child gets either end
     try:
         popen = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(WRAPPER_PATH), str(watch_r), "--", *command],
+            [sys.executable, "-I", "-S", str(WRAPPER_PATH), str(theirs.fileno()), str(lock_fd),
+             "--", *command],
             env=wrapper_env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=output_fd,
-            stderr=output_fd, start_new_session=True, close_fds=True, pass_fds=(watch_r,),
+            stderr=output_fd, start_new_session=True, close_fds=True,
+            pass_fds=(theirs.fileno(), lock_fd),
         )
     except BaseException:
-        os.close(watch_w)
+        ours.close()
+        with contextlib.suppress(OSError):
+            os.unlink(lock_path)
         raise
     finally:
-        os.close(watch_r)
-    return AttemptProcess(popen, watch_w)
+        theirs.close()
+        os.close(lock_fd)  # the wrapper's copy keeps the lock
+    return AttemptProcess(popen, ours, str(lock_path))

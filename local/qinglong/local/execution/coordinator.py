@@ -8,8 +8,8 @@ ADR-0069 §2 and DESIGN.md §3.2–§3.3, coordinator side:
 4. save the handle by compare-and-set (attempt and run ``running``); if that write fails,
    compensate: abandon the start gate (no user code ran) and kill the exact process group
 5. open the start gate: user code starts only now
-6. monitor: on exit stop what the attempt left behind (``process/leftovers.py``: TERM,
-   grace, KILL, an event; issue 10 item 5), read the receipt, commit the terminal transition
+6. monitor: on exit stop what the attempt left behind (``shared/process/leftovers.py``:
+   TERM, grace, KILL, an event; issue 10 item 5), read the receipt, commit the terminal transition
    with both events, delete the receipt file, resolve the journal row. Timeout and cancel:
    TERM to the wrapper, a grace period, KILL to the group.
 """
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from qinglong.local.process.launcher import LaunchedProcess, LaunchRequest, LocalProcessLauncher
-from qinglong.local.process.leftovers import ReceiptStoreLock, stop_leftovers
+from qinglong.local.process.leftovers import ReceiptStoreLock
 from qinglong.local.process.reattached import ReattachedProcess
 from qinglong.local.process.receipt_store import ReceiptStore
 from qinglong.local.storage.repository import LocalRunRepository
@@ -35,6 +35,7 @@ from qinglong.shared.domain import Attempt, Run, Task
 from qinglong.shared.errors import ConcurrentUpdateError, QinglongError, ReceiptCodecError
 from qinglong.shared.faults import fault_point
 from qinglong.shared.handles import ProcessHandle
+from qinglong.shared.process.leftovers import stop_leftovers
 from qinglong.shared.receipts import CompletionReceipt, ReceiptOutcome
 from qinglong.shared.statuses import (
     ATTEMPT_TERMINAL,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from qinglong.local.process.lock_holders import find_lock_holders
 from qinglong.local.process.paths import UnsafePathError
 from qinglong.local.process.receipt_store import ReceiptNotAFileError, ReceiptStore
 from qinglong.local.process.wrapper_identity import is_wrapper_of
@@ -18,6 +17,7 @@ from qinglong.shared.domain import Attempt
 from qinglong.shared.errors import HandleCodecError, ProcessIdentityError, ReceiptCodecError
 from qinglong.shared.handles import ProcessHandle
 from qinglong.shared.process.identity import Liveness, probe_handle
+from qinglong.shared.process.lock_holders import find_lock_holders
 
 
 def unreadable_reason(exc: BaseException) -> str:

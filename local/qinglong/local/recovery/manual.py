@@ -22,7 +22,6 @@ import getpass
 import os
 from dataclasses import dataclass
 
-from qinglong.local.process.lock_holders import find_lock_holders
 from qinglong.local.process.paths import UnsafePathError
 from qinglong.local.process.receipt_store import ReceiptStore
 from qinglong.local.process.wrapper_identity import is_wrapper_of
@@ -40,6 +39,7 @@ from qinglong.shared.errors import (
 )
 from qinglong.shared.handles import ProcessHandle
 from qinglong.shared.process.identity import Liveness, probe_handle
+from qinglong.shared.process.lock_holders import find_lock_holders
 from qinglong.shared.receipts import CompletionReceipt
 from qinglong.shared.statuses import ATTEMPT_ACTIVE, RUN_ACTIVE, AttemptStatus
 

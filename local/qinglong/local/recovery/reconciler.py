@@ -29,7 +29,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from qinglong.local.process.leftovers import ReceiptStoreLock, stop_leftovers
+from qinglong.local.process.leftovers import ReceiptStoreLock
 from qinglong.local.process.receipt_store import ReceiptStore
 from qinglong.local.process.wrapper_identity import is_wrapper_of
 from qinglong.local.storage.repository import LocalRunRepository
@@ -44,6 +44,7 @@ from qinglong.shared.errors import (
 )
 from qinglong.shared.handles import ProcessHandle
 from qinglong.shared.process.identity import Liveness, probe_handle
+from qinglong.shared.process.leftovers import stop_leftovers
 from qinglong.shared.receipts import CompletionReceipt, ReceiptOutcome
 from qinglong.shared.statuses import (
     ATTEMPT_ACTIVE,

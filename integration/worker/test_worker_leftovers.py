@@ -1,0 +1,81 @@
+"""Processes that leave the attempt's group (case C18; DESIGN.md §3.3 attempt lock, §4.2;
+issue 11 items 4 and 6): a real `ql3 worker run`, real `setsid` escapees, real signals."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+from fake_control import make_attempt
+from worker_kit import live_members, pids_running, unique_sleep, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize("pause", ["", "sleep 0.3; "],
+                         ids=["as_in_c18", "escaped_before_the_leader_exits"])
+def test_c18_setsid_escapee_is_stopped_and_the_attempt_fails_leftover_processes(
+        control, start_worker, tmp_path, pause):
+    naptime = unique_sleep()
+    # with the pause, setsid has certainly run before the leader exits: out of the group
+    control.queue.append(make_attempt(f"setsid sleep {naptime} & {pause}exit 0"))
+    start_worker()
+    done = control.wait_for("complete", timeout_s=10.0)[0]
+    assert done["outcome"] == "failed"
+    assert done["reason"] == "leftover_processes"
+    assert done["exit_code"] == 0  # the leader's own exit stays recorded
+    assert pids_running(["sleep", naptime]) == []  # stopped before the completion was sent
+    assert list((tmp_path / "spool").glob("*.lock")) == []  # lock free, file discarded
+
+
+def test_escapee_ignoring_term_is_killed_after_the_grace(control, start_worker):
+    naptime = unique_sleep()
+    control.queue.append(make_attempt(
+        f"trap '' TERM; setsid sleep {naptime} & exit 0"))
+    start_worker()  # --grace 0.5
+    wait_until(lambda: bool(pids_running(["sleep", naptime])), 5.0, "escapee started")
+    done = control.wait_for("complete", timeout_s=10.0)[0]
+    assert (done["outcome"], done["reason"]) == ("failed", "leftover_processes")
+    assert pids_running(["sleep", naptime]) == []
+
+
+def test_clean_exit_without_leftovers_still_succeeds(control, start_worker):
+    control.queue.append(make_attempt("sleep 0.1 & wait; echo ok"))
+    start_worker()
+    done = control.wait_for("complete")[0]
+    assert (done["outcome"], done["reason"], done["exit_code"]) == ("succeeded", None, 0)
+
+
+def test_worker_sigkill_after_the_command_exited_takes_the_escapee_with_it(control,
+                                                                           start_worker):
+    naptime = unique_sleep()
+    # the escapee ignores TERM (set by the shell before the fork), so the worker is still
+    # inside its 30 s grace when it dies
+    control.queue.append(make_attempt(
+        f"trap '' TERM; setsid sleep {naptime} & exit 0"))
+    worker = start_worker("--grace", "30")
+    pgid = control.wait_for("started")[0]["pid"]
+    wait_until(lambda: bool(pids_running(["sleep", naptime])), 5.0, "escapee started")
+    wait_until(lambda: live_members(pgid) == [pgid], 5.0, "command exited, wrapper waiting")
+    time.sleep(0.2)  # the worker has its status and is stopping leftovers
+    assert pids_running(["sleep", naptime])  # TERM ignored: still alive
+    killed_at = time.monotonic()
+    worker.proc.send_signal(signal.SIGKILL)
+    gone_at = wait_until(lambda: not pids_running(["sleep", naptime]), 2.0, "escapee gone")
+    assert gone_at - killed_at < 1.0
+    wait_until(lambda: not live_members(pgid), 1.0, "wrapper gone")
+    assert control.seen("complete") == []
+
+
+def test_worker_sigkill_while_the_command_runs_takes_the_escapee_with_it(control,
+                                                                         start_worker):
+    naptime = unique_sleep()
+    control.queue.append(make_attempt(f"setsid sleep {naptime} & sleep 300"))
+    worker = start_worker()
+    control.wait_for("started")
+    wait_until(lambda: bool(pids_running(["sleep", naptime])), 5.0, "escapee started")
+    killed_at = time.monotonic()
+    worker.proc.send_signal(signal.SIGKILL)
+    gone_at = wait_until(lambda: not pids_running(["sleep", naptime]), 2.0, "escapee gone")
+    assert gone_at - killed_at < 1.0
