@@ -82,7 +82,7 @@ def test_fuzzed_from_openapi_no_5xx_and_every_operation_2xx(
     bucket = make_bucket(False)
     api = open_world(pg_db, s3=s3, bucket=bucket)
     try:
-        with pg_db.connect() as conn:
+        with pg_db.sa() as conn:
             (log,) = seed_logs(conn, direct_s3, bucket, 1)
         fuzz_all(api, log.attempt_id)
     finally:
