@@ -197,3 +197,22 @@ def test_the_openapi_document_describes_every_worker_body(
         schema = op["requestBody"]["content"]["application/json"]["schema"]
         assert schema["type"] == "object" and schema["required"]
         assert "$ref" not in str(schema)
+
+
+def test_a_completion_whose_exit_code_no_column_holds_is_422_and_the_lease_stays_live(
+        pg_db: PgDb, engine: Any, direct_s3: Any, make_bucket: Callable[[bool], str]) -> None:
+    """Found by the fuzz test: an exit code or signal beyond ``integer`` reached PostgreSQL
+    and answered 500 ``internal``; the wire type now bounds them to a wait status."""
+    world = World(pg_db)
+    pool, attempt = _leased(world, engine)
+    client, auth = _client(pg_db, engine, direct_s3, make_bucket(False)), _token(pg_db, pool)
+    report = {"lease": attempt.lease.to_json(), "outcome": "failed", "exit_code": 1,
+              "signal": None, "log": None}
+    for wide in ({"exit_code": 2**31}, {"exit_code": None, "signal": 2**31}):
+        refused = client.post("/v1/worker/complete", headers=auth, json={**report, **wide})
+        assert (refused.status_code, refused.json()["error"]["code"]) == (422,
+                                                                          "invalid_request")
+    assert world.attempt(attempt.lease.attempt_id)[0] == "claimed"
+    done = client.post("/v1/worker/complete", headers=auth, json={**report, "exit_code": 255})
+    assert done.json() == {"ok": True, "replayed": False}
+    assert world.attempt(attempt.lease.attempt_id)[0] == "failed"
