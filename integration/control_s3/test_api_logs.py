@@ -57,3 +57,41 @@ def test_no_configured_store_is_503(pg_db: PgDb) -> None:
         assert (answer.status_code, answer.json()["error"]["code"]) == (503, "log_unavailable")
     finally:
         close_world(api)
+
+
+def test_integrity_mismatches_answer_their_documented_503_codes(
+        pg_db: PgDb, s3: Any, direct_s3: Any, make_bucket: Callable[[bool], str]) -> None:
+    """An object that differs from its record, or a tampered tombstone, is never served
+    (fail closed): 503 with its stable code, as the OpenAPI document says — these answered
+    500 ``internal``-class before, a 5xx the fuzz rule forbids."""
+    bucket = make_bucket(False)
+    api = open_world(pg_db, s3=s3, bucket=bucket)
+    engine = pg_db.engine()
+    try:
+        with pg_db.sa() as conn:
+            swapped, retired = seed_logs(conn, direct_s3, bucket, 2)
+        direct_s3.put_object(Bucket=bucket, Key=swapped.identity.key,  # out of band
+                             Body=b"not the recorded log\n", ContentType="text/plain")
+        sweeper = RunAttemptLogRetentionSweeper(engine, s3,
+                                                ClaimOwner("replica-api", "d" * 32),
+                                                probe_bucket=bucket)
+        sweeper.probe()
+        result = sweeper.run_once()  # retires ``retired``; refuses to delete ``swapped``
+        assert (result["deleted"], result["artifact_integrity_mismatch"]) == (1, 1), result
+        with pg_db.connect() as conn:  # the schema owner: the runtime role cannot UPDATE
+            conn.execute("UPDATE run_attempt_log_artifact_tombstones SET retired_at ="
+                         " retired_at + interval '1 s' WHERE attempt_id = %s",
+                         (retired.attempt_id,))
+        viewer = api.as_("viewer")
+        for logged, code in ((swapped, "artifact_integrity_mismatch"),
+                             (retired, "tombstone_integrity_mismatch")):
+            answer = api.client.get(f"/v1/attempts/{logged.attempt_id}/log", headers=viewer)
+            assert (answer.status_code, answer.json()["error"]["code"]) == (503, code)
+            assert b"not the recorded" not in answer.content
+        documented = api.client.get("/openapi.json").json()["paths"][
+            "/v1/attempts/{attempt_id}/log"]["get"]["responses"]["503"]["description"]
+        assert "artifact_integrity_mismatch" in documented
+        assert "tombstone_integrity_mismatch" in documented
+    finally:
+        engine.dispose()
+        close_world(api)

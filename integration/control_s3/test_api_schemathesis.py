@@ -1,16 +1,28 @@
 """The API fuzzed from its own OpenAPI document with schemathesis (issue 11 item 7, Tests):
-with valid tokens, no 5xx except the documented 503 of the log read, and every operation
-reached with a 2xx at least once (the test fails otherwise).
+with valid tokens, no 5xx except the documented 503 of the log read, and every operation —
+the worker endpoints included — reached with a 2xx at least once (the test fails otherwise).
 
-Seeding: before each generated case a task ``backup``, a queued run, an attempt and a token
-exist; about half the cases have their path parameters pointed at those objects (the rest keep
-schemathesis' own values), so 2xx answers are reachable for every operation. Worker endpoints
-are called with the worker token and must never answer 5xx; their 2xx paths need a live
-lease and are exercised by the dispatch tests instead.
+Seeding, before each generated case, of what the operation needs:
+
+- Viewer/operator/admin endpoints (called with the admin token): a task ``backup``, a queued
+  run with one attempt and a token; the log read aims at an uploaded log in moto.
+- Worker endpoints (called with a worker-pool token of pool ``pool-a``, labels
+  ``zone=a``): an incarnation of that pool registered and, for the lease writes (started,
+  heartbeat, log-upload, complete), a queued run of task ``fuzz-worker`` (labels ``zone=a``)
+  claimed through ``dispatch.claims.claim_attempts``, so a live lease exists.
+
+About half the cases are *aimed*: their path parameters point at the seeded objects and,
+for the worker endpoints, the generated body's fence fields (``lease``, ``incarnation_id``,
+``labels``; ``log`` of a completion, since nothing was uploaded) are replaced by the seeded
+ones; every other generated field is kept when the wire type accepts it and replaced by a
+valid value otherwise, so generated values (exit codes, pids, log facts, claim sizes) reach
+the database and S3 signing on a live lease. The other half keep schemathesis' own values.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -22,16 +34,34 @@ from hypothesis import strategies as st
 from pg_control_db import PgDb
 from sweep_world import seed_logs
 
+from qinglong.control.dispatch.claims import claim_attempts
+from qinglong.control.dispatch.config import DispatchConfig
+from qinglong.control.dispatch.workers import register_incarnation
+from qinglong.shared import wire
 from qinglong.shared.ids import uuid7
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 schemathesis = pytest.importorskip("schemathesis")
 LOG_READ = ("GET", "/v1/attempts/{attempt_id}/log")
+WORKER = "/v1/worker/"
+EXAMPLES = int(os.environ.get("QL3_FUZZ_EXAMPLES", "25"))  # more for a local hunt
+POOL_LABELS = {"zone": "a"}
+# operation path -> (wire type of its body, fields the seeding decides, needs a live lease)
+WORKER_OPS: dict[str, tuple[type[wire._Wire], frozenset[str], bool]] = {
+    "/v1/worker/register": (wire.WorkerRegistration, frozenset({"labels"}), False),
+    "/v1/worker/claim": (wire.ClaimRequest, frozenset({"incarnation_id"}), False),
+    "/v1/worker/started": (wire.StartedReport, frozenset({"lease"}), True),
+    "/v1/worker/heartbeat": (wire.HeartbeatReport, frozenset({"lease"}), True),
+    "/v1/worker/log-upload": (wire.LogUploadRequest, frozenset({"lease"}), True),
+    "/v1/worker/complete": (wire.CompletionReport, frozenset({"lease", "log"}), True),
+    "/v1/worker/stopped": (wire.WorkerStopped, frozenset({"incarnation_id"}), False),
+}
 
 
 def seed(api: ApiWorld, log_attempt: str) -> dict[str, str]:
-    """A live task ``backup``, a queued run with one attempt, and a live token; the log
-    read aims at ``log_attempt`` (an uploaded log in moto)."""
+    """A live task ``backup``, a queued run with one failed attempt (``attempt_count`` 1, as
+    a requeue leaves it: the next claim makes attempt 2), and a live token; the log read
+    aims at ``log_attempt`` (an uploaded log in moto)."""
     api.sql("INSERT INTO tasks (id, project_id, name, log_retention_s, shell, schedule)"
             " SELECT %(t)s, %(p)s, 'backup', 0, 'echo hi', '0 3 * * *' WHERE NOT EXISTS"
             " (SELECT 1 FROM tasks WHERE project_id = %(p)s AND name = 'backup'"
@@ -39,8 +69,8 @@ def seed(api: ApiWorld, log_attempt: str) -> dict[str, str]:
     task_id = api.sql("SELECT id::text FROM tasks WHERE name = 'backup' AND deleted_at IS NULL"
                       )[0][0]
     run_id, attempt_id = uuid7(), uuid7()
-    api.sql("INSERT INTO runs (id, project_id, task_id, owner, status) VALUES"
-            " (%(r)s, %(p)s, %(t)s, 'runtime', 'queued')",
+    api.sql("INSERT INTO runs (id, project_id, task_id, owner, status, attempt_count) VALUES"
+            " (%(r)s, %(p)s, %(t)s, 'runtime', 'queued', 1)",
             {"r": run_id, "p": api.ctx.project_id, "t": task_id})
     api.sql("INSERT INTO attempts (id, run_id, number, executor, status) VALUES"
             " (%(a)s, %(r)s, 1, 'remote_worker', 'failed')", {"a": attempt_id, "r": run_id})
@@ -50,29 +80,107 @@ def seed(api: ApiWorld, log_attempt: str) -> dict[str, str]:
             "log_attempt": log_attempt}
 
 
-def fuzz_one(api: ApiWorld, operation: Any, statuses: dict[tuple[str, str], set[int]],
-             server_errors: list[tuple[str, str, int]], log_attempt: str) -> None:
+class WorkerSeed:
+    """What the worker endpoints need, written through the dispatch service functions as
+    the runtime role (the engine the API itself uses)."""
+
+    def __init__(self, api: ApiWorld) -> None:
+        self.api = api
+        self.config = DispatchConfig(lease_ms=api.ctx.lease_ms,
+                                     heartbeat_ms=api.ctx.heartbeat_ms)
+        self.pool_id = api.sql("SELECT id::text FROM worker_pools WHERE name = 'pool-a'")[0][0]
+        self.task_id = uuid7()
+        api.sql("INSERT INTO tasks (id, project_id, name, log_retention_s, shell, labels)"
+                " VALUES (%(t)s, %(p)s, 'fuzz-worker', 0, 'true', %(l)s)",
+                {"t": self.task_id, "p": api.ctx.project_id, "l": json.dumps(POOL_LABELS)})
+
+    def incarnation(self) -> str:
+        return register_incarnation(
+            self.api.engine, self.config, pool_id=self.pool_id, pool_labels=POOL_LABELS,
+            registration=wire.WorkerRegistration("fuzz-w", dict(POOL_LABELS), 2)
+        ).incarnation_id
+
+    def queued_run(self) -> None:
+        self.api.sql("INSERT INTO runs (id, project_id, task_id, owner, status, trigger)"
+                     " VALUES (%(r)s, %(p)s, %(t)s, 'runtime', 'queued', 'manual')",
+                     {"r": uuid7(), "p": self.api.ctx.project_id, "t": self.task_id})
+
+    def canonical(self, path: str) -> dict[str, Any]:
+        """A valid body for ``path`` on freshly seeded objects (a live lease for the lease
+        writes, claimed now; a queued run for a claim)."""
+        _, _, leased = WORKER_OPS[path]
+        if path == "/v1/worker/register":
+            return {"name": "fuzz-w", "labels": dict(POOL_LABELS), "concurrency": 2}
+        inc = self.incarnation()
+        if path in ("/v1/worker/claim", "/v1/worker/stopped"):
+            if path.endswith("/claim"):
+                self.queued_run()
+                return {"incarnation_id": inc, "max_attempts": 1}
+            return {"incarnation_id": inc}
+        assert leased
+        self.queued_run()
+        (attempt,) = claim_attempts(self.api.engine, self.config, pool_id=self.pool_id,
+                                    request=wire.ClaimRequest(inc, 1)).attempts
+        lease = attempt.lease.to_json()
+        return {
+            "/v1/worker/started": {"lease": lease, "pid": 4242},
+            "/v1/worker/heartbeat": {"lease": lease},
+            "/v1/worker/log-upload": {"lease": lease, "log": {"sha256": "0" * 64,
+                                                              "size_bytes": 3}},
+            "/v1/worker/complete": {"lease": lease, "outcome": "failed", "exit_code": 1,
+                                    "signal": None, "log": None},
+        }[path]
+
+
+def aimed_body(path: str, generated: Any, canonical: dict[str, Any]) -> dict[str, Any]:
+    """``canonical`` with each generated field the wire type accepts put back, except the
+    fields the seeding decides (fences, the pool's labels, a completion's log)."""
+    kind, decided, _ = WORKER_OPS[path]
+    body = dict(canonical)
+    if not isinstance(generated, dict):
+        return body
+    for key, value in generated.items():
+        if key in decided or key not in canonical:
+            continue
+        trial = {**body, key: value}
+        try:
+            kind.from_json(trial)
+        except wire.WireFormatError:
+            continue
+        body = trial
+    return body
+
+
+def fuzz_one(api: ApiWorld, workers: WorkerSeed, operation: Any,
+             statuses: dict[tuple[str, str], set[int]],
+             server_errors: list[tuple[str, str, int, str]], log_attempt: str,
+             examples: int) -> None:
     """Generated cases of one operation, recording statuses and forbidden 5xx answers."""
     key = (operation.method.upper(), operation.path)
-    worker = operation.path.startswith("/v1/worker/")
+    worker = operation.path.startswith(WORKER)
     headers = api.as_("worker" if worker else "admin")
 
-    @settings(max_examples=25, deadline=None, database=None,
+    @settings(max_examples=examples, deadline=None, database=None,
               suppress_health_check=list(HealthCheck),
               phases=[Phase.explicit, Phase.generate])
     @given(case=operation.as_strategy(), aim=st.booleans())
     def check(case: Any, aim: bool) -> None:
-        objects = seed(api, log_attempt)
-        if key == LOG_READ:
-            objects["attempt_id"] = objects["log_attempt"]
-        if aim and case.path_parameters:
-            case.path_parameters = {k: objects.get(k, v)
-                                    for k, v in case.path_parameters.items()}
+        if worker:
+            if aim:
+                case.body = aimed_body(operation.path, case.body,
+                                       workers.canonical(operation.path))
+        else:
+            objects = seed(api, log_attempt)
+            if key == LOG_READ:
+                objects["attempt_id"] = objects["log_attempt"]
+            if aim and case.path_parameters:
+                case.path_parameters = {k: objects.get(k, v)
+                                        for k, v in case.path_parameters.items()}
         response = case.call(headers=headers)
         statuses[key].add(response.status_code)
         if response.status_code >= 500 and not (
                 key == LOG_READ and response.status_code == 503):
-            server_errors.append((*key, response.status_code))
+            server_errors.append((*key, response.status_code, response.text[:200]))
 
     check()
 
@@ -84,21 +192,23 @@ def test_fuzzed_from_openapi_no_5xx_and_every_operation_2xx(
     try:
         with pg_db.sa() as conn:
             (log,) = seed_logs(conn, direct_s3, bucket, 1)
-        fuzz_all(api, log.attempt_id)
+        fuzz_all(api, log.attempt_id, EXAMPLES)
     finally:
         close_world(api)
 
 
-def fuzz_all(api: ApiWorld, log_attempt: str) -> None:
+def fuzz_all(api: ApiWorld, log_attempt: str, examples: int) -> None:
     """Every operation of the served document; asserts the issue's two conditions."""
     schema = schemathesis.openapi.from_url(f"{api.client.base_url}/openapi.json")
     statuses: dict[tuple[str, str], set[int]] = defaultdict(set)
-    server_errors: list[tuple[str, str, int]] = []
+    server_errors: list[tuple[str, str, int, str]] = []
     operations = [result.ok() for result in schema.get_all_operations()]
+    workers = WorkerSeed(api)
+    assert {op.path for op in operations if op.path.startswith(WORKER)} == set(WORKER_OPS)
     for operation in operations:
-        fuzz_one(api, operation, statuses, server_errors, log_attempt)
+        fuzz_one(api, workers, operation, statuses, server_errors, log_attempt, examples)
+    print({f"{m} {p}": sorted(s) for (m, p), s in sorted(statuses.items())})
     assert server_errors == []
-    unreached = sorted(k for k in statuses if not k[1].startswith("/v1/worker/")
-                       and not any(200 <= s < 300 for s in statuses[k]))
+    unreached = sorted(k for k in statuses if not any(200 <= s < 300 for s in statuses[k]))
     assert unreached == [], {k: statuses[k] for k in unreached}
     assert len(statuses) == len(operations)

@@ -215,6 +215,7 @@ def test_recovery_names_not_started_and_lost_and_ends_runs_without_attempts_left
         world.expire(claimed[run].lease.attempt_id)
     result = LeaseRecovery(engine, RecoveryConfig(batch=10), rng=random.Random(1)).run_once()
     assert (result.lost, result.requeued, result.runs_lost) == (2, 1, 1)
+    assert result.reasons == {"not_started": 1, "lost": 1}
     assert world.attempt(claimed[never_started].lease.attempt_id)[:2] == ("lost",
                                                                           "not_started")
     assert world.attempt(claimed[started].lease.attempt_id)[:2] == ("lost", "lost")

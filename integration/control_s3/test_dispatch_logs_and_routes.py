@@ -197,3 +197,70 @@ def test_the_openapi_document_describes_every_worker_body(
         schema = op["requestBody"]["content"]["application/json"]["schema"]
         assert schema["type"] == "object" and schema["required"]
         assert "$ref" not in str(schema)
+
+
+def test_a_completion_whose_exit_code_no_column_holds_is_422_and_the_lease_stays_live(
+        pg_db: PgDb, engine: Any, direct_s3: Any, make_bucket: Callable[[bool], str]) -> None:
+    """Found by the fuzz test: an exit code or signal beyond ``integer`` reached PostgreSQL
+    and answered 500 ``internal``; the wire type now bounds them to a wait status."""
+    world = World(pg_db)
+    pool, attempt = _leased(world, engine)
+    client, auth = _client(pg_db, engine, direct_s3, make_bucket(False)), _token(pg_db, pool)
+    report = {"lease": attempt.lease.to_json(), "outcome": "failed", "exit_code": 1,
+              "signal": None, "log": None}
+    for wide in ({"exit_code": 2**31}, {"exit_code": None, "signal": 2**31}):
+        refused = client.post("/v1/worker/complete", headers=auth, json={**report, **wide})
+        assert (refused.status_code, refused.json()["error"]["code"]) == (422,
+                                                                          "invalid_request")
+    assert world.attempt(attempt.lease.attempt_id)[0] == "claimed"
+    done = client.post("/v1/worker/complete", headers=auth, json={**report, "exit_code": 255})
+    assert done.json() == {"ok": True, "replayed": False}
+    assert world.attempt(attempt.lease.attempt_id)[0] == "failed"
+
+
+@pytest.mark.parametrize("retention_s", [2**63 - 1, 10**13])
+def test_a_retention_no_timestamp_can_reach_is_refused_and_the_longest_completes_a_logged_run(
+        pg_db: PgDb, s3: Any, make_bucket: Callable[[bool], str], retention_s: int) -> None:
+    """Found reviewing the API for 5xx: ``log_retention_s`` up to 2^63−1 was accepted, and
+    the run's completion with a log then failed in PostgreSQL (``finished_at`` + retention is
+    beyond the last timestamp) with 500 — every retry too, until the lease was lost. The API
+    now bounds retention to ``MAX_LOG_RETENTION_S`` (a century); at that bound a task's run
+    completes with its log through the worker routes and is enrolled."""
+    from api_world import close_world, open_world
+
+    from qinglong.control.api.task_models import MAX_LOG_RETENTION_S
+
+    bucket = make_bucket(False)
+    api = open_world(pg_db, s3=s3, bucket=bucket)
+    try:
+        admin, worker = api.as_("admin"), api.as_("worker")
+        task = {"name": "kept", "shell": "true", "labels": {"zone": "a"}}
+        too_long = api.client.post("/v1/tasks", headers=admin,
+                                   json={**task, "log_retention_s": retention_s})
+        assert (too_long.status_code, too_long.json()["error"]["code"]) == (422,
+                                                                            "invalid_request")
+        assert str(retention_s) not in too_long.text
+        created = api.client.post("/v1/tasks", headers=admin,
+                                  json={**task, "log_retention_s": MAX_LOG_RETENTION_S})
+        assert created.status_code == 201, created.text
+        patched = api.client.patch("/v1/tasks/kept", headers=admin,
+                                   json={"log_retention_s": retention_s})
+        assert patched.status_code == 422
+        assert api.client.post("/v1/tasks/kept/run", headers=admin).status_code == 201
+        inc = api.client.post("/v1/worker/register", headers=worker, json={
+            "name": "w1", "labels": {"zone": "a"}, "concurrency": 1}).json()["incarnation_id"]
+        (claimed,) = api.client.post("/v1/worker/claim", headers=worker, json={
+            "incarnation_id": inc, "max_attempts": 1}).json()["attempts"]
+        facts = _facts(BODY).to_json()
+        grant = api.client.post("/v1/worker/log-upload", headers=worker,
+                                json={"lease": claimed["lease"], "log": facts}).json()
+        assert httpx.put(grant["url"], headers=grant["headers"], content=BODY).status_code == 200
+        done = api.client.post("/v1/worker/complete", headers=worker, json={
+            "lease": claimed["lease"], "outcome": "succeeded", "exit_code": 0, "signal": None,
+            "log": facts})
+        assert (done.status_code, done.json()) == (200, {"ok": True, "replayed": False})
+        assert api.sql("SELECT count(*) FROM run_attempt_log_retention_controls"
+                       " WHERE attempt_id = %(a)s",
+                       {"a": claimed["lease"]["attempt_id"]}) == [(1,)]
+    finally:
+        close_world(api)

@@ -4,8 +4,10 @@ A ``Metrics`` owns its own ``CollectorRegistry`` (never the process-global one),
 in one test process never share counts. The lifecycles count through its small methods:
 
 - ``claimed(n)``: attempts handed to workers by claims (``ql3_claims_total``);
-- ``lease_lost(reason)``: attempts moved to ``lost`` by recovery, by reason (``not_started``,
-  ``lost``, ...) (``ql3_leases_lost_total{reason}``);
+- ``lease_lost(reason)``: leases lost, by reason (``ql3_leases_lost_total{reason}``):
+  ``not_started`` and ``lost`` count attempts lease recovery moved to ``lost`` (the reason it
+  recorded: the worker never reported the start, or it had); ``fenced`` counts worker writes
+  refused with 409 ``lease_lost`` (the worker then kills that attempt);
 - ``occurrence(outcome, n)``: scheduler slots by ledger outcome (``run_created``,
   ``skipped_active``, ...) (``ql3_occurrences_total{outcome}``);
 - ``retention(outcome_class, n)``: retention sweep results by outcome or failure class
@@ -35,7 +37,8 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self._claims = Counter("ql3_claims", "Attempts handed to workers by claims.",
                                registry=self.registry)
-        self._leases_lost = Counter("ql3_leases_lost", "Attempts lost by lease expiry.",
+        self._leases_lost = Counter("ql3_leases_lost",
+                                    "Leases lost: recovered (by reason) or fenced writes.",
                                     ["reason"], registry=self.registry)
         self._occurrences = Counter("ql3_occurrences", "Scheduler slots by ledger outcome.",
                                     ["outcome"], registry=self.registry)
@@ -53,7 +56,7 @@ class Metrics:
             self._claims.inc(n)
 
     def lease_lost(self, reason: str, n: int = 1) -> None:
-        """Count ``n`` attempts moved to ``lost`` with ``reason`` (a code of ours)."""
+        """Count ``n`` leases lost with ``reason`` (``not_started``, ``lost``, ``fenced``)."""
         if n > 0:
             self._leases_lost.labels(reason=reason).inc(n)
 

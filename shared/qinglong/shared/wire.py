@@ -37,6 +37,8 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 MAX_CLAIM = 64
+MAX_LOG_BYTES = 5 * 1024**3  # S3's limit for one PUT: a presigned upload is one PUT
+_CONTENT_TYPE = re.compile(r"^[\x20-\x7e]{1,128}$")  # one HTTP header value, ASCII
 
 
 class WireFormatError(ValidationError):
@@ -265,8 +267,10 @@ class LogFacts(_Wire):
 
     def validate(self) -> None:
         _check(bool(_HEX64.match(self.sha256)), "sha256", "must be hex SHA-256")
-        _check(self.size_bytes >= 0, "size_bytes", "must be ≥ 0")
-        _check(0 < len(self.content_type) <= 128, "content_type", "must be 1–128 characters")
+        _check(0 <= self.size_bytes <= MAX_LOG_BYTES, "size_bytes",
+               f"must be 0–{MAX_LOG_BYTES} (one PUT)")
+        _check(bool(_CONTENT_TYPE.match(self.content_type)), "content_type",
+               "must be 1–128 printable ASCII characters (an HTTP header value)")
 
 
 @dataclass(frozen=True)
@@ -288,9 +292,10 @@ class LogUploadGrant(_Wire):
 
 @dataclass(frozen=True)
 class CompletionReport(_Wire):
-    """The attempt ended. ``outcome`` one of OUTCOMES; ``exit_code`` or ``signal`` as the
-    wrapper saw them; ``log`` the uploaded object's facts, or None when no log was uploaded
-    (control records the attempt without an artifact)."""
+    """The attempt ended. ``outcome`` one of OUTCOMES; ``exit_code`` (0–255) or ``signal``
+    (1–255) as the wrapper saw them (a POSIX wait status holds nothing wider); ``log`` the
+    uploaded object's facts, or None when no log was uploaded (control records the attempt
+    without an artifact)."""
 
     lease: LeaseRef
     outcome: str
@@ -301,6 +306,9 @@ class CompletionReport(_Wire):
 
     def validate(self) -> None:
         _check(self.outcome in OUTCOMES, "outcome", f"must be one of {', '.join(OUTCOMES)}")
+        _check(self.exit_code is None or 0 <= self.exit_code <= 255, "exit_code",
+               "must be 0–255")
+        _check(self.signal is None or 1 <= self.signal <= 255, "signal", "must be 1–255")
         if self.reason is not None:
             _check(bool(re.match(r"^[a-z_]{1,40}$", self.reason)), "reason", "must be a class name")
 

@@ -4,7 +4,10 @@
 ``log_retired`` with ``retired_at`` and ``outcome`` (deleted / already_absent) when retention
 retired it; 503 ``log_unavailable`` when the object is missing without a tombstone or the
 store is unreachable or not configured (retry later) — never a fake "retired". A tombstone or
-object that fails its integrity check answers 500 with its own stable code (fail closed).
+object that fails its integrity check is not served (fail closed) and answers 503 with its own
+stable code, ``tombstone_integrity_mismatch`` or ``artifact_integrity_mismatch``: a documented
+state of the stored data that an operator must look at, not a fault of the request nor of the
+server (a 5xx other than this documented 503 would be a bug).
 
 The read itself is ``retention/read_path.read_attempt_log``, reached through the thin
 adapter ``_gate`` (a psycopg connection borrowed from the SQLAlchemy pool), so the read path
@@ -31,6 +34,14 @@ if TYPE_CHECKING:
     pass
 
 router = APIRouter(tags=["logs"], responses=ERRORS)
+UNAVAILABLE = (
+    "The log cannot be served now; ``error.code`` says why. ``log_unavailable``: the object "
+    "is missing without a tombstone, or the store is unreachable or not configured (retry "
+    "later). ``artifact_integrity_mismatch``: the stored object differs from its record "
+    "(size, checksum, identity metadata or version). ``tombstone_integrity_mismatch``: the "
+    "log's retirement record fails its integrity check. The last two fail closed and persist "
+    "until an operator repairs the record or the object."
+)
 
 
 class RetiredDetail(BaseModel):
@@ -56,7 +67,7 @@ class RetiredBody(BaseModel):
         200: {"content": {"text/plain": {"schema": {"type": "string"}}},
               "description": "the log's bytes"},
         410: {"model": RetiredBody, "description": "retired by retention"},
-        503: {"model": ErrorBody, "description": "unavailable: retry later"},
+        503: {"model": ErrorBody, "description": UNAVAILABLE},
     },
 )
 def get_log(attempt_id: UUID, request: Request) -> Response:
@@ -79,12 +90,12 @@ def get_log(attempt_id: UUID, request: Request) -> Response:
     try:
         result = read_attempt_log(gate, reader, str(attempt_id))
     except TombstoneIntegrityError:
-        raise ApiError(500, "tombstone_integrity_mismatch",
+        raise ApiError(503, "tombstone_integrity_mismatch",
                        "the log's retirement record fails its integrity check") from None
     except InvalidIdentifierError:  # not a UUIDv7: no attempt of ours has this id
         raise ApiError(404, "log_not_found", "no log was recorded for this attempt") from None
     except ArtifactIntegrityMismatchError:
-        raise ApiError(500, "artifact_integrity_mismatch",
+        raise ApiError(503, "artifact_integrity_mismatch",
                        "the stored log differs from its record") from None
     if result.status == 200:
         return Response(result.body or b"", media_type="text/plain; charset=utf-8")

@@ -2,7 +2,9 @@
 
 Ranges are the schema's (migration 0005): ``max_attempts`` 1..100, ``timeout_s`` ≥ 1,
 backoffs and grace ≥ 0 (PostgreSQL ``integer``), ``log_limit_bytes`` ≥ 1 and
-``log_retention_s`` ≥ 0 (``bigint``). Text never holds NUL or lone surrogates (PostgreSQL
+``log_retention_s`` 0..``MAX_LOG_RETENTION_S`` (a century: the column is ``bigint``, but
+``finished_at`` + retention must stay a PostgreSQL timestamp, or the completion that enrolls
+the log fails). Text never holds NUL or lone surrogates (PostgreSQL
 cannot store them): refused as 422 like any other invalid field. Env names match
 ``[A-Za-z_][A-Za-z0-9_]*``; labels follow ``qinglong.shared.wire.check_labels``. Exactly one
 of ``argv`` and ``shell`` (a task created by this API always has a command). Secret env
@@ -18,6 +20,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
+MAX_LOG_RETENTION_S = 100 * 366 * 86_400  # a century; far below timestamp overflow
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
@@ -104,7 +107,7 @@ class TaskCreate(BaseModel):
     labels: Annotated[dict[LabelText, LabelText], Field(max_length=32)] = Field(
         default_factory=dict)
     log_limit_bytes: Annotated[int, Field(ge=1, le=INT64_MAX)] = 16 * 1024 * 1024
-    log_retention_s: Annotated[int, Field(ge=0, le=INT64_MAX)] = 7 * 86_400
+    log_retention_s: Annotated[int, Field(ge=0, le=MAX_LOG_RETENTION_S)] = 7 * 86_400
     enabled: bool = True
 
 
@@ -131,7 +134,7 @@ class TaskPatch(BaseModel):
     catchup_grace_s: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = None
     labels: Annotated[dict[LabelText, LabelText], Field(max_length=32)] | None = None
     log_limit_bytes: Annotated[int, Field(ge=1, le=INT64_MAX)] | None = None
-    log_retention_s: Annotated[int, Field(ge=0, le=INT64_MAX)] | None = None
+    log_retention_s: Annotated[int, Field(ge=0, le=MAX_LOG_RETENTION_S)] | None = None
     enabled: bool | None = None
 
 

@@ -7,6 +7,10 @@ attempts leased to an incarnation of its own pool (another pool's lease answers 
 ``from_json``; a malformed body is 422 ``invalid_request`` naming the field, never its value.
 The OpenAPI document describes each body and answer with the JSON schema of its wire type.
 Dispatch errors map to their ``status`` and ``code`` (``dispatch/errors.py``).
+
+Metrics (``ctx.metrics``): every attempt a claim hands out counts in ``ql3_claims_total``;
+every 409 ``lease_lost`` answer (a write fenced off: recovered, re-claimed, expired or another
+pool's lease) counts in ``ql3_leases_lost_total{reason="fenced"}``.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from qinglong.control.auth.tokens import Principal
 from qinglong.control.dispatch.claims import claim_attempts
 from qinglong.control.dispatch.completion import complete_attempt
 from qinglong.control.dispatch.config import DispatchConfig
-from qinglong.control.dispatch.errors import DispatchError
+from qinglong.control.dispatch.errors import DispatchError, LeaseLostError
 from qinglong.control.dispatch.leases import heartbeat, report_started
 from qinglong.control.dispatch.log_upload import grant_log_upload
 from qinglong.control.dispatch.workers import register_incarnation, stop_incarnation
@@ -93,11 +97,14 @@ def _config(ctx: ApiContext) -> DispatchConfig:
     return DispatchConfig(lease_ms=ctx.lease_ms, heartbeat_ms=ctx.heartbeat_ms)
 
 
-async def _call(fn: Callable[[], Any]) -> dict[str, Any]:
-    """Run a blocking dispatch step off the event loop; map its typed errors."""
+async def _call(ctx: ApiContext, fn: Callable[[], Any]) -> dict[str, Any]:
+    """Run a blocking dispatch step off the event loop; map its typed errors (a fenced write,
+    409 ``lease_lost``, is counted as a lease lost with reason ``fenced``)."""
     try:
         answer = await run_in_threadpool(fn)
     except DispatchError as exc:
+        if exc.code == LeaseLostError.code and ctx.metrics is not None:
+            ctx.metrics.lease_lost("fenced")
         raise ApiError(exc.status, exc.code, str(exc)) from None
     except ValidationError as exc:
         raise ApiError(422, "invalid_request", f"invalid field: {exc.field}") from None
@@ -116,7 +123,7 @@ async def register(request: Request, principal: WorkerPrincipal) -> dict[str, An
     """A worker process start: a new incarnation (403 ``labels_outside_pool``)."""
     body = await _decode(request, wire.WorkerRegistration)
     ctx = get_context(request)
-    return await _call(lambda: register_incarnation(
+    return await _call(ctx, lambda: register_incarnation(
         ctx.engine, _config(ctx), pool_id=_pool(principal),
         pool_labels=principal.pool_labels or {}, registration=body))
 
@@ -126,8 +133,11 @@ async def claim(request: Request, principal: WorkerPrincipal) -> dict[str, Any]:
     """Lease up to ``max_attempts`` queued attempts (409 ``unknown_incarnation``)."""
     body = await _decode(request, wire.ClaimRequest)
     ctx = get_context(request)
-    return await _call(lambda: claim_attempts(ctx.engine, _config(ctx),
-                                              pool_id=_pool(principal), request=body))
+    answer = await _call(ctx, lambda: claim_attempts(ctx.engine, _config(ctx),
+                                                     pool_id=_pool(principal), request=body))
+    if ctx.metrics is not None:
+        ctx.metrics.claimed(len(answer["attempts"]))
+    return answer
 
 
 @router.post("/started", **_doc(wire.StartedReport, wire.Ack))
@@ -135,7 +145,7 @@ async def started(request: Request, principal: WorkerPrincipal) -> dict[str, Any
     """The attempt's process runs; a replay answers ``replayed: true``."""
     body = await _decode(request, wire.StartedReport)
     ctx = get_context(request)
-    return await _call(lambda: report_started(ctx.engine, _config(ctx),
+    return await _call(ctx, lambda: report_started(ctx.engine, _config(ctx),
                                               pool_id=_pool(principal), report=body))
 
 
@@ -144,7 +154,7 @@ async def beat(request: Request, principal: WorkerPrincipal) -> dict[str, Any]:
     """Renew the lease; the answer carries ``cancel``."""
     body = await _decode(request, wire.HeartbeatReport)
     ctx = get_context(request)
-    return await _call(lambda: heartbeat(ctx.engine, _config(ctx),
+    return await _call(ctx, lambda: heartbeat(ctx.engine, _config(ctx),
                                          pool_id=_pool(principal), report=body))
 
 
@@ -154,7 +164,7 @@ async def log_upload(request: Request, principal: WorkerPrincipal) -> dict[str, 
     bucket)."""
     body = await _decode(request, wire.LogUploadRequest)
     ctx = get_context(request)
-    return await _call(lambda: grant_log_upload(
+    return await _call(ctx, lambda: grant_log_upload(
         ctx.engine, _config(ctx), s3=ctx.s3, bucket=ctx.bucket, pool_id=_pool(principal),
         request=body))
 
@@ -164,7 +174,7 @@ async def complete(request: Request, principal: WorkerPrincipal) -> dict[str, An
     """The attempt ended; a replay answers ``replayed: true`` (409 ``log_mismatch``)."""
     body = await _decode(request, wire.CompletionReport)
     ctx = get_context(request)
-    return await _call(lambda: complete_attempt(
+    return await _call(ctx, lambda: complete_attempt(
         ctx.engine, s3=ctx.s3, bucket=ctx.bucket, pool_id=_pool(principal), report=body))
 
 
@@ -179,4 +189,4 @@ async def stopped(request: Request, principal: WorkerPrincipal) -> dict[str, Any
                          incarnation_id=body.incarnation_id)
         return wire.Ack()
 
-    return await _call(stop)
+    return await _call(ctx, stop)

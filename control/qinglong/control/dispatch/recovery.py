@@ -23,7 +23,9 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from qinglong.control.db.engine import run_named
@@ -64,13 +66,22 @@ class RecoveryConfig:
 class RecoveryResult:
     """One batch: ``lost`` attempts moved to lost, of which ``requeued`` runs went back to
     queued and ``runs_lost`` ended lost; ``skipped`` lost their compare-and-set (renewed or
-    completed meanwhile); ``full`` when the batch was full (more may be waiting)."""
+    completed meanwhile); ``full`` when the batch was full (more may be waiting).
+    ``reasons``: the ``lost`` attempts by the reason recorded on them — ``not_started``
+    (the worker never reported the process started) or ``lost`` — only reasons that
+    occurred, summing to ``lost``."""
 
     lost: int = 0
     requeued: int = 0
     runs_lost: int = 0
     skipped: int = 0
     full: bool = False
+    reasons: Mapping[str, int] = field(default_factory=dict)
+
+
+def _reason(row: RowMapping) -> str:
+    """``lost`` once the worker reported the process started, else ``not_started``."""
+    return "lost" if row["started"] else "not_started"
 
 
 class LeaseRecovery:
@@ -93,19 +104,21 @@ class LeaseRecovery:
             expired = run_named(conn, sql("expired_leases"),
                                 {"limit": self.config.batch}).mappings().all()
         lost = requeued = runs_lost = skipped = 0
+        reasons: Counter[str] = Counter()
         for row in expired:
             outcome = self._recover(row)
             if outcome is None:
                 skipped += 1
                 continue
             lost += 1
+            reasons[_reason(row)] += 1
             requeued += outcome == "queued"
             runs_lost += outcome == "lost"
         return RecoveryResult(lost, requeued, runs_lost, skipped,
-                              full=len(expired) >= self.config.batch)
+                              full=len(expired) >= self.config.batch, reasons=dict(reasons))
 
     def _recover(self, row: RowMapping) -> str | None:
-        reason = "lost" if row["started"] else "not_started"
+        reason = _reason(row)
         number = int(row["number"])
         retry = not row["cancel"] and number < int(row["max_attempts"])
         delay_s = retry_delay_s(number, base_s=row["retry_backoff_ms"] / 1000.0,

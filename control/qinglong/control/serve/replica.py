@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
 
     from qinglong.control.api.context import ApiContext
+    from qinglong.control.dispatch.recovery import LeaseRecovery, RecoveryResult
+    from qinglong.control.metrics import Metrics
     from qinglong.control.readiness import CapabilityStatus
 
 _log = logging.getLogger("qinglong.control.serve")
@@ -176,10 +178,7 @@ class ControlReplica:
             return result
 
         def tick_recovery() -> Any:
-            result = recovery.run_once()
-            if result.lost:
-                metrics.lease_lost("expired", result.lost)
-            return result
+            return recovery_tick(recovery, metrics)
 
         def enroll() -> int:
             with self.engine.connect() as conn:
@@ -236,6 +235,15 @@ class ControlReplica:
         self._stoppables.clear()
         self.engine.dispose()
         return ok
+
+
+def recovery_tick(recovery: LeaseRecovery, metrics: Metrics) -> RecoveryResult:
+    """One lease-recovery batch; its lost attempts counted by reason (``not_started``,
+    ``lost``) in ``ql3_leases_lost_total``."""
+    result = recovery.run_once()
+    for reason, n in sorted(result.reasons.items()):
+        metrics.lease_lost(reason, n)
+    return result
 
 
 def _probe_capability(sweeper: Any) -> Any:

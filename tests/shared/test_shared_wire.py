@@ -1,0 +1,60 @@
+"""Wire bounds that keep a well-formed message inside what control stores (issue 11 item 7:
+no 5xx for valid input): a completion's exit code and signal fit a POSIX wait status (the
+columns are ``integer``; a wider number used to reach PostgreSQL and answer 500), a log's
+size fits one PUT and its content type is one HTTP header value."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from qinglong.shared.wire import MAX_LOG_BYTES, CompletionReport, LogUploadRequest, WireFormatError
+
+LEASE = {"attempt_id": "01a23028-f318-702c-af3a-669f40844db2",
+         "lease_token": "7c9e6679-7425-40de-944b-e07fc1f90ae7", "lease_version": 1}
+SHA = "0" * 64
+
+
+def _completion(**fields: Any) -> dict[str, Any]:
+    return {"lease": LEASE, "outcome": "failed", "exit_code": 1, "signal": None, "log": None,
+            **fields}
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("exit_code", 256), ("exit_code", -1), ("exit_code", 2**31), ("exit_code", 2**70),
+    ("signal", 0), ("signal", 256), ("signal", -2**31 - 1)])
+def test_a_completion_with_an_exit_code_or_signal_no_wait_status_holds_is_refused(
+        field: str, value: int) -> None:
+    with pytest.raises(WireFormatError) as caught:
+        CompletionReport.from_json(_completion(**{field: value}))
+    assert caught.value.field == field and str(value) not in str(caught.value)
+
+
+@pytest.mark.parametrize(("exit_code", "signal"), [(0, None), (255, None), (None, 1),
+                                                   (None, 255)])
+def test_the_edges_of_a_wait_status_are_accepted(exit_code: int | None,
+                                                 signal: int | None) -> None:
+    report = CompletionReport.from_json(_completion(exit_code=exit_code, signal=signal))
+    assert (report.exit_code, report.signal) == (exit_code, signal)
+
+
+@pytest.mark.parametrize(("log", "field"), [
+    ({"sha256": SHA, "size_bytes": MAX_LOG_BYTES + 1}, "size_bytes"),
+    ({"sha256": SHA, "size_bytes": 2**63}, "size_bytes"),
+    ({"sha256": SHA, "size_bytes": 3, "content_type": "text/plain\r\nX-Evil: 1"},
+     "content_type"),
+    ({"sha256": SHA, "size_bytes": 3, "content_type": "texte/\u00e9"}, "content_type"),
+    ({"sha256": SHA, "size_bytes": 3, "content_type": ""}, "content_type")])
+def test_log_facts_no_single_put_could_carry_are_refused(log: dict[str, Any],
+                                                         field: str) -> None:
+    with pytest.raises(WireFormatError) as caught:
+        LogUploadRequest.from_json({"lease": LEASE, "log": log})
+    assert caught.value.field == field
+
+
+def test_the_largest_single_put_and_a_parameterized_content_type_are_accepted() -> None:
+    request = LogUploadRequest.from_json({"lease": LEASE, "log": {
+        "sha256": SHA, "size_bytes": MAX_LOG_BYTES,
+        "content_type": "text/plain; charset=utf-8"}})
+    assert request.log.size_bytes == MAX_LOG_BYTES
