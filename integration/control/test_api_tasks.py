@@ -178,3 +178,15 @@ def test_run_now_queues_a_numbered_manual_run_kept_after_delete(api: ApiWorld) -
                           headers=api.as_("viewer")).status_code == 200
     assert api.client.post("/v1/tasks/backup/run",
                            headers=api.as_("operator")).status_code == 404
+
+
+def test_delete_cancels_the_task_s_queued_runs(api: ApiWorld) -> None:
+    """Dispatch never claims a removed task's run, so a run left queued would stay queued
+    forever (and count as active): delete ends them ``cancelled`` with an event."""
+    api.client.post("/v1/tasks", json=task(), headers=api.as_("admin"))
+    run = api.client.post("/v1/tasks/backup/run", headers=api.as_("operator")).json()
+    assert api.client.delete("/v1/tasks/backup", headers=api.as_("admin")).status_code == 204
+    got = api.client.get(f"/v1/runs/{run['id']}", headers=api.as_("viewer")).json()
+    assert got["status"] == "cancelled" and got["finished_at"] is not None
+    assert [(e["kind"], e["to_status"], (e["detail"] or {}).get("reason"))
+            for e in got["events"]][-1] == ("cancelled", "cancelled", "task_deleted")

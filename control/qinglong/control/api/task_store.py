@@ -23,7 +23,7 @@ from sqlalchemy import func, null, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from qinglong.control.api.errors import ApiError
-from qinglong.control.db.tables import task_events, tasks
+from qinglong.control.db.tables import runs, task_events, tasks
 from qinglong.shared.cron import parse_schedule
 from qinglong.shared.errors import ValidationError
 from qinglong.shared.ids import uuid7
@@ -173,8 +173,15 @@ def set_enabled(conn: Connection, project_id: str, name: str, enabled: bool, by:
 
 def delete_task(conn: Connection, project_id: str, name: str, by: str) -> None:
     """Soft-delete the live task: ``deleted_at`` set, next fire time NULL, name freed;
-    its runs, events and ledger stay readable."""
+    its runs, events and ledger stay readable. Its queued runs end ``cancelled`` (reason
+    ``task_deleted``); dispatching and running ones finish, and are not retried."""
+    from qinglong.control.scheduling.firing import cancel_queued
+
     old = live_task(conn, project_id, name, lock=True)
+    # dispatch never claims a removed task's run: a queued one would wait forever
+    for (run_id,) in conn.execute(select(runs.c.id).where(
+            runs.c.task_id == old["id"], runs.c.status == "queued")).all():
+        cancel_queued(conn, str(run_id), reason="task_deleted")
     conn.execute(update(tasks).where(tasks.c.id == old["id"]).values(
         deleted_at=func.now(), next_fire_at=None,
         schedule_version=tasks.c.schedule_version + 1, version=tasks.c.version + 1,
