@@ -19,7 +19,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, null, select, text, update
+from sqlalchemy import and_, func, null, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from qinglong.control.api.errors import ApiError
@@ -151,6 +151,8 @@ def edit_task(conn: Connection, project_id: str, name: str, patch: dict[str, Any
         values["schedule_version"] = tasks.c.schedule_version + 1
     conn.execute(update(tasks).where(tasks.c.id == old["id"]).values(
         **values, version=tasks.c.version + 1, updated_at=func.now()))
+    if "enabled" in changed and patch["enabled"] and not old["enabled"]:
+        _record_disabled_gap(conn, str(old["id"]))
     record_event(conn, old["id"], "edited", fields=changed, by=by)
     return conn.execute(select(tasks).where(tasks.c.id == old["id"])).mappings().one()
 
@@ -167,8 +169,26 @@ def set_enabled(conn: Connection, project_id: str, name: str, enabled: bool, by:
         enabled=enabled, next_fire_at=next_fire_at(conn, merged),
         schedule_version=tasks.c.schedule_version + 1, version=tasks.c.version + 1,
         updated_at=func.now()))
+    if enabled:
+        _record_disabled_gap(conn, str(old["id"]))
     record_event(conn, old["id"], "enabled" if enabled else "disabled", by=by)
     return conn.execute(select(tasks).where(tasks.c.id == old["id"])).mappings().one()
+
+
+def _record_disabled_gap(conn: Connection, task_id: str) -> None:
+    """The task was just enabled: its slots since the last disable become one
+    ``skipped_disabled`` ledger row (``scheduling.next_fire.on_enable``, which also
+    recomputes the next fire time). A task created disabled has no such slots."""
+    from qinglong.control.scheduling.next_fire import on_enable
+
+    since = conn.execute(select(task_events.c.at).where(
+        task_events.c.task_id == task_id,
+        or_(task_events.c.kind == "disabled",  # or a PATCH that disabled it
+            and_(task_events.c.kind == "edited",
+                 task_events.c.detail["fields"].contains(["enabled"]))))
+        .order_by(task_events.c.at.desc()).limit(1)).scalar()
+    if since is not None:
+        on_enable(conn, task_id, disabled_since=since)
 
 
 def delete_task(conn: Connection, project_id: str, name: str, by: str) -> None:
