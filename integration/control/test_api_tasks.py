@@ -178,3 +178,40 @@ def test_run_now_queues_a_numbered_manual_run_kept_after_delete(api: ApiWorld) -
                           headers=api.as_("viewer")).status_code == 200
     assert api.client.post("/v1/tasks/backup/run",
                            headers=api.as_("operator")).status_code == 404
+
+
+def test_delete_cancels_the_task_s_queued_runs(api: ApiWorld) -> None:
+    """Dispatch never claims a removed task's run, so a run left queued would stay queued
+    forever (and count as active): delete ends them ``cancelled`` with an event."""
+    api.client.post("/v1/tasks", json=task(), headers=api.as_("admin"))
+    run = api.client.post("/v1/tasks/backup/run", headers=api.as_("operator")).json()
+    assert api.client.delete("/v1/tasks/backup", headers=api.as_("admin")).status_code == 204
+    got = api.client.get(f"/v1/runs/{run['id']}", headers=api.as_("viewer")).json()
+    assert got["status"] == "cancelled" and got["finished_at"] is not None
+    assert [(e["kind"], e["to_status"], (e["detail"] or {}).get("reason"))
+            for e in got["events"]][-1] == ("cancelled", "cancelled", "task_deleted")
+
+
+@pytest.mark.parametrize("how", ["route", "patch"])
+def test_enable_records_the_slots_missed_while_disabled_in_the_ledger(api: ApiWorld,
+                                                                      how: str) -> None:
+    """Every slot of a task has an outcome (issue 11 item 2): the slots that passed while
+    it was disabled are one ``skipped_disabled`` row once it is enabled again."""
+    import time
+
+    api.client.post("/v1/tasks", json=task(schedule="* * * * * *"), headers=api.as_("admin"))
+    if how == "route":
+        api.client.post("/v1/tasks/backup/disable", headers=api.as_("operator"))
+    else:
+        api.client.patch("/v1/tasks/backup", json={"enabled": False},
+                         headers=api.as_("admin"))
+    time.sleep(2.6)
+    if how == "route":
+        on = api.client.post("/v1/tasks/backup/enable", headers=api.as_("operator"))
+    else:
+        on = api.client.patch("/v1/tasks/backup", json={"enabled": True},
+                              headers=api.as_("admin"))
+    assert on.status_code == 200 and on.json()["next_fire_at"] is not None
+    ledger = api.client.get("/v1/tasks/backup/occurrences", headers=api.as_("viewer")).json()
+    assert [(o["outcome"], o["slot_count"] >= 2) for o in ledger["items"]] == [
+        ("skipped_disabled", True)]

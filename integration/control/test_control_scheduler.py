@@ -279,3 +279,27 @@ def test_start_and_stop_are_idempotent_and_the_tick_signal_reports_each_loop_tic
     finally:
         scheduler.stop()
         engine.dispose()
+
+
+def test_replace_ends_an_older_queued_run_cancelled_instead_of_leaving_it_claimable(
+        pg_db: PgDb, replicas: list[Scheduler]) -> None:
+    """Run 1 runs (its cancel requested by run 2's slot) so run 2 waits queued; run 3's slot
+    must end run 2 at once: a queued run merely marked would still be claimed and started
+    by the next worker (it hears the cancel only at its first heartbeat)."""
+    task_id = every_second_task(pg_db, replicas[0], "replace")
+    assert round_of(pg_db, replicas, task_id) == Counter(run_created=1)
+    with pg_db.connect() as admin:
+        admin.execute("UPDATE runs SET status = 'running' WHERE task_id = %s", (task_id,))
+    assert round_of(pg_db, replicas, task_id) == Counter(run_created=1)
+    assert round_of(pg_db, replicas, task_id) == Counter(run_created=1)
+    with pg_db.connect() as admin:
+        runs = admin.execute(
+            "SELECT number, status, finished_at IS NOT NULL FROM runs"
+            " WHERE task_id = %s ORDER BY number", (task_id,)).fetchall()
+        events = admin.execute(
+            "SELECT r.number, e.kind, e.from_status, e.to_status, e.detail->>'reason'"
+            " FROM events e JOIN runs r ON r.id = e.run_id WHERE r.task_id = %s"
+            " AND e.kind <> 'created' ORDER BY r.number, e.at", (task_id,)).fetchall()
+    assert runs == [(1, "running", False), (2, "cancelled", True), (3, "queued", False)]
+    assert events == [(1, "cancel_requested", "running", "running", "replaced"),
+                      (2, "cancelled", "queued", "cancelled", "replaced")]

@@ -297,3 +297,22 @@ def test_the_recovery_loop_recovers_in_the_background_and_stops_idempotently(
     finally:
         assert recovery.stop() is True and recovery.stop() is True
     assert world.attempt(attempt.lease.attempt_id)[:2] == ("lost", "not_started")
+
+
+def test_a_removed_task_s_run_is_not_retried_by_completion_nor_recovery(
+        world: World, engine: Any) -> None:
+    """Dispatch never claims a removed task's run: a retry queued for it would wait forever.
+    A failed or lost attempt of a task removed meanwhile ends its run instead."""
+    pool = world.pool()
+    inc = _worker(engine, pool)
+    [failing] = world.runs(world.task(max_attempts=3, backoff_ms=0, cap_ms=0))
+    [losing] = world.runs(world.task(max_attempts=3, backoff_ms=0, cap_ms=0))
+    claimed = {a.run_id: a for a in _claim(engine, pool, inc)}
+    world.sql("UPDATE tasks SET deleted_at = now()")
+    complete_attempt(engine, s3=None, bucket=None, pool_id=pool,
+                     report=_done(claimed[failing].lease, "failed", 1))
+    assert world.run_status(failing) == "failed"
+    world.expire(claimed[losing].lease.attempt_id)
+    result = LeaseRecovery(engine).run_once()
+    assert (result.lost, result.requeued, result.runs_lost) == (1, 0, 1)
+    assert world.run_status(losing) == "lost"

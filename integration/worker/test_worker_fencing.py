@@ -70,6 +70,9 @@ def test_cancel_in_the_heartbeat_answer_stops_the_group_and_completes_cancelled(
     control.queue.append(make_attempt(BACKGROUNDED, lease_ms=3000, heartbeat_ms=500))
     start_worker()
     pgid = control.wait_for("started")[0]["pid"]
+    until = time.monotonic() + 5.0  # "started" comes before sh has forked both sleeps
+    while len(live_members(pgid)) < 3 and time.monotonic() < until:
+        time.sleep(0.02)
     assert len(live_members(pgid)) >= 3
     control.cancel = True
     done = control.wait_for("complete", timeout_s=5.0)[0]

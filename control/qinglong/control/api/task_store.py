@@ -19,11 +19,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, null, select, text, update
+from sqlalchemy import and_, func, null, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from qinglong.control.api.errors import ApiError
-from qinglong.control.db.tables import task_events, tasks
+from qinglong.control.db.tables import runs, task_events, tasks
 from qinglong.shared.cron import parse_schedule
 from qinglong.shared.errors import ValidationError
 from qinglong.shared.ids import uuid7
@@ -151,6 +151,8 @@ def edit_task(conn: Connection, project_id: str, name: str, patch: dict[str, Any
         values["schedule_version"] = tasks.c.schedule_version + 1
     conn.execute(update(tasks).where(tasks.c.id == old["id"]).values(
         **values, version=tasks.c.version + 1, updated_at=func.now()))
+    if "enabled" in changed and patch["enabled"] and not old["enabled"]:
+        _record_disabled_gap(conn, str(old["id"]))
     record_event(conn, old["id"], "edited", fields=changed, by=by)
     return conn.execute(select(tasks).where(tasks.c.id == old["id"])).mappings().one()
 
@@ -167,14 +169,39 @@ def set_enabled(conn: Connection, project_id: str, name: str, enabled: bool, by:
         enabled=enabled, next_fire_at=next_fire_at(conn, merged),
         schedule_version=tasks.c.schedule_version + 1, version=tasks.c.version + 1,
         updated_at=func.now()))
+    if enabled:
+        _record_disabled_gap(conn, str(old["id"]))
     record_event(conn, old["id"], "enabled" if enabled else "disabled", by=by)
     return conn.execute(select(tasks).where(tasks.c.id == old["id"])).mappings().one()
 
 
+def _record_disabled_gap(conn: Connection, task_id: str) -> None:
+    """The task was just enabled: its slots since the last disable become one
+    ``skipped_disabled`` ledger row (``scheduling.next_fire.on_enable``, which also
+    recomputes the next fire time). A task created disabled has no such slots."""
+    from qinglong.control.scheduling.next_fire import on_enable
+
+    since = conn.execute(select(task_events.c.at).where(
+        task_events.c.task_id == task_id,
+        or_(task_events.c.kind == "disabled",  # or a PATCH that disabled it
+            and_(task_events.c.kind == "edited",
+                 task_events.c.detail["fields"].contains(["enabled"]))))
+        .order_by(task_events.c.at.desc()).limit(1)).scalar()
+    if since is not None:
+        on_enable(conn, task_id, disabled_since=since)
+
+
 def delete_task(conn: Connection, project_id: str, name: str, by: str) -> None:
     """Soft-delete the live task: ``deleted_at`` set, next fire time NULL, name freed;
-    its runs, events and ledger stay readable."""
+    its runs, events and ledger stay readable. Its queued runs end ``cancelled`` (reason
+    ``task_deleted``); dispatching and running ones finish, and are not retried."""
+    from qinglong.control.scheduling.firing import cancel_queued
+
     old = live_task(conn, project_id, name, lock=True)
+    # dispatch never claims a removed task's run: a queued one would wait forever
+    for (run_id,) in conn.execute(select(runs.c.id).where(
+            runs.c.task_id == old["id"], runs.c.status == "queued")).all():
+        cancel_queued(conn, str(run_id), reason="task_deleted")
     conn.execute(update(tasks).where(tasks.c.id == old["id"]).values(
         deleted_at=func.now(), next_fire_at=None,
         schedule_version=tasks.c.schedule_version + 1, version=tasks.c.version + 1,

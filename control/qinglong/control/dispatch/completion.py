@@ -9,7 +9,8 @@
 3. One transaction: compare-and-set the attempt to its terminal status (completion JSON kept
    for replays), record the artifact with the VersionId S3 reported (ETag and VersionId also
    in the completion JSON), then either queue the run again with capped jittered backoff by
-   database time (failed / timed out, attempts left, no cancel) or finish it with the
+   database time (failed / timed out, attempts left, no cancel, task not removed — both
+   read fresh under the run's lock, ``run_fate``) or finish it with the
    attempt's status and enroll its logs for retention (``enroll_run``); events for both.
 """
 
@@ -122,7 +123,8 @@ def _apply(conn: Connection, state: RowMapping, pool_id: str, report: Completion
            ident: ArtifactIdentity | None, head: HeadResult | None,
            rng: random.Random | None) -> None:
     outcome = report.outcome
-    if state["cancel"] and outcome in _RETRYABLE:
+    fate = run_named(conn, sql("run_fate"), {"run_id": state["run_id"]}).mappings().one()
+    if fate["cancel"] and outcome in _RETRYABLE:
         outcome = "cancelled"  # the worker stopped it because a cancel was requested
     version_id = head.version_id if head and head.version_id not in (None, "", "null") else None
     completion = {"report": report.to_json(),
@@ -146,7 +148,7 @@ def _apply(conn: Connection, state: RowMapping, pool_id: str, report: Completion
             "sha256": ident.sha256, "content_type": ident.content_type,
             "metadata": json.dumps(dict(ident.metadata), sort_keys=True),
             "etag": head.etag if head is not None else None})
-    retry = (outcome in _RETRYABLE and not state["cancel"]
+    retry = (outcome in _RETRYABLE and not fate["cancel"] and not fate["task_deleted"]
              and int(state["number"]) < int(state["max_attempts"]))
     if retry:
         delay_s = retry_delay_s(int(state["number"]),

@@ -178,6 +178,15 @@ VALUES (%(id)s, CAST(%(attempt_id)s AS uuid), CAST(%(project_id)s AS uuid),
         %(version_id)s, %(size_bytes)s, %(sha256)s, %(content_type)s,
         CAST(%(metadata)s AS jsonb), %(etag)s)
 
+-- run_fate --
+-- Before a completion or a recovery decides between retry and the end: lock the task row
+-- (shared: a removal waits, and the scheduler's order task -> run holds) and the run, and
+-- read what decides, fresh (a cancel or a removal committed since the lease was read counts)
+SELECT r.cancel_requested_at IS NOT NULL AS cancel, t.deleted_at IS NOT NULL AS task_deleted
+FROM tasks t JOIN runs r ON r.task_id = t.id
+WHERE r.id = CAST(%(run_id)s AS uuid)
+FOR SHARE OF t FOR UPDATE OF r
+
 -- finish_run --
 -- The run takes its last attempt's terminal status
 UPDATE runs r

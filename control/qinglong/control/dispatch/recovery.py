@@ -12,7 +12,8 @@ One batch reads at most ``batch`` attempts whose lease expired by the database c
    row is skipped. Reason ``not_started`` when the worker never reported the process started
    (safe to retry), else ``lost`` (issue 11 item 5).
 2. The run goes back to ``queued`` with capped jittered backoff by database time when the
-   task allows more attempts and no cancel was requested, else it ends ``lost``; events.
+   task allows more attempts, no cancel was requested and the task was not removed (read
+   fresh under the run's lock, ``run_fate``), else it ends ``lost``; events.
 
 Nothing is keyed by a worker's name: a restarted worker is a new incarnation and inherits
 nothing; recovery never needs the old incarnation's row.
@@ -120,7 +121,6 @@ class LeaseRecovery:
     def _recover(self, row: RowMapping) -> str | None:
         reason = _reason(row)
         number = int(row["number"])
-        retry = not row["cancel"] and number < int(row["max_attempts"])
         delay_s = retry_delay_s(number, base_s=row["retry_backoff_ms"] / 1000.0,
                                 cap_s=row["retry_backoff_cap_ms"] / 1000.0, rng=self._rng)
         with self._engine.begin() as conn:
@@ -129,6 +129,9 @@ class LeaseRecovery:
                 "reason": reason}).first()
             if done is None:
                 return None  # renewed, completed or recovered by another replica first
+            fate = run_named(conn, sql("run_fate"), {"run_id": row["run_id"]}).mappings().one()
+            retry = (not fate["cancel"] and not fate["task_deleted"]
+                     and number < int(row["max_attempts"]))
             insert_event(conn, run_id=row["run_id"], attempt_id=row["attempt_id"],
                          kind="attempt_lost", from_status=row["status"], to_status="lost",
                          detail={"reason": reason})

@@ -7,8 +7,9 @@ database's now() are computed with the shared cron module in the task's time zon
    the latest too when beyond the grace) is ``skipped_downtime``, one compact ledger row;
 2. the firing slot follows the task's concurrency policy: ``forbid`` with a run queued,
    dispatching or running => ``skipped_active``; ``allow`` with ``backlog_limit`` runs queued
-   => ``backlog_full``; ``replace`` => create the run, then set ``cancel_requested_at`` on
-   the older active runs (one run event each); else ``create_run`` and a ``run_created`` row;
+   => ``backlog_full``; ``replace`` => create the run, then end the older queued runs
+   ``cancelled`` and set ``cancel_requested_at`` on the older dispatching or running ones
+   (one run event each); else ``create_run`` and a ``run_created`` row;
 3. ``next_fire_at`` moves to the first slot after now by compare-and-set on the
    ``schedule_version`` read.
 
@@ -92,6 +93,22 @@ def _record_downtime(conn: Connection, schedule: Schedule, task_id: str, after_m
     return last if cut else None
 
 
+def cancel_queued(conn: Connection, run_id: str, *, reason: str,
+                  by_run: str | None = None) -> bool:
+    """End a still-queued run ``cancelled`` now (its event, its earlier attempts' logs
+    enrolled for retention), in the caller's transaction; False when it is no longer queued.
+    A queued run only marked ``cancel_requested_at`` would still be claimed and started
+    (nothing tells a worker before its first heartbeat), so a queued run is never left so."""
+    from qinglong.control.retention.enrollment import enroll_run
+
+    done = run_named(conn, queries()["cancel_queued"], {
+        "run_id": run_id, "event_id": uuid7(), "reason": reason, "by_run": by_run}).first()
+    if done is None:
+        return False
+    enroll_run(conn, run_id)
+    return True
+
+
 def _fire_slot(conn: Connection, schedule: Schedule, task: RowMapping, slot_ms: int,
                backlog_limit: int) -> str:
     """Apply the concurrency policy to the firing slot; returns its outcome."""
@@ -109,6 +126,9 @@ def _fire_slot(conn: Connection, schedule: Schedule, task: RowMapping, slot_ms: 
     record_run_created(conn, task_id, slot, run.run_id)
     if policy == "replace":
         for old in active:  # the new run waits in dispatch until these groups are gone
-            run_named(conn, queries()["request_cancel"],
-                      {"run_id": old["id"], "event_id": uuid7(), "by_run": run.run_id})
+            if old["status"] == "queued":
+                cancel_queued(conn, str(old["id"]), reason="replaced", by_run=run.run_id)
+            else:
+                run_named(conn, queries()["request_cancel"],
+                          {"run_id": old["id"], "event_id": uuid7(), "by_run": run.run_id})
     return "run_created"

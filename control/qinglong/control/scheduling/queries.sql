@@ -79,6 +79,22 @@ SELECT CAST(%(event_id)s AS uuid), marked.id, 'cancel_requested', marked.status,
        jsonb_build_object('reason', 'replaced', 'by_run', CAST(%(by_run)s AS text))
 FROM marked
 
+-- cancel_queued --
+-- Policy replace or a removed task: a run still queued never starts; it ends cancelled now
+-- with its run event (a dispatching or running one gets request_cancel instead)
+WITH gone AS (
+    UPDATE runs SET status = 'cancelled', finished_at = now(),
+        cancel_requested_at = coalesce(cancel_requested_at, now()),
+        version = version + 1, updated_at = now()
+    WHERE id = %(run_id)s AND status = 'queued'
+    RETURNING id
+)
+INSERT INTO events (id, run_id, kind, from_status, to_status, detail)
+SELECT CAST(%(event_id)s AS uuid), gone.id, 'cancelled', 'queued', 'cancelled',
+       jsonb_build_object('reason', CAST(%(reason)s AS text), 'by_run', CAST(%(by_run)s AS text))
+FROM gone
+RETURNING run_id
+
 -- latest_occurrence --
 -- The task's newest ledger row (occurrences_task_slot_idx): the candidate for a merge
 SELECT id, outcome, last_slot
