@@ -103,6 +103,6 @@ def test_sigterm_drains_finishing_attempts_and_stops_the_rest(control, start_wor
     assert worker.proc.wait(6.0) == 0
     assert time.monotonic() - sent < 1.5 + 0.5 + 2.0  # budget + grace + reporting
     outcomes = sorted((c["outcome"], c["reason"]) for c in control.seen("complete"))
-    assert outcomes == [("cancelled", "worker_drain"), ("succeeded", None)]
+    assert outcomes == [("failed", "worker_drain"), ("succeeded", None)]
     assert len(control.seen("stopped")) == 1
     assert len(control.seen("claim")) >= 1

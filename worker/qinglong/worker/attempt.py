@@ -54,7 +54,8 @@ class AttemptRunner:
     """One attempt in its own thread. ``claim_sent_at`` is the monotonic time (s) the claim
     request was sent (the first renewal); ``on_done(attempt_id)`` runs when the runner ends,
     whatever happened. ``request_stop(reason)`` stops the group (TERM, grace, KILL) and
-    completes the attempt ``cancelled`` with that reason."""
+    completes the attempt ``cancelled`` with that reason (``failed`` for ``worker_drain``, so
+    a run whose task allows more attempts is retried on another worker)."""
 
     def __init__(self, client: ControlClient, attempt: wire.ClaimedAttempt,
                  claim_sent_at: float, config: RunnerConfig,
@@ -76,7 +77,8 @@ class AttemptRunner:
         self._thread.start()
 
     def request_stop(self, reason: str) -> None:
-        """Ask to stop the attempt and complete it ``cancelled`` with ``reason`` (first wins)."""
+        """Ask to stop the attempt and complete it ``cancelled`` with ``reason`` (first wins;
+        ``failed`` for ``worker_drain``)."""
         if self._stop_reason is None:
             self._stop_reason = reason
 
@@ -186,7 +188,10 @@ class AttemptRunner:
             if timeout_at is not None and time.monotonic() >= timeout_at:
                 verdict, why = "timed_out", "timeout"
             elif self._stop_reason is not None:
-                verdict, why = "cancelled", self._stop_reason
+                # a drain is the worker's own stop, not the user's cancel: the attempt
+                # failed, and the task's retry rules decide whether the run goes on
+                verdict = "failed" if self._stop_reason == "worker_drain" else "cancelled"
+                why = self._stop_reason
             else:
                 continue
             code = proc.stop(self._config.grace_s)

@@ -69,7 +69,8 @@ def worker() -> None:
                    "$TMPDIR/ql3-worker-<uid>/spool].")
 @click.option("--drain-budget", type=float, default=30.0, show_default=True,
               help="Seconds running attempts get to finish after SIGTERM/SIGINT before their "
-                   "groups are stopped and reported cancelled (worker_drain).")
+                   "groups are stopped and reported failed (reason worker_drain; the task's "
+                   "retry rules decide).")
 @click.option("--grace", type=float, default=5.0, show_default=True,
               help="Seconds between TERM and KILL when stopping an attempt's group.")
 def run(control_url: str, concurrency: int, labels: str, name: str | None,

@@ -5,7 +5,8 @@ A registration is a new incarnation per process start (case C12: a restarted wor
 same name inherits nothing). An empty claim backs off 0.5–2 s with jitter. A claimed attempt
 whose heartbeat breaks heartbeat ≤ lease/3 is refused and not run (C11). Stop (SIGTERM/SIGINT)
 drains: no more claims, running attempts get ``drain_budget_s``, then their groups are stopped
-and they complete ``cancelled`` with reason ``worker_drain``; then ``stopped`` is sent.
+and they complete ``failed`` with reason ``worker_drain`` (retried when the task allows);
+then ``stopped`` is sent.
 """
 
 from __future__ import annotations
