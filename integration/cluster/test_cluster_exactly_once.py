@@ -185,7 +185,8 @@ def test_a_control_replica_sigkilled_while_workers_claim_from_it_loses_nothing(
                 " ON w.id = a.worker_incarnation_id WHERE w.name = 'w1'").fetchone()
         return int(row[0]) if row else 0
 
-    # w1 claims steadily from c1; c1 dies with leases of w1 live and claims in flight
+    # w1 claims steadily from c1; c1 dies with leases of w1 live (a claim may be in
+    # flight: its transaction dies with c1's connections)
     assert wait_for(lambda: leased_through_c1() >= 6, 30), w1.log()[-3000:]
     c1.kill()
     cluster.start_worker("w2", pool, c2.url or "", concurrency=4)
@@ -199,6 +200,7 @@ def test_a_control_replica_sigkilled_while_workers_claim_from_it_loses_nothing(
         return row is not None and row[0] == 0
 
     assert wait_for(all_terminal, 45, 0.25), (w1.log()[-2000:], c2.log()[-2000:])
+    w1.kill()  # its control is gone: nothing left to report (a SIGTERM would wait for it)
 
     with cluster.db.connect() as conn:
         runs = dict(conn.execute(
@@ -234,4 +236,3 @@ def test_a_control_replica_sigkilled_while_workers_claim_from_it_loses_nothing(
     assert lost_w1, "no lease of w1 was live when its control replica died"
     assert by_w2, "the surviving replica handed out no work"
     assert Counter(runs.values())["succeeded"] == len(runs), Counter(runs.values())
-    w1.kill()  # its control is gone: nothing left to report (a SIGTERM would wait for it)
