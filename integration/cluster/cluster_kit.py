@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,13 +23,19 @@ import httpx
 import psycopg
 
 QL3 = str(Path(sys.executable).parent / "ql3")
-PG = "postgresql://{user}@127.0.0.1:5432/{db}"
+LOCAL_PG = "127.0.0.1:5432"  # the machine's PostgreSQL (SERVICES.md)
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
 CREDS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
          "AWS_DEFAULT_REGION": "us-east-1"}
 
 
-def _admin() -> psycopg.Connection[Any]:
-    return psycopg.connect(PG.format(user="postgres", db="postgres"), autocommit=True,
+def pg_url(user: str, db: str, server: str = LOCAL_PG) -> str:
+    """A trust-auth URL of ``user`` on ``db`` at ``server`` ("host:port")."""
+    return f"postgresql://{user}@{server}/{db}"
+
+
+def _admin(server: str = LOCAL_PG) -> psycopg.Connection[Any]:
+    return psycopg.connect(pg_url("postgres", "postgres", server), autocommit=True,
                            connect_timeout=10)
 
 
@@ -58,25 +66,28 @@ class ClusterDb:
     name: str
     runtime_role: str
     login_role: str
+    server: str = LOCAL_PG
 
     @property
     def owner_url(self) -> str:
-        return PG.format(user="postgres", db=self.name)
+        return pg_url("postgres", self.name, self.server)
 
     @property
     def runtime_url(self) -> str:
-        return PG.format(user=self.login_role, db=self.name)
+        return pg_url(self.login_role, self.name, self.server)
 
     @classmethod
-    def create(cls) -> ClusterDb:
+    def create(cls, server: str = LOCAL_PG) -> ClusterDb:
+        """A new database on ``server`` ("host:port", trust auth for ``postgres``), migrated
+        by ``ql3 control migrate`` with its own runtime role and a login in it."""
         suffix = secrets.token_hex(5)
-        db = cls(f"ql3c_{suffix}", f"ql3c_rt_{suffix}", f"ql3c_login_{suffix}")
-        with _admin() as conn:
+        db = cls(f"ql3c_{suffix}", f"ql3c_rt_{suffix}", f"ql3c_login_{suffix}", server)
+        with _admin(server) as conn:
             conn.execute(f'CREATE DATABASE "{db.name}"')
         subprocess.run([QL3, "control", "migrate", "--database-url", db.owner_url,
                         "--runtime-role", db.runtime_role], check=True, capture_output=True,
                        timeout=60)
-        with _admin() as conn:
+        with _admin(server) as conn:
             conn.execute(f'CREATE ROLE "{db.login_role}" LOGIN IN ROLE "{db.runtime_role}"')
         return db
 
@@ -84,10 +95,58 @@ class ClusterDb:
         return psycopg.connect(self.owner_url, autocommit=True, connect_timeout=10)
 
     def drop(self) -> None:
-        with _admin() as conn:
+        with _admin(self.server) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
             conn.execute(f'DROP ROLE IF EXISTS "{self.login_role}"')
             conn.execute(f'DROP ROLE IF EXISTS "{self.runtime_role}"')
+
+
+class PrivatePostgres:
+    """A PostgreSQL server of its own (SERVICES.md recipe) for tests that stop, crash or
+    restart the database: ``initdb`` in a fresh directory, run as user ``postgres`` through
+    ``runuser`` (PostgreSQL refuses root), listening on 127.0.0.1 at a free port. ``start``,
+    ``stop`` (``mode`` "immediate" is a crash: no shutdown checkpoint, clients cut off) and
+    ``close`` (stop and remove the directory); ``server`` is "host:port" for ``ClusterDb``."""
+
+    def __init__(self) -> None:
+        if os.geteuid() != 0 or shutil.which("runuser") is None \
+                or not (PG_BIN / "initdb").exists():
+            raise RuntimeError("a private PostgreSQL needs root, runuser and "
+                               f"{PG_BIN}/initdb (SERVICES.md)")
+        self.dir = Path(tempfile.mkdtemp(prefix="ql3-pg-"))  # not under pytest's 0700 tmp
+        shutil.chown(self.dir, "postgres", "postgres")
+        self.port = free_port()
+        self.server = f"127.0.0.1:{self.port}"
+        self._pg("initdb", "-D", str(self.dir / "data"), "-U", "postgres", "--auth=trust",
+                 "-E", "UTF8", "--locale=C.UTF-8", "--no-sync")
+
+    def _pg(self, tool: str, *args: str) -> None:
+        out = subprocess.run(["runuser", "-u", "postgres", "--", str(PG_BIN / tool), *args],
+                             capture_output=True, text=True, timeout=60, check=False)
+        if out.returncode != 0:
+            raise RuntimeError(f"{tool} exited {out.returncode}: {out.stderr or out.stdout}")
+
+    def start(self) -> None:
+        """Start and wait until it accepts connections."""
+        self._pg("pg_ctl", "-D", str(self.dir / "data"), "-l", str(self.dir / "log"),
+                 "-o", f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.dir} "
+                       "-c fsync=off", "-w", "-t", "30", "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        """``pg_ctl stop -m mode`` (smart, fast, immediate) and wait until it is down."""
+        self._pg("pg_ctl", "-D", str(self.dir / "data"), "-m", mode, "-w", "-t", "30",
+                 "stop")
+
+    def running(self) -> bool:
+        return (self.dir / "data" / "postmaster.pid").exists()
+
+    def close(self) -> None:
+        """Stop (immediately) if running and remove the directory."""
+        try:
+            if self.running():
+                self.stop("immediate")
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 @dataclass
@@ -183,10 +242,15 @@ class Cluster:
             "--heartbeat-ms", str(heartbeat_ms), *extra], self.env())
         proc.url = f"http://127.0.0.1:{port}"
         if wait:
-            ready = wait_for(lambda: not proc.alive() or _ready(proc.url or ""), 30, 0.1)
-            if not proc.alive() or not ready:
-                raise AssertionError(f"control {name} did not become ready: {proc.log()}")
+            self.wait_ready(proc)
         return proc
+
+    def wait_ready(self, proc: Proc, timeout: float = 30) -> None:
+        """Wait until control ``proc`` answers ``/readyz`` 200; AssertionError with its log
+        if it exits or is not ready within ``timeout`` s."""
+        ready = wait_for(lambda: not proc.alive() or _ready(proc.url or ""), timeout, 0.1)
+        if not proc.alive() or not ready:
+            raise AssertionError(f"control {proc.name} did not become ready: {proc.log()}")
 
     def start_worker(self, name: str, token: str, control_url: str, *extra: str,
                      concurrency: int = 2, labels: str | None = None) -> Proc:

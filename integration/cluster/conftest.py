@@ -1,5 +1,7 @@
 """Fixtures for the cluster tier: a fresh database per test, moto's S3 server (session) with
-a fresh versioned bucket per test, and a ``Cluster`` that stops every process it started."""
+a fresh versioned bucket per test, and a ``Cluster`` that stops every process it started.
+``private_cluster`` is the same on a PostgreSQL server of the test's own (``private_pg``),
+for tests that stop or crash the database."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ for _dir in (_HERE, _HERE.parent / "s3"):
     if str(_dir) not in sys.path:
         sys.path.insert(0, str(_dir))
 
-from cluster_kit import Cluster, ClusterDb  # noqa: E402
+from cluster_kit import LOCAL_PG, Cluster, ClusterDb, PrivatePostgres  # noqa: E402
 from s3_services import CREDS, moto_server, new_bucket  # noqa: E402
 
 from qinglong.control.retention.objects import make_client  # noqa: E402
@@ -30,13 +32,40 @@ def cluster_moto() -> Iterator[str]:
         yield endpoint
 
 
-@pytest.fixture
-def cluster(tmp_path: Path, cluster_moto: str) -> Iterator[Cluster]:
-    db = ClusterDb.create()
-    bucket = new_bucket(make_client(cluster_moto, timeout_s=5, **CREDS), versioned=True)
-    c = Cluster(tmp_path, db, cluster_moto, bucket)
+def _cluster(tmp_path: Path, moto: str, server: str, *, drop: bool) -> Iterator[Cluster]:
+    db = ClusterDb.create(server)
+    bucket = new_bucket(make_client(moto, timeout_s=5, **CREDS), versioned=True)
+    c = Cluster(tmp_path, db, moto, bucket)
     try:
         yield c
     finally:
         c.close()
-        db.drop()
+        if drop:
+            db.drop()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, cluster_moto: str) -> Iterator[Cluster]:
+    yield from _cluster(tmp_path, cluster_moto, LOCAL_PG, drop=True)
+
+
+@pytest.fixture
+def private_pg() -> Iterator[PrivatePostgres]:
+    """A started PostgreSQL server of this test's own; removed afterwards."""
+    try:
+        pg = PrivatePostgres()
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+    try:
+        pg.start()
+        yield pg
+    finally:
+        pg.close()
+
+
+@pytest.fixture
+def private_cluster(tmp_path: Path, cluster_moto: str,
+                    private_pg: PrivatePostgres) -> Iterator[Cluster]:
+    """``cluster`` on ``private_pg``: the test may stop, crash and start that server (the
+    whole server is removed afterwards, so nothing is dropped one by one)."""
+    yield from _cluster(tmp_path, cluster_moto, private_pg.server, drop=False)

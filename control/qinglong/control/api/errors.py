@@ -3,13 +3,16 @@
 Every answer that is not a success has the body
 ``{"error": {"code": "<stable_code>", "message": "<one line, no input values>"}}``. Route code
 raises ``ApiError``; ``install_error_handlers`` maps it, FastAPI's validation errors (which
-would echo the input) and anything unexpected (500 ``internal``, logged server-side without
-the request body) to that shape.
+would echo the input), a database that cannot be reached (503 ``database_unavailable``: retry
+later) and anything unexpected (500 ``internal``, logged server-side without the request body)
+to that shape.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -17,6 +20,10 @@ if TYPE_CHECKING:
     from fastapi.responses import JSONResponse
 
 _log = logging.getLogger("qinglong.control.api")
+
+DB_UNAVAILABLE_LOG_EVERY_S = 10.0
+"""At most one warning line per this many seconds for requests refused while the database
+is away (a fleet of workers polling through an outage must not flood the log)."""
 
 
 class ApiError(Exception):
@@ -100,7 +107,47 @@ def install_error_handlers(app: FastAPI) -> None:
         _log.error("internal error: %s", type(exc).__name__)
         return JSONResponse(error_body("internal", "internal error"), status_code=500)
 
+    throttle = _Throttle(DB_UNAVAILABLE_LOG_EVERY_S)
+
+    async def database_unavailable(_request: Request, exc: Exception) -> JSONResponse:
+        # A handler of its own class, not Exception's: Starlette answers those in its
+        # ExceptionMiddleware, whereas Exception's handler answers and then re-raises, and
+        # uvicorn logs a full traceback per request ("Exception in ASGI application").
+        suppressed = throttle.due()
+        if suppressed is not None:
+            _log.warning("database unavailable: %s; answered 503%s", type(exc).__name__,
+                         f" ({suppressed} more since the last line)" if suppressed else "")
+        return JSONResponse(error_body("database_unavailable",
+                                       "the database is unavailable; retry later"),
+                            status_code=503, headers={"Retry-After": "1"})
+
+    from sqlalchemy.exc import InterfaceError, OperationalError
+    from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+
     app.add_exception_handler(ApiError, api_error)
     app.add_exception_handler(RequestValidationError, invalid)
     app.add_exception_handler(StarletteHTTPException, http_error)
+    # connection refused or lost, server shutting down, pool exhausted: transient, retry later
+    for unavailable in (OperationalError, InterfaceError, PoolTimeoutError):
+        app.add_exception_handler(unavailable, database_unavailable)
     app.add_exception_handler(Exception, unexpected)
+
+
+class _Throttle:
+    """``due()`` returns how many calls were suppressed since the last due one, at most once
+    per ``every_s`` seconds (monotonic), else None. Thread-safe."""
+
+    def __init__(self, every_s: float) -> None:
+        self._every_s = every_s
+        self._lock = threading.Lock()
+        self._last: float | None = None
+        self._suppressed = 0
+
+    def due(self) -> int | None:
+        now = time.monotonic()
+        with self._lock:
+            if self._last is not None and now - self._last < self._every_s:
+                self._suppressed += 1
+                return None
+            self._last, suppressed, self._suppressed = now, self._suppressed, 0
+            return suppressed

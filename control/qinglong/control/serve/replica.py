@@ -217,6 +217,7 @@ class ControlReplica:
                                 timeout_graceful_shutdown=int(self.settings.drain_s),
                                 lifespan="off")
         server = uvicorn.Server(config)
+        _stop_server_on_signals(server)
         self.supervisor.start()
         self._sweeper.start()
         _log.info("control replica %s listening on http://%s:%d", self.settings.replica_id,
@@ -224,7 +225,9 @@ class ControlReplica:
         try:
             server.run()
         finally:
-            self.stop()
+            drained = self.stop()
+            _log.info("control replica %s stopped (lifecycles drained: %s)",
+                      self.settings.replica_id, "yes" if drained else "no, budget exceeded")
 
     def stop(self) -> bool:
         """Stop the lifecycles and close the pool; True when all ended within budget.
@@ -244,6 +247,24 @@ def recovery_tick(recovery: LeaseRecovery, metrics: Metrics) -> RecoveryResult:
     for reason, n in sorted(result.reasons.items()):
         metrics.lease_lost(reason, n)
     return result
+
+
+def _stop_server_on_signals(server: Any) -> None:
+    """SIGTERM and SIGINT ask ``server`` to stop, before and after it serves.
+
+    uvicorn (0.29+) handles both while it serves, then restores the handlers it found and
+    raises the captured signal again. With the default handlers in place that second
+    SIGTERM killed the process (exit -15) before ``run``'s ``finally`` could drain the
+    lifecycles, and SIGINT became a KeyboardInterrupt (exit 1). Found here, the handler
+    only asks the server to stop: the process drains and exits 0; a signal that comes
+    before the server starts makes it stop as soon as it has started."""
+    import signal
+
+    def request_stop(_sig: int, _frame: Any) -> None:
+        server.should_exit = True
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
 
 
 def _probe_capability(sweeper: Any) -> Any:
