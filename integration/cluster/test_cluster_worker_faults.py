@@ -80,6 +80,15 @@ class Scene:
         self.api = cluster.api(self.url, self.admin)
         self.db = cluster.db.connect()
         self._markers: list[str] = []
+        self._proxies: list[LoopbackProxy] = []
+        self._workers: list[Proc] = []
+
+    def proxy(self) -> LoopbackProxy:
+        """A loopback proxy to control; at the end it is healed, the workers drain through
+        it, then it closes."""
+        proxy = LoopbackProxy(self.url)
+        self._proxies.append(proxy)
+        return proxy
 
     def marker(self) -> str:
         """A new marker for one task's processes; any still alive at the end are killed."""
@@ -88,8 +97,10 @@ class Scene:
         return marker
 
     def worker(self, name: str, url: str | None = None, concurrency: int = 1) -> Proc:
-        return self.cluster.start_worker(name, self.worker_token, url or self.url,
+        proc = self.cluster.start_worker(name, self.worker_token, url or self.url,
                                          concurrency=concurrency)
+        self._workers.append(proc)
+        return proc
 
     def run_task(self, name: str, shell: str, marker: str, max_attempts: int = 2) -> str:
         """Create a manual task whose processes carry ``marker``; run it now; the run id."""
@@ -148,6 +159,14 @@ class Scene:
         return [r[0] for r in rows]
 
     def close(self) -> None:
+        for proxy in self._proxies:
+            proxy.cut(False)
+        for proc in self._workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.popen.pid, signal.SIGCONT)  # a test that failed while paused
+            proc.terminate(timeout=15)
+        for proxy in self._proxies:
+            proxy.close()
         for marker in self._markers:  # a failed test leaves no sleeper behind
             for pid in marked_pids(marker):
                 with contextlib.suppress(OSError):
@@ -202,31 +221,30 @@ def test_sigkilled_worker_takes_its_attempt_along_and_the_run_is_retried_elsewhe
 def test_worker_cut_off_from_control_kills_its_attempt_before_the_lease_expires(
         scene: Scene, tmp_path: Path) -> None:
     marker = scene.marker()
-    proxy = LoopbackProxy(scene.url)
-    try:
-        w1 = scene.worker("w1", url=proxy.url)
-        run_id = scene.run_task("cutoff", first_sleeps_then_succeeds(tmp_path / "flag"), marker)
-        first = running_attempt(scene, run_id, marker)
-        wait_for(lambda: proxy.records("/v1/worker/heartbeat"), 5)  # it renews through us
+    proxy = scene.proxy()
+    w1 = scene.worker("w1", url=proxy.url)
+    run_id = scene.run_task("cutoff", first_sleeps_then_succeeds(tmp_path / "flag"), marker)
+    first = running_attempt(scene, run_id, marker)
+    wait_for(lambda: proxy.records("/v1/worker/heartbeat"), 5)  # it renews through us
 
-        proxy.cut(True)
-        wait_marked_gone(marker, timeout_s=LEASE_MS / 1000 + 2)
-        died_db = scene.now()  # database clock, right after the last process was seen gone
-        expires = scene.attempts(run_id)[0]["lease_expires_at"]
-        assert died_db < expires, (
-            f"group alive until {died_db}, lease on the database expired at {expires}")
-        assert "lease fenced" in w1.log()
+    proxy.cut(True)
+    wait_marked_gone(marker, timeout_s=LEASE_MS / 1000 + 2)
+    died_db = scene.now()  # database clock, right after the last process was seen gone
+    expires = scene.attempts(run_id)[0]["lease_expires_at"]
+    assert died_db < expires, (
+        f"group alive until {died_db}, lease on the database expired at {expires}")
+    # the worker's fence and the wrapper's copy of its deadline fire together: either kills
+    assert wait_for(lambda: "lease fenced: group killed" in w1.log(), 3), w1.log()
 
-        scene.worker("w2")  # reaches control directly
-        lost = scene.wait_attempt(run_id, 1, ("lost",), 15)
-        assert lost["reason"] == "lost"
-        assert lost["lease_expires_at"] == expires  # never renewed once cut off
-        assert scene.wait_run(run_id, 20) == "succeeded"
-        second = scene.attempts(run_id)[1]
-        assert (second["status"], second["worker"]) == ("succeeded", "w2")
-        assert first["id"] != second["id"]
-    finally:
-        proxy.close()
+    scene.worker("w2")  # reaches control directly
+    lost = scene.wait_attempt(run_id, 1, ("lost",), 15)
+    assert lost["reason"] == "lost"
+    assert lost["lease_expires_at"] == expires  # never renewed once cut off
+    assert scene.wait_run(run_id, 20) == "succeeded"
+    second = scene.attempts(run_id)[1]
+    assert (second["status"], second["worker"]) == ("succeeded", "w2")
+    assert first["id"] != second["id"]
+    assert "completed" not in w1.log()
 
 
 def test_restarted_worker_under_the_same_name_inherits_nothing(
@@ -272,37 +290,34 @@ def test_restarted_worker_under_the_same_name_inherits_nothing(
 def test_completion_replayed_after_its_answer_was_lost_keeps_the_outcome(
         scene: Scene) -> None:
     marker = scene.marker()
-    proxy = LoopbackProxy(scene.url)
-    try:
-        proxy.drop_response("/v1/worker/complete", 1)
-        w1 = scene.worker("w1", url=proxy.url)
-        run_id = scene.run_task("replayed", "echo replay-me", marker, max_attempts=1)
-        assert scene.wait_run(run_id, 20) == "succeeded"
-        wait_for(lambda: len(proxy.records("/v1/worker/complete")) >= 2, 5)
-        time.sleep(0.5)  # anything further the worker would send about this attempt
+    proxy = scene.proxy()
+    proxy.drop_response("/v1/worker/complete", 1)
+    w1 = scene.worker("w1", url=proxy.url)
+    run_id = scene.run_task("replayed", "echo replay-me", marker, max_attempts=1)
+    assert scene.wait_run(run_id, 20) == "succeeded"
+    wait_for(lambda: len(proxy.records("/v1/worker/complete")) >= 2, 5)
+    time.sleep(0.5)  # anything further the worker would send about this attempt
 
-        first, second, *more = proxy.records("/v1/worker/complete")
-        assert more == []
-        assert (first["status"], first["dropped"]) == (200, True)
-        assert first["answer"] == {"ok": True, "replayed": False}
-        assert (second["status"], second["dropped"]) == (200, False)
-        assert second["answer"] == {"ok": True, "replayed": True}
-        assert second["request"] == first["request"]  # the same write, sent again
+    first, second, *more = proxy.records("/v1/worker/complete")
+    assert more == []
+    assert (first["status"], first["dropped"]) == (200, True)
+    assert first["answer"] == {"ok": True, "replayed": False}
+    assert (second["status"], second["dropped"]) == (200, False)
+    assert second["answer"] == {"ok": True, "replayed": True}
+    assert second["request"] == first["request"]  # the same write, sent again
 
-        (attempt,) = scene.attempts(run_id)
-        assert (attempt["status"], attempt["completion"]["report"]["outcome"]) == (
-            "succeeded", "succeeded")
-        kinds = [e["kind"] for e in scene.events(run_id)]
-        assert kinds.count("attempt_completed") == 1
-        assert kinds.count("run_finished") == 1
-        log = scene.api.get(f"/v1/attempts/{attempt['id']}/log")
-        assert log.status_code == 200 and "replay-me" in log.text
-        worker_log = w1.log()
-        assert f"attempt {attempt['id']}: completed succeeded" in worker_log
-        for sign in ("lease lost", "lease fenced", "group killed", "not recorded"):
-            assert sign not in worker_log
-    finally:
-        proxy.close()
+    (attempt,) = scene.attempts(run_id)
+    assert (attempt["status"], attempt["completion"]["report"]["outcome"]) == (
+        "succeeded", "succeeded")
+    kinds = [e["kind"] for e in scene.events(run_id)]
+    assert kinds.count("attempt_completed") == 1
+    assert kinds.count("run_finished") == 1
+    log = scene.api.get(f"/v1/attempts/{attempt['id']}/log")
+    assert log.status_code == 200 and "replay-me" in log.text
+    worker_log = w1.log()
+    assert f"attempt {attempt['id']}: completed succeeded" in worker_log
+    for sign in ("lease lost", "lease fenced", "group killed", "not recorded"):
+        assert sign not in worker_log
 
 
 def test_heartbeat_above_a_third_of_the_lease_is_refused_at_start(cluster: Cluster) -> None:
@@ -315,3 +330,62 @@ def test_heartbeat_above_a_third_of_the_lease_is_refused_at_start(cluster: Clust
     assert "3000" in out.stderr and "1500" in out.stderr
     assert "Traceback" not in out.stderr
 
+
+def test_paused_worker_is_fenced_and_the_new_claimants_outcome_stands(
+        scene: Scene, tmp_path: Path) -> None:
+    """C21: a worker frozen (SIGSTOP) past its lease. Its attempt's processes die before the
+    lease expires on the database although the worker cannot act (the wrapper holds the
+    worker's fence deadline); the attempt is recovered and re-claimed by another worker. On
+    SIGCONT the stale worker forgets the attempt at once, and its late writes get 409 and
+    change nothing: the recorded outcome is the new claimant's."""
+    marker = scene.marker()
+    proxy = scene.proxy()
+    w1 = scene.worker("w1", url=proxy.url)
+    run_id = scene.run_task("paused", first_sleeps_then_succeeds(tmp_path / "flag"), marker)
+    first = running_attempt(scene, run_id, marker)
+    wait_for(lambda: proxy.records("/v1/worker/heartbeat"), 5)
+
+    os.kill(w1.popen.pid, signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    try:
+        wait_marked_gone(marker, timeout_s=LEASE_MS / 1000 + 2)
+        died_db = scene.now()
+        expires = scene.attempts(run_id)[0]["lease_expires_at"]
+        assert died_db < expires, (
+            f"group alive until {died_db}, lease on the database expired at {expires}")
+        lost = scene.wait_attempt(run_id, 1, ("lost",), 15)
+        assert (lost["reason"], lost["lease_expires_at"]) == ("lost", expires)
+        scene.worker("w2")
+        assert scene.wait_run(run_id, 20) == "succeeded"
+        heartbeats = proxy.records("/v1/worker/heartbeat")
+        assert heartbeats[-1]["at"] < stopped_at + 0.5  # nothing sent while frozen
+        stale_beat = heartbeats[-1]["request"]
+        assert stale_beat["lease"]["attempt_id"] == first["id"]
+    finally:
+        resumed_at = time.monotonic()
+        os.kill(w1.popen.pid, signal.SIGCONT)
+    # the resumed worker sees its fence passed and forgets the attempt at once
+    assert wait_for(lambda: "group killed, attempt forgotten" in w1.log(), 1.0), w1.log()
+    time.sleep(1.0)  # anything the resumed worker sends about its old lease, it sends now
+    late = [r for r in proxy.records() if r["at"] >= resumed_at
+            and ((r["request"] or {}).get("lease") or {}).get("attempt_id") == first["id"]]
+    assert all(r["status"] == 409 for r in late), late
+    assert f"attempt {first['id']}: completed" not in w1.log()
+
+    # the stale worker's writes delivered late (a slow network): 409, nothing changes
+    stale = scene.cluster.api(scene.url, scene.worker_token)
+    try:
+        assert stale.post("/v1/worker/heartbeat", json=stale_beat).status_code == 409
+        report = {"lease": stale_beat["lease"], "outcome": "failed", "exit_code": 1,
+                  "signal": None, "log": None, "reason": None}
+        answer = stale.post("/v1/worker/complete", json=report)
+        assert answer.status_code == 409, answer.text
+    finally:
+        stale.close()
+    old, new = scene.attempts(run_id)
+    assert (old["status"], old["reason"], old["completion"]) == ("lost", "lost", None)
+    assert (new["status"], new["worker"]) == ("succeeded", "w2")
+    assert scene.run_status(run_id) == "succeeded"
+    kinds = [(e["kind"], e["attempt_id"]) for e in scene.events(run_id)]
+    assert kinds.count(("attempt_completed", new["id"])) == 1
+    assert ("attempt_completed", old["id"]) not in kinds
