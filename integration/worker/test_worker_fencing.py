@@ -41,6 +41,26 @@ def test_control_silent_worker_kills_attempt_before_the_lease_could_expire(contr
     assert control.seen("complete") == []
 
 
+def test_frozen_worker_attempt_dies_by_the_wrappers_copy_of_the_fence(control, start_worker):
+    """C21: a worker stopped (SIGSTOP) cannot kill anything; the wrapper holds its fence
+    deadline and kills the group before the lease, renewed no later than last_ok, ends."""
+    attempt = make_attempt(BACKGROUNDED, lease_ms=3000, heartbeat_ms=500)
+    control.queue.append(attempt)
+    worker = start_worker()
+    pgid = control.wait_for("started")[0]["pid"]
+    control.wait_for("heartbeat", count=2)
+    worker.proc.send_signal(signal.SIGSTOP)
+    try:
+        time.sleep(0.1)  # a heartbeat already in flight lands
+        last_ok = control.last_ok_heartbeat[attempt["lease"]["attempt_id"]]
+        gone_at = wait_group_gone(pgid, timeout_s=4.0)
+        assert gone_at < last_ok + 3.0
+    finally:
+        worker.proc.send_signal(signal.SIGCONT)
+    time.sleep(0.5)
+    assert control.seen("complete") == []
+
+
 def test_409_on_heartbeat_kills_the_group_at_once_and_never_completes(control, start_worker):
     control.queue.append(make_attempt(BACKGROUNDED, lease_ms=3000, heartbeat_ms=500))
     start_worker()

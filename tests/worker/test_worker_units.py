@@ -25,6 +25,7 @@ from qinglong.worker.errors import (
     TokenError,
 )
 from qinglong.worker.fencing import LeaseFence, fence_margin_ms
+from qinglong.worker.group_wrapper import take_input
 from qinglong.worker.process import decode_status
 from qinglong.worker.spool import TRUNCATION_MARKER, CappedCopier
 
@@ -42,6 +43,23 @@ def test_fence_deadline_is_send_time_plus_lease_minus_margin_and_only_moves_forw
     assert fence.deadline == pytest.approx(137.0)
     assert fence.expired(now=137.0)
     assert not fence.expired(now=136.9)
+
+
+def test_fence_listeners_hear_the_deadline_now_and_each_forward_move_only():
+    fence = LeaseFence(sent_at=100.0, lease_ms=3000)
+    heard: list[float] = []
+    fence.subscribe(heard.append)
+    fence.renewed(sent_at=99.0, lease_ms=3000)  # older: the deadline does not move
+    fence.renewed(sent_at=101.0, lease_ms=3000)
+    assert heard == pytest.approx([102.0, 103.0])
+
+
+def test_wrapper_reads_deadline_lines_and_the_release_byte():
+    assert take_input(b"", None) == (b"", None, False)
+    assert take_input(b"d12.5\nd11.0\n", None) == (b"", 12.5, False)
+    assert take_input(b"dnan\ndinf\nd-3\ndjunk\nx", 12.5) == (b"", 12.5, False)
+    assert take_input(b"d13.25\nd14", 12.5) == (b"d14", 13.25, False)  # rest: incomplete
+    assert take_input(b"d14.5\nq", 13.25) == (b"", 14.5, True)
 
 
 def _client(handler) -> ControlClient:

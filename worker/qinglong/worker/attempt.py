@@ -132,6 +132,7 @@ class AttemptRunner:
             spool_path.unlink(missing_ok=True)
             return self._complete("failed", (None, None), None, reason)
         os.close(pipe_w)
+        self._fence.subscribe(proc.set_deadline)  # the wrapper fences a frozen worker (C21)
         copier = CappedCopier(pipe_r, spool_fd, a.log_limit_bytes)
         copier.start()
         beats = Heartbeater(self._client, a.lease, self._fence, self._claim_sent_at,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 MIN_MARGIN_MS = 1000
 
@@ -30,6 +31,15 @@ class LeaseFence:
     def __init__(self, sent_at: float, lease_ms: int) -> None:
         self._lock = threading.Lock()
         self._deadline = self._compute(sent_at, lease_ms)
+        self._listeners: list[Callable[[float], None]] = []
+
+    def subscribe(self, listener: Callable[[float], None]) -> None:
+        """Call ``listener(deadline)`` now and each time the deadline moves forward (the
+        attempt's wrapper enforces it too, should the worker freeze: group_wrapper.py)."""
+        with self._lock:
+            self._listeners.append(listener)
+            deadline = self._deadline
+        listener(deadline)
 
     @staticmethod
     def _compute(sent_at: float, lease_ms: int) -> float:
@@ -47,7 +57,11 @@ class LeaseFence:
         extends past what that request earned)."""
         candidate = self._compute(sent_at, lease_ms)
         with self._lock:
+            moved = candidate > self._deadline
             self._deadline = max(self._deadline, candidate)
+            listeners = list(self._listeners) if moved else []
+        for listener in listeners:
+            listener(candidate)
 
     def expired(self, now: float | None = None) -> bool:
         """True when the deadline has passed (``now`` defaults to ``time.monotonic()``)."""

@@ -19,6 +19,13 @@ once per running attempt.
   signal N, as shells do; 127 command missing, 126 cannot execute) and then WAITS: a byte
   from the worker (it has stopped the leftovers) => exit with that status; end-of-file (the
   worker died meanwhile) => stop everything. So leftovers never outlive the worker.
+- The worker also writes its self-fencing deadline for the attempt on the socket, a line
+  ``d<seconds>\\n`` (a ``time.monotonic()`` reading: CLOCK_MONOTONIC, one clock for every
+  process of the host) each time it moves; the release is the byte ``q``. When the newest
+  deadline passes, in either phase, the wrapper KILLs everything of the attempt at once
+  (:func:`stop_everything` without grace): a worker that is alive but frozen (SIGSTOP, a
+  stall) cannot do it, yet its lease is about to expire and a retry may start elsewhere
+  (case C21). Bytes outside this contract are skipped; the deadline only moves forward.
 - It ignores TERM/INT/HUP itself: the worker signals the whole group, so the command gets
   them directly; the wrapper stays to report the command's status.
 - ``QL3_WATCH_LC_CTYPE`` (``-`` when the task set no LC_CTYPE, else ``=value``) restores the
@@ -87,20 +94,22 @@ def signal_holder(pid: int, lock_id: tuple[int, int], sig: int) -> None:
         os.close(pidfd)
 
 
-def stop_everything(lock_id: tuple[int, int]) -> None:
+def stop_everything(lock_id: tuple[int, int], grace_s: float = GRACE_S) -> None:
     """The worker is gone: TERM to this group and to every other holder of the lock, a short
     grace, KILL to the holders (a few rounds, for late forks), then KILL to the group, this
-    process included. Never signals a group this process does not lead, nor one <= 1."""
+    process included. ``grace_s`` 0 (the fence deadline passed): KILL at once, no TERM.
+    Never signals a group this process does not lead, nor one <= 1."""
     pgrp = os.getpgrp()
     if pgrp <= 1 or pgrp != os.getpid():
         os._exit(EXIT_BAD_CONTRACT)
-    try:  # noqa: SIM105  (contextlib is one import too many here)
-        os.killpg(pgrp, signal.SIGTERM)  # ignored by this process
-    except OSError:
-        pass
-    for pid in lock_holders(lock_id):
-        signal_holder(pid, lock_id, signal.SIGTERM)
-    time.sleep(GRACE_S)
+    if grace_s > 0:
+        try:  # noqa: SIM105  (contextlib is one import too many here)
+            os.killpg(pgrp, signal.SIGTERM)  # ignored by this process
+        except OSError:
+            pass
+        for pid in lock_holders(lock_id):
+            signal_holder(pid, lock_id, signal.SIGTERM)
+        time.sleep(grace_s)
     for _ in range(KILL_ROUNDS):
         holders = lock_holders(lock_id)
         if not holders:
@@ -110,6 +119,41 @@ def stop_everything(lock_id: tuple[int, int]) -> None:
         time.sleep(0.02)
     os.killpg(pgrp, signal.SIGKILL)
     os._exit(EXIT_BAD_CONTRACT)  # not reached: KILL includes this process
+
+
+def take_input(pending: bytes, deadline: float | None) -> tuple[bytes, float | None, bool]:
+    """Parse what the worker sent: deadline lines ``d<seconds>\\n`` (the newest sane one is
+    kept) and the release byte ``q``. Returns (the incomplete rest, deadline, released)."""
+    released = False
+    while pending:
+        head = pending[:1]
+        if head == b"q":
+            released, pending = True, pending[1:]
+        elif head == b"d":
+            line, newline, rest = pending.partition(b"\n")
+            if not newline:
+                return (pending if len(pending) < 256 else b""), deadline, released
+            pending = rest
+            try:
+                value = float(line[1:])
+            except ValueError:
+                continue
+            if 0.0 < value < 1e12 and (deadline is None or value > deadline):  # no NaN/inf
+                deadline = value
+        else:
+            pending = pending[1:]  # outside the contract
+    return pending, deadline, released
+
+
+def wait_ms(deadline: float | None) -> int | None:
+    """poll() timeout (ms) until ``deadline`` (None: no deadline, wait without end)."""
+    if deadline is None:
+        return None
+    return max(0, int((deadline - time.monotonic()) * 1000) + 1)
+
+
+def passed(deadline: float | None) -> bool:
+    return deadline is not None and time.monotonic() >= deadline
 
 
 def user_environment() -> dict[str, str]:
@@ -122,29 +166,37 @@ def user_environment() -> dict[str, str]:
     return env
 
 
-def run_command(argv: list[str], watch_fd: int, lock_id: tuple[int, int]) -> int:
-    """Spawn ``argv`` and wait for it, watching the socket; returns its status code."""
+def run_command(argv: list[str], watch_fd: int, lock_id: tuple[int, int]
+                ) -> tuple[int, bytes, float | None]:
+    """Spawn ``argv`` and wait for it, watching the socket and the fence deadline; returns
+    its status code, the unparsed input and the deadline."""
     try:
         child = os.posix_spawnp(argv[0], argv, user_environment(), setsigmask=(),
                                 setsigdef=DEFAULTED)
     except FileNotFoundError:
         sys.stderr.write(f"ql3: command not found: {argv[0]}\n")
-        return EXIT_NOT_FOUND
+        return EXIT_NOT_FOUND, b"", None
     except OSError as exc:
         sys.stderr.write(f"ql3: cannot execute {argv[0]}: {exc.strerror}\n")
-        return EXIT_CANNOT_EXECUTE
+        return EXIT_CANNOT_EXECUTE, b"", None
     pidfd = os.pidfd_open(child)
     poller = select.poll()
     poller.register(watch_fd, select.POLLIN)
     poller.register(pidfd, select.POLLIN)
+    pending, deadline = b"", None
     while True:
-        for fd, _events in poller.poll():
-            if fd == watch_fd and not os.read(watch_fd, 1):
-                stop_everything(lock_id)  # the worker is gone: the attempt dies with it
+        for fd, _events in poller.poll(wait_ms(deadline)):
+            if fd == watch_fd:
+                data = os.read(watch_fd, 4096)
+                if not data:
+                    stop_everything(lock_id)  # the worker is gone: the attempt dies with it
+                pending, deadline, _ = take_input(pending + data, deadline)
             if fd == pidfd:
                 _, status = os.waitpid(child, 0)
                 code = os.waitstatus_to_exitcode(status)
-                return 128 - code if code < 0 else code
+                return (128 - code if code < 0 else code), pending, deadline
+        if passed(deadline):
+            stop_everything(lock_id, grace_s=0)  # the worker did not renew in time: frozen
 
 
 def main(args: list[str]) -> int:
@@ -158,16 +210,27 @@ def main(args: list[str]) -> int:
     os.set_inheritable(watch_fd, False)
     st = os.fstat(lock_fd)
     lock_id = (st.st_dev, st.st_ino)
-    code = run_command(args[3:], watch_fd, lock_id)
+    code, pending, deadline = run_command(args[3:], watch_fd, lock_id)
     os.close(lock_fd)  # from now on only leftovers hold the lock
     try:
         os.write(watch_fd, b"%d\n" % code)
-        answer = os.read(watch_fd, 1)  # blocks until the worker answers or dies
     except OSError:
-        answer = b""
-    if not answer:
         stop_everything(lock_id)
-    return code
+    poller = select.poll()
+    poller.register(watch_fd, select.POLLIN)
+    while True:  # until the worker answers (release), dies (EOF) or misses its deadline
+        if poller.poll(wait_ms(deadline)):
+            try:
+                data = os.read(watch_fd, 4096)
+            except OSError:
+                data = b""
+            if not data:
+                stop_everything(lock_id)
+            pending, deadline, released = take_input(pending + data, deadline)
+            if released:
+                return code
+        if passed(deadline):
+            stop_everything(lock_id, grace_s=0)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import select
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -84,12 +85,14 @@ def decode_status(returncode: int) -> ExitStatus:
 class AttemptProcess:
     """One spawned attempt: the wrapper (``pid``, leader of group ``pgid``), the worker's end
     of the watch socket and the attempt lock at ``lock_path``. Use it from one thread (the
-    attempt's). The group is signalled only while the wrapper is unreaped (its id pinned)."""
+    attempt's), but for ``set_deadline`` (any thread). The group is signalled only while the
+    wrapper is unreaped (its id pinned)."""
 
     def __init__(self, popen: subprocess.Popen[bytes], watch: socket.socket,
                  lock_path: str) -> None:
         self._popen = popen
         self._watch: socket.socket | None = watch
+        self._watch_lock = threading.Lock()  # set_deadline comes from the heartbeat thread
         self._buffer = b""
         self._code: int | None = None
         self.lock = PathLock(lock_path)
@@ -178,9 +181,12 @@ class AttemptProcess:
         """Tell a waiting wrapper to exit (call after :meth:`clear_leftovers`), reap it
         within 2 s (else KILL its group), close the socket and discard the lock file if it is
         free. Returns the wrapper's return code, None if it could not be reaped."""
-        if self._watch is not None:
-            with contextlib.suppress(OSError):
-                self._watch.send(b"q")
+        with self._watch_lock:
+            watch = self._watch
+            if watch is not None:
+                with contextlib.suppress(OSError):
+                    watch.send(b"q")
+        if watch is not None:
             try:
                 self._popen.wait(RELEASE_WAIT_S)
             except subprocess.TimeoutExpired:
@@ -193,9 +199,19 @@ class AttemptProcess:
     def abandon(self) -> None:
         """Close the worker's end of the watch socket without a release (idempotent): a
         wrapper still running stops everything of the attempt and exits."""
-        if self._watch is not None:
-            self._watch.close()
-            self._watch = None
+        with self._watch_lock:
+            if self._watch is not None:
+                self._watch.close()
+                self._watch = None
+
+    def set_deadline(self, deadline: float) -> None:
+        """Hand the wrapper the self-fencing deadline (``time.monotonic()`` s): it KILLs
+        everything of the attempt once that passes without a newer one, which a frozen worker
+        cannot do (case C21). Thread-safe; never blocks; nothing once released or abandoned."""
+        with self._watch_lock:
+            if self._watch is not None:
+                with contextlib.suppress(OSError):  # a full buffer or a gone wrapper
+                    self._watch.send(b"d%.6f\n" % deadline, socket.MSG_DONTWAIT)
 
 
 class _Leftovers:
