@@ -25,7 +25,10 @@ from qinglong.worker.errors import ControlUnavailableError, WorkerError
 log = logging.getLogger("qinglong.worker")
 REGISTER_TRY_S = 2.0  # one log line per failed try: keep it short
 REGISTER_BACKOFF_MAX_S = 30.0
-CLAIM_BUDGET_S = 15.0
+# one claim's retries: short, so a stop is honoured soon even while control is unreachable
+# (a claim applied whose answer never came back is recovered as not_started after its lease)
+CLAIM_BUDGET_S = 5.0
+STOPPED_REPORT_S = 3.0  # the farewell is best effort: recovery never needs it
 IDLE_MIN_S, IDLE_MAX_S = 0.5, 2.0
 DRAIN_REPORT_S = 60.0  # after the drain budget: stop (grace), upload, complete
 
@@ -89,7 +92,7 @@ class WorkerLoop:
         self._drain()
         try:
             self._client.stopped(wire.WorkerStopped(incarnation_id=registered.incarnation_id),
-                                 deadline=time.monotonic() + 10.0)
+                                 deadline=time.monotonic() + STOPPED_REPORT_S)
         except WorkerError as exc:
             log.warning("stopped not reported: %s", exc)
         log.info("worker stopped")
