@@ -58,7 +58,8 @@ log = logging.getLogger(__name__)
 MAX_DELETES_PER_SWEEP = 1000
 UNAVAILABLE_REPROBE_S = 30.0  # re-probe an unavailable store at least this often
 OUTAGE_AFTER_ROWS = 2  # consecutive artifact_unavailable rows that end a sweep early
-FAILED_SWEEP_PAUSE_CAP_S = 60.0  # longest pause after failed sweeps (database outage)
+FAILED_SWEEP_PAUSE_CAP_S = 5.0  # longest pause after failed sweeps (issue 11 item 8: a lost
+# database is retried with backoff capped at 5 s)
 
 
 def identity_of(c: Claim) -> ArtifactIdentity:
