@@ -158,3 +158,24 @@ def test_attempt_environment_is_clean_and_task_values_win():
                               {"HOME": "/home/w", "QL3_WORKER_TOKEN": "t", "SECRET": "s"})
     assert env == {"PATH": "/opt/bin", "HOME": "/home/w", "LANG": "C.UTF-8", "X": "1"}
     assert attempt_environment({}, {})["PATH"] == SYSTEMD_DEFAULT_PATH
+
+
+def test_a_suspended_host_finds_its_fence_passed_on_resume(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lease keeps expiring on the database's clock while this host sleeps: the fence must
+    count suspended time (CLOCK_BOOTTIME), which CLOCK_MONOTONIC does not."""
+    import time as real_time
+
+    from qinglong.worker.fencing import LeaseFence
+
+    suspended = {"s": 0.0}
+    real_gettime = real_time.clock_gettime
+
+    def gettime(clock_id: int) -> float:
+        value = real_gettime(clock_id)
+        return value + suspended["s"] if clock_id == real_time.CLOCK_BOOTTIME else value
+
+    monkeypatch.setattr(real_time, "clock_gettime", gettime)
+    fence = LeaseFence(real_time.clock_gettime(real_time.CLOCK_BOOTTIME), lease_ms=30_000)
+    assert not fence.expired()
+    suspended["s"] = 60.0  # the host slept a minute: monotonic time did not move
+    assert fence.expired()

@@ -16,12 +16,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from qinglong.shared import wire
+from qinglong.worker import clock
 from qinglong.worker.client import ControlClient
 from qinglong.worker.environment import attempt_environment
 from qinglong.worker.errors import LeaseLostError, SpoolError, WorkerError
@@ -178,7 +178,7 @@ class AttemptRunner:
         None for "by exit status", reason, command status code). Raises _Forget after
         killing everything when fenced."""
         timeout_ms = self.attempt.timeout_ms
-        timeout_at = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000.0
+        timeout_at = None if timeout_ms is None else clock.now() + timeout_ms / 1000.0
         verdict: str | None = None
         why: str | None = None
         while True:
@@ -186,7 +186,7 @@ class AttemptRunner:
             code = proc.wait(SUPERVISE_S)
             if code is not None:
                 break
-            if timeout_at is not None and time.monotonic() >= timeout_at:
+            if timeout_at is not None and clock.now() >= timeout_at:
                 verdict, why = "timed_out", "timeout"
             elif self._stop_reason is not None:
                 # a drain is the worker's own stop, not the user's cancel: the attempt

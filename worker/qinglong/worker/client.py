@@ -2,7 +2,7 @@
 
 Every call posts one wire message and decodes the answer with the wire type's strict
 ``from_json``. Connection errors, timeouts and 5xx are retried with exponential backoff and
-jitter (tenacity), and never past the caller's ``deadline`` (a ``time.monotonic()`` reading,
+jitter (tenacity), and never past the caller's ``deadline`` (a ``clock.now()`` reading,
 s): for an attempt's writes that is its self-fencing deadline, so a retry never outlives the
 lease. Control answers an already-applied write as the first time, so replays are safe.
 409 => LeaseLostError, 401/403 => ControlAuthError, 422 and other 4xx => ControlRejectedError,
@@ -11,7 +11,6 @@ out of time => ControlUnavailableError. The bearer token goes only to control's 
 
 from __future__ import annotations
 
-import time
 from typing import Any, TypeVar
 
 import httpx
@@ -25,6 +24,7 @@ from tenacity import (
 
 from qinglong.shared import wire
 from qinglong.shared.errors import ValidationError
+from qinglong.worker import clock
 from qinglong.worker.errors import (
     ControlAuthError,
     ControlRejectedError,
@@ -140,11 +140,11 @@ class ControlClient:
 
     def _post(self, path: str, msg: wire._Wire, deadline: float | None) -> Any:
         if deadline is None:
-            deadline = time.monotonic() + DEFAULT_BUDGET_S
+            deadline = clock.now() + DEFAULT_BUDGET_S
         payload = msg.to_json()
 
         def once() -> Any:
-            left = deadline - time.monotonic()
+            left = deadline - clock.now()
             if left <= 0:
                 raise _TransientError("deadline passed")
             try:
@@ -156,7 +156,7 @@ class ControlClient:
         retrying = Retrying(
             retry=retry_if_exception_type(_TransientError),
             wait=wait_exponential(multiplier=0.1, max=2.0) + wait_random(0, 0.3),
-            stop=stop_before_delay(max(0.0, deadline - time.monotonic())),
+            stop=stop_before_delay(max(0.0, deadline - clock.now())),
             reraise=True,
         )
         try:

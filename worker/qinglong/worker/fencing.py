@@ -10,8 +10,9 @@ no retry of any write for that attempt runs past the deadline.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
+
+from qinglong.worker import clock
 
 MIN_MARGIN_MS = 1000
 
@@ -22,9 +23,9 @@ def fence_margin_ms(lease_ms: int) -> int:
 
 
 class LeaseFence:
-    """Tracks one attempt's self-fencing deadline on the monotonic clock (seconds).
+    """Tracks one attempt's self-fencing deadline on CLOCK_BOOTTIME (seconds, clock.py).
 
-    ``sent_at`` values are ``time.monotonic()`` readings taken when the renewing request was
+    ``sent_at`` values are ``clock.now()`` readings taken when the renewing request was
     sent; ``lease_ms`` is the lease that request obtained (ms). Thread-safe.
     """
 
@@ -47,7 +48,7 @@ class LeaseFence:
 
     @property
     def deadline(self) -> float:
-        """The monotonic time (s) after which the attempt's group must be dead."""
+        """The CLOCK_BOOTTIME time (s) after which the attempt's group must be dead."""
         with self._lock:
             return self._deadline
 
@@ -64,9 +65,9 @@ class LeaseFence:
             listener(candidate)
 
     def expired(self, now: float | None = None) -> bool:
-        """True when the deadline has passed (``now`` defaults to ``time.monotonic()``)."""
-        return (time.monotonic() if now is None else now) >= self.deadline
+        """True when the deadline has passed (``now`` defaults to ``clock.now()``)."""
+        return (clock.now() if now is None else now) >= self.deadline
 
     def remaining_s(self) -> float:
         """Seconds left before the deadline (≤ 0 when passed)."""
-        return self.deadline - time.monotonic()
+        return self.deadline - clock.now()

@@ -20,9 +20,10 @@ once per running attempt.
   from the worker (it has stopped the leftovers) => exit with that status; end-of-file (the
   worker died meanwhile) => stop everything. So leftovers never outlive the worker.
 - The worker also writes its self-fencing deadline for the attempt on the socket, a line
-  ``d<seconds>\\n`` (a ``time.monotonic()`` reading: CLOCK_MONOTONIC, one clock for every
-  process of the host) each time it moves; the release is the byte ``q``. When the newest
-  deadline passes, in either phase, the wrapper KILLs everything of the attempt at once
+  ``d<seconds>\\n`` (a CLOCK_BOOTTIME reading, ``worker/clock.py``: one clock for every
+  process of the host, counting suspended time as the database's lease clock does) each
+  time it moves; the release is the byte ``q``. When the newest deadline passes, in either
+  phase, the wrapper KILLs everything of the attempt at once
   (:func:`stop_everything` without grace): a worker that is alive but frozen (SIGSTOP, a
   stall) cannot do it, yet its lease is about to expire and a retry may start elsewhere
   (case C21). Bytes outside this contract are skipped; the deadline only moves forward.
@@ -149,11 +150,11 @@ def wait_ms(deadline: float | None) -> int | None:
     """poll() timeout (ms) until ``deadline`` (None: no deadline, wait without end)."""
     if deadline is None:
         return None
-    return max(0, int((deadline - time.monotonic()) * 1000) + 1)
+    return max(0, int((deadline - time.clock_gettime(time.CLOCK_BOOTTIME)) * 1000) + 1)
 
 
 def passed(deadline: float | None) -> bool:
-    return deadline is not None and time.monotonic() >= deadline
+    return deadline is not None and time.clock_gettime(time.CLOCK_BOOTTIME) >= deadline
 
 
 def user_environment() -> dict[str, str]:

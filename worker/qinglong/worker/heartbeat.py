@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 
 from qinglong.shared.wire import HeartbeatReport, LeaseRef
+from qinglong.worker import clock
 from qinglong.worker.client import ControlClient
 from qinglong.worker.errors import ControlUnavailableError, LeaseLostError, WorkerError
 from qinglong.worker.fencing import LeaseFence
@@ -47,8 +47,8 @@ class Heartbeater:
         self._done.set()
 
     def _run(self) -> None:
-        while not self._done.wait(max(0.0, self._next_at - time.monotonic())):
-            sent_at = time.monotonic()
+        while not self._done.wait(max(0.0, self._next_at - clock.now())):
+            sent_at = clock.now()
             try:
                 answer = self._client.heartbeat(HeartbeatReport(lease=self._lease),
                                                 deadline=self._fence.deadline)
@@ -59,7 +59,7 @@ class Heartbeater:
             except ControlUnavailableError as exc:
                 log.warning("attempt %s: heartbeat failed until the fence deadline (%s)",
                             self._lease.attempt_id, exc.cause)
-                self._next_at = time.monotonic() + self._period_s
+                self._next_at = clock.now() + self._period_s
                 continue
             except WorkerError as exc:
                 log.error("attempt %s: heartbeat refused: %s", self._lease.attempt_id, exc)

@@ -14,10 +14,10 @@ from __future__ import annotations
 import logging
 import random
 import threading
-import time
 from dataclasses import dataclass, field
 
 from qinglong.shared import wire
+from qinglong.worker import clock
 from qinglong.worker.attempt import AttemptRunner, RunnerConfig
 from qinglong.worker.client import ControlClient
 from qinglong.worker.errors import ControlUnavailableError, WorkerError
@@ -92,7 +92,7 @@ class WorkerLoop:
         self._drain()
         try:
             self._client.stopped(wire.WorkerStopped(incarnation_id=registered.incarnation_id),
-                                 deadline=time.monotonic() + STOPPED_REPORT_S)
+                                 deadline=clock.now() + STOPPED_REPORT_S)
         except WorkerError as exc:
             log.warning("stopped not reported: %s", exc)
         log.info("worker stopped")
@@ -104,7 +104,7 @@ class WorkerLoop:
         delay = 0.5
         while not self._stop.is_set():
             try:
-                return self._client.register(msg, deadline=time.monotonic() + REGISTER_TRY_S)
+                return self._client.register(msg, deadline=clock.now() + REGISTER_TRY_S)
             except ControlUnavailableError as exc:
                 log.warning("control at %s unreachable (%s); retrying registration in %.1f s",
                             self._config.control_url or "?", exc.cause, delay)
@@ -114,7 +114,7 @@ class WorkerLoop:
 
     def _claim_once(self, incarnation_id: str, free: int) -> bool:
         """One claim call; True when at least one attempt started."""
-        sent_at = time.monotonic()  # the first renewal of every lease in this answer
+        sent_at = clock.now()  # the first renewal of every lease in this answer
         try:
             attempts, refused = self._client.claim(
                 wire.ClaimRequest(incarnation_id=incarnation_id,
@@ -145,9 +145,9 @@ class WorkerLoop:
         if runners:
             log.info("draining %d attempt(s) for up to %.1f s", len(runners),
                      self._config.drain_budget_s)
-        deadline = time.monotonic() + self._config.drain_budget_s
+        deadline = clock.now() + self._config.drain_budget_s
         for runner in runners:
-            runner.join(max(0.0, deadline - time.monotonic()))
+            runner.join(max(0.0, deadline - clock.now()))
         late = [r for r in runners if not r.join(0)]
         for runner in late:
             runner.request_stop("worker_drain")

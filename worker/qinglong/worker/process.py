@@ -22,7 +22,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ from qinglong.shared.process.identity import read_stat
 from qinglong.shared.process.leftovers import LeftoverReport, stop_leftovers
 from qinglong.shared.process.path_lock import PathLock, create_locked
 from qinglong.shared.process.signals import signal_group
+from qinglong.worker import clock
 
 WRAPPER_PATH = Path(__file__).with_name("group_wrapper.py")
 POLL_S = 0.02
@@ -108,16 +108,16 @@ class AttemptProcess:
         (exit code, or 128+N for a death by signal N) from the wrapper's status line; when
         the wrapper died without one, the wrapper's return code (negative: killed by that
         signal). None while the command runs."""
-        deadline = time.monotonic() + timeout_s
+        deadline = clock.now() + timeout_s
         while self._code is None:
             if self._watch is None:
                 try:
-                    self._code = self._popen.wait(max(0.0, deadline - time.monotonic()))
+                    self._code = self._popen.wait(max(0.0, deadline - clock.now()))
                 except subprocess.TimeoutExpired:
                     return None
                 break
             ready, _, _ = select.select([self._watch], [], [],
-                                        max(0.0, deadline - time.monotonic()))
+                                        max(0.0, deadline - clock.now()))
             if not ready:
                 return None
             chunk = self._watch.recv(STATUS_MAX)
@@ -153,8 +153,8 @@ class AttemptProcess:
         returns the command's status code as :meth:`wait` does. Lock holders outside the
         group are :meth:`clear_leftovers`' work."""
         self._signal_group(15)
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
+        deadline = clock.now() + grace_s
+        while clock.now() < deadline:
             code = self.wait(POLL_S)
             if code is not None and not self.others_in_group():
                 return code
@@ -205,7 +205,7 @@ class AttemptProcess:
                 self._watch = None
 
     def set_deadline(self, deadline: float) -> None:
-        """Hand the wrapper the self-fencing deadline (``time.monotonic()`` s): it KILLs
+        """Hand the wrapper the self-fencing deadline (``clock.now()`` s): it KILLs
         everything of the attempt once that passes without a newer one, which a frozen worker
         cannot do (case C21). Thread-safe; never blocks; nothing once released or abandoned."""
         with self._watch_lock:

@@ -14,10 +14,10 @@ import os
 import select
 import stat
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from qinglong.worker import clock
 from qinglong.worker.errors import SpoolError
 
 CHUNK = 65536
@@ -132,8 +132,8 @@ class CappedCopier:
         try:
             while True:
                 if self._stop.is_set() and deadline is None:
-                    deadline = time.monotonic() + self._drain_s
-                if deadline is not None and time.monotonic() >= deadline:
+                    deadline = clock.now() + self._drain_s
+                if deadline is not None and clock.now() >= deadline:
                     return
                 ready, _, _ = select.select([self._pipe_r], [], [], 0.05)
                 if not ready:

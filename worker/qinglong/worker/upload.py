@@ -8,7 +8,6 @@ name it); never the worker's bearer token, nor httpx's default Accept/User-Agent
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import httpx
@@ -21,6 +20,7 @@ from tenacity import (
 )
 
 from qinglong.shared.wire import LogUploadGrant
+from qinglong.worker import clock
 from qinglong.worker.errors import ControlRejectedError, ControlUnavailableError
 
 _DEFAULT_HEADERS = ("accept", "accept-encoding", "connection", "user-agent")
@@ -41,13 +41,13 @@ def put_spool(grant: LogUploadGrant, path: Path, deadline: float,
     ControlRejectedError on a 4xx from the object store (e.g. 403: signature mismatch).
     """
     data = path.read_bytes()
-    deadline = min(deadline, time.monotonic() + grant.expires_in_s)
+    deadline = min(deadline, clock.now() + grant.expires_in_s)
     with httpx.Client(timeout=30.0, follow_redirects=False, transport=transport) as http:
         for name in _DEFAULT_HEADERS:
             http.headers.pop(name, None)
 
         def once() -> None:
-            left = deadline - time.monotonic()
+            left = deadline - clock.now()
             if left <= 0:
                 raise _RetryableError("deadline passed")
             request = http.build_request("PUT", grant.url, content=data,
@@ -64,7 +64,7 @@ def put_spool(grant: LogUploadGrant, path: Path, deadline: float,
         retrying = Retrying(
             retry=retry_if_exception_type(_RetryableError),
             wait=wait_exponential(multiplier=0.1, max=2.0) + wait_random(0, 0.3),
-            stop=stop_before_delay(max(0.0, deadline - time.monotonic())),
+            stop=stop_before_delay(max(0.0, deadline - clock.now())),
             reraise=True,
         )
         try:
