@@ -23,7 +23,7 @@ from pathlib import Path
 from qinglong.shared import wire
 from qinglong.worker import clock
 from qinglong.worker.client import ControlClient
-from qinglong.worker.environment import attempt_environment
+from qinglong.worker.environment import attempt_environment, default_cwd
 from qinglong.worker.errors import LeaseLostError, SpoolError, WorkerError
 from qinglong.worker.fencing import LeaseFence
 from qinglong.worker.heartbeat import Heartbeater
@@ -39,7 +39,8 @@ SUPERVISE_S = 0.05
 class RunnerConfig:
     """``spool_dir`` a prepared private directory; ``grace_s`` seconds between TERM and KILL
     when stopping a group for timeout, cancel or drain; ``worker_env`` the source of HOME and
-    LANG (None: os.environ)."""
+    LANG (None: os.environ); HOME is also the working directory of a task without cwd
+    (``/`` when HOME is unset or not a directory)."""
 
     spool_dir: Path
     grace_s: float = 5.0
@@ -122,7 +123,8 @@ class AttemptRunner:
             return self._complete("failed", (None, None), None, "spool_unavailable")
         pipe_r, pipe_w = os.pipe()
         try:
-            proc = spawn_attempt(command, env, a.cwd, pipe_w,
+            cwd = a.cwd if a.cwd is not None else default_cwd(self._config.worker_env)
+            proc = spawn_attempt(command, env, cwd, pipe_w,
                                  self._config.spool_dir / f"{self.attempt_id}.lock")
         except (CwdMissingError, OSError, ValueError) as exc:
             for fd in (pipe_r, pipe_w, spool_fd):
@@ -143,6 +145,10 @@ class AttemptRunner:
             self._report_started(proc)
             verdict, why, code = self._supervise(proc)
             copier.finish()
+            if self._client.token_refused.is_set():  # 401: nothing can be reported
+                log.warning("attempt %s: stopped, not reported (worker token refused)",
+                            self.attempt_id)
+                return None
             status = decode_status(code)
             outcome = verdict or ("succeeded" if status.exit_code == 0 else "failed")
             facts = self._upload(spool_path)

@@ -32,10 +32,24 @@ def _labels(text: str) -> dict[str, str]:
         raise ValidationError("--labels", str(exc).partition(": ")[2]) from None
 
 
-def _control_url(url: str) -> str:
-    if not url.startswith(("http://", "https://")) or len(url) < 10:
-        raise ValidationError("--control-url", "must be an http(s):// URL")
-    return url
+def _control_urls(text: str) -> list[str]:
+    """``--control-url``: one or more base URLs separated by commas, in the order tried.
+
+    Raises ValidationError (exit 2) for an empty list, a URL that is not http(s)://host..., or
+    one ending in ``/v1`` (the worker adds the API path itself).
+    """
+    urls = [u.strip() for u in text.split(",") if u.strip()]
+    if not urls:
+        raise ValidationError("--control-url", "give at least one http(s):// base URL")
+    for url in urls:
+        if not url.startswith(("http://", "https://")) or len(url) < 10:
+            raise ValidationError("--control-url", f"must be an http(s):// URL: {url!r}")
+        if url.rstrip("/").endswith("/v1"):
+            raise ValidationError("--control-url", f"{url!r} ends in /v1: give the control "
+                                  "base URL, without /v1 (e.g. http://host:8080)")
+    if len({u.rstrip("/") for u in urls}) != len(urls):
+        raise ValidationError("--control-url", "a base URL is given twice")
+    return urls
 
 
 def _default_spool_dir() -> Path:
@@ -55,7 +69,10 @@ def worker() -> None:
 
 @worker.command()
 @click.option("--control-url", required=True, envvar="QL3_CONTROL_URL",
-              help="Base URL of control, http(s)://host:port (env QL3_CONTROL_URL).")
+              help="Base URL of control, http(s)://host:port, or several replicas' base URLs "
+                   "separated by commas, tried in order: on a connection failure (or a 502/"
+                   "503/504) a request moves to the next one. Without /v1: a URL ending in "
+                   "/v1 is refused (exit 2). Env QL3_CONTROL_URL.")
 @click.option("--concurrency", type=int, default=1, show_default=True,
               help=f"Attempts run at once (1–{MAX_CLAIM}).")
 @click.option("--labels", default="", help="Labels this worker declares, k=v,k2=v2 "
@@ -75,17 +92,25 @@ def worker() -> None:
               help="Seconds between TERM and KILL when stopping an attempt's group.")
 def run(control_url: str, concurrency: int, labels: str, name: str | None,
         token_file: str | None, spool_dir: str | None, drain_budget: float,
-        grace: float) -> None:
+        grace: float) -> int:
     """Register with control, claim and run attempts until SIGTERM/SIGINT, then drain.
 
     Token: env QL3_WORKER_TOKEN or --token-file; it is removed from this process's
     environment and the process is made non-dumpable, so tasks cannot read it from /proc.
+    A token control refuses (401: revoked or unknown) stops the worker: running attempts are
+    stopped, exit 1.
+
+    A task without a working directory runs in this worker user's HOME (``/`` when HOME is
+    unset or not a directory), never in the worker's own working directory.
+
+    At start, spool files left by a killed worker (attempts whose lock no process holds) are
+    removed, unless another worker is using the same spool directory.
     """
     from qinglong.worker.credentials import load_token, make_undumpable
 
     token = load_token(token_file)  # removes QL3_WORKER_TOKEN from os.environ
     make_undumpable()
-    url = _control_url(control_url)
+    urls = _control_urls(control_url)
     if not 1 <= concurrency <= MAX_CLAIM:
         raise ValidationError("--concurrency", f"must be 1–{MAX_CLAIM}")
     if drain_budget < 0 or grace < 0:
@@ -97,22 +122,29 @@ def run(control_url: str, concurrency: int, labels: str, name: str | None,
     from qinglong.worker.client import ControlClient
     from qinglong.worker.errors import SpoolError
     from qinglong.worker.loop import WorkerConfig, WorkerLoop
-    from qinglong.worker.spool import prepare_spool_dir
+    from qinglong.worker.spool import adopt_spool_dir, prepare_spool_dir
 
     try:
         spool = prepare_spool_dir(Path(spool_dir) if spool_dir else _default_spool_dir())
+        _marker_fd, stale = adopt_spool_dir(spool)  # held (open) until the process ends
     except SpoolError as exc:
         raise ValidationError("--spool-dir", str(exc)) from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s ql3-worker %(levelname)s "
                         "%(message)s")
+    if stale is None:
+        logging.getLogger("qinglong.worker").info(
+            "spool directory %s is used by another worker: stale files left alone", spool)
+    else:
+        logging.getLogger("qinglong.worker").info(
+            "removed %d stale spool file(s) left by killed workers from %s", stale, spool)
     # httpx logs every request at INFO, presigned URLs (a signature valid for minutes)
     # included: never in our log
     for noisy in ("httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     config = WorkerConfig(name=worker_name, labels=declared, concurrency=concurrency,
-                          drain_budget_s=drain_budget, control_url=url,
+                          drain_budget_s=drain_budget, control_url=",".join(urls),
                           runner=RunnerConfig(spool_dir=spool, grace_s=grace))
-    client = ControlClient(url, token)
+    client = ControlClient(urls, token)
     loop = WorkerLoop(client, config)
 
     def on_signal(_sig: int, _frame: FrameType | None) -> None:
@@ -121,6 +153,6 @@ def run(control_url: str, concurrency: int, labels: str, name: str | None,
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        loop.run()
+        return loop.run()
     finally:
         client.close()

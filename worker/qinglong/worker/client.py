@@ -6,11 +6,20 @@ jitter (tenacity), and never past the caller's ``deadline`` (a ``clock.now()`` r
 s): for an attempt's writes that is its self-fencing deadline, so a retry never outlives the
 lease. Control answers an already-applied write as the first time, so replays are safe.
 409 => LeaseLostError, 401/403 => ControlAuthError, 422 and other 4xx => ControlRejectedError,
-out of time => ControlUnavailableError. The bearer token goes only to control's base URL.
+out of time => ControlUnavailableError. The bearer token goes only to control's base URLs.
+
+Several base URLs (control replicas sharing one database: any replica can take any call,
+leases live in the database): every request goes to the current URL; a connection failure
+(any transport error: refused, reset, connect or read timeout) or 502/503/504 (a proxy or a
+draining replica) moves the client to the next URL, and the retry goes there within the same
+deadline. A 500 is retried on the same URL.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import httpx
@@ -34,6 +43,7 @@ from qinglong.worker.errors import (
 )
 
 W = TypeVar("W", bound=wire._Wire)  # the shared base of every wire type
+log = logging.getLogger("qinglong.worker")
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_BUDGET_S = 30.0
@@ -48,12 +58,17 @@ ROUTES = {
 }
 
 
-class _TransientError(Exception):
-    """A failure worth retrying: connection error, timeout or 5xx (``cause`` names it)."""
+FAILOVER_STATUSES = (502, 503, 504)
 
-    def __init__(self, cause: str) -> None:
+
+class _TransientError(Exception):
+    """A failure worth retrying: connection error, timeout or 5xx (``cause`` names it);
+    ``failover`` when the next URL should take the retry."""
+
+    def __init__(self, cause: str, failover: bool = False) -> None:
         super().__init__(cause)
         self.cause = cause
+        self.failover = failover
 
 
 def _error_code(response: httpx.Response) -> str | None:
@@ -68,23 +83,55 @@ def _error_code(response: httpx.Response) -> str | None:
 
 
 class ControlClient:
-    """One httpx.Client to control's ``base_url`` with the worker's bearer token.
+    """One httpx.Client per control base URL, with the worker's bearer token.
 
-    ``timeout_s`` caps one request (connect, read, write, pool); ``transport`` lets tests
-    route through their own httpx transport. Thread-safe (httpx.Client is).
+    ``base_urls`` is one base URL or several (replicas of one control, tried in order from
+    the current one on connection failures; see the module docstring). ``timeout_s`` caps
+    one request (connect, read, write, pool); ``transport`` lets tests route through their
+    own httpx transport. Thread-safe (httpx.Client is; the current URL is under a lock).
+    ``token_refused`` is set once control answered 401 to any call: the token is unknown or
+    revoked, and nothing this worker sends can succeed any more.
+    Raises ValueError when ``base_urls`` is empty.
     """
 
-    def __init__(self, base_url: str, token: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+    def __init__(self, base_urls: str | Sequence[str], token: str, *,
+                 timeout_s: float = DEFAULT_TIMEOUT_S,
                  transport: httpx.BaseTransport | None = None) -> None:
+        urls = [base_urls] if isinstance(base_urls, str) else list(base_urls)
+        if not urls:
+            raise ValueError("at least one control base URL is needed")
         self._timeout_s = timeout_s
-        self._http = httpx.Client(
-            base_url=base_url.rstrip("/"), headers={"Authorization": f"Bearer {token}"},
+        self.urls = [u.rstrip("/") for u in urls]
+        self._https = [httpx.Client(
+            base_url=u, headers={"Authorization": f"Bearer {token}"},
             timeout=timeout_s, follow_redirects=False, transport=transport,
-        )
+        ) for u in self.urls]
+        self._current = 0
+        self._switch = threading.Lock()
+        self.token_refused = threading.Event()
+
+    @property
+    def current_url(self) -> str:
+        """The base URL the next request goes to."""
+        with self._switch:
+            return self.urls[self._current]
 
     def close(self) -> None:
-        """Close the connection pool (idempotent)."""
-        self._http.close()
+        """Close the connection pools (idempotent)."""
+        for http in self._https:
+            http.close()
+
+    def _fail_over(self, failed: int, cause: str) -> None:
+        """Move past URL index ``failed`` unless another thread already did."""
+        if len(self.urls) == 1:
+            return
+        with self._switch:
+            if self._current != failed:
+                return
+            self._current = (failed + 1) % len(self.urls)
+            nxt = self.urls[self._current]
+        log.warning("control at %s unreachable (%s); switching to %s",
+                    self.urls[failed], cause, nxt)
 
     def register(self, msg: wire.WorkerRegistration,
                  deadline: float | None = None) -> wire.WorkerRegistered:
@@ -147,11 +194,19 @@ class ControlClient:
             left = deadline - clock.now()
             if left <= 0:
                 raise _TransientError("deadline passed")
+            with self._switch:
+                index = self._current
             try:
-                response = self._http.post(path, json=payload, timeout=min(self._timeout_s, left))
+                response = self._https[index].post(path, json=payload,
+                                                   timeout=min(self._timeout_s, left))
+                return self._answer(response)
             except httpx.TransportError as exc:
+                self._fail_over(index, type(exc).__name__)
                 raise _TransientError(type(exc).__name__) from None
-            return self._answer(response)
+            except _TransientError as exc:
+                if exc.failover:
+                    self._fail_over(index, exc.cause)
+                raise
 
         retrying = Retrying(
             retry=retry_if_exception_type(_TransientError),
@@ -164,15 +219,16 @@ class ControlClient:
         except _TransientError as exc:
             raise ControlUnavailableError(exc.cause) from None
 
-    @staticmethod
-    def _answer(response: httpx.Response) -> Any:
+    def _answer(self, response: httpx.Response) -> Any:
         status = response.status_code
         if status >= 500:
-            raise _TransientError(f"HTTP {status}")
+            raise _TransientError(f"HTTP {status}", failover=status in FAILOVER_STATUSES)
         if status == 409:
             raise LeaseLostError("control answered 409: lease lost")
         if status in (401, 403):
-            raise ControlAuthError(status)
+            if status == 401:
+                self.token_refused.set()
+            raise ControlAuthError(status, _error_code(response))
         if status >= 300:
             raise ControlRejectedError(status, _error_code(response))
         try:

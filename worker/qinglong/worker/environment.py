@@ -30,3 +30,11 @@ def attempt_environment(task_env: Mapping[str, str],
     }
     env.update(task_env)
     return env
+
+
+def default_cwd(worker_env: Mapping[str, str] | None = None) -> str:
+    """Where an attempt whose task has no cwd runs: the worker user's ``HOME`` when it is an
+    absolute path to an existing directory (as the local profile and cron do), else ``/``.
+    Never the worker's own working directory. ``worker_env`` defaults to ``os.environ``."""
+    home = (os.environ if worker_env is None else worker_env).get("HOME") or ""
+    return home if os.path.isabs(home) and os.path.isdir(home) else "/"

@@ -22,14 +22,23 @@ class LeaseLostError(WorkerError):
 
 class ControlAuthError(WorkerError):
     """Control refused the worker's token: 401 (unknown or revoked token) or 403 (the token's
-    pool does not allow this request). ``status`` is the HTTP status."""
+    pool does not allow this request). ``status`` is the HTTP status and ``error_code`` the
+    stable code of control's JSON error, if any (``labels_outside_pool``: the labels a worker
+    declared at registration are not all in its token's pool)."""
 
     code = "worker_unauthorized"
 
-    def __init__(self, status: int) -> None:
-        what = "token refused (401)" if status == 401 else "request forbidden for this token (403)"
+    def __init__(self, status: int, error_code: str | None = None) -> None:
+        if status == 401:
+            what = "token refused (401): revoked or unknown"
+        elif error_code == "labels_outside_pool":
+            what = ("the declared labels (--labels) are outside the token's pool "
+                    "(403 labels_outside_pool)")
+        else:
+            what = f"request forbidden for this token (403 {error_code or 'no code'})"
         super().__init__(f"control: {what}")
         self.status = status
+        self.error_code = error_code
 
 
 class ControlRejectedError(WorkerError):

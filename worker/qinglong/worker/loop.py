@@ -7,6 +7,10 @@ whose heartbeat breaks heartbeat ≤ lease/3 is refused and not run (C11). Stop 
 drains: no more claims, running attempts get ``drain_budget_s``, then their groups are stopped
 and they complete ``failed`` with reason ``worker_drain`` (retried when the task allows);
 then ``stopped`` is sent.
+
+A 401 from control on any call (the worker token was revoked, or is unknown to control) ends
+the worker: no more claims, running attempts are stopped at once (grace, then KILL: they
+could not be reported anyway), one error line says so and ``run()`` returns 1.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from qinglong.shared import wire
 from qinglong.worker import clock
 from qinglong.worker.attempt import AttemptRunner, RunnerConfig
 from qinglong.worker.client import ControlClient
-from qinglong.worker.errors import ControlUnavailableError, WorkerError
+from qinglong.worker.errors import ControlAuthError, ControlUnavailableError, WorkerError
 
 log = logging.getLogger("qinglong.worker")
 REGISTER_TRY_S = 2.0  # one log line per failed try: keep it short
@@ -31,6 +35,7 @@ CLAIM_BUDGET_S = 5.0
 STOPPED_REPORT_S = 3.0  # the farewell is best effort: recovery never needs it
 IDLE_MIN_S, IDLE_MAX_S = 0.5, 2.0
 DRAIN_REPORT_S = 60.0  # after the drain budget: stop (grace), upload, complete
+REFUSED_LINE = "the worker token was refused (401): revoked or unknown; stopping"
 
 
 @dataclass(frozen=True)
@@ -52,7 +57,8 @@ class WorkerLoop:
     """Runs the worker until ``request_stop()``; ``run()`` returns the process exit code.
 
     Fatal errors (ControlAuthError, ControlRejectedError, WireAnswerError at registration)
-    propagate from ``run()`` before any attempt is claimed.
+    propagate from ``run()`` before any attempt is claimed. A 401 afterwards (the client's
+    ``token_refused``) stops the worker with exit code 1.
     """
 
     def __init__(self, client: ControlClient, config: WorkerConfig) -> None:
@@ -73,7 +79,8 @@ class WorkerLoop:
             return list(self._running)
 
     def run(self) -> int:
-        """Register, claim and run until stopped, then drain; 0 on a clean drain."""
+        """Register, claim and run until stopped, then drain; 0 on a clean drain, 1 when
+        control refused the token (401) after registration."""
         registered = self._register()
         if registered is None:
             return 0
@@ -81,14 +88,20 @@ class WorkerLoop:
         log.info("registered as %s (incarnation %s; lease %d ms, heartbeat %d ms)",
                  self._config.name, registered.incarnation_id, registered.lease_ms,
                  registered.heartbeat_ms)
-        while not self._stop.is_set():
+        refused = self._client.token_refused
+        while not self._stop.is_set() and not refused.is_set():
             free = self._config.concurrency - len(self.running_ids())
             if free <= 0:
                 with self._changed:
                     self._changed.wait(0.5)
                 continue
-            if not self._claim_once(registered.incarnation_id, free):
+            if not self._claim_once(registered.incarnation_id, free) and not refused.is_set():
                 self._stop.wait(random.uniform(*self._config.idle_s))  # noqa: S311 jitter
+        if refused.is_set():
+            log.error(REFUSED_LINE)
+            self._stop_all("worker_token_refused")
+            log.info("worker stopped")
+            return 1
         self._drain()
         try:
             self._client.stopped(wire.WorkerStopped(incarnation_id=registered.incarnation_id),
@@ -107,7 +120,8 @@ class WorkerLoop:
                 return self._client.register(msg, deadline=clock.now() + REGISTER_TRY_S)
             except ControlUnavailableError as exc:
                 log.warning("control at %s unreachable (%s); retrying registration in %.1f s",
-                            self._config.control_url or "?", exc.cause, delay)
+                            self._config.control_url or self._client.current_url, exc.cause,
+                            delay)
                 self._stop.wait(delay * random.uniform(0.8, 1.2))  # noqa: S311 jitter
                 delay = min(REGISTER_BACKOFF_MAX_S, delay * 2)
         return None
@@ -120,6 +134,10 @@ class WorkerLoop:
                 wire.ClaimRequest(incarnation_id=incarnation_id,
                                   max_attempts=min(free, wire.MAX_CLAIM)),
                 deadline=sent_at + CLAIM_BUDGET_S)
+        except ControlAuthError as exc:
+            if exc.status != 401:
+                log.warning("claim failed: %s", exc)
+            return False  # a 401 set the client's token_refused: run() stops
         except WorkerError as exc:
             log.warning("claim failed: %s", exc)
             return False
@@ -152,4 +170,13 @@ class WorkerLoop:
         for runner in late:
             runner.request_stop("worker_drain")
         for runner in late:
+            runner.join(self._config.runner.grace_s + DRAIN_REPORT_S)
+
+    def _stop_all(self, reason: str) -> None:
+        """Stop every running attempt now (TERM, grace, KILL) and wait for the runners."""
+        with self._changed:
+            runners = list(self._running.values())
+        for runner in runners:
+            runner.request_stop(reason)
+        for runner in runners:
             runner.join(self._config.runner.grace_s + DRAIN_REPORT_S)

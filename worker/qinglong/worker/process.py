@@ -234,7 +234,8 @@ class _Leftovers:
 def spawn_attempt(command: list[str], env: Mapping[str, str], cwd: str | None,
                   output_fd: int, lock_path: Path) -> AttemptProcess:
     """Start ``command`` under the wrapper in a new process group with exactly ``env`` (the
-    clean attempt environment), working directory ``cwd`` (None: the worker's), stdin from
+    clean attempt environment), working directory ``cwd`` (None: the caller's; the runner
+    always passes one: the task's, else HOME or /), stdin from
     /dev/null, stdout+stderr to ``output_fd``, holding the attempt lock created (0600,
     ``O_EXCL | O_NOFOLLOW``) and flocked at ``lock_path``.
 

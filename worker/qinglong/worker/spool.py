@@ -5,10 +5,20 @@ attempt (``<attempt_id>.log``, created 0600 with ``O_EXCL | O_NOFOLLOW``). A cop
 moves the attempt's combined stdout+stderr from a pipe into the file, keeping at most
 ``limit_bytes`` and then one marker line; further output is read and discarded so the task
 never blocks on a full pipe.
+
+A worker killed with SIGKILL leaves ``<attempt_id>.log`` and ``<attempt_id>.lock`` behind.
+``adopt_spool_dir`` removes them at start: each worker holds a shared flock on the directory's
+``.worker-active`` file for its lifetime, and only a worker that gets it exclusively (no other
+live worker uses the directory, so no file there belongs to a running attempt) removes the
+files of attempts whose lock no process holds (an escaped process of a killed worker may still
+hold one: those files are kept). Only regular files are touched; symlinks are never followed
+nor removed.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import os
 import select
@@ -17,11 +27,14 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from qinglong.shared.process.path_lock import PathLock
 from qinglong.worker import clock
 from qinglong.worker.errors import SpoolError
 
 CHUNK = 65536
 TRUNCATION_MARKER = "\n[ql3: output truncated at {limit} bytes]\n"
+ACTIVE_MARKER = ".worker-active"
+SPOOL_SUFFIXES = ("log", "lock")
 
 
 def prepare_spool_dir(path: Path) -> Path:
@@ -43,6 +56,68 @@ def prepare_spool_dir(path: Path) -> Path:
     if info.st_mode & 0o077:
         raise SpoolError("spool directory must be private (0700)")
     return path
+
+
+def adopt_spool_dir(directory: Path) -> tuple[int, int | None]:
+    """Join the prepared spool ``directory`` as a live worker and clear what killed workers
+    left behind. Returns (the marker fd, to keep open for the process's lifetime; the number
+    of files removed, or None when another live worker uses the directory and nothing was
+    touched).
+
+    Raises SpoolError when the marker cannot be opened or locked (a symlink included).
+    """
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(directory / ACTIVE_MARKER, flags, 0o600)
+    except OSError as exc:
+        raise SpoolError(f"spool marker cannot be opened ({exc.strerror})") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fcntl.flock(fd, fcntl.LOCK_SH)  # another worker is here: share, touch nothing
+            return fd, None
+        removed = remove_stale_spool_files(directory)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+    except OSError as exc:
+        os.close(fd)
+        raise SpoolError(f"spool marker cannot be locked ({exc.strerror})") from None
+    return fd, removed
+
+
+def remove_stale_spool_files(directory: Path) -> int:
+    """Remove ``<id>.log`` and ``<id>.lock`` of every attempt whose lock is free or missing;
+    the number of files removed. Call it only while no live worker uses ``directory``.
+
+    An attempt is kept whole when its lock is held (PathLock.held) or when either of its
+    files is not a regular file (a symlink is neither followed nor removed). Errors on one
+    attempt's files (a file vanishing, a probe failing) keep that attempt's files.
+    """
+    stems: dict[str, list[str]] = {}
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            stem, dot, suffix = entry.name.rpartition(".")
+            if dot and stem and not stem.startswith(".") and suffix in SPOOL_SUFFIXES:
+                stems.setdefault(stem, []).append(entry.name)
+    removed = 0
+    for stem, names in stems.items():
+        paths = [directory / name for name in names]
+        try:
+            if not all(stat.S_ISREG(os.lstat(p).st_mode) for p in paths):
+                continue
+            if PathLock(str(directory / f"{stem}.lock")).held():
+                continue
+        except OSError:
+            continue
+        for path in paths:
+            try:
+                os.unlink(path)
+            except OSError as exc:
+                if exc.errno != errno.ENOENT:
+                    continue
+            else:
+                removed += 1
+    return removed
 
 
 def open_spool_file(directory: Path, attempt_id: str) -> tuple[Path, int]:
