@@ -16,17 +16,26 @@ QL3 = str(Path(sys.executable).parent / "ql3")
 
 class WorkerProc:
     def __init__(self, control: FakeControl, tmp: Path, *extra: str,
-                 group: int | None = None, token_env: bool = True) -> None:
+                 group: int | None = None, token_env: bool = True,
+                 env_extra: dict[str, str | None] | None = None, cwd: Path | None = None,
+                 control_url: str | None = None) -> None:
+        """``env_extra`` sets (or, with None, removes) variables; ``cwd`` is the worker's
+        own working directory; ``control_url`` replaces the fake's URL."""
         self.stderr_path = tmp / "worker.stderr"
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         if token_env:
             env["QL3_WORKER_TOKEN"] = TOKEN
         env["QL3_WORKER_TEST_SENTINEL"] = "visible-to-worker-only"
+        for key, value in (env_extra or {}).items():
+            if value is None:
+                env.pop(key, None)
+            else:
+                env[key] = value
         with self.stderr_path.open("wb") as err:
             self.proc = subprocess.Popen(
-                [QL3, "worker", "run", "--control-url", control.url, "--name", "w1",
-                 "--spool-dir", str(tmp / "spool"), "--grace", "0.5", *extra],
-                env=env, stdout=subprocess.DEVNULL, stderr=err, group=group,
+                [QL3, "worker", "run", "--control-url", control_url or control.url,
+                 "--name", "w1", "--spool-dir", str(tmp / "spool"), "--grace", "0.5", *extra],
+                env=env, stdout=subprocess.DEVNULL, stderr=err, group=group, cwd=cwd,
             )
 
     def stderr(self) -> str:
@@ -49,8 +58,11 @@ def control() -> Iterator[FakeControl]:
 def start_worker(control: FakeControl, tmp_path: Path) -> Iterator[type[WorkerProc]]:
     started: list[WorkerProc] = []
 
-    def make(*extra: str, group: int | None = None, token_env: bool = True) -> WorkerProc:
-        w = WorkerProc(control, tmp_path, *extra, group=group, token_env=token_env)
+    def make(*extra: str, group: int | None = None, token_env: bool = True,
+             env_extra: dict[str, str | None] | None = None, cwd: Path | None = None,
+             control_url: str | None = None) -> WorkerProc:
+        w = WorkerProc(control, tmp_path, *extra, group=group, token_env=token_env,
+                       env_extra=env_extra, cwd=cwd, control_url=control_url)
         started.append(w)
         return w
 

@@ -1,7 +1,8 @@
 """A small fake of control's worker routes over real HTTP (shared/wire.py shapes), with
 switches a test flips: heartbeat status (503 = unreachable, 409 = lease lost), a forced status
-for any route (``force``, e.g. 409 on ``started``), cancel, and the attempts the next claim
-hands out. Every request decodes with the wire type's strict decoder.
+for any route (``force``, e.g. 409 on ``started``, with the error code in ``force_code``),
+``revoked`` (every request answered 401, as for a revoked token), cancel, and the attempts the
+next claim hands out. Every request decodes with the wire type's strict decoder.
 It also serves the presigned PUT target (``/put/<key>``) and records what it received."""
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ class FakeControl:
         self.heartbeat_status = 200
         self.cancel = False
         self.force: dict[str, int] = {}  # route -> status answered (after decoding the body)
+        self.force_code: dict[str, str] = {}  # route -> error code of the forced answer
+        self.revoked = False  # the token was revoked: 401 to everything, recorded
         self.lock = threading.Lock()
         self.log: list[tuple[float, str, Any]] = []  # (monotonic s, route, decoded message)
         self.puts: list[tuple[dict[str, str], bytes]] = []
@@ -76,7 +79,7 @@ class FakeControl:
     def _answer(self, route: str, body: Any) -> tuple[int, Any]:
         if route in self.force:
             self._answer_normally(route, body)  # the body is still decoded strictly
-            return self.force[route], {"code": "lease_conflict"}
+            return self.force[route], {"code": self.force_code.get(route, "lease_conflict")}
         return self._answer_normally(route, body)
 
     def _answer_normally(self, route: str, body: Any) -> tuple[int, Any]:
@@ -136,6 +139,8 @@ class FakeControl:
                 route = self.path.removeprefix("/v1/worker/")
                 with fake.lock:
                     fake.log.append((time.monotonic(), route, body))
+                if fake.revoked:
+                    return self._reply(401, {"code": "unauthorized"})
                 status, answer = fake._answer(route, body)
                 return self._reply(status, answer)
 
