@@ -13,8 +13,9 @@ import pytest
 from qinglong.shared import wire
 from qinglong.shared.errors import ValidationError
 from qinglong.shared.ids import uuid7
-from qinglong.worker.cli import _labels
+from qinglong.worker.cli import _control_urls, _labels
 from qinglong.worker.client import ControlClient
+from qinglong.worker.clock import now as clock_now
 from qinglong.worker.credentials import load_token
 from qinglong.worker.environment import SYSTEMD_DEFAULT_PATH, attempt_environment
 from qinglong.worker.errors import (
@@ -179,3 +180,72 @@ def test_a_suspended_host_finds_its_fence_passed_on_resume(monkeypatch: pytest.M
     assert not fence.expired()
     suspended["s"] = 60.0  # the host slept a minute: monotonic time did not move
     assert fence.expired()
+
+
+def _replicas(handler) -> ControlClient:
+    return ControlClient(["http://c1", "http://c2/"], "tok",
+                         transport=httpx.MockTransport(handler))
+
+
+@pytest.mark.parametrize("failure", ["connect_error", "connect_timeout", 502, 503, 504])
+def test_client_moves_to_the_next_replica_on_a_connection_failure_within_one_call(failure):
+    hosts = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        hosts.append(request.url.host)
+        if request.url.host == "c1":
+            if failure == "connect_error":
+                raise httpx.ConnectError("refused", request=request)
+            if failure == "connect_timeout":
+                raise httpx.ConnectTimeout("slow", request=request)
+            return httpx.Response(failure)
+        return httpx.Response(200, json={"cancel": False, "lease_ms": 3000})
+
+    client = _replicas(handler)
+    got = client.heartbeat(wire.HeartbeatReport(lease=LEASE), clock_now() + 5)
+    assert got.lease_ms == 3000
+    assert hosts == ["c1", "c2"]
+    assert client.current_url == "http://c2"  # and it stays there
+    client.heartbeat(wire.HeartbeatReport(lease=LEASE), clock_now() + 5)
+    assert hosts == ["c1", "c2", "c2"]
+
+
+def test_client_retries_a_500_on_the_same_replica_and_wraps_around_after_the_last():
+    hosts = []
+    answers = iter([500, 200])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        hosts.append(request.url.host)
+        if request.url.host == "c2":
+            raise httpx.ConnectError("refused", request=request)
+        return httpx.Response(next(answers), json={"cancel": False, "lease_ms": 3000})
+
+    client = _replicas(handler)
+    client.heartbeat(wire.HeartbeatReport(lease=LEASE), clock_now() + 5)
+    assert hosts == ["c1", "c1"]
+    answers = iter([503, 200])
+    client.heartbeat(wire.HeartbeatReport(lease=LEASE), clock_now() + 5)
+    assert hosts[2:] == ["c1", "c2", "c1"]
+
+
+def test_a_401_marks_the_token_refused_and_a_403_names_its_code():
+    client = _client(lambda _r: httpx.Response(401, json={"code": "unauthorized"}))
+    with pytest.raises(ControlAuthError, match="revoked or unknown"):
+        client.claim(wire.ClaimRequest(incarnation_id=uuid7(), max_attempts=1))
+    assert client.token_refused.is_set()
+    client = _client(lambda _r: httpx.Response(403, json={"code": "labels_outside_pool"}))
+    with pytest.raises(ControlAuthError, match="outside the token's pool") as err:
+        client.register(wire.WorkerRegistration(name="w", labels={}, concurrency=1))
+    assert err.value.error_code == "labels_outside_pool"
+    assert not client.token_refused.is_set()
+
+
+@pytest.mark.parametrize("text", ["http://h:1/v1", "http://h:1/v1/", "http://a:1,http://h:1/v1",
+                                  "", " , ", "ftp://host:21", "http://a:1,http://a:1/"])
+def test_control_urls_refuse_v1_suffixes_bad_schemes_empties_and_repeats(text):
+    with pytest.raises(ValidationError):
+        _control_urls(text)
+
+
+def test_control_urls_split_on_commas_in_order():
+    assert _control_urls(" http://a:1 ,http://b:2/") == ["http://a:1", "http://b:2/"]
