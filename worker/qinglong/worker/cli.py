@@ -100,7 +100,7 @@ def run(control_url: str, concurrency: int, labels: str, name: str | None,
     A token control refuses (401: revoked or unknown) stops the worker: running attempts are
     stopped, exit 1.
 
-    A task without a working directory runs in this worker user's HOME (``/`` when HOME is
+    A task without a working directory runs in this worker user's HOME (/ when HOME is
     unset or not a directory), never in the worker's own working directory.
 
     At start, spool files left by a killed worker (attempts whose lock no process holds) are
