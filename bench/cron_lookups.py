@@ -1,4 +1,4 @@
-"""Microseconds per cron lookup (qinglong.shared.cron; DESIGN.md §3.7, issue 10 item 2).
+"""Microseconds per cron lookup (qinglong.shared.cron; docs/protocols.md §3.7, issue 10 item 2).
 
 For a daily job (``30 2 * * *``), an every-second job (``* * * * * *``) and an every-5-minutes
 job (``*/5 * * * *``) in America/New_York, at an ordinary instant and inside the repeated hour

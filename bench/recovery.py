@@ -3,7 +3,7 @@
 Candidates: 256 runs left ``running`` by a crashed owner, half with a published receipt,
 half whose process is gone (another pid and start ticks). Baseline measured in the same run:
 256 FULL-synchronous SQLite commits of one small row each (the floor of one durable
-transaction per candidate, which DESIGN.md §3.4 step 1 requires).
+transaction per candidate, which docs/protocols.md §3.4 step 1 requires).
 
 Usage: python bench/recovery.py
 """

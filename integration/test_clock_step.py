@@ -1,5 +1,5 @@
-"""Case C15 on a real `ql3 local serve` under libfaketime (issue 10 item 3, SERVICES.md
-"Faking the clock"): the wall clock is stepped back two hours while serve runs, then set
+"""Case C15 on a real `ql3 local serve` under libfaketime (issue 10 item 3, the
+libfaketime recipe): the wall clock is stepped back two hours while serve runs, then set
 right about ten seconds later. The test harness itself runs unfaked and steps the clock by
 rewriting FAKETIME_TIMESTAMP_FILE.
 

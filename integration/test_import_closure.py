@@ -1,4 +1,4 @@
-"""The edge import closure (DESIGN.md §1): a running `serve` loads no cluster library."""
+"""The edge import closure (docs/architecture.md §1): a running `serve` loads no cluster library."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Stored next fire times as the user sees them through the real `ql3` (issue 10 item 1,
-DESIGN.md §3.7): `task show` says when a task fires next; add, import and enable leave it
+docs/protocols.md §3.7): `task show` says when a task fires next; add, import and enable leave it
 pending until `serve` computes it; disable clears it."""
 
 from __future__ import annotations

@@ -9,12 +9,12 @@ export PATH="$PWD/.venv/bin:$PATH"
 echo "== ruff"; ruff check .
 echo "== mypy"; mypy
 echo "== import-linter"; lint-imports
-echo "== faketime"  # integration/test_clock_step.py (case C15) needs libfaketime (SERVICES.md)
+echo "== faketime"  # integration/test_clock_step.py (case C15) needs libfaketime
 if ! ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq && $SUDO apt-get install -y -qq faketime
 fi
-echo "== postgres"  # integration/control needs PostgreSQL at 127.0.0.1:5432 (SERVICES.md)
+echo "== postgres"  # integration/control needs PostgreSQL at 127.0.0.1:5432
 if ! pg_isready -q -h 127.0.0.1; then
   pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start
   for _ in $(seq 50); do pg_isready -q -h 127.0.0.1 && break; sleep 0.2; done

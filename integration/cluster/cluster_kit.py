@@ -1,4 +1,4 @@
-"""A cluster on this machine for the integration tier (DESIGN.md §4, §5): a fresh database on
+"""A cluster on this machine for the integration tier (docs/protocols.md §4): a fresh database on
 the local PostgreSQL with its own runtime and login roles, moto's S3 server over real HTTP,
 real ``ql3 control serve`` replicas and real ``ql3 worker run`` processes. Every process
 started here is stopped by ``Cluster.close``; every role and database is dropped.
@@ -23,7 +23,7 @@ import httpx
 import psycopg
 
 QL3 = str(Path(sys.executable).parent / "ql3")
-LOCAL_PG = "127.0.0.1:5432"  # the machine's PostgreSQL (SERVICES.md)
+LOCAL_PG = "127.0.0.1:5432"  # the machine's PostgreSQL
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 CREDS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
          "AWS_DEFAULT_REGION": "us-east-1"}
@@ -102,7 +102,7 @@ class ClusterDb:
 
 
 class PrivatePostgres:
-    """A PostgreSQL server of its own (SERVICES.md recipe) for tests that stop, crash or
+    """A PostgreSQL server of its own for tests that stop, crash or
     restart the database: ``initdb`` in a fresh directory, run as user ``postgres`` through
     ``runuser`` (PostgreSQL refuses root), listening on 127.0.0.1 at a free port. ``start``,
     ``stop`` (``mode`` "immediate" is a crash: no shutdown checkpoint, clients cut off) and
@@ -112,7 +112,7 @@ class PrivatePostgres:
         if os.geteuid() != 0 or shutil.which("runuser") is None \
                 or not (PG_BIN / "initdb").exists():
             raise RuntimeError("a private PostgreSQL needs root, runuser and "
-                               f"{PG_BIN}/initdb (SERVICES.md)")
+                               f"{PG_BIN}/initdb")
         self.dir = Path(tempfile.mkdtemp(prefix="ql3-pg-"))  # not under pytest's 0700 tmp
         shutil.chown(self.dir, "postgres", "postgres")
         self.port = free_port()

@@ -1,4 +1,4 @@
-"""Losing the database (issue 11 item 8; DESIGN.md §4.5): a real ``ql3 control serve`` on a
+"""Losing the database (issue 11 item 8; docs/protocols.md §4.5): a real ``ql3 control serve`` on a
 PostgreSQL server of the test's own, which is crashed (``pg_ctl stop -m immediate``: clients
 cut off, no shutdown checkpoint) and started again. Control never exits and never crash-loops:
 ``/livez`` stays 200, ``/readyz`` says 503 ``database_unavailable`` within a few seconds, API

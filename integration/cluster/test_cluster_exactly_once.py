@@ -1,4 +1,4 @@
-"""Exactly once across control replicas (issue 11, Tests; DESIGN.md §4.2): three real
+"""Exactly once across control replicas (issue 11, Tests; docs/protocols.md §4.2): three real
 ``ql3 control serve`` replicas tick one every-second task for 30 s on one PostgreSQL; every
 slot from the task's first to the ledger's last has exactly one outcome in the occurrence
 ledger, no slot has two, and every ``run_created`` row is exactly one run of that slot. Then

@@ -1,4 +1,5 @@
-"""Worker faults end to end (issue 11 "Tests", items 3–4; DESIGN.md §4.2; cases C11, C12, C21).
+"""Worker faults end to end (issue 11 "Tests", items 3–4; docs/protocols.md §4.2; cases C11, C12,
+C21).
 
 Real ``ql3 control serve`` and ``ql3 worker run`` processes on a fresh PostgreSQL database and
 moto's S3 over real HTTP; real signals. Each attempt's processes carry a unique marker in their

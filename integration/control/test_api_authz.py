@@ -1,4 +1,4 @@
-"""The authorization matrix (DESIGN.md §4.5; issue 11 item 7): every principal against every
+"""The authorization matrix (docs/protocols.md §4.5; issue 11 item 7): every principal against every
 route of ``app.routes``. A route without an entry in ``REQUIRED`` fails the test, so a new
 route cannot ship without a decision on who may call it."""
 

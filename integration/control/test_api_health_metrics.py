@@ -1,5 +1,5 @@
 """``/livez``, ``/readyz`` with named reasons, ``/metrics`` by route template
-(DESIGN.md §4.1, §4.5; issue 11 item 7)."""
+(docs/protocols.md §4.1, §4.5; issue 11 item 7)."""
 
 from __future__ import annotations
 

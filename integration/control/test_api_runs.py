@@ -1,4 +1,5 @@
-"""Run and attempt routes over real PostgreSQL as the runtime role (DESIGN.md §2, §4.5;
+"""Run and attempt routes over real PostgreSQL as the runtime role (docs/architecture.md §2;
+docs/protocols.md §4.5;
 issue 11 item 7): filters, keyset pages without gaps or repeats, detail with attempts and
 events, cancel semantics by status, lease tokens never answered."""
 

@@ -1,4 +1,4 @@
-"""Task routes over real PostgreSQL as the runtime role (DESIGN.md §4.2, §4.5; issue 11
+"""Task routes over real PostgreSQL as the runtime role (docs/protocols.md §4.2, §4.5; issue 11
 item 7): CRUD that keeps id and history, write-only secrets, soft delete, validation that
 never echoes input, next fire times from the shared cron module, keyset pages."""
 

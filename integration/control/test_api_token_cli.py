@@ -1,4 +1,4 @@
-"""``ql3 control token ...`` through the real binary as the schema owner (DESIGN.md §4.5):
+"""``ql3 control token ...`` through the real binary as the schema owner (docs/protocols.md §4.5):
 the token is printed once, works against the API as the runtime role, is never listed,
 is refused after revoke; import by hash; a named pool is created when missing."""
 

@@ -29,7 +29,7 @@ def _bumped(conn: psycopg.Connection[Any]) -> int:
 
 def test_claims_never_exceed_their_limit_on_100k_rows_without_statistics(pg_db: PgDb) -> None:
     with pg_db.connect() as conn, pg_db.sa() as sa:
-        for table in TABLES:  # DESIGN.md §4.3: the planner must not know the row counts
+        for table in TABLES:  # docs/protocols.md §4.3: the planner must not know the row counts
             conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
         seed_bulk(conn, 100_000)
         never_analyzed = conn.execute(

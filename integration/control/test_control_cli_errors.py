@@ -1,6 +1,6 @@
 """``ql3 control`` on bad input and failing services: exit 2 for malformed input before any
 connection, exit 1 with one redacted line for a database that fails; never a traceback and
-never a password in the output (DESIGN.md §4.1; ground rules: typed errors, no secrets)."""
+never a password in the output (docs/protocols.md §4.1; ground rules: typed errors, no secrets)."""
 
 from __future__ import annotations
 

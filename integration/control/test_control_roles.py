@@ -1,4 +1,5 @@
-"""The runtime role holds exactly its grants; readiness names what is wrong (DESIGN.md §4.1)."""
+"""The runtime role holds exactly its grants; readiness names what is wrong (docs/protocols.md
+§4.1)."""
 
 from __future__ import annotations
 

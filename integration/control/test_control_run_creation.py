@@ -1,4 +1,4 @@
-"""create_run (DESIGN.md §4.2): numbers without gaps, one run per slot, no run for a removed
+"""create_run (docs/protocols.md §4.2): numbers without gaps, one run per slot, no run for a removed
 task. Runs as the runtime role, against real PostgreSQL."""
 
 from __future__ import annotations

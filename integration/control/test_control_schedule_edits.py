@@ -1,4 +1,4 @@
-"""What the API calls inside its transactions (DESIGN.md §4.2): reschedule on create, edit,
+"""What the API calls inside its transactions (docs/protocols.md §4.2): reschedule on create, edit,
 enable, disable and removal; the disabled gap in the ledger on enable; a bounded prune.
 Real PostgreSQL, as the runtime role."""
 

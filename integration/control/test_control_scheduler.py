@@ -1,4 +1,4 @@
-"""The leaderless scheduler and its occurrence ledger (DESIGN.md §4.2), against real
+"""The leaderless scheduler and its occurrence ledger (docs/protocols.md §4.2), against real
 PostgreSQL, every replica acting as the runtime role (the grants suffice)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``db/tables.py`` equals the migrated schema (issue 11 item 9; DESIGN.md §4.5).
+"""``db/tables.py`` equals the migrated schema (issue 11 item 9; docs/protocols.md §4.5).
 
 Alembic's metadata comparison runs against a database migrated by our own runner (the
 ``pg_db`` clone) and must find no difference in tables, columns, column types (alembic's

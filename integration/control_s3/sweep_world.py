@@ -1,5 +1,5 @@
 """Test helper for the sweeper tier: uploaded log objects recorded in PostgreSQL and enrolled
-for retention, the way a worker and the terminal transition leave them (DESIGN.md §4.2)."""
+for retention, the way a worker and the terminal transition leave them (docs/protocols.md §4.2)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """``GET /v1/attempts/{id}/log`` over real PostgreSQL (runtime role) and moto over HTTP:
 200 with the bytes, 410 with retirement time and outcome, 503 when missing without a
-tombstone (DESIGN.md §4.4)."""
+tombstone (docs/protocols.md §4.4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Claims and lease writes against real PostgreSQL as the runtime role (DESIGN.md §4.2;
+"""Claims and lease writes against real PostgreSQL as the runtime role (docs/protocols.md §4.2;
 issue 11 items 3 and 5; cases C12, C21)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Log upload through a presigned PUT, completion's HEAD check and enrollment, and the worker
-routes over HTTP (DESIGN.md §4.2 logs, §4.3 enrollment, §4.5). Real PostgreSQL as the runtime
-role, moto's server over real HTTP."""
+routes over HTTP (docs/protocols.md §4.2 logs, §4.3 enrollment, §4.5). Real PostgreSQL as the
+runtime role, moto's server over real HTTP."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""``ql3 control readiness --log-bucket``: the object store as a readiness capability (DESIGN.md
-§4.1, §4.3; case C08). Real PostgreSQL, moto's server, our fault proxy."""
+"""``ql3 control readiness --log-bucket``: the object store as a readiness capability
+(docs/protocols.md §4.1, §4.3; case C08). Real PostgreSQL, moto's server, our fault proxy."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Reading a log against retention: 200 / 404 / 410 / 503 and fail-closed tombstones (ADR-0379
-§5; DESIGN.md §4.4). Real PostgreSQL, moto behind our fault proxy."""
+§5; docs/protocols.md §4.4). Real PostgreSQL, moto behind our fault proxy."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Test helper: upload a log object the way a worker does (DESIGN.md §4.2) and return its
+"""Test helper: upload a log object the way a worker does (docs/protocols.md §4.2) and return its
 recorded ``ArtifactIdentity``."""
 
 from __future__ import annotations

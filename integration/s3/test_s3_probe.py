@@ -1,4 +1,4 @@
-"""Backend capability probe over real HTTP (DESIGN.md §4.3, case C08)."""
+"""Backend capability probe over real HTTP (docs/protocols.md §4.3, case C08)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def test_c08_probe_detects_a_backend_that_ignores_if_match(
     assert verdict.status == "unsafe"
     assert not verdict.allows_unversioned_delete
     assert verdict.degraded == ("object_store_unsafe",)
-    assert verdict.readiness_reason is None  # degraded, still ready (DESIGN.md §4.1)
+    assert verdict.readiness_reason is None  # degraded, still ready (docs/protocols.md §4.1)
     assert verdict.canary_removed and _leftovers(s3, bucket) == []
     first = proxy.deletes()[0]
     assert first["if_match"] and first["forwarded_if_match"] is None

@@ -1,4 +1,4 @@
-"""The S3 tier's behaviours against a real MinIO (testcontainers; DESIGN.md §4.3, C08–C10).
+"""The S3 tier's behaviours against a real MinIO (testcontainers; docs/protocols.md §4.3, C08–C10).
 
 boto3 -> fault_proxy.py (our process) -> MinIO (container). MinIO is known to ignore
 ``If-Match`` on DeleteObject, but the expectations here follow whatever the probe says on this

@@ -1,4 +1,4 @@
-"""Attempts on a real worker (issue 11 item 6; DESIGN.md §4.2; case C01): timeout, log cap,
+"""Attempts on a real worker (issue 11 item 6; docs/protocols.md §4.2; case C01): timeout, log cap,
 the presigned PUT, the clean environment and the token, the SIGTERM drain."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The worker fences itself (issue 11 item 4; DESIGN.md §4.2; cases C11, C21): real worker
+"""The worker fences itself (issue 11 item 4; docs/protocols.md §4.2; cases C11, C21): real worker
 process, real process groups, real signals; control is an in-process HTTP fake."""
 
 from __future__ import annotations

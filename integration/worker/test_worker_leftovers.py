@@ -1,4 +1,4 @@
-"""Processes that leave the attempt's group (case C18; DESIGN.md §3.3 attempt lock, §4.2;
+"""Processes that leave the attempt's group (case C18; docs/protocols.md §3.3 attempt lock, §4.2;
 issue 11 items 4 and 6): a real `ql3 worker run`, real `setsid` escapees, real signals."""
 
 from __future__ import annotations

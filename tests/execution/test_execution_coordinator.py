@@ -1,4 +1,4 @@
-"""The execution coordinator on real processes (DESIGN.md §3.2-§3.3, issue 2 item 5)."""
+"""The execution coordinator on real processes (docs/protocols.md §3.2-§3.3, issue 2 item 5)."""
 
 from __future__ import annotations
 

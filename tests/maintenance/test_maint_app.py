@@ -1,5 +1,5 @@
-"""Wiring into the composition root (ADR-0069 §5, DESIGN.md §3.6) and `ql3 local logs` of a
-retired log (DESIGN.md §3.8), over a real data directory."""
+"""Wiring into the composition root (ADR-0069 §5, docs/protocols.md §3.6) and `ql3 local logs` of a
+retired log (docs/protocols.md §3.8), over a real data directory."""
 
 from __future__ import annotations
 

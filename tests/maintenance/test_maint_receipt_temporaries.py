@@ -1,5 +1,5 @@
 """The wrapper's leftover temporary receipt goes under the cleanup journal's rules (issue 10
-item 7; DESIGN.md §3.3, §3.5): by its exact derived name ``.<attempt_id>.receipt.tmp``, when
+item 7; docs/protocols.md §3.3, §3.5): by its exact derived name ``.<attempt_id>.receipt.tmp``, when
 the journal row of the terminal attempt is resolved, never by a directory listing."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The receipt cleanup scanner rules (ADR-0069 §4, DESIGN.md §3.5) on real SQLite and files."""
+"""The receipt cleanup scanner rules (ADR-0069 §4, docs/protocols.md §3.5) on real SQLite and
+files."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Start gate, graceful signals, group kill and the attempt lock (DESIGN.md §3.2–§3.3)."""
+"""Start gate, graceful signals, group kill and the attempt lock (docs/protocols.md §3.2–§3.3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Launch success paths: receipts, exit codes, output, environment (DESIGN.md §3.2–§3.3)."""
+"""Launch success paths: receipts, exit codes, output, environment (docs/protocols.md §3.2–§3.3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Each ADR-0069 §2 launch step fails before any user code runs (DESIGN.md §3.2)."""
+"""Each ADR-0069 §2 launch step fails before any user code runs (docs/protocols.md §3.2)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The wrapper's temporary receipt has a name the store derives from the attempt id (issue 10
-item 7; DESIGN.md §3.3): cleanup unlinks exactly that name, never lists the shard."""
+item 7; docs/protocols.md §3.3): cleanup unlinks exactly that name, never lists the shard."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The receipt-first reconciler on real processes and files (DESIGN.md §3.4, issue 3)."""
+"""The receipt-first reconciler on real processes and files (docs/protocols.md §3.4, issue 3)."""
 
 from __future__ import annotations
 

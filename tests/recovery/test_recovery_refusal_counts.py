@@ -1,5 +1,5 @@
 """The startup refusal counts the runs left undecided and their active attempts, not the
-ones the pass settled (issue 10 item 7; DESIGN.md §3.4), on a real repository and files."""
+ones the pass settled (issue 10 item 7; docs/protocols.md §3.4), on a real repository and files."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Shared pieces of the scheduler tests: injected wall and monotonic clocks over a real SQLite
-repository (DESIGN.md §3.7)."""
+repository (docs/protocols.md §3.7)."""
 
 from __future__ import annotations
 

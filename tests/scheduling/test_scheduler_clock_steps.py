@@ -1,4 +1,4 @@
-"""Steps of the wall clock (issue 10 item 3, case C15, DESIGN.md §3.7): detected against the
+"""Steps of the wall clock (issue 10 item 3, case C15, docs/protocols.md §3.7): detected against the
 monotonic clock, next fire times rebased, the step recorded, no slot fired twice. Real
 SQLite repository with injected wall and monotonic clocks."""
 

@@ -1,5 +1,5 @@
 """Stored next fire times: a tick costs what is due, not the number of tasks (issue 10 item 1,
-case C17, DESIGN.md §3.7, migration 0004). Real SQLite repository, injected wall and
+case C17, docs/protocols.md §3.7, migration 0004). Real SQLite repository, injected wall and
 monotonic clocks."""
 
 from __future__ import annotations

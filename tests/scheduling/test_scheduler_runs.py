@@ -1,4 +1,4 @@
-"""The scheduler over a real SQLite repository with an injected clock (DESIGN.md §3.7)."""
+"""The scheduler over a real SQLite repository with an injected clock (docs/protocols.md §3.7)."""
 
 from __future__ import annotations
 

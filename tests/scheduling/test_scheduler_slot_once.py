@@ -1,5 +1,5 @@
 """A slot is handled once, whatever stops a tick or moves the clock (issue 10 items 3 and 4,
-DESIGN.md §3.7). Found by review of the merged change: a tick that stopped between the run's
+docs/protocols.md §3.7). Found by review of the merged change: a tick that stopped between the run's
 commit and the cursor's handled its slot again (``replace`` cancelled the run of that very
 slot, ``forbid`` recorded a skip for a slot that ran); a slot re-evaluated after a backward
 step stretched a merged outcome backwards; slots skipped by a forward step ran once the

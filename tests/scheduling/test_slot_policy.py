@@ -1,6 +1,6 @@
 """The slot policy at the concurrency cap (issue 10 item 4, case C16) over a real SQLite
 repository with an injected clock: forbid coalescing, allow's bounded backlog, the stable
-reason codes of the occurrence ledger (DESIGN.md §4.2) and bounded skip events."""
+reason codes of the occurrence ledger (docs/protocols.md §4.2) and bounded skip events."""
 
 from __future__ import annotations
 

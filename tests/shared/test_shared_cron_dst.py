@@ -1,4 +1,4 @@
-"""Daylight saving by cron(8)'s own rule (DESIGN.md §3.7, issue 10 item 2, case C14).
+"""Daylight saving by cron(8)'s own rule (docs/protocols.md §3.7, issue 10 item 2, case C14).
 
 A job whose minute or hour field begins with ``*`` fires at every real instant whose wall time
 matches (both passes of a repeated hour; nothing for wall times a gap swallows); a job at a

@@ -1,4 +1,4 @@
-"""Misfire grace, skip counting and cursors of ``Schedule.due`` (DESIGN.md §3.7)."""
+"""Misfire grace, skip counting and cursors of ``Schedule.due`` (docs/protocols.md §3.7)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""One cron module for both profiles (issue 10 item 0, DESIGN.md §1 and §4.2): the schedule
-rules live in ``qinglong.shared.cron``, the local profile has no copy of its own, and the
-module loads nothing of the local profile (so the cluster's scheduler can use it)."""
+"""One cron module for both profiles (issue 10 item 0, docs/architecture.md §1 and
+docs/protocols.md §4.2): the schedule rules live in ``qinglong.shared.cron``, the local profile
+has no copy of its own, and the module loads nothing of the local profile (so the cluster's
+scheduler can use it)."""
 
 from __future__ import annotations
 

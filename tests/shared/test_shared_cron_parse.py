@@ -1,4 +1,4 @@
-"""Parsing and validation of schedules (DESIGN.md §3.7, §2)."""
+"""Parsing and validation of schedules (docs/protocols.md §3.7; docs/architecture.md §2)."""
 
 from __future__ import annotations
 

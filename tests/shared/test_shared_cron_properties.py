@@ -1,4 +1,4 @@
-"""Property tests for slot lookups and ``due`` (DESIGN.md §3.7, issue 10 item 2).
+"""Property tests for slot lookups and ``due`` (docs/protocols.md §3.7, issue 10 item 2).
 
 The reference model enumerates croniter's naive wall times one by one and reads each in the
 zone with both folds, keeping the instants whose wall clock really shows it: a wildcard job

@@ -1,4 +1,5 @@
-"""The durable process handle ``ql3lp1:<boot_id>:<pid>:<pgid>:<start_ticks>`` (DESIGN.md §3.2)."""
+"""The durable process handle ``ql3lp1:<boot_id>:<pid>:<pgid>:<start_ticks>`` (docs/protocols.md
+§3.2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Linux process identity: /proc stat, handle capture, liveness probe (DESIGN.md §3.2, §3.4).
+"""Linux process identity: /proc stat, handle capture, liveness probe (docs/protocols.md §3.2,
+§3.4).
 
 These run against the real /proc of this machine: the current process, short-lived children,
 and a real zombie (a child that exited and is not yet reaped).
@@ -244,7 +245,7 @@ def test_capture_handle_refuses_a_missing_process() -> None:
         capture_handle(vanished_pid())
 
 
-# --- probe_handle (DESIGN.md §3.4 step 3) ------------------------------------------------------
+# --- probe_handle (docs/protocols.md §3.4 step 3) -------------------------------------------------
 
 
 def other_boot_id(boot_id: str) -> str:

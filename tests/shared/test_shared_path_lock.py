@@ -1,4 +1,4 @@
-"""The attempt lock addressed by path (DESIGN.md §3.3; case C18): created locked, held by
+"""The attempt lock addressed by path (docs/protocols.md §3.3; case C18): created locked, held by
 whichever processes inherited it, free when the last one exits; real processes."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Completion receipt codec ``ql3-receipt@v1`` (DESIGN.md §3.3, ADR-0069 §2).
+"""Completion receipt codec ``ql3-receipt@v1`` (docs/protocols.md §3.3, ADR-0069 §2).
 
 Rejection cases start from a valid receipt, change one thing, and re-serialise canonically
 (sorted keys, no whitespace), so each case is refused for the one reason it names and not

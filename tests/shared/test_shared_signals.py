@@ -1,4 +1,5 @@
-"""The signal guard (DESIGN.md §3.2 step 6, §3.3): never signal a pid/pgid <= 1 or our own group.
+"""The signal guard (docs/protocols.md §3.2 step 6, §3.3): never signal a pid/pgid <= 1 or our own
+group.
 
 Refusal tests replace ``os.kill``, ``os.killpg`` and ``signal.pidfd_send_signal`` with
 recorders, so a broken guard records a call instead of signalling the test runner (or, for

@@ -1,7 +1,7 @@
-"""Run and Attempt state machines (DESIGN.md §2).
+"""Run and Attempt state machines (docs/architecture.md §2).
 
-The expected tables below are written out by hand from DESIGN.md §2 rather than read from the
-module, so a change to ``statuses.py`` that adds or drops an edge fails here and becomes a
+The expected tables below are written out by hand from docs/architecture.md §2 rather than read from
+the module, so a change to ``statuses.py`` that adds or drops an edge fails here and becomes a
 reviewed change in two places.
 """
 

@@ -1,4 +1,4 @@
-"""The serial operation queue, its 256 cap and the close fence (DESIGN.md §3.1)."""
+"""The serial operation queue, its 256 cap and the close fence (docs/protocols.md §3.1)."""
 
 from __future__ import annotations
 

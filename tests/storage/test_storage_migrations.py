@@ -1,4 +1,4 @@
-"""Reviewed migrations with a checksum ledger (DESIGN.md §3.1)."""
+"""Reviewed migrations with a checksum ledger (docs/protocols.md §3.1)."""
 
 from __future__ import annotations
 

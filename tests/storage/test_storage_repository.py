@@ -1,4 +1,4 @@
-"""The run repository: compare-and-set transitions with their events (DESIGN.md §2)."""
+"""The run repository: compare-and-set transitions with their events (docs/architecture.md §2)."""
 
 from __future__ import annotations
 

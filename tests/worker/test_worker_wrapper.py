@@ -1,4 +1,4 @@
-"""The worker's wrapper protocol on its own (DESIGN.md §3.3, §4.2; case C18): the status
+"""The worker's wrapper protocol on its own (docs/protocols.md §3.3, §4.2; case C18): the status
 line, the release, the attempt lock, default signal dispositions; real processes."""
 
 from __future__ import annotations

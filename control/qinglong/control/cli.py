@@ -1,4 +1,4 @@
-"""``ql3 control ...``: migrate, readiness and retention commands (DESIGN.md §4.1, §4.3).
+"""``ql3 control ...``: migrate, readiness and retention commands (docs/protocols.md §4.1, §4.3).
 
 Resolved lazily by the ``ql3`` root (by module name), and itself imports SQLAlchemy and
 psycopg only inside commands, so ``ql3 --help`` and every ``ql3 local`` command load no

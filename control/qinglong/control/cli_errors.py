@@ -1,4 +1,4 @@
-"""Input checks and one-line errors for ``ql3 control`` (DESIGN.md §4.1; ground rules: a
+"""Input checks and one-line errors for ``ql3 control`` (docs/protocols.md §4.1; ground rules: a
 clear typed error, no secrets in messages).
 
 ``checked_database_url`` rejects what is not a PostgreSQL URL before any connection (exit 2)

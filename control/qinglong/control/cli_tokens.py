@@ -1,4 +1,4 @@
-"""``ql3 control token create|list|revoke|import`` (DESIGN.md §4.5; issue 11 item 7).
+"""``ql3 control token create|list|revoke|import`` (docs/protocols.md §4.5; issue 11 item 7).
 
 Run as the schema owner (``--database-url`` / ``QL3_DATABASE_URL``): it creates worker pools,
 which the runtime role may only read. ``create`` prints the new token once on stdout and

@@ -1,4 +1,4 @@
-"""Typed errors of the cluster control plane (names follow ADR-0379 and DESIGN.md §4.1)."""
+"""Typed errors of the cluster control plane (names follow ADR-0379 and docs/protocols.md §4.1)."""
 
 from __future__ import annotations
 

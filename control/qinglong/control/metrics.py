@@ -1,4 +1,4 @@
-"""Prometheus metrics of one control process (DESIGN.md §4.5 ``/metrics``; issue 11 item 7).
+"""Prometheus metrics of one control process (docs/protocols.md §4.5 ``/metrics``; issue 11 item 7).
 
 A ``Metrics`` owns its own ``CollectorRegistry`` (never the process-global one), so two apps
 in one test process never share counts. The lifecycles count through its small methods:

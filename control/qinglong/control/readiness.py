@@ -1,4 +1,4 @@
-"""Readiness of the control plane's PostgreSQL authority (DESIGN.md §4.1, §4.5 ``/readyz``).
+"""Readiness of the control plane's PostgreSQL authority (docs/protocols.md §4.1, §4.5 ``/readyz``).
 
 Answers ready, or one named reason: ``migration_pending`` (ledger behind the code),
 ``migration_checksum_mismatch`` (a recorded file differs from ours), ``schema_newer_than_code``

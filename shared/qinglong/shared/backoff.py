@@ -1,4 +1,4 @@
-"""Retry decisions: capped, jittered backoff (DESIGN.md §2; case C13: no overflow)."""
+"""Retry decisions: capped, jittered backoff (docs/architecture.md §2; case C13: no overflow)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Cron schedules evaluated in a task's time zone (DESIGN.md §3.7).
+"""Cron schedules evaluated in a task's time zone (docs/protocols.md §3.7).
 
 Pure functions: no I/O, no clock, no database. Instants are integer milliseconds since the
 Unix epoch; slots have whole-second resolution.
@@ -8,7 +8,7 @@ Schedules: 5-field cron; 6-field cron with seconds first as Qinglong 2.x writes 
 aliases (``@hourly``, ``@daily``...); ``@boot`` (once per ``serve`` start) and ``@once``
 (manual only). ``H``/``R`` values are rejected: a slot must be the same instant every time.
 
-Daylight saving follows cron(8) of cronie and vixie (DESIGN.md §3.7, issue 10 item 2). A
+Daylight saving follows cron(8) of cronie and vixie (docs/protocols.md §3.7, issue 10 item 2). A
 schedule is a *wildcard* job when its minute or its hour field begins with ``*`` (``*``,
 ``*/5``: cronie's MIN_STAR/HR_STAR; a 6-field cron's seconds field does not count; ``@hourly``
 is ``0 * * * *``, a wildcard job; the other aliases are fixed jobs), else a *fixed* job.
@@ -89,7 +89,7 @@ def _seconds(offset: timedelta | None) -> int:
 
 @dataclass(frozen=True)
 class Due:
-    """What ``Schedule.due`` decided (DESIGN.md §3.7). All instants are Unix ms.
+    """What ``Schedule.due`` decided (docs/protocols.md §3.7). All instants are Unix ms.
 
     ``fire_slot_ms``: the slot to fire now, or None. ``skipped``: slots after the cursor that
     were missed and will not fire (at most ``SKIP_COUNT_CAP``; ``skipped_capped`` is True when
@@ -134,7 +134,7 @@ class Schedule:
     def latest_slot_at_or_before(self, now_ms: int) -> int | None:
         """Newest slot instant (Unix ms) <= ``now_ms``; None for boot/once or no slot.
 
-        Slots follow cron(8)'s daylight-saving rule (module docstring, DESIGN.md §3.7).
+        Slots follow cron(8)'s daylight-saving rule (module docstring, docs/protocols.md §3.7).
         """
         if self.kind != "cron":
             return None
@@ -144,7 +144,7 @@ class Schedule:
     def next_slot_after(self, t_ms: int) -> int | None:
         """First slot instant (Unix ms) strictly after ``t_ms``; None for boot/once or none.
 
-        Slots follow cron(8)'s daylight-saving rule (module docstring, DESIGN.md §3.7).
+        Slots follow cron(8)'s daylight-saving rule (module docstring, docs/protocols.md §3.7).
         """
         if self.kind != "cron":
             return None
@@ -156,7 +156,7 @@ class Schedule:
 
         The same slots as repeated ``next_slot_after`` calls, faster: while the UTC offset
         stays put one croniter iterator walks the wall clock. Lazy; the caller bounds how
-        many it takes. Nothing for boot/once schedules (module docstring, DESIGN.md §3.7).
+        many it takes. Nothing for boot/once schedules (module docstring, docs/protocols.md §3.7).
         """
         if self.kind != "cron":
             return
@@ -186,7 +186,7 @@ class Schedule:
             slot = following if following is not None else self._next_after(slot)
 
     def due(self, cursor_ms: int | None, now_ms: int, misfire_grace_ms: int) -> Due:
-        """Decide what fires at ``now_ms`` given the last handled slot (DESIGN.md §3.7).
+        """Decide what fires at ``now_ms`` given the last handled slot (docs/protocols.md §3.7).
 
         Slots in (cursor, now] are considered. The latest fires if ``now - slot <=
         misfire_grace_ms``; older ones, and the latest too when beyond the grace, are skipped
@@ -357,7 +357,7 @@ def _check_cron(fields: list[str]) -> None:
 
 
 def parse_schedule(text: str, timezone: str) -> Schedule:
-    """Validate a schedule and its IANA time zone (DESIGN.md §3.7, §2).
+    """Validate a schedule and its IANA time zone (docs/protocols.md §3.7; docs/architecture.md §2).
 
     Accepts a 5-field cron, a 6-field cron with seconds first, croniter's ``@hourly``-style
     aliases, ``@boot`` and ``@once``. Raises ``ValidationError("schedule", ...)`` for a wrong

@@ -1,4 +1,4 @@
-"""Domain records: Task, Run, Attempt, Event (DESIGN.md §2).
+"""Domain records: Task, Run, Attempt, Event (docs/architecture.md §2).
 
 Times are integer Unix milliseconds (``*_at_ms``); durations say their unit in the name.
 These are plain immutable records; storage adapters build them from rows.
@@ -13,7 +13,7 @@ from qinglong.shared.statuses import AttemptStatus, Executor, RunOwner, RunStatu
 
 
 class ConcurrencyPolicy(StrEnum):
-    """What a due slot does while the task has an active run (DESIGN.md §3.7)."""
+    """What a due slot does while the task has an active run (docs/protocols.md §3.7)."""
 
     FORBID = "forbid"
     ALLOW = "allow"

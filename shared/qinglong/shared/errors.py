@@ -1,4 +1,4 @@
-"""Typed errors with stable names (DESIGN.md §2; ADR names where they exist).
+"""Typed errors with stable names (docs/architecture.md §2; ADR names where they exist).
 
 Messages never carry secrets, user output, commands or paths of user data: callers that
 need details attach them as attributes, not as text.
@@ -30,7 +30,7 @@ class InvalidIdentifierError(ValidationError):
 
 
 class InvalidTransitionError(QinglongError):
-    """A status change not in the transition table (DESIGN.md §2)."""
+    """A status change not in the transition table (docs/architecture.md §2)."""
 
     code = "invalid_transition"
 
@@ -61,7 +61,7 @@ class ConflictError(QinglongError):
 
 class AttemptLockHeldError(ConflictError):
     """A process of the attempt still holds its attempt lock, so the attempt cannot be
-    settled by hand (DESIGN.md §3.3, §3.4; issue 10 item 7). ``holders`` are the pids found
+    settled by hand (docs/protocols.md §3.3, §3.4; issue 10 item 7). ``holders`` are the pids found
     holding the lock file (a /proc scan; it may find none, e.g. without the permission)."""
 
     code = "attempt_lock_held"
@@ -104,7 +104,7 @@ class HandleCodecError(QinglongError):
 
 
 class UnsafeSignalError(QinglongError):
-    """Refused to signal a pid or process group id <= 1 (DESIGN.md §3.2 step 6)."""
+    """Refused to signal a pid or process group id <= 1 (docs/protocols.md §3.2 step 6)."""
 
     code = "unsafe_signal"
 
@@ -138,19 +138,21 @@ class DiskFullError(StorageError):
 
 
 class StorageClosedError(StorageError):
-    """The store was closed; no further operation is accepted (DESIGN.md §3.1 close fence)."""
+    """The store was closed; no further operation is accepted (docs/protocols.md §3.1 close
+    fence)."""
 
     code = "storage_closed"
 
 
 class StorageBusyError(StorageError):
-    """The serial operation queue already holds 256 pending operations (DESIGN.md §3.1)."""
+    """The serial operation queue already holds 256 pending operations (docs/protocols.md §3.1)."""
 
     code = "storage_busy"
 
 
 class SchemaMismatchError(StorageError):
-    """Migrations changed, missing, or the database is newer than this code (DESIGN.md §3.1)."""
+    """Migrations changed, missing, or the database is newer than this code (docs/protocols.md
+    §3.1)."""
 
     code = "schema_mismatch"
 
@@ -162,7 +164,7 @@ class DataDirectoryBusyError(QinglongError):
 
 
 class LocalApplicationStartupRecoveryRequiredError(QinglongError):
-    """Startup found runs whose fate is not yet proven (ADR-0067 §3, DESIGN.md §3.4).
+    """Startup found runs whose fate is not yet proven (ADR-0067 §3, docs/protocols.md §3.4).
 
     Carries counts and the truncated flag only: no run ids, commands, paths or output.
     ``candidates``: runs left undecided by this pass (settled ones are not counted);

@@ -1,6 +1,6 @@
 """The durable local process handle ``ql3lp1:<boot_id>:<pid>:<pgid>:<start_ticks>``.
 
-DESIGN.md §3.2 step 6 / ADR-0069 §2 step 6: a handle names one process incarnation on one
+docs/protocols.md §3.2 step 6 / ADR-0069 §2 step 6: a handle names one process incarnation on one
 boot, so a reused pid or a reboot can never be mistaken for the process we started.
 """
 

@@ -1,4 +1,4 @@
-"""Completion receipt codec ``ql3-receipt@v1`` (DESIGN.md §3.3, ADR-0069 §2).
+"""Completion receipt codec ``ql3-receipt@v1`` (docs/protocols.md §3.3, ADR-0069 §2).
 
 A receipt is canonical JSON (sorted keys, no whitespace, ASCII), at most 4096 bytes. The
 wrapper writes the same bytes without importing :mod:`json` (it must stay small); a unit test

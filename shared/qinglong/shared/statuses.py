@@ -1,4 +1,4 @@
-"""Run and Attempt status machines: the one table of allowed transitions (DESIGN.md §2).
+"""Run and Attempt status machines: the one table of allowed transitions (docs/architecture.md §2).
 
 A run goes ``queued -> dispatching -> running -> terminal``. When an attempt fails, times out
 or is lost and the task allows more attempts, the run returns to ``queued`` (retry) with a
@@ -111,7 +111,7 @@ def check_attempt_transition(current: AttemptStatus, target: AttemptStatus) -> N
 
 
 def run_status_for_attempt(outcome: AttemptStatus) -> RunStatus:
-    """The run's terminal status is its last attempt's (DESIGN.md §2)."""
+    """The run's terminal status is its last attempt's (docs/architecture.md §2)."""
     if outcome not in ATTEMPT_TERMINAL:
         raise InvalidTransitionError("run", "active", outcome.value)
     return RunStatus(outcome.value)

@@ -1,4 +1,4 @@
-"""Wire types between a worker and control (DESIGN.md §4.2): one definition for both sides.
+"""Wire types between a worker and control (docs/protocols.md §4.2): one definition for both sides.
 
 Every message is a frozen dataclass with ``to_json() -> dict`` and a strict
 ``from_json(dict)`` that raises ``WireFormatError`` (a ValidationError naming the field, never
@@ -172,7 +172,7 @@ class WorkerRegistered(_Wire):
 
 def check_lease_timing(lease_ms: int, heartbeat_ms: int) -> None:
     """WireFormatError unless ``0 < heartbeat_ms`` and ``3 * heartbeat_ms ≤ lease_ms``
-    (DESIGN.md §4.2, case C11); the message holds both numbers."""
+    (docs/protocols.md §4.2, case C11); the message holds both numbers."""
     _check(lease_ms > 0 and heartbeat_ms > 0 and heartbeat_ms * 3 <= lease_ms, "heartbeat_ms",
            f"heartbeat {heartbeat_ms} ms must be positive and at most a third of the lease "
            f"{lease_ms} ms")

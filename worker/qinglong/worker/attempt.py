@@ -1,4 +1,4 @@
-"""Running one claimed attempt end to end (DESIGN.md §4.2, issue 11 items 4 and 6).
+"""Running one claimed attempt end to end (docs/protocols.md §4.2, issue 11 items 4 and 6).
 
 Order: spool file -> spawn the group behind the wrapper, holding the attempt lock -> report
 ``started`` -> heartbeat and supervise (timeout, cancel, drain, lease loss, self-fence) -> stop

@@ -1,4 +1,5 @@
-"""The worker's HTTP client of control (DESIGN.md §4.2, routes and shapes of shared/wire.py).
+"""The worker's HTTP client of control (docs/protocols.md §4.2, routes and shapes of
+shared/wire.py).
 
 Every call posts one wire message and decodes the answer with the wire type's strict
 ``from_json``. Connection errors, timeouts and 5xx are retried with exponential backoff and

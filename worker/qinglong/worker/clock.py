@@ -2,7 +2,7 @@
 
 A lease expires on the database's clock, which keeps running while this host is suspended;
 ``CLOCK_MONOTONIC`` stops then, so a fence measured on it could pass after the lease did and
-the attempt would overlap its retry (DESIGN.md §4.2 self-fencing). ``CLOCK_BOOTTIME`` is
+the attempt would overlap its retry (docs/protocols.md §4.2 self-fencing). ``CLOCK_BOOTTIME`` is
 monotonic and counts suspended time. Every deadline of the worker (self-fencing, heartbeats,
 request retries, drain, the wrapper's fence) is a reading of this clock.
 """

@@ -1,4 +1,4 @@
-"""The worker's only credential, its token (DESIGN.md §4.2, §4.5; issue 11 item 6).
+"""The worker's only credential, its token (docs/protocols.md §4.2, §4.5; issue 11 item 6).
 
 Read once from ``QL3_WORKER_TOKEN`` or a 0600 file, then removed from ``os.environ`` (so no
 child can inherit it), and the process is made non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``):

@@ -1,4 +1,4 @@
-"""The clean environment of a remote attempt (DESIGN.md §3.3, reused by the worker §4.2).
+"""The clean environment of a remote attempt (docs/protocols.md §3.3, reused by the worker §4.2).
 
 Nothing of the worker's own environment leaks in (its token least of all): ``PATH`` is
 systemd's default list unless the task's env sets one, ``HOME`` and ``LANG`` come from the

@@ -1,4 +1,4 @@
-"""Typed errors of the remote worker (DESIGN.md §4.2); messages never carry the token,
+"""Typed errors of the remote worker (docs/protocols.md §4.2); messages never carry the token,
 task environment values or user output."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ class WorkerError(QinglongError):
 class LeaseLostError(WorkerError):
     """Control answered 409: this worker's lease on the attempt is gone (recovered, re-claimed
     or superseded). The attempt's group must be killed at once and the attempt forgotten
-    (DESIGN.md §4.2 fencing; case C21)."""
+    (docs/protocols.md §4.2 fencing; case C21)."""
 
     code = "lease_lost"
 

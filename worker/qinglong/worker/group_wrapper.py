@@ -1,4 +1,4 @@
-"""Qinglong 3 remote-attempt wrapper: the watch socket and the attempt lock (DESIGN.md §3.3,
+"""Qinglong 3 remote-attempt wrapper: the watch socket and the attempt lock (docs/protocols.md §3.3,
 §4.2 "Self-fencing"; case C18).
 
 Never imported by the worker: it runs as ``python3 -I -S group_wrapper.py <watch_fd>

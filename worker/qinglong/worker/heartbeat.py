@@ -1,4 +1,4 @@
-"""Heartbeats of one attempt (DESIGN.md §4.2): renew the lease every ``heartbeat_ms``,
+"""Heartbeats of one attempt (docs/protocols.md §4.2): renew the lease every ``heartbeat_ms``,
 move the self-fencing deadline on each success, relay cancel and lease loss to the runner.
 
 A heartbeat's retries never pass the fence deadline (the client's ``deadline``); when control

@@ -1,4 +1,4 @@
-"""The worker's main loop (DESIGN.md §4.2 "Dispatch", issue 11 item 6): register a new
+"""The worker's main loop (docs/protocols.md §4.2 "Dispatch", issue 11 item 6): register a new
 incarnation, claim up to the free slots, run each attempt, drain on stop.
 
 A registration is a new incarnation per process start (case C12: a restarted worker under the

@@ -1,5 +1,5 @@
 """Launching one remote attempt as its own process group behind the wrapper, and stopping
-everything it leaves behind (DESIGN.md §3.2–§3.3 reused by §4.2; cases C01, C18).
+everything it leaves behind (docs/protocols.md §3.2–§3.3 reused by §4.2; cases C01, C18).
 
 The wrapper (``group_wrapper.py``) leads a new session and process group. The worker keeps
 the only other end of the watch socket pair (both ends close-on-exec; only the wrapper's end
@@ -149,7 +149,7 @@ class AttemptProcess:
 
     def stop(self, grace_s: float) -> int:
         """TERM to the whole group, up to ``grace_s`` seconds for the command to end and the
-        rest of the group to vanish, then KILL to the group (DESIGN.md §3.3 escalation);
+        rest of the group to vanish, then KILL to the group (docs/protocols.md §3.3 escalation);
         returns the command's status code as :meth:`wait` does. Lock holders outside the
         group are :meth:`clear_leftovers`' work."""
         self._signal_group(15)

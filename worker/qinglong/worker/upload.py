@@ -1,4 +1,4 @@
-"""Uploading an attempt's spool to the presigned PUT that control granted (DESIGN.md §4.2
+"""Uploading an attempt's spool to the presigned PUT that control granted (docs/protocols.md §4.2
 "Logs"). The worker holds no bucket credentials: the URL and its signed headers are all it has.
 
 The request carries exactly the granted headers (metadata, checksum, content type and length

@@ -1,1 +1,1 @@
-"""The control plane's HTTP API (FastAPI; DESIGN.md §4.5)."""
+"""The control plane's HTTP API (FastAPI; docs/protocols.md §4.5)."""

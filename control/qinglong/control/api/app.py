@@ -1,4 +1,4 @@
-"""The composition of the HTTP API: ``build_app(ctx)`` (DESIGN.md §4.5).
+"""The composition of the HTTP API: ``build_app(ctx)`` (docs/protocols.md §4.5).
 
 OpenAPI at ``/openapi.json``; errors in the JSON shape of ``errors.py``; every router of
 ``qinglong.control.api``; the request-latency middleware on ``ctx.metrics`` (created when

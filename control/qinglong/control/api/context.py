@@ -1,5 +1,5 @@
 """What every route reaches through ``request.app.state.ctx``: one engine, the dispatch
-timing, the log bucket and the metrics (DESIGN.md §4.5). Built once by the composition root
+timing, the log bucket and the metrics (docs/protocols.md §4.5). Built once by the composition root
 (``ql3 control serve``, or a test), never per request."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``/livez`` and ``/readyz`` (DESIGN.md §4.1, §4.5). No token needed: probes of an
+"""``/livez`` and ``/readyz`` (docs/protocols.md §4.1, §4.5). No token needed: probes of an
 orchestrator carry none, and neither answer holds anything secret.
 
 ``/livez``: 200 while the process serves HTTP. ``/readyz``: ``ctx.readiness()`` returns

@@ -1,4 +1,4 @@
-"""``GET /v1/attempts/{id}/log``: an attempt's log against retention (DESIGN.md §4.4).
+"""``GET /v1/attempts/{id}/log``: an attempt's log against retention (docs/protocols.md §4.4).
 
 200 with the bytes (``text/plain``); 404 ``log_not_found`` when no log was recorded; 410
 ``log_retired`` with ``retired_at`` and ``outcome`` (deleted / already_absent) when retention
@@ -71,7 +71,7 @@ class RetiredBody(BaseModel):
     },
 )
 def get_log(attempt_id: UUID, request: Request) -> Response:
-    """The attempt's log (viewer): 200 / 404 / 410 / 503, DESIGN.md §4.4."""
+    """The attempt's log (viewer): 200 / 404 / 410 / 503, docs/protocols.md §4.4."""
     from qinglong.control.retention.objects import ArtifactIntegrityMismatchError
     from qinglong.control.retention.read_path import (
         S3LogReader,

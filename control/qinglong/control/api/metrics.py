@@ -1,4 +1,4 @@
-"""``GET /metrics`` (Prometheus text) and the request-latency middleware (DESIGN.md §4.5).
+"""``GET /metrics`` (Prometheus text) and the request-latency middleware (docs/protocols.md §4.5).
 
 The counters live in ``qinglong.control.metrics.Metrics`` (owned by ``ApiContext``); this
 module only exposes them and times requests, labelling each by its route *template*

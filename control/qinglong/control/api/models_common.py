@@ -1,5 +1,5 @@
 """Models shared by several route modules: the error body and the run reference
-(DESIGN.md §4.5: errors are JSON with a stable code)."""
+(docs/protocols.md §4.5: errors are JSON with a stable code)."""
 
 from __future__ import annotations
 

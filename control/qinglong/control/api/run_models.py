@@ -1,4 +1,5 @@
-"""Response models of the run and attempt routes (DESIGN.md §2 Run, Attempt, Event; §4.5).
+"""Response models of the run and attempt routes (docs/architecture.md §2 Run, Attempt, Event;
+docs/protocols.md §4.5).
 
 An attempt's lease token is a fencing secret of its worker and is never answered; the
 worker's completion document is not answered either (only the facts columns hold).
@@ -59,7 +60,7 @@ class AttemptOut(BaseModel):
 
 
 class EventOut(BaseModel):
-    """One history row of a run (append-only, DESIGN.md §2)."""
+    """One history row of a run (append-only, docs/architecture.md §2)."""
 
     kind: str
     attempt_id: str | None

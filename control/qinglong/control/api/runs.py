@@ -1,5 +1,5 @@
 """Run and attempt routes: filtered keyset pages, detail with attempts and events, cancel
-(DESIGN.md §2, §4.2, §4.5; issue 11 item 7).
+(docs/architecture.md §2; docs/protocols.md §4.2, §4.5; issue 11 item 7).
 
 Pages are newest first by id (UUIDv7, time-ordered); ``cursor`` is the last id seen and
 ``limit`` at most 200. Filters are Core ``select`` over ``db/tables.py``. Runs of removed

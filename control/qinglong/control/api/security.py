@@ -1,4 +1,4 @@
-"""Bearer-token authentication and scope checks as FastAPI dependencies (DESIGN.md §4.5).
+"""Bearer-token authentication and scope checks as FastAPI dependencies (docs/protocols.md §4.5).
 
 ``require("viewer" | "operator" | "admin" | "worker")`` returns a dependency that answers
 401 ``unauthenticated`` (no, malformed, unknown or revoked token: one answer for all) or 403

@@ -1,4 +1,5 @@
-"""Request and response models of the task routes (DESIGN.md §2 Task, §4.5; issue 11 item 7).
+"""Request and response models of the task routes (docs/architecture.md §2 Task; docs/protocols.md
+§4.5; issue 11 item 7).
 
 Ranges are the schema's (migration 0005): ``max_attempts`` 1..100, ``timeout_s`` ≥ 1,
 backoffs and grace ≥ 0 (PostgreSQL ``integer``), ``log_limit_bytes`` ≥ 1 and

@@ -1,4 +1,5 @@
-"""Task definitions in PostgreSQL for the API (DESIGN.md §2 Task, §4.2, §4.5).
+"""Task definitions in PostgreSQL for the API (docs/architecture.md §2 Task; docs/protocols.md §4.2,
+§4.5).
 
 Every function runs inside the caller's transaction (``engine.begin()``) on a SQLAlchemy
 connection acting as the runtime role. Rules held here:
@@ -62,7 +63,7 @@ def check_definition(values: dict[str, Any]) -> None:
 
 def next_fire_at(conn: Connection, values: dict[str, Any]) -> datetime | None:
     """The first slot strictly after the database's now() in the task's zone, or None for a
-    disabled, manual (no schedule), @once or @boot task. # DESIGN.md §4.2"""
+    disabled, manual (no schedule), @once or @boot task. # docs/protocols.md §4.2"""
     if not values.get("enabled", True) or values.get("schedule") is None:
         return None
     schedule = parse_schedule(values["schedule"], values["timezone"])

@@ -1,4 +1,4 @@
-"""Task routes: CRUD, run now, enable/disable, the occurrence ledger (DESIGN.md §4.2, §4.5).
+"""Task routes: CRUD, run now, enable/disable, the occurrence ledger (docs/protocols.md §4.2, §4.5).
 
 Scopes: reads need ``viewer``; run now, enable and disable need ``operator``; create, edit
 and delete need ``admin``. Secret env values are never answered (``EnvValueOut``). Rules of
@@ -52,7 +52,7 @@ Limit = Annotated[int, Query(ge=1, le=200)]
 
 
 def task_out(row: RowMapping) -> TaskOut:
-    """The answer for one task row; secret values become null. # DESIGN.md §4.5"""
+    """The answer for one task row; secret values become null. # docs/protocols.md §4.5"""
     env = {name: EnvValueOut(value=None if e.get("secret") else e.get("value"),
                              secret=bool(e.get("secret")))
            for name, e in dict(row["env"]).items()}

@@ -1,4 +1,4 @@
-"""Token management routes (admin; DESIGN.md §4.5, issue 11 item 7).
+"""Token management routes (admin; docs/protocols.md §4.5, issue 11 item 7).
 
 ``POST /v1/tokens`` answers the new token once (only its SHA-256 is stored); a worker token
 names an existing pool (pools are created by ``ql3 control token create --pool`` as the

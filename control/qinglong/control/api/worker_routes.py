@@ -1,4 +1,5 @@
-"""The worker endpoints (DESIGN.md §4.2, §4.5): the routes listed in ``qinglong.shared.wire``.
+"""The worker endpoints (docs/protocols.md §4.2, §4.5): the routes listed in
+``qinglong.shared.wire``.
 
 Every route needs a worker-pool token (``require("worker")``); the pool comes from the token,
 never from the body, and every lease statement is fenced by it, so a worker touches only

@@ -1,4 +1,4 @@
-"""API tokens: random 256-bit values stored only as SHA-256 hashes (DESIGN.md §4.5).
+"""API tokens: random 256-bit values stored only as SHA-256 hashes (docs/protocols.md §4.5).
 
 A token reads ``ql3_<43 url-safe base64 characters>`` (32 random bytes); the database keeps
 ``sha256(token)`` in hex, so a dump of ``api_tokens`` grants nothing. Scopes nest:

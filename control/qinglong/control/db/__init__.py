@@ -1,1 +1,2 @@
-"""PostgreSQL access for the control plane: migrations, roles, named SQL (DESIGN.md §4.1)."""
+"""PostgreSQL access for the control plane: migrations, roles, named SQL (docs/protocols.md
+§4.1)."""

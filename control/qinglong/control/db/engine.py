@@ -1,5 +1,5 @@
 """The one way to reach PostgreSQL in ``control``: a SQLAlchemy Core engine over psycopg 3
-(DESIGN.md §4.5).
+(docs/protocols.md §4.5).
 
 The URL is handed to libpq unchanged (``creator``), so everything libpq accepts works:
 ``postgresql://…`` URLs, ``key=value`` conninfo, several hosts with

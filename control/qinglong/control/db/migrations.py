@@ -1,15 +1,15 @@
 """The PostgreSQL migration runner: ordered files, advisory lock, append-only SHA-256 ledger.
 
-Files are ``migrations/postgres/NNNN-name.sql``; the first line of each is ``-- additive: true``
-or ``-- additive: false``. The code pins how many files exist and the last one's checksum (the
-reviewed hard cap, DESIGN.md §4.1), so adding a migration is a reviewed change in two places.
-A database whose ledger runs ahead of the code is accepted only when every extra row is
-additive (rolling upgrades run migrations before code).
+Files are ``migrations/postgres/NNNN-name.sql``; the first line of each is ``-- additive: true`` or
+``-- additive: false``. The code pins how many files exist and the last one's checksum (the reviewed
+hard cap, docs/protocols.md §4.1), so adding a migration is a reviewed change in two places. A
+database whose ledger runs ahead of the code is accepted only when every extra row is additive
+(rolling upgrades run migrations before code).
 
 A small runner instead of yoyo-migrations/alembic: neither pins a count and last checksum,
 records a per-file SHA-256 in an append-only ledger, nor accepts "ahead by additive only".
 
-It runs on the same SQLAlchemy connection as everything else in ``control`` (DESIGN.md §4.5,
+It runs on the same SQLAlchemy connection as everything else in ``control`` (docs/protocols.md §4.5,
 issue 11 item 9: one way to reach PostgreSQL), not on a plain psycopg connection of its own:
 the advisory lock, the ledger and the grants are ordinary statements in one transaction
 (``with conn.begin()``), and a migration file, several statements, goes to the driver as one
@@ -134,7 +134,8 @@ def load_migration_files(directory: Path | None = None) -> list[MigrationFile]:
 
 
 def check_reviewed_cap(files: list[MigrationFile]) -> None:
-    """Fail closed unless the files match the pinned count and last checksum (DESIGN.md §4.1)."""
+    """Fail closed unless the files match the pinned count and last checksum (docs/protocols.md
+    §4.1)."""
     last = files[-1].sha256 if files else ""
     if len(files) != EXPECTED_MIGRATION_COUNT or last != EXPECTED_LAST_SHA256:
         raise MigrationCapError(

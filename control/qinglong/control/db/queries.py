@@ -1,4 +1,4 @@
-"""Named SQL blocks loaded once from ``.sql`` files (procrastinate style, STYLE.md).
+"""Named SQL blocks loaded once from ``.sql`` files (procrastinate style).
 
 A file holds blocks that start with ``-- name --`` and a one-line ``-- description``; the
 statement follows up to the next block. A reviewer reads every statement the control plane

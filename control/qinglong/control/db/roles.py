@@ -1,4 +1,4 @@
-"""The runtime role: exactly the per-table grants its queries need (DESIGN.md §4.1).
+"""The runtime role: exactly the per-table grants its queries need (docs/protocols.md §4.1).
 
 The migration owner (the role that runs ``ql3 control migrate``) owns every object. The
 runtime role (default ``ql3_runtime``; configurable, because roles are global to a PostgreSQL
@@ -34,7 +34,7 @@ RUNTIME_GRANTS: dict[str, frozenset[str]] = {
     "run_attempt_log_artifact_tombstones": frozenset({"SELECT", "INSERT"}),
     "run_attempt_log_retention_candidates": frozenset({"SELECT"}),  # a view (0003)
     "ql3_migration_ledger": frozenset({"SELECT"}),
-    # 0005, the cluster engine (DESIGN.md §4.2, §4.5)
+    # 0005, the cluster engine (docs/protocols.md §4.2, §4.5)
     "task_events": frozenset({"SELECT", "INSERT"}),
     "occurrences": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),  # merge, prune
     "worker_pools": frozenset({"SELECT"}),  # created by the schema owner (ql3 control token)
@@ -55,7 +55,7 @@ def validate_role_name(role: str) -> str:
 def refuse_unfit_runtime_role(conn: Connection, role: str) -> None:
     """RuntimeRoleRefusedError when ``role`` is the connecting role, a superuser, or owns
     objects in ``public``: revoking "everything else" from it would strip the owner's own
-    rights and break every later migrate (DESIGN.md §4.1: the runtime role is not the
+    rights and break every later migrate (docs/protocols.md §4.1: the runtime role is not the
     owner)."""
     row = run_named(
         conn,
@@ -90,10 +90,10 @@ def refuse_non_owner(conn: Connection, option: str = "--database-url") -> None:
 def refuse_privileged_session(conn: Connection, option: str) -> None:
     """RuntimeRoleRefusedError when ``conn``'s login or current role is, or is a member of
     (directly or through other roles, so it could SET ROLE to it or inherits its rights), a
-    superuser, a role owning objects in ``public`` (the migration owner) or
-    ``pg_write_all_data``: runtime commands hold only the runtime role's grants (DESIGN.md
-    §4.1, least privilege). A superuser login that only SETs ROLE is refused too: its
-    credentials could RESET ROLE. ``option`` names the offending input."""
+    superuser, a role owning objects in ``public`` (the migration owner) or ``pg_write_all_data``:
+    runtime commands hold only the runtime role's grants (docs/protocols.md §4.1, least privilege).
+    A superuser login that only SETs ROLE is refused too: its credentials could RESET ROLE.
+    ``option`` names the offending input."""
     row = run_named(
         conn,
         "SELECT bool_or(r.rolsuper), bool_or(EXISTS (SELECT 1 FROM pg_class c"

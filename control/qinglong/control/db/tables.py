@@ -1,4 +1,4 @@
-"""SQLAlchemy Core table metadata of the control database (DESIGN.md §4.1, §4.5).
+"""SQLAlchemy Core table metadata of the control database (docs/protocols.md §4.1, §4.5).
 
 One module describes every table the migrations in ``migrations/postgres`` create; a test
 (``integration/control/test_control_tables.py``) compares this metadata with the migrated

@@ -1,9 +1,9 @@
-"""Claims: lease up to N queued runs to one worker incarnation (DESIGN.md §4.2, dispatch).
+"""Claims: lease up to N queued runs to one worker incarnation (docs/protocols.md §4.2, dispatch).
 
 One READ COMMITTED transaction, three steps:
 
 1. ``pick_runs``: lock due queued runs whose task labels are within the incarnation's (and
-   its pool's) labels, ``FOR UPDATE SKIP LOCKED`` inside a MATERIALIZED CTE (DESIGN.md §4.3
+   its pool's) labels, ``FOR UPDATE SKIP LOCKED`` inside a MATERIALIZED CTE (docs/protocols.md §4.3
    step 1: a plain ``IN (subquery LIMIT n)`` can lock more than n rows), so concurrent
    claimers never wait for, nor double-claim, a run.
 2. ``lock_replace_tasks``: for tasks with concurrency policy ``replace``, lock the task row

@@ -1,4 +1,4 @@
-"""Completion of a leased attempt (DESIGN.md §4.2 fencing and logs, §4.3 enrollment).
+"""Completion of a leased attempt (docs/protocols.md §4.2 fencing and logs, §4.3 enrollment).
 
 1. Read the lease. A replay of a completion already applied on this lease (same content)
    answers ``Ack(replayed=True)``; other content on that lease is CompletionConflictError;

@@ -1,4 +1,4 @@
-"""Dispatch timing handed out with every claim (DESIGN.md §4.2; case C11)."""
+"""Dispatch timing handed out with every claim (docs/protocols.md §4.2; case C11)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ class InvalidDispatchConfigError(ValidationError):
 
 @dataclass(frozen=True)
 class DispatchConfig:
-    """Control's lease policy, validated at construction (DESIGN.md §4.2, case C11).
+    """Control's lease policy, validated at construction (docs/protocols.md §4.2, case C11).
 
     ``lease_ms``: how long a claim or heartbeat keeps an attempt leased, measured on the
     database clock (1 s – 1 h). ``heartbeat_ms``: the period a worker renews at; at most a

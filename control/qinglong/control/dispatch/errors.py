@@ -1,4 +1,4 @@
-"""Typed dispatch errors (DESIGN.md §4.2); the API maps each ``code`` to one HTTP status."""
+"""Typed dispatch errors (docs/protocols.md §4.2); the API maps each ``code`` to one HTTP status."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ class DispatchError(QinglongError):
 class LeaseLostError(DispatchError, ConflictError):
     """The write's (attempt id, lease token, lease version) is not a live lease of the caller's
     pool (recovered, re-claimed, expired on the database clock, or never its own): the worker
-    must kill that attempt's process group at once (DESIGN.md §4.2 fencing)."""
+    must kill that attempt's process group at once (docs/protocols.md §4.2 fencing)."""
 
     code = "lease_lost"
     status = 409
@@ -29,7 +29,7 @@ class CompletionConflictError(LeaseLostError):
 
 
 class LabelsOutsidePoolError(DispatchError):
-    """A worker declared labels its pool does not allow (DESIGN.md §4.2, worker pools)."""
+    """A worker declared labels its pool does not allow (docs/protocols.md §4.2, worker pools)."""
 
     code = "labels_outside_pool"
     status = 403

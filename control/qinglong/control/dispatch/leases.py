@@ -1,4 +1,4 @@
-"""Lease writes after a claim: started and heartbeat (DESIGN.md §4.2, fencing).
+"""Lease writes after a claim: started and heartbeat (docs/protocols.md §4.2, fencing).
 
 Each is a compare-and-set on (attempt id, lease token, lease version), a live status, a lease
 not yet expired by the database clock and the caller's pool; a miss raises LeaseLostError

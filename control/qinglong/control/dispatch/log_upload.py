@@ -1,4 +1,4 @@
-"""Presigned log upload (DESIGN.md §4.2, logs).
+"""Presigned log upload (docs/protocols.md §4.2, logs).
 
 The worker never holds bucket credentials: for a live lease, control signs one PUT of the
 object named from the artifact identity ``wlog-<attempt uuid>`` (key

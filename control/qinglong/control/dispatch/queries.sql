@@ -1,4 +1,4 @@
--- Remote dispatch with fenced leases (DESIGN.md §4.2). Times come from now() only: a lease
+-- Remote dispatch with fenced leases (docs/protocols.md §4.2). Times come from now() only: a lease
 -- is live while lease_expires_at > now() on the database clock, never a replica's clock.
 -- Every write after the claim is a compare-and-set on (attempt id, lease token, lease
 -- version), a live status, an unexpired lease and the caller's pool.

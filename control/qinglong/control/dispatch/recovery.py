@@ -1,4 +1,4 @@
-"""Lease recovery sweep (DESIGN.md §4.2, recovery; issue 11 item 5; case C12).
+"""Lease recovery sweep (docs/protocols.md §4.2, recovery; issue 11 item 5; case C12).
 
 River's rescuer shape: ``RecoveryConfig`` (validated in the constructor), ``run_once`` (one
 bounded batch, what tests call) and ``start``/``stop`` (a thread around it; ``stop`` is
@@ -87,7 +87,7 @@ def _reason(row: RowMapping) -> str:
 
 class LeaseRecovery:
     """The dispatch-recovery lifecycle of one control replica; any number of replicas may run
-    it at once (every step is a compare-and-set). DESIGN.md §4.2."""
+    it at once (every step is a compare-and-set). docs/protocols.md §4.2."""
 
     def __init__(self, engine: Engine, config: RecoveryConfig | None = None, *,
                  rng: random.Random | None = None) -> None:

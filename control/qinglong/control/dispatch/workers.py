@@ -1,4 +1,4 @@
-"""Worker incarnations (DESIGN.md §4.2, worker pools; case C12).
+"""Worker incarnations (docs/protocols.md §4.2, worker pools; case C12).
 
 Every worker process start registers a new incarnation: a fresh UUIDv7, its pool taken from
 the token (never from the request), its declared labels bounded by the pool's. Nothing is
@@ -35,7 +35,7 @@ def register_incarnation(engine: Engine, config: DispatchConfig, *, pool_id: str
 
     ``registration.labels`` must be within ``pool_labels`` (the token's pool, read at
     authentication), else LabelsOutsidePoolError (403 ``labels_outside_pool``) and nothing is
-    written. One short transaction. DESIGN.md §4.2 (worker pools).
+    written. One short transaction. docs/protocols.md §4.2 (worker pools).
     """
     if not labels_within(registration.labels, pool_labels):
         raise LabelsOutsidePoolError("declared labels are not within the pool's labels")

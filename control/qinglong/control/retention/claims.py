@@ -1,14 +1,14 @@
 """Step 1 of a sweep: claim due retention controls under a database-clock lease (ADR-0379 §2).
 
 A claim is one short READ COMMITTED transaction: ``FOR UPDATE SKIP LOCKED`` inside a
-``MATERIALIZED`` CTE (a plain ``IN (subquery LIMIT n)`` can claim more than n rows under a
-nested loop, DESIGN.md §4.3), then an update that re-checks state, due time, lease expiry and
+``MATERIALIZED`` CTE (a plain ``IN (subquery LIMIT n)`` can claim more than n rows under a nested
+loop, docs/protocols.md §4.3), then an update that re-checks state, due time, lease expiry and
 immutable identity and bumps the version. A row whose identity broke moves to ``manual`` with
 ``artifact_integrity_mismatch`` instead of being leased; a row whose retention is not over by
-today's facts (``finished_at`` + the task's current ``log_retention_s``: the policy may have
-been raised since enrollment) moves to its new eligibility instead. The caller returns the
-connection to the pool, and only then talks to S3. Statements are the named blocks of
-``queries.sql``, run through the SQLAlchemy engine's driver level (``db/engine.py``).
+today's facts (``finished_at`` + the task's current ``log_retention_s``: the policy may have been
+raised since enrollment) moves to its new eligibility instead. The caller returns the connection to
+the pool, and only then talks to S3. Statements are the named blocks of ``queries.sql``, run through
+the SQLAlchemy engine's driver level (``db/engine.py``).
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ def queries() -> dict[str, Any]:
 class ClaimOwner:
     """A process incarnation: ``replica_id`` plus a random id chosen at process start.
 
-    Never a reusable pod name alone (DESIGN.md §4.2): a restarted pod with the same name is a
-    different owner, so it cannot finalize its predecessor's claims.
+    Never a reusable pod name alone (docs/protocols.md §4.2): a restarted pod with the same name is
+    a different owner, so it cannot finalize its predecessor's claims.
     """
 
     replica_id: str

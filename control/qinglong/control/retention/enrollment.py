@@ -1,4 +1,4 @@
-"""Enrollment: the control rows retention claims walk (ADR-0379 §2; DESIGN.md §4.3).
+"""Enrollment: the control rows retention claims walk (ADR-0379 §2; docs/protocols.md §4.3).
 
 ``enroll_run`` runs inside the terminal transition's own transaction, so a terminal run and
 its controls commit together; ``eligible_at`` is ``finished_at`` (the later of run and

@@ -1,6 +1,6 @@
 """Steps 4–5 of a sweep: finalize a retired artifact, or record why it could not be retired.
 
-Finalize is a second short transaction (ADR-0379 §3 step 5; DESIGN.md §4.3 step 4): lock the
+Finalize is a second short transaction (ADR-0379 §3 step 5; docs/protocols.md §4.3 step 4): lock the
 claimed control by primary key with a plain ``FOR UPDATE`` (never SKIP LOCKED), re-verify
 owner, token, version, lease expiry, terminal statuses and identity, then in one statement
 delete the control (fenced by version and by the lease at that statement's clock, since the

@@ -1,7 +1,8 @@
-"""S3 side of log retention: validated HEAD and conditional delete (ADR-0379 §3; DESIGN.md §4.3).
+"""S3 side of log retention: validated HEAD and conditional delete (ADR-0379 §3; docs/protocols.md
+§4.3).
 
 ``S3ObjectStore`` implements the ``ObjectStore`` port over a boto3 S3 client. It relies only on
-what the S3 API defines and DESIGN.md names, never on what one server alone returns:
+what the S3 API defines and docs/protocols.md names, never on what one server alone returns:
 
 - HEAD answers 404 for a missing object (and for a missing VersionId); ``Content-Type``,
   ``Content-Length``, ``ETag``, user metadata (``x-amz-meta-*``, keys lower-cased) and, on a
@@ -77,7 +78,7 @@ class TransactionHeldError(QinglongError):
 
 @dataclass(frozen=True)
 class ArtifactIdentity:
-    """One uploaded log object as recorded in PostgreSQL at completion (DESIGN.md §4.2).
+    """One uploaded log object as recorded in PostgreSQL at completion (docs/protocols.md §4.2).
 
     ``version_id`` is the VersionId the upload returned (versioned bucket) or None. ``sha256``
     is 64 lower-case hex digits of the bytes; ``size`` their count; ``metadata`` maps exactly
@@ -174,9 +175,9 @@ def http_status(exc: ClientError) -> int:
 
 class S3ObjectStore:
     """``ObjectStore`` over boto3. ``in_transaction()`` is asked before every S3 call and a True
-    answer raises TransactionHeldError (ADR-0379 §3: no database transaction across S3).
-    ``verdict`` is the latest backend probe (``probe.py``); without a ``safe`` one, unversioned
-    deletes raise ObjectStoreUnsafeError and exact-VersionId deletes go on (DESIGN.md §4.3)."""
+    answer raises TransactionHeldError (ADR-0379 §3: no database transaction across S3). ``verdict``
+    is the latest backend probe (``probe.py``); without a ``safe`` one, unversioned deletes raise
+    ObjectStoreUnsafeError and exact-VersionId deletes go on (docs/protocols.md §4.3)."""
 
     def __init__(self, client: S3Client, *, in_transaction: Callable[[], bool],
                  verdict: ProbeVerdict | None = None, server_checksum: bool = True) -> None:
@@ -274,7 +275,7 @@ class S3ObjectStore:
         A current delete marker (``x-amz-delete-marker: true``) over an unversioned record
         means the bucket became versioned and the bytes remain: ObjectStoreUnsafeError. A
         missing or unreachable bucket (HeadBucket not 200): ArtifactUnavailableError, never a
-        tombstone. # ADR-0379 §3.6, DESIGN.md §4.4 (never a fake retired)
+        tombstone. # ADR-0379 §3.6, docs/protocols.md §4.4 (never a fake retired)
         """
         meta: Any = exc.response.get("ResponseMetadata", {})
         headers = {str(k).lower(): v for k, v in (meta.get("HTTPHeaders") or {}).items()}

@@ -1,4 +1,5 @@
-"""Backend capability check: does DeleteObject honour ``If-Match``? (DESIGN.md §4.3, case C08)
+"""Backend capability check: does DeleteObject honour ``If-Match``? (docs/protocols.md §4.3, case
+C08)
 
 Some S3-compatible servers accept ``If-Match`` on DeleteObject and delete anyway (MinIO). The
 probe puts a canary object, deletes it with a deliberately wrong ``If-Match`` and looks:
@@ -8,7 +9,7 @@ probe puts a canary object, deletes it with a deliberately wrong ``If-Match`` an
   is ``unsafe`` (every conditional delete would fail).
 - 2xx, or the canary gone, or 501 → ``unsafe``: unversioned deletes are refused with
   ``object_store_unsafe``; exact-VersionId deletes go on; readiness lists the capability as
-  degraded with ``reason`` and stays ready (DESIGN.md §4.1).
+  degraded with ``reason`` and stays ready (docs/protocols.md §4.1).
 - network/5xx/other statuses → ``unavailable`` (readiness reason ``object_store_unavailable``).
 
 Relies only on S3 semantics: PutObject returns an ETag (and a VersionId on a versioned bucket),
@@ -170,7 +171,7 @@ def object_store_capability(client: S3Client, bucket: str) -> Callable[[], Capab
     Each call runs ``probe_conditional_delete`` on ``bucket`` (no database transaction is held
     by readiness callers) and maps the verdict: ``safe`` → ok, ``unsafe`` → degraded
     ``object_store_unsafe`` (readiness stays ready), ``unavailable`` → unavailable
-    ``object_store_unavailable`` (not ready). Never raises. # DESIGN.md §4.1, §4.3
+    ``object_store_unavailable`` (not ready). Never raises. # docs/protocols.md §4.1, §4.3
     """
     from qinglong.control.readiness import CapabilityStatus
 

@@ -1,4 +1,4 @@
--- Run Attempt log retention (ADR-0379 §2–§4; DESIGN.md §4.3). Times come from now() only.
+-- Run Attempt log retention (ADR-0379 §2–§4; docs/protocols.md §4.3). Times come from now() only.
 
 -- enroll_run --
 -- Enroll the log of every candidate attempt of one run that just became terminal

@@ -1,4 +1,4 @@
-"""Reading an attempt's log against retention (ADR-0379 §5; DESIGN.md §4.4).
+"""Reading an attempt's log against retention (ADR-0379 §5; docs/protocols.md §4.4).
 
 Order: tombstone first (retired → 410 with the retirement time and outcome); otherwise read
 the recorded object from S3 (200 with its bytes); if S3 says missing, check the tombstone again
@@ -180,7 +180,7 @@ def _retired(attempt_id: str, row: dict[str, Any]) -> LogReadResult:
 
 def read_attempt_log(gate: ConnectionGate, store: LogObjectReader,
                      attempt_id: str) -> LogReadResult:
-    """The log of ``attempt_id`` (a UUIDv7) as 200/404/410/503 (DESIGN.md §4.4).
+    """The log of ``attempt_id`` (a UUIDv7) as 200/404/410/503 (docs/protocols.md §4.4).
 
     Raises TombstoneIntegrityError (tampered tombstone), ArtifactIntegrityMismatchError (the
     stored bytes are not the recorded artifact), InvalidIdentifierError (bad id); database

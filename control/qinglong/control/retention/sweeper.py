@@ -1,6 +1,6 @@
 """The retention sweeper service: bounded claim → HEAD → DELETE → finalize (ADR-0379 §3–§4).
 
-One sweep of one replica (DESIGN.md §4.3):
+One sweep of one replica (docs/protocols.md §4.3):
 
 1. claim at most ``claims_per_sweep`` (≤ 16) rows in a short transaction; the pooled connection
    goes back to the pool before any S3 call;
@@ -64,7 +64,7 @@ FAILED_SWEEP_PAUSE_CAP_S = 5.0  # longest pause after failed sweeps (issue 11 it
 
 def identity_of(c: Claim) -> ArtifactIdentity:
     """The S3 identity a claim must match: the recorded object plus our ``ql3-*`` metadata
-    (project, run, attempt, artifact ids as written by the worker, DESIGN.md §4.2).
+    (project, run, attempt, artifact ids as written by the worker, docs/protocols.md §4.2).
     Raises ArtifactIntegrityMismatchError when the record itself is not a valid identity
     (e.g. a VersionId of ``null``): nothing is deleted by an identity we cannot trust."""
     try:
@@ -196,7 +196,8 @@ class RunAttemptLogRetentionSweeper:
                 self._local.held -= 1
 
     def probe(self) -> ProbeVerdict:
-        """Run the ``If-Match`` canary and apply its verdict to the store (DESIGN.md §4.3)."""
+        """Run the ``If-Match`` canary and apply its verdict to the store (docs/protocols.md
+        §4.3)."""
         verdict = probe_conditional_delete(self._client, self._probe_bucket,
                                            in_transaction=self.holds_connection)
         self.store.apply_verdict(verdict)

@@ -1,2 +1,2 @@
-"""Leaderless scheduling of the cluster profile (DESIGN.md §4.2): run creation, the
+"""Leaderless scheduling of the cluster profile (docs/protocols.md §4.2): run creation, the
 occurrence ledger, the scheduler service."""

@@ -1,4 +1,4 @@
-"""Typed errors of cluster scheduling (DESIGN.md §4.2)."""
+"""Typed errors of cluster scheduling (docs/protocols.md §4.2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Firing one due task inside a tick (DESIGN.md §4.2, §3.7 for the slot rules).
+"""Firing one due task inside a tick (docs/protocols.md §4.2, §3.7 for the slot rules).
 
 The task row is locked by the tick's due read. Slots from ``next_fire_at`` up to the
 database's now() are computed with the shared cron module in the task's time zone:

@@ -1,4 +1,4 @@
-"""The occurrence ledger (DESIGN.md §4.2): every slot of an enabled task has one outcome.
+"""The occurrence ledger (docs/protocols.md §4.2): every slot of an enabled task has one outcome.
 
 Outcomes: ``run_created`` (one slot, names its run), ``skipped_active`` (policy ``forbid``
 with a run active), ``backlog_full`` (policy ``allow`` at its queued bound),

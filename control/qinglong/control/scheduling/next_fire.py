@@ -1,4 +1,4 @@
-"""A task's next fire time, set outside the scheduler's tick (DESIGN.md §4.2).
+"""A task's next fire time, set outside the scheduler's tick (docs/protocols.md §4.2).
 
 The API calls these inside its own transaction when a task is created, edited, enabled,
 disabled or removed: ``reschedule`` moves ``tasks.next_fire_at`` to the first slot after the
@@ -87,7 +87,7 @@ def on_enable(conn: Connection, task_id: str, *, disabled_since: datetime) -> in
     The missed slots run from the first slot not in the ledger, at or before
     ``disabled_since`` (a slot that came due just before the disable and was never ticked
     counts) up to now(); they become one ``skipped_disabled`` row (merged with an adjacent
-    one). At most ``ENABLE_GAP_SCAN_LIMIT`` slots are counted (DESIGN.md §4.2 ledger).
+    one). At most ``ENABLE_GAP_SCAN_LIMIT`` slots are counted (docs/protocols.md §4.2 ledger).
 
     Raises TaskNotFoundError, TaskDeletedError, ValidationError (bad schedule or zone).
     """

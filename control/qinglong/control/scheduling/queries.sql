@@ -1,4 +1,4 @@
--- Cluster scheduling (DESIGN.md §4.2): run creation, the next-fire index, the occurrence
+-- Cluster scheduling (docs/protocols.md §4.2): run creation, the next-fire index, the occurrence
 -- ledger. Times come from now() only (the database's clock).
 
 -- lock_task --

@@ -1,4 +1,5 @@
-"""Creating a run: the one insert of a queued runtime run (DESIGN.md §2, §4.2).
+"""Creating a run: the one insert of a queued runtime run (docs/architecture.md §2;
+docs/protocols.md §4.2).
 
 Used by the scheduler for a due slot and by the API for "run now", inside the caller's
 transaction. Every creation first locks the task row, so run numbers of one task are handed
@@ -77,7 +78,7 @@ def create_run(conn: Connection, *, task_id: str, trigger: Trigger,
     (an aware datetime). The run gets the task's project, the next per-task number through
     ``tasks.run_counter``, ``not_before = now()`` and one ``events`` row (kind 'created',
     to_status 'queued'). Returns None, taking no number, when the slot already has a run
-    (another replica served it: DESIGN.md §4.2, ``ON CONFLICT DO NOTHING``).
+    (another replica served it: docs/protocols.md §4.2, ``ON CONFLICT DO NOTHING``).
 
     Locks the task row until the caller's transaction ends. Raises TaskNotFoundError,
     TaskDeletedError (a removed task gets no run), ValidationError for a trigger/slot

@@ -1,4 +1,4 @@
-"""The leaderless scheduler service (DESIGN.md §4.2; river's service shape, STYLE.md).
+"""The leaderless scheduler service (docs/protocols.md §4.2; river's service shape).
 
 Every control replica runs one. A tick (``run_once``) is one short transaction: it reads at
 most ``page_size`` due tasks from the next-fire index (``next_fire_at <= now()`` by the
@@ -49,7 +49,7 @@ class Config:
     while the task has this many runs queued (>= 1; the local profile's bound is 1).
     ``slot_scan_limit``: downtime slots counted per task per tick (>= 1); a longer downtime
     is recorded over several ticks into one merged row. ``error_backoff_cap_s``: the longest
-    wait after failed ticks (capped jittered backoff, DESIGN.md §4.5: never a crash loop).
+    wait after failed ticks (capped jittered backoff, docs/protocols.md §4.5: never a crash loop).
     ``stop_budget_s``: how long ``stop()`` waits for the tick in flight (> 0).
     """
 
@@ -95,7 +95,7 @@ class TickResult:
 
 
 class Scheduler:
-    """The scheduler lifecycle of one control replica (DESIGN.md §4.2, §4.5).
+    """The scheduler lifecycle of one control replica (docs/protocols.md §4.2, §4.5).
 
     ``engine``: a control engine (``db.engine.create_engine``). ``on_tick``: a test signal
     called with each loop tick's result (on the scheduler thread). ``run_once`` may be called

@@ -1,1 +1,1 @@
-"""``ql3 control serve``: the composition root of a control replica (DESIGN.md §4.5)."""
+"""``ql3 control serve``: the composition root of a control replica (docs/protocols.md §4.5)."""

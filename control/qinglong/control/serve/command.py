@@ -1,4 +1,4 @@
-"""``ql3 control serve``: run one control replica (DESIGN.md §4.5; issue 11 item 8).
+"""``ql3 control serve``: run one control replica (docs/protocols.md §4.5; issue 11 item 8).
 
 Registered on the ``ql3 control`` group by ``control/cli.py``; its errors are mapped there
 (one redacted line, exit 1; bad input exit 2).

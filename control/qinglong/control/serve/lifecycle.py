@@ -1,4 +1,4 @@
-"""One bounded, self-healing loop per control lifecycle (DESIGN.md §4.5; dagster's daemons).
+"""One bounded, self-healing loop per control lifecycle (docs/protocols.md §4.5; dagster's daemons).
 
 ``PeriodicService`` calls a ``tick`` (one bounded batch: a scheduler tick, a lease recovery
 batch, an enrollment sweep…) every ``period_s`` seconds in its own thread. A tick that raises
@@ -73,7 +73,7 @@ class PeriodicService:
         it raised (the error is logged by type and kept)."""
         try:
             value = self._tick()
-        except Exception as exc:  # the loop survives any tick failure (DESIGN.md §4.5)
+        except Exception as exc:  # the loop survives any tick failure (docs/protocols.md §4.5)
             with self._lock:
                 self._failures += 1
                 self._last_error = type(exc).__name__

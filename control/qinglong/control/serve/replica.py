@@ -1,4 +1,4 @@
-"""One control replica: the HTTP API plus its lifecycles (DESIGN.md §4.5; issue 11 item 8).
+"""One control replica: the HTTP API plus its lifecycles (docs/protocols.md §4.5; issue 11 item 8).
 
 Start order: settings checked (bad input exits 2 before anything starts) → engine and S3
 client (no connection yet) → lifecycles (readiness, scheduler, lease recovery, enrollment,

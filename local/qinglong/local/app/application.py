@@ -1,4 +1,4 @@
-"""The composition root of the local profile (ADR-0069 §5, ADR-0067 §3, DESIGN.md §3.6).
+"""The composition root of the local profile (ADR-0069 §5, ADR-0067 §3, docs/protocols.md §3.6).
 
 start: storage ready -> assembly (no side effects) -> startup recovery
        -> one bounded receipt cleanup page -> lifecycles (scheduler loop, cleanup, retention)
@@ -161,7 +161,7 @@ class LocalStack:
         self.retention.stop(deadline - time.monotonic())
 
     def recover(self, *, reattach: bool = True) -> ReconcileResult:
-        """Receipt-first startup recovery (DESIGN.md §3.4, ADR-0067 §3): settle what the
+        """Receipt-first startup recovery (docs/protocols.md §3.4, ADR-0067 §3): settle what the
         facts decide, re-attach monitors to wrappers still alive.
 
         ``reattach=False`` (a foreground ``run``): live wrappers of an earlier owner are left
@@ -198,7 +198,7 @@ class LocalStack:
         earliest stored next fire time (one indexed MIN), a queued run's ``not_before`` or
         a wake-up, bounded by ``IDLE_WAKE_MS`` (5 s) so a wall-clock step is noticed soon
         (issue 10 items 1 and 3). It waits on ``threading.Event`` (monotonic timeouts),
-        never ``time.sleep``: under libfaketime a sleep can fail (SERVICES.md)."""
+        never ``time.sleep``: under libfaketime a sleep can fail."""
         repo = self.store.repo
         while not stop.is_set():
             now = repo.clock()

@@ -1,5 +1,5 @@
 """Choose how a command reaches the data directory: through a running ``serve`` (socket)
-or by owning the directory itself (DESIGN.md §3.8: one owner per data directory)."""
+or by owning the directory itself (docs/protocols.md §3.8: one owner per data directory)."""
 
 from __future__ import annotations
 

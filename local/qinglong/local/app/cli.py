@@ -1,4 +1,4 @@
-"""The ``ql3`` command line (DESIGN.md §3.8).
+"""The ``ql3`` command line (docs/protocols.md §3.8).
 
 Exit codes: 0 success, 2 usage errors, 1 any other error with one line on stderr.
 ``--json`` prints machine-readable output.
@@ -16,7 +16,7 @@ from qinglong.shared.errors import QinglongError, ValidationError
 
 
 class _LazyGroup(click.Group):
-    """Resolves cluster subcommands by module name at invocation (DESIGN.md §1).
+    """Resolves cluster subcommands by module name at invocation (docs/architecture.md §1).
 
     ``ql3 local ...`` never imports them, and import-linter sees no local -> control import.
     """

@@ -142,7 +142,8 @@ def logs(run_id: str, follow: bool, data_dir: str | None) -> None:
         number, offset = 1, 0
         while True:
             chunk = backend.call("logs_read", run_id=run_id, attempt=number, offset=offset)
-            if chunk.get("retired_at"):  # DESIGN.md §3.8: retired by retention, not an error
+            # retired by retention, not an error (docs/protocols.md §3.8)
+            if chunk.get("retired_at"):
                 click.echo(f"the log of attempt {number} is gone "
                            f"(retired at {chunk['retired_at']})", err=True)
             if offset == 0 and (number > 1 or chunk["attempts"] > 1) and chunk["data"]:

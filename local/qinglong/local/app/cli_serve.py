@@ -1,4 +1,4 @@
-"""``ql3 local serve``: the scheduler in the foreground (DESIGN.md §3.6)."""
+"""``ql3 local serve``: the scheduler in the foreground (docs/protocols.md §3.6)."""
 
 from __future__ import annotations
 

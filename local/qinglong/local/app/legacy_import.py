@@ -1,10 +1,10 @@
 """Import crons and environment variables from a Qinglong 2.x ``database.sqlite``.
 
-DESIGN.md §3.8 (issue 3 item 7). Qinglong 2.11 and later keep their state in one SQLite file,
-``data/db/database.sqlite``, written by Sequelize: table ``Crontabs`` (one row per cron) and
-table ``Envs`` (one row per environment variable value). Their columns grew over the 2.x
-releases (the pinned shapes of 2.11, 2.17 and 2.21 live in ``tests/legacy/legacy_schemas.py``),
-so the reader asks ``PRAGMA table_info`` and selects only the columns it knows that exist.
+docs/protocols.md §3.8 (issue 3 item 7). Qinglong 2.11 and later keep their state in one SQLite
+file, ``data/db/database.sqlite``, written by Sequelize: table ``Crontabs`` (one row per cron) and
+table ``Envs`` (one row per environment variable value). Their columns grew over the 2.x releases
+(the pinned shapes of 2.11, 2.17 and 2.21 live in ``tests/legacy/legacy_schemas.py``), so the reader
+asks ``PRAGMA table_info`` and selects only the columns it knows that exist.
 
 Two halves, so that a running ``serve`` never opens a path a client names:
 

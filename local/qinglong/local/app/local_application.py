@@ -1,6 +1,6 @@
 """The local application's lifecycle: the one place that orders start and stop.
 
-ADR-0069 §5, ADR-0067 §3, DESIGN.md §3.6::
+ADR-0069 §5, ADR-0067 §3, docs/protocols.md §3.6::
 
     start: storage ready -> assembly (no side effects) -> receipt-first run recovery
            -> one bounded cleanup page -> domain recovery (@boot runs)

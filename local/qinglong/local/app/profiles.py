@@ -1,4 +1,4 @@
-"""Profile-aware bounds (DESIGN.md §3.5 table, §3.7; ADR-0069 §5)."""
+"""Profile-aware bounds (docs/protocols.md §3.5 table, §3.7; ADR-0069 §5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Admission: the Unix-domain socket of ``ql3 local serve`` (DESIGN.md §3.8).
+"""Admission: the Unix-domain socket of ``ql3 local serve`` (docs/protocols.md §3.8).
 
 One JSON request line per connection, one JSON reply line. The socket is 0600 inside the
 0700 data directory, and every peer's uid is checked with ``SO_PEERCRED``: only the same

@@ -1,7 +1,7 @@
 """The operations behind every ``ql3 local`` command, as JSON-able results.
 
 The same methods serve a direct command (the CLI owns the data directory) and the socket of
-a running ``serve`` (DESIGN.md §3.8), so both print the same JSON.
+a running ``serve`` (docs/protocols.md §3.8), so both print the same JSON.
 """
 
 from __future__ import annotations
@@ -263,7 +263,7 @@ class LocalService:
         if chosen is None:
             raise NotFoundError("no such attempt")
         retired = self.repo.log_tombstone(chosen.id) if chosen.log_path else None
-        if retired is not None:  # DESIGN.md §3.8: retired by retention, not missing
+        if retired is not None:  # docs/protocols.md §3.8: retired by retention, not missing
             return {"attempt": number, "attempts": len(run.attempts), "offset": offset,
                     "data": "", "run_status": run.status.value,
                     "done": terminal and number == run.attempts[-1].number,

@@ -1,6 +1,6 @@
 """The execution coordinator: one place for each step of a local attempt's life.
 
-ADR-0069 §2 and DESIGN.md §3.2–§3.3, coordinator side:
+ADR-0069 §2 and docs/protocols.md §3.2–§3.3, coordinator side:
 
 1. claim (run ``queued -> dispatching``, attempt ``claimed``)
 2. persist the start intent with the durable deadline (attempt ``starting``)
@@ -192,7 +192,7 @@ class ExecutionCoordinator:
         return self.repo.get_run(run.id)
 
     def reattach(self, run: Run, task: Task, attempt: Attempt) -> bool:
-        """Supervise again an attempt whose wrapper outlived its owner (DESIGN.md §3.4
+        """Supervise again an attempt whose wrapper outlived its owner (docs/protocols.md §3.4
         step 3): its stored deadline still applies. False if the process is gone (the
         caller settles it from facts instead)."""
         if attempt.handle is None:
@@ -220,7 +220,7 @@ class ExecutionCoordinator:
         """Wait for the wrapper; enforce the durable deadline and stop requests.
 
         Timeout/cancel: TERM to the wrapper alone (it forwards once to its group), then
-        after ``grace_s`` KILL to the whole group (DESIGN.md §3.3).
+        after ``grace_s`` KILL to the whole group (docs/protocols.md §3.3).
         """
         proc = live.proc
         # The durable deadline is wall time (it outlives this process); from here on the

@@ -48,7 +48,7 @@ class Dispatcher:
 
     def dispatch(self, now_ms: int, only_run_id: str | None = None) -> int:
         """Start what may start at ``now_ms`` (Unix ms), or only ``only_run_id`` (a
-        foreground ``run``); returns how many attempts were started (DESIGN.md §3.7,
+        foreground ``run``); returns how many attempts were started (docs/protocols.md §3.7,
         issue 10 item 4). Raises StorageError and friends from the repository."""
         # attempts supervised here: after startup recovery every active attempt of the
         # store is live here (re-attached), and none is counted twice mid-start

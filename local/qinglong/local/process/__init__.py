@@ -1,4 +1,4 @@
-"""Local process infrastructure (DESIGN.md §3.2–§3.3, ADR-0069 §1–§2).
+"""Local process infrastructure (docs/protocols.md §3.2–§3.3, ADR-0069 §1–§2).
 
 ``launcher`` (LocalProcessLauncher: the six launch steps), ``launched`` (LaunchedProcess:
 start gate, signals, wait), ``receipt_store`` (receipt files and the attempt lock),

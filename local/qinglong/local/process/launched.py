@@ -1,4 +1,4 @@
-"""A started attempt as its owner holds it (DESIGN.md §3.2 start gate, §3.3 signals).
+"""A started attempt as its owner holds it (docs/protocols.md §3.2 start gate, §3.3 signals).
 
 The wrapper is reaped only by :meth:`LaunchedProcess.close`: until then its pid and process
 group id stay pinned (a zombie keeps both), so :meth:`kill_group` can never hit a reused
@@ -63,7 +63,7 @@ class LaunchedProcess:
     def open_gate(self) -> bool:
         """Write the one gate byte and close the write end: the user command starts.
 
-        Call only after the handle is durably saved (DESIGN.md §3.2). Returns False when the
+        Call only after the handle is durably saved (docs/protocols.md §3.2). Returns False when the
         wrapper is already gone (EPIPE). Raises LaunchStateError if the gate was already
         opened or abandoned.
         """
@@ -116,7 +116,7 @@ class LaunchedProcess:
     def send_graceful(self, sig: int) -> bool:
         """Send SIGTERM, SIGINT or SIGHUP to the wrapper alone, through its pidfd.
 
-        The wrapper forwards it once to its group (DESIGN.md §3.3). Returns False when the
+        The wrapper forwards it once to its group (docs/protocols.md §3.3). Returns False when the
         wrapper is gone. Raises ValidationError for another signal, LaunchStateError after
         close.
         """
@@ -127,7 +127,7 @@ class LaunchedProcess:
         return signal_process(self.handle.pid, sig, pidfd=self._pidfd)
 
     def kill_group(self) -> bool:
-        """SIGKILL the whole process group of the handle (escalation, DESIGN.md §3.3).
+        """SIGKILL the whole process group of the handle (escalation, docs/protocols.md §3.3).
 
         Goes through the signal guard (never a pgid <= 1 or our own group). Returns False
         when the group no longer exists. Raises LaunchStateError after close.

@@ -1,4 +1,4 @@
-"""The local process launcher (DESIGN.md §3.2, ADR-0069 §2).
+"""The local process launcher (docs/protocols.md §3.2, ADR-0069 §2).
 
 ``LocalProcessLauncher.start`` runs the six ADR steps in order; every failure happens before
 any user code runs (the wrapper also waits on a start gate the owner opens only after the

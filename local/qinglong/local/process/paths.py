@@ -1,4 +1,4 @@
-"""Symlink-refusing directory walks (DESIGN.md §3.2 step 3, ADR-0069 §2 step 3).
+"""Symlink-refusing directory walks (docs/protocols.md §3.2 step 3, ADR-0069 §2 step 3).
 
 ``O_NOFOLLOW`` alone checks only the last component of a path, so every directory below a
 configured root is opened one component at a time with ``openat(dir_fd, name, O_NOFOLLOW |

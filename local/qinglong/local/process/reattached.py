@@ -1,4 +1,5 @@
-"""A wrapper from an earlier owner, supervised again after a restart (DESIGN.md §3.4 step 3).
+"""A wrapper from an earlier owner, supervised again after a restart (docs/protocols.md §3.4 step
+3).
 
 It is not our child: its exit status cannot be collected, so only its completion receipt
 tells how the user command ended (none → ``lost``). Exit is observed through a pidfd, and

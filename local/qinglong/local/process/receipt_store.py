@@ -1,4 +1,4 @@
-"""Completion receipt file store (DESIGN.md §3.3, §3.4; ADR-0069 §2–§3).
+"""Completion receipt file store (docs/protocols.md §3.3, §3.4; ADR-0069 §2–§3).
 
 Layout: ``<root>/<last two hex chars of the attempt id>/<attempt_id>.receipt``,
 ``<attempt_id>.lock`` and the wrapper's temporary ``.<attempt_id>.receipt.tmp`` beside it
@@ -40,7 +40,7 @@ class ReceiptNotAFileError(ReceiptCodecError):
 
 def temporary_name(attempt_id: str) -> str:
     """``.<attempt_id>.receipt.tmp``: the exact name of the wrapper's private temporary
-    receipt (DESIGN.md §3.3), derived from the attempt id so cleanup never lists a directory
+    receipt (docs/protocols.md §3.3), derived from the attempt id so cleanup never lists a directory
     (ADR-0069 §4). Raises InvalidIdentifierError."""
     return "." + validate_uuid7(attempt_id, "attempt_id") + TEMP_SUFFIX
 
@@ -48,7 +48,7 @@ def temporary_name(attempt_id: str) -> str:
 class ReceiptStore:
     """Receipt and attempt-lock files under one root directory.
 
-    The constructor touches nothing on disk (assembly has no side effects, DESIGN.md §3.6);
+    The constructor touches nothing on disk (assembly has no side effects, docs/protocols.md §3.6);
     :meth:`prepare_shard` creates directories. Attempt ids are validated as UUIDv7
     (``InvalidIdentifierError``) on every call.
     """
@@ -106,7 +106,7 @@ class ReceiptStore:
 
         The file is opened with ``O_NOFOLLOW | O_NONBLOCK`` and must be a regular file of at
         most 4096 bytes whose content is the canonical encoding of a receipt for this
-        attempt (DESIGN.md §3.4 step 2).
+        attempt (docs/protocols.md §3.4 step 2).
 
         Raises:
             ReceiptCodecError: a symlink, FIFO, directory or other non-regular file, too
@@ -166,7 +166,7 @@ class ReceiptStore:
 
     def discard_temporary(self, attempt_id: str) -> bool:
         """Unlink ``.<attempt_id>.receipt.tmp`` (a wrapper killed between creating it and
-        unlinking it leaves it; DESIGN.md §3.3) by its exact name, never listing the shard
+        unlinking it leaves it; docs/protocols.md §3.3) by its exact name, never listing the shard
         and never following a symlink; True if a file was removed.
 
         Issue 10 item 7: called when the attempt is terminal (the cleanup journal's item

@@ -1,4 +1,4 @@
-"""The pinned SHA-256 of ``wrapper.py`` (DESIGN.md §3.2 step 2, ADR-0069 §2 step 2).
+"""The pinned SHA-256 of ``wrapper.py`` (docs/protocols.md §3.2 step 2, ADR-0069 §2 step 2).
 
 A constant in the code, never computed from the file at run time: changing the wrapper is
 a reviewed change in two places, and ``tests/process`` fails while they disagree.

@@ -1,4 +1,5 @@
-"""Is a live process the wrapper launched for this attempt? (issue 10 item 7, DESIGN.md §3.4)
+"""Is a live process the wrapper launched for this attempt? (issue 10 item 7, docs/protocols.md
+§3.4)
 
 A stored handle names a process by boot id, pid, start time and group; a corrupted or copied
 row can name a live process that is not this attempt's wrapper, and then nothing may be

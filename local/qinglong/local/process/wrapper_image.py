@@ -1,4 +1,4 @@
-"""Verified, sealed wrapper image (DESIGN.md §3.2 step 2, ADR-0069 §2 step 2).
+"""Verified, sealed wrapper image (docs/protocols.md §3.2 step 2, ADR-0069 §2 step 2).
 
 The wrapper is opened once with ``O_NOFOLLOW``, checked on that fd (regular file, size cap),
 hashed from the bytes read through that fd, and the verified bytes are copied into a memfd

@@ -1,4 +1,4 @@
-"""The receipt cleanup journal scanner (ADR-0069 §3–§4, §6; DESIGN.md §3.5).
+"""The receipt cleanup journal scanner (ADR-0069 §3–§4, §6; docs/protocols.md §3.5).
 
 It consumes database candidates only: one keyset page of ``local_completion_receipt_journal``
 ordered by ``(updated_at_ms, attempt_id)``, handled item by item, serially:

@@ -43,7 +43,7 @@ def attempt_evidence(receipts: ReceiptStore, attempt: Attempt) -> dict[str, Any]
     ``lock_holders`` the pids holding it (a /proc scan, only when held). An ``unreadable``
     receipt or lock adds ``receipt_unreadable`` / ``lock_unreadable`` with the reason class
     of :func:`unreadable_reason`. Touches nothing; signals nothing; raises nothing for the
-    attempt's files (DESIGN.md §3.4; issue 10 item 7).
+    attempt's files (docs/protocols.md §3.4; issue 10 item 7).
     """
     view: dict[str, Any] = {
         "attempt": attempt.number,

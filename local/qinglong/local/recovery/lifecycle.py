@@ -1,4 +1,4 @@
-"""One-timer maintenance lifecycles (ADR-0069 §5–§6; DESIGN.md §3.5–§3.6).
+"""One-timer maintenance lifecycles (ADR-0069 §5–§6; docs/protocols.md §3.5–§3.6).
 
 :class:`PeriodicLifecycle` is one daemon thread that runs a bounded job every ``tick_s``
 seconds, never overlapping itself (a tick already running makes another one a no-op), with
@@ -34,7 +34,7 @@ class PeriodicLifecycle(Generic[T]):
 
     The first tick comes ``first_delay_s`` (default ``tick_s``) after :meth:`start`. A
     job that raises is logged by error class and counted in ``errors``; the timer lives on.
-    Creating it starts nothing (assembly has no side effects, DESIGN.md §3.6).
+    Creating it starts nothing (assembly has no side effects, docs/protocols.md §3.6).
     """
 
     def __init__(

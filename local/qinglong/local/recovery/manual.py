@@ -1,6 +1,6 @@
 """Manual recovery: an operator settles runs that a stopped owner left active.
 
-DESIGN.md §3.4 ("Operators get a command to see and resolve such runs") and issue 3 item 5.
+docs/protocols.md §3.4 ("Operators get a command to see and resolve such runs") and issue 3 item 5.
 Receipt first, as everywhere: a trusted receipt settles the attempt with its real exit code
 whatever the operator asked; without one, a process of the attempt that may still live
 (same boot/pid/start ticks, or a held attempt lock) refuses the resolution; only then is the
@@ -67,7 +67,7 @@ def operator_name() -> str:
 def resolve_run(
     repo: LocalRunRepository, receipts: ReceiptStore, run_id: str, verdict: str
 ) -> Resolution:
-    """Settle every active attempt of ``run_id`` and the run itself (DESIGN.md §3.4).
+    """Settle every active attempt of ``run_id`` and the run itself (docs/protocols.md §3.4).
 
     Per active attempt: a trusted receipt (this run and attempt, and the stored handle
     when one decodes) settles it with its real outcome; else a held attempt lock refuses
@@ -155,7 +155,7 @@ def _receipt(receipts: ReceiptStore, attempt: Attempt) -> CompletionReceipt | No
 
 def _trusted(receipt: CompletionReceipt, run: Run, handle: ProcessHandle | None) -> bool:
     """The receipt names this run (the store checked the attempt) and, when a handle
-    decodes, this handle: the reconciler's rule (DESIGN.md §3.4 steps 1 and 4)."""
+    decodes, this handle: the reconciler's rule (docs/protocols.md §3.4 steps 1 and 4)."""
     return receipt.run_id == run.id and (handle is None or receipt.handle == handle)
 
 

@@ -1,4 +1,4 @@
-"""Quarantine of an invalid completion receipt (ADR-0069 §3; DESIGN.md §3.4 step 2).
+"""Quarantine of an invalid completion receipt (ADR-0069 §3; docs/protocols.md §3.4 step 2).
 
 First the intent is persisted (journal state ``quarantined``, a deterministic path, a purge
 time), then the file is moved with ``rename`` between directory fds, which never follows a

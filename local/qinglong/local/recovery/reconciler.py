@@ -1,4 +1,4 @@
-"""The receipt-first startup reconciler (DESIGN.md §3.4 steps 1-4; ADR-0067, ADR-0068).
+"""The receipt-first startup reconciler (docs/protocols.md §3.4 steps 1-4; ADR-0067, ADR-0068).
 
 For each runtime-owned run left in dispatching/running (at most 256, by run id), each
 active attempt is decided from durable facts, in this order:
@@ -187,7 +187,7 @@ class LocalRunReconciler:
         except ProcessIdentityError:
             raise _InsufficientEvidenceError from None
         if verdict == Liveness.ALIVE:
-            # the verifiers must agree (DESIGN.md §3.4): a handle whose live process was not
+            # the verifiers must agree (docs/protocols.md §3.4): a handle whose live process was not
             # started as this attempt's wrapper (a corrupted or copied row) is never
             # re-attached, so nothing is ever signalled through it
             if is_wrapper_of(handle.pid, attempt.id) is not True:
@@ -298,7 +298,7 @@ def receipt_outcome(
 ) -> tuple[AttemptStatus, int | None, int | None]:
     """(attempt status, exit code, signal) that a trusted receipt proves: exit 0 succeeded;
     ``not_started`` lost; under a cancel intent cancelled; a signal death past the stored
-    deadline timed out; anything else failed (DESIGN.md §3.4 step 1)."""
+    deadline timed out; anything else failed (docs/protocols.md §3.4 step 1)."""
     code = receipt.wait_exit_code
     signal = receipt.signal if receipt.outcome is ReceiptOutcome.SIGNALED else None
     if receipt.outcome is ReceiptOutcome.NOT_STARTED:

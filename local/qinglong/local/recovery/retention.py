@@ -1,4 +1,4 @@
-"""Bounded disk: log retirement and run history retention (issue 3 item 6; DESIGN.md §3.8).
+"""Bounded disk: log retirement and run history retention (issue 3 item 6; docs/protocols.md §3.8).
 
 Each tick does bounded work, serially, on the one repository:
 

@@ -1,5 +1,5 @@
 """Steps of the wall clock, detected against the boot-time clock (issue 10 item 3, case C15,
-DESIGN.md §3.7).
+docs/protocols.md §3.7).
 
 Cron slots are wall-clock instants, but time passes on the monotonic side: when the wall
 clock is set back two hours, a stored cursor lies two hours in the future and, left alone,

@@ -1,4 +1,4 @@
-"""The scheduler: turns due cron slots into queued runs (DESIGN.md §3.7).
+"""The scheduler: turns due cron slots into queued runs (docs/protocols.md §3.7).
 
 A run is created at most once per (task, slot): the unique index on
 ``runs (task_id, scheduled_at_ms)`` decides, so a repeated tick can never fire twice.

@@ -1,4 +1,4 @@
-"""The concurrency policy at a due slot (DESIGN.md §3.7, issue 10 item 4).
+"""The concurrency policy at a due slot (docs/protocols.md §3.7, issue 10 item 4).
 
 One function decides what a due slot (cron or ``@boot``) does, in the same transaction
 that reads the task's runs (:meth:`LocalRunRepository.admit_run`):
@@ -54,7 +54,7 @@ def admit_slot(
     ``replace`` task. A slot that already has a run answers ``slot_taken`` before anything
     is stopped: a tick that stopped between the run's commit and the cursor's handles the
     slot again, and must not cancel the run of that very slot. Raises StorageError and
-    friends (DESIGN.md §3.7, issue 10 item 4)."""
+    friends (docs/protocols.md §3.7, issue 10 item 4)."""
     if task.concurrency is ConcurrencyPolicy.REPLACE:
         if repo.slot_has_run(task.id, slot_ms):
             return SlotOutcome(SlotReason.SLOT_TAKEN, None)
@@ -88,7 +88,7 @@ def admit_manual(repo: LocalRunRepository, task: Task, stop_run: Callable[[str],
 def supersede(repo: LocalRunRepository, task_id: str, stop_run: Callable[[str], object]) -> None:
     """Policy ``replace``: cancel the task's queued runs and ask its active ones to stop
     (cancel intent first, then TERM via ``stop_run``); the new run starts once their
-    groups are gone (DESIGN.md §3.7)."""
+    groups are gone (docs/protocols.md §3.7)."""
     for run in repo.queued_runs(task_id):
         repo.request_cancel(run.id, reason="replaced")
     for run in repo.active_runs(task_id):

@@ -1,6 +1,6 @@
 """The one SQLite connection of a data directory, behind a serial operation queue.
 
-DESIGN.md §3.1 / ADR-0067 §2: one ``sqlite3`` connection per database file (WAL,
+docs/protocols.md §3.1 / ADR-0067 §2: one ``sqlite3`` connection per database file (WAL,
 ``synchronous=FULL``), owned by one object. Every operation goes through one serial queue
 with at most 256 pending operations (the 257th fails fast with :class:`StorageBusyError`)
 and a close fence (after :meth:`Database.close`, every call fails with

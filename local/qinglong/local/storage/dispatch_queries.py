@@ -1,9 +1,9 @@
-"""Slot admission and dispatch candidates (DESIGN.md §3.7, issue 10 item 4).
+"""Slot admission and dispatch candidates (docs/protocols.md §3.7, issue 10 item 4).
 
 A mixin of :class:`~qinglong.local.storage.repository.LocalRunRepository`: the queries run
 on the repository's one ``Database`` (one connection, the serial queue, the close fence).
 
-Slot outcomes use the names of the cluster's occurrence ledger (DESIGN.md §4.2) as stable
+Slot outcomes use the names of the cluster's occurrence ledger (docs/protocols.md §4.2) as stable
 reason codes. A slot that creates no run is recorded as a task-level event (``run_id``
 NULL): kind ``slot_skipped`` (reason ``skipped_active`` or ``backlog_full``) or
 ``slot_coalesced`` (reason ``coalesced``, the queued run in ``detail.run_id``). Consecutive
@@ -99,7 +99,7 @@ class DispatchQueries:
         stopped between this commit and the cursor's), or of a task disabled or removed
         meanwhile, answers ``slot_taken`` and records nothing: a slot is handled once.
         ``policy`` is written into the event detail. Raises
-        StorageError and friends from the Database (DESIGN.md §3.7, issue 10 item 4)."""
+        StorageError and friends from the Database (docs/protocols.md §3.7, issue 10 item 4)."""
         at = self.clock()
 
         def op(conn: sqlite3.Connection) -> SlotOutcome:

@@ -1,4 +1,4 @@
-"""Keyset pages of the receipt cleanup journal (ADR-0069 §3–§4, DESIGN.md §3.5).
+"""Keyset pages of the receipt cleanup journal (ADR-0069 §3–§4, docs/protocols.md §3.5).
 
 A mixin of :class:`~qinglong.local.storage.repository.LocalRunRepository`: the queries run
 on the repository's one ``Database`` (one connection, the serial queue, the close fence).

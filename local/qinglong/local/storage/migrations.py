@@ -1,4 +1,4 @@
-"""Reviewed, ordered SQLite migrations with a checksum ledger (DESIGN.md §3.1).
+"""Reviewed, ordered SQLite migrations with a checksum ledger (docs/protocols.md §3.1).
 
 Schema comes only from ``migrations/sqlite/NNNN-name.sql``, applied in order, each inside
 its own transaction, recorded in ``schema_migrations`` with the file's SHA-256. A changed or
@@ -141,7 +141,7 @@ def _statements(sql: str) -> list[str]:
 
 
 def open_database(path: str, migrations_dir: Path | None = None) -> Database:
-    """Open the database file and bring its schema up to date (DESIGN.md §3.1).
+    """Open the database file and bring its schema up to date (docs/protocols.md §3.1).
 
     Raises SchemaMismatchError or StorageError; the connection is closed on failure.
     """

@@ -1,8 +1,8 @@
 """The local run repository: the one object that reads and writes the local database.
 
-Every status change is a compare-and-set on (id, expected status, version) in one
-transaction together with its event (DESIGN.md §2: run and attempt each get one, "双 Event").
-A lost race raises :class:`ConcurrentUpdateError`; nothing is overwritten silently.
+Every status change is a compare-and-set on (id, expected status, version) in one transaction
+together with its event (docs/architecture.md §2: run and attempt each get one, "双 Event"). A lost
+race raises :class:`ConcurrentUpdateError`; nothing is overwritten silently.
 """
 
 from __future__ import annotations
@@ -442,7 +442,7 @@ class LocalRunRepository(
         if cur.rowcount != 1:
             raise ConcurrentUpdateError("the attempt changed concurrently")
 
-    # -- the attempt protocol (DESIGN.md §3.2 coordinator side) ----------------------------
+    # -- the attempt protocol (docs/protocols.md §3.2 coordinator side) ----------------------------
 
     def claim_attempt(self, run: Run, executor: Executor = Executor.LOCAL_PROCESS) -> Attempt:
         """Move a queued run to dispatching and create its next attempt as ``claimed``.
@@ -474,7 +474,7 @@ class LocalRunRepository(
         self, attempt: Attempt, *, log_path: str, deadline_at_ms: int | None
     ) -> Attempt:
         """Persist the start intent: ``claimed -> starting`` with the log path and the
-        durable deadline (DESIGN.md §3.3), before the launcher is called."""
+        durable deadline (docs/protocols.md §3.3), before the launcher is called."""
         at = self.clock()
 
         def op(conn: sqlite3.Connection) -> Attempt:
@@ -702,7 +702,7 @@ class LocalRunRepository(
     # -- global variables (migration 0002) -------------------------------------------------
 
     def set_global_variable(self, name: str, value: str, source: str) -> bool:
-        """Insert or replace a global variable every task receives (DESIGN.md §3.3).
+        """Insert or replace a global variable every task receives (docs/protocols.md §3.3).
 
         ``name`` must match ``[A-Za-z_][A-Za-z0-9_]*``; ``value`` a string without NUL;
         ``source`` says where it came from (for example ``qinglong2``). Returns True when the

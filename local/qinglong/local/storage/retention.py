@@ -1,4 +1,4 @@
-"""Log tombstones and history pruning queries (issue 3 item 6; DESIGN.md §3.8).
+"""Log tombstones and history pruning queries (issue 3 item 6; docs/protocols.md §3.8).
 
 A mixin of :class:`~qinglong.local.storage.repository.LocalRunRepository` over its one
 ``Database``. Every query is bounded by a ``limit``; none touches a file. Schema:

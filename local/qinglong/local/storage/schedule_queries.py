@@ -1,5 +1,5 @@
 """Stored next fire times: the queries of an indexed scheduler tick (issue 10 items 1 and 3,
-DESIGN.md §3.7).
+docs/protocols.md §3.7).
 
 A mixin of :class:`~qinglong.local.storage.repository.LocalRunRepository` over its one
 ``Database``. Schema: ``migrations/sqlite/0004-next-fire.sql``. A tick reads only what is due

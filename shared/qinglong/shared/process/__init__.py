@@ -1,1 +1,1 @@
-"""Stdlib-only Linux process primitives shared by the profiles (DESIGN.md §1)."""
+"""Stdlib-only Linux process primitives shared by the profiles (docs/architecture.md §1)."""

@@ -1,4 +1,5 @@
-"""Linux process identity: boot id, start ticks, process state (DESIGN.md §3.2 step 6, §3.4).
+"""Linux process identity: boot id, start ticks, process state (docs/protocols.md §3.2 step 6,
+§3.4).
 
 All readers return ``None`` when the process does not exist; other I/O failures raise
 :class:`ProcessIdentityError` so a caller never confuses "gone" with "could not tell".
@@ -106,7 +107,7 @@ class Liveness:
 
 
 def probe_handle(handle: ProcessHandle, boot_id: str | None = None) -> str:
-    """Compare a handle with this machine (DESIGN.md §3.4 step 3).
+    """Compare a handle with this machine (docs/protocols.md §3.4 step 3).
 
     Returns ``"gone"`` for another boot, no such pid, or other start ticks; ``"zombie"`` when
     the exact process is a zombie (it exited and will never publish); ``"regrouped"`` when it

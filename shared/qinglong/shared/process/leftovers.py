@@ -2,7 +2,7 @@
 case C18). Profile-neutral: the local coordinator and the remote worker both use it.
 
 One rule for every exit — success, failure, timeout, cancel, a re-attached wrapper, a run
-settled from its receipt after a restart, a remote attempt ended or killed (DESIGN.md §3.3,
+settled from its receipt after a restart, a remote attempt ended or killed (docs/protocols.md §3.3,
 §3.4, §4.2):
 
 1. find the leftovers: live members of the attempt's process group (only while the group id
@@ -158,7 +158,7 @@ def stop_leftovers(
         _discover(lock, pgid, pinned)
         if not pinned and not _held(lock):
             return LeftoverReport(grace_s=grace_s)
-        for proc in list(pinned.values()):  # DESIGN.md §3.3: TERM first, then the grace
+        for proc in list(pinned.values()):  # docs/protocols.md §3.3: TERM first, then the grace
             proc.send(signal.SIGTERM)
         _wait(lock, pinned, clock() + grace_s, clock)
         killed: set[int] = set()

@@ -1,4 +1,5 @@
-"""Find the processes an attempt left behind (DESIGN.md §3.3, issue 3 item 2, issue 10 item 5).
+"""Find the processes an attempt left behind (docs/protocols.md §3.3, issue 3 item 2, issue 10 item
+5).
 
 The wrapper hands the attempt lock's fd to the user command, so every process of the
 attempt holds it — even one that escaped the process group with ``setsid``. When the leader

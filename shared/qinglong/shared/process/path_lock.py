@@ -1,4 +1,4 @@
-"""An attempt lock addressed by its path (DESIGN.md §3.3, §4.2; case C18).
+"""An attempt lock addressed by its path (docs/protocols.md §3.3, §4.2; case C18).
 
 The lock file is created fresh for one attempt, locked exclusively (``flock``) before any
 process of the attempt exists, and that open file description is handed to the attempt's

@@ -1,4 +1,5 @@
-"""The signal guard: the only place this runtime sends signals (DESIGN.md §3.2 step 6, §3.3).
+"""The signal guard: the only place this runtime sends signals (docs/protocols.md §3.2 step 6,
+§3.3).
 
 No code path signals a pid or group id <= 1: ``killpg(0)`` hits the caller's own group and
 ``kill(-1)`` every process the caller may signal. Graceful signals go to one exact process
