@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import Any
 
 import click
 
@@ -43,16 +44,25 @@ def run(name: str, wait: bool, data_dir: str | None, as_json: bool) -> None:
     datadir = datadir_of(data_dir)
     datadir.require_initialised()
     interrupted_by = None
-    if SocketBackend.probe(datadir.socket_path):
-        backend = SocketBackend(datadir.socket_path)
-        view = backend.call("run_now", name=name)
-        if wait:
-            view = wait_terminal(backend, view["id"])
-    else:
-        result = run_in_foreground(
-            datadir, name, stream=None if as_json else sys.stdout.buffer,
-            say=lambda text: click.echo(text, err=True))
+    deadline = time.monotonic() + BUSY_WAIT_S
+    while True:
+        if SocketBackend.probe(datadir.socket_path):
+            backend = SocketBackend(datadir.socket_path)
+            view = backend.call("run_now", name=name)
+            if wait:
+                view = wait_terminal(backend, view["id"])
+            break
+        try:
+            result = run_in_foreground(
+                datadir, name, stream=None if as_json else sys.stdout.buffer,
+                say=lambda text: click.echo(text, err=True))
+        except DataDirectoryBusyError:  # raised before anything is queued
+            if time.monotonic() >= deadline:  # a short-lived command owns it for a moment
+                raise
+            time.sleep(0.1)
+            continue
         view, interrupted_by = result.view, result.interrupted_by
+        break
     if as_json:
         print_json(view)
     else:
@@ -165,26 +175,37 @@ def cancel(run_id: str, wait: bool, data_dir: str | None, as_json: bool) -> None
 @data_dir_option
 def logs(run_id: str, follow: bool, data_dir: str | None) -> None:
     """Print a run's output (every attempt's, in order)."""
-    with open_backend(datadir_of(data_dir), "logs") as backend:
-        number, offset = 1, 0
-        while True:
-            chunk = backend.call("logs_read", run_id=run_id, attempt=number, offset=offset)
-            if chunk.get("retired_at"):  # DESIGN.md §3.8: retired by retention, not an error
-                click.echo(f"the log of attempt {number} is gone "
-                           f"(retired at {chunk['retired_at']})", err=True)
-            if offset == 0 and (number > 1 or chunk["attempts"] > 1) and chunk["data"]:
-                click.echo(f"== attempt {number} ==", err=True)
-            if chunk["data"]:
-                sys.stdout.buffer.write(chunk["data"].encode("utf-8", "surrogateescape"))
-                sys.stdout.flush()
-                offset = chunk["offset"]
-                continue
-            if number < chunk["attempts"]:
-                number, offset = number + 1, 0
-                continue
-            if not follow or chunk["done"]:
-                break
-            time.sleep(FOLLOW_POLL_S)
+    position = [1, 0]  # attempt number, byte offset: kept when the owner changes
+    while True:
+        try:
+            with open_backend(datadir_of(data_dir), "logs") as backend:
+                _print_logs(backend, run_id, follow, position)
+            return
+        except ServerUnavailableError:  # the owner ended (a foreground run): go on from
+            continue  # whoever owns the data directory now
+
+
+def _print_logs(backend: Any, run_id: str, follow: bool, position: list[int]) -> None:
+    """Print from ``position`` (attempt number, offset; advanced as it prints)."""
+    while True:
+        number, offset = position
+        chunk = backend.call("logs_read", run_id=run_id, attempt=number, offset=offset)
+        if chunk.get("retired_at"):  # DESIGN.md §3.8: retired by retention, not an error
+            click.echo(f"the log of attempt {number} is gone "
+                       f"(retired at {chunk['retired_at']})", err=True)
+        if offset == 0 and (number > 1 or chunk["attempts"] > 1) and chunk["data"]:
+            click.echo(f"== attempt {number} ==", err=True)
+        if chunk["data"]:
+            sys.stdout.buffer.write(chunk["data"].encode("utf-8", "surrogateescape"))
+            sys.stdout.flush()
+            position[1] = chunk["offset"]
+            continue
+        if number < chunk["attempts"]:
+            position[:] = [number + 1, 0]
+            continue
+        if not follow or chunk["done"]:
+            break
+        time.sleep(FOLLOW_POLL_S)
 
 
 @click.group()
