@@ -4,10 +4,12 @@ run whoever owns the directory, or says why it could not."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sqlite3
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,14 +38,20 @@ class Foreground:
 
     def finish(self, timeout: float = 30) -> tuple[int, str]:
         """Exit code and stderr once it ends."""
-        _, err = self.proc.communicate(timeout=timeout)
+        self.proc.wait(timeout)  # stdout is the reader's alone (communicate would race it)
         self._reader.join(5)
-        return self.proc.returncode, err
+        assert self.proc.stderr is not None
+        return self.proc.returncode, self.proc.stderr.read()
 
     def kill(self) -> None:
+        """Kill it if it still runs, and close its pipes."""
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        self._reader.join(5)
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                pipe.close()
 
 
 @pytest.fixture
@@ -160,6 +168,18 @@ def test_cancel_through_serve_says_cancel_requested_and_wait_waits_for_the_end(
     assert again.returncode == 1 and "already finished" in again.stderr
 
 
+def _kill_wrapper_group(pgid: int) -> None:
+    """Test cleanup: KILL the group only while its leader is still the attempt's wrapper
+    (a freed group id may already name another process group on a busy machine)."""
+    try:
+        with open(f"/proc/{pgid}/cmdline", "rb") as fh:
+            leader = fh.read()
+    except OSError:
+        return
+    if pgid > 1 and b"/proc/self/fd/" in leader and alive_in_group(pgid):
+        os.killpg(pgid, signal.SIGKILL)
+
+
 def _left_running_by_a_killed_serve(ql3: Ql3, *argv: str) -> dict[str, Any]:
     ql3.run("local", "task", "add", "left", "--schedule", "@once", "--", *argv)
     serve = ql3.start_serve()
@@ -180,11 +200,29 @@ def test_cancel_with_no_owner_stops_the_whole_group_itself_and_records_cancelled
         result = ql3.run("local", "cancel", run["id"], check=False)
         alive_when_cancel_returned = alive_in_group(pgid)
     finally:
-        if alive_in_group(pgid):
-            subprocess.run(["kill", "-KILL", f"-{pgid}"], check=False)
+        _kill_wrapper_group(pgid)
     assert result.returncode == 0, result.stderr
     assert alive_when_cancel_returned == []
     assert "cancelled" in result.stdout
+    assert ql3.json("local", "inspect", run["id"])["status"] == "cancelled"
+
+
+def test_cancel_with_no_owner_kills_a_group_that_ignores_term_once_the_grace_is_over(
+    ql3: Ql3,
+) -> None:
+    run = _left_running_by_a_killed_serve(ql3, "sh", "-c", "trap '' TERM; sleep 300 & wait")
+    pgid = _pgid(run)
+    started = time.monotonic()
+    try:
+        result = ql3.run("local", "cancel", run["id"], check=False)
+        took = time.monotonic() - started
+        alive_when_cancel_returned = alive_in_group(pgid)
+    finally:
+        _kill_wrapper_group(pgid)
+    assert result.returncode == 0, result.stderr
+    assert alive_when_cancel_returned == []
+    assert took >= 4.5, "KILL came before the grace period (5 s) was over"
+    assert "KILL after 5 s" in result.stderr
     assert ql3.json("local", "inspect", run["id"])["status"] == "cancelled"
 
 
@@ -201,7 +239,7 @@ def test_cancel_with_no_owner_exits_1_and_says_why_when_the_handle_cannot_be_tru
         result = ql3.run("local", "cancel", run["id"], check=False)
         still_running = alive_in_group(pgid)
     finally:
-        subprocess.run(["kill", "-KILL", f"-{pgid}"], check=False)
+        _kill_wrapper_group(pgid)
     assert result.returncode == 1
     assert "not stopped" in result.stderr and "recovery status" in result.stderr
     assert still_running, "the test meant a run that nothing can stop safely"
