@@ -219,7 +219,7 @@ def test_recovery_status_verbose_shows_each_attempts_evidence(ql3: Ql3) -> None:
         os.killpg(int(run["attempts"][0]["handle"].split(":")[3]), signal.SIGKILL)
 
 
-def test_a_cancel_asked_while_no_owner_runs_stops_the_run_after_restart(ql3: Ql3) -> None:
+def test_a_run_cancelled_while_no_owner_ran_stays_cancelled_after_restart(ql3: Ql3) -> None:
     ql3.run("local", "task", "add", "c", "--schedule", "@once", "--", "sleep", "60")
     serve = ql3.start_serve()
     ql3.run("local", "run", "c")
@@ -227,7 +227,7 @@ def test_a_cancel_asked_while_no_owner_runs_stops_the_run_after_restart(ql3: Ql3
     serve.send_signal(signal.SIGKILL)
     serve.wait(10)
     [run] = ql3.json("local", "runs")
-    ql3.run("local", "cancel", run["id"])  # no owner: only the durable intent is written
+    ql3.run("local", "cancel", run["id"])  # no owner: the command stops the group itself
     serve = ql3.start_serve()
     try:
         final = wait_for(lambda: (r := ql3.json("local", "inspect", run["id"]))["finished_at"]

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import signal
 import sys
-import threading
 import time
 from typing import Any
 
 import click
 
 from qinglong.local.app import output
-from qinglong.local.app.backend import open_backend
+from qinglong.local.app.backend import BUSY_WAIT_S, open_backend
 from qinglong.local.app.cli_common import (
     RunNotSucceededError,
     data_dir_option,
@@ -20,8 +18,8 @@ from qinglong.local.app.cli_common import (
     print_json,
     wait_terminal,
 )
-from qinglong.local.app.client import SocketBackend
-from qinglong.local.app.datadir import DataDir
+from qinglong.local.app.client import ServerUnavailableError, SocketBackend
+from qinglong.shared.errors import DataDirectoryBusyError
 
 FOLLOW_POLL_S = 0.3
 
@@ -36,52 +34,44 @@ def run(name: str, wait: bool, data_dir: str | None, as_json: bool) -> None:
 
     Through a running `ql3 local serve` the run is queued there (--wait waits for it).
     With no serve running this command supervises the run in the foreground until it
-    ends (Ctrl-C cancels it), because nobody else would. Once the run has ended, the exit
-    code is 0 only if it succeeded (1 otherwise), so `ql3 local run X --wait && next` works.
+    ends, printing its output as it is written (not with --json), and serves the data
+    directory to other `ql3 local` commands meanwhile. Ctrl-C cancels the run (TERM, grace,
+    KILL) and exits 130. Once the run has ended, the exit code is 0 only if it succeeded
+    (1 otherwise), so `ql3 local run X --wait && next` works.
     """
+    from qinglong.local.app.foreground import run_in_foreground
+
     datadir = datadir_of(data_dir)
     datadir.require_initialised()
-    if SocketBackend.probe(datadir.socket_path):
-        backend = SocketBackend(datadir.socket_path)
-        view = backend.call("run_now", name=name)
-        if wait:
-            view = wait_terminal(backend, view["id"])
-    else:
-        view = _run_in_foreground(datadir, name)
+    interrupted_by = None
+    deadline = time.monotonic() + BUSY_WAIT_S
+    while True:
+        if SocketBackend.probe(datadir.socket_path):
+            backend = SocketBackend(datadir.socket_path)
+            view = backend.call("run_now", name=name)
+            if wait:
+                view = wait_terminal(backend, view["id"])
+            break
+        try:
+            result = run_in_foreground(
+                datadir, name, stream=None if as_json else sys.stdout.buffer,
+                say=lambda text: click.echo(text, err=True))
+        except DataDirectoryBusyError:  # raised before anything is queued
+            if time.monotonic() >= deadline:  # a short-lived command owns it for a moment
+                raise
+            time.sleep(0.1)
+            continue
+        view, interrupted_by = result.view, result.interrupted_by
+        break
     if as_json:
         print_json(view)
     else:
         click.echo(output.describe_run(view))
+    if interrupted_by is not None:  # Ctrl-C: 130, as shells report an interrupted command
+        click.echo(f"ql3: interrupted: the run ended {view['status']}", err=True)
+        sys.exit(128 + interrupted_by)
     if view["status"] in output.TERMINAL and view["status"] != "succeeded":
         raise RunNotSucceededError(f"the run ended {view['status']}")
-
-
-def _run_in_foreground(datadir: DataDir, name: str) -> dict[str, Any]:
-    from qinglong.local.app.application import LocalStack, LocalStore
-
-    store = LocalStore(datadir, "run")
-    stop = threading.Event()
-    previous = {
-        sig: signal.signal(sig, lambda *_: stop.set())
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    }
-    try:
-        stack = LocalStack(store)
-        stack.recover()  # earlier runs still alive are supervised (deadlines) meanwhile
-        service = stack.service()
-        queued = service.run_now(name)
-        click.echo(
-            f"no `ql3 local serve` is running: supervising run {queued['id']} "
-            "in the foreground until it ends",
-            err=True,
-        )
-        stack.supervise(queued["id"], stop)
-        stack.coordinator.detach(5.0)  # re-attached runs of others go on; serve takes them
-        return service.run_get(queued["id"])
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        store.close()
 
 
 @click.command("runs")
@@ -120,16 +110,63 @@ def inspect(run_id: str, data_dir: str | None, as_json: bool) -> None:
 
 @click.command("cancel")
 @click.argument("run_id")
+@click.option("--wait", is_flag=True,
+              help="Through a running owner, wait until the run has ended (exit 0 only if "
+                   "it ended cancelled).")
 @data_dir_option
 @json_option
-def cancel(run_id: str, data_dir: str | None, as_json: bool) -> None:
-    """Cancel a queued or running run (TERM, grace, KILL)."""
-    with open_backend(datadir_of(data_dir), "cancel") as backend:
-        view = backend.call("cancel", run_id=run_id)
+def cancel(run_id: str, wait: bool, data_dir: str | None, as_json: bool) -> None:
+    """Cancel a queued or running run (TERM, grace, KILL to its process group).
+
+    Through the owner of the data directory (`ql3 local serve` or a foreground
+    `ql3 local run`) the owner stops the run: this prints "cancel requested", and with
+    --wait waits for the run to end. With no owner running, this command stops the run's
+    process group itself and records the outcome before it returns. The exit code is 0
+    only when the run ended cancelled (or, without --wait, once the owner has the request);
+    otherwise 1, saying why.
+    """
+    from qinglong.local.app.cancel import cancel_without_owner
+
+    datadir = datadir_of(data_dir)
+    datadir.require_initialised()
+    deadline = time.monotonic() + BUSY_WAIT_S
+    requested = False
+    while True:
+        if SocketBackend.probe(datadir.socket_path):
+            backend = SocketBackend(datadir.socket_path)
+            if not requested:
+                view = backend.call("cancel", run_id=run_id)
+                requested = True
+                if not wait:  # the owner has the request; it stops the run
+                    if as_json:
+                        print_json(view)
+                    else:
+                        click.echo(f"cancel requested: {output.describe_run(view)}")
+                    return
+                click.echo(f"cancel requested: {output.describe_run(view)}", err=True)
+            try:
+                view = wait_terminal(backend, run_id)
+                break
+            except ServerUnavailableError:  # the owner ended meanwhile (a foreground run
+                continue  # whose run this was): read the outcome, or stop it here
+        try:
+            view = cancel_without_owner(datadir, run_id, resume=requested,
+                                        say=lambda text: click.echo(text, err=True))
+            break
+        except DataDirectoryBusyError:
+            if time.monotonic() >= deadline:  # a short-lived command owns it for a moment
+                raise
+            time.sleep(0.1)
     if as_json:
         print_json(view)
     else:
         click.echo(output.describe_run(view))
+    leftovers = view.get("leftovers") or {}
+    if view["status"] != "cancelled":
+        raise RunNotSucceededError(f"the run ended {view['status']}, not cancelled")
+    if leftovers.get("unresolved"):
+        raise RunNotSucceededError("the run ended cancelled, but processes it left still hold "
+                                   "its attempt lock (`ql3 local inspect` shows the events)")
 
 
 @click.command("logs")
@@ -138,27 +175,38 @@ def cancel(run_id: str, data_dir: str | None, as_json: bool) -> None:
 @data_dir_option
 def logs(run_id: str, follow: bool, data_dir: str | None) -> None:
     """Print a run's output (every attempt's, in order)."""
-    with open_backend(datadir_of(data_dir), "logs") as backend:
-        number, offset = 1, 0
-        while True:
-            chunk = backend.call("logs_read", run_id=run_id, attempt=number, offset=offset)
-            # retired by retention, not an error (docs/protocols.md §3.8)
-            if chunk.get("retired_at"):
-                click.echo(f"the log of attempt {number} is gone "
-                           f"(retired at {chunk['retired_at']})", err=True)
-            if offset == 0 and (number > 1 or chunk["attempts"] > 1) and chunk["data"]:
-                click.echo(f"== attempt {number} ==", err=True)
-            if chunk["data"]:
-                sys.stdout.buffer.write(chunk["data"].encode("utf-8", "surrogateescape"))
-                sys.stdout.flush()
-                offset = chunk["offset"]
-                continue
-            if number < chunk["attempts"]:
-                number, offset = number + 1, 0
-                continue
-            if not follow or chunk["done"]:
-                break
-            time.sleep(FOLLOW_POLL_S)
+    position = [1, 0]  # attempt number, byte offset: kept when the owner changes
+    while True:
+        try:
+            with open_backend(datadir_of(data_dir), "logs") as backend:
+                _print_logs(backend, run_id, follow, position)
+            return
+        except ServerUnavailableError:  # the owner ended (a foreground run): go on from
+            continue  # whoever owns the data directory now
+
+
+def _print_logs(backend: Any, run_id: str, follow: bool, position: list[int]) -> None:
+    """Print from ``position`` (attempt number, offset; advanced as it prints)."""
+    while True:
+        number, offset = position
+        chunk = backend.call("logs_read", run_id=run_id, attempt=number, offset=offset)
+        # retired by retention, not an error (docs/protocols.md §3.8)
+        if chunk.get("retired_at"):
+            click.echo(f"the log of attempt {number} is gone "
+                       f"(retired at {chunk['retired_at']})", err=True)
+        if offset == 0 and (number > 1 or chunk["attempts"] > 1) and chunk["data"]:
+            click.echo(f"== attempt {number} ==", err=True)
+        if chunk["data"]:
+            sys.stdout.buffer.write(chunk["data"].encode("utf-8", "surrogateescape"))
+            sys.stdout.flush()
+            position[1] = chunk["offset"]
+            continue
+        if number < chunk["attempts"]:
+            position[:] = [number + 1, 0]
+            continue
+        if not follow or chunk["done"]:
+            break
+        time.sleep(FOLLOW_POLL_S)
 
 
 @click.group()

@@ -11,6 +11,7 @@ import click
 
 from qinglong.local.app.cli_common import data_dir_option, datadir_of, fail
 from qinglong.local.app.client import SocketBackend
+from qinglong.local.app.datadir import OwnerLock
 from qinglong.shared.errors import (
     DataDirectoryBusyError,
     LocalApplicationStartupRecoveryRequiredError,
@@ -49,8 +50,11 @@ def serve(data_dir: str | None, grace: float | None, detach: bool) -> None:
             app.start()
             break
         except DataDirectoryBusyError:
-            if SocketBackend.probe(datadir.socket_path):
-                fail(f"a ql3 local serve is already running on {datadir.root}")
+            if SocketBackend.probe(datadir.socket_path):  # serve, or a foreground run
+                holder = OwnerLock(datadir).holder().split()
+                who = (f"a foreground `ql3 local run` (pid {holder[0]})"
+                       if holder[1:] == ["run"] else "a ql3 local serve")
+                fail(f"{who} is already running on {datadir.root}")
             if time.monotonic() >= deadline:  # a long foreground `run` or a wedged owner
                 raise
             time.sleep(0.1)  # a short-lived command owns the directory for a moment

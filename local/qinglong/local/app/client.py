@@ -57,7 +57,10 @@ class SocketBackend:
             sock.settimeout(REPLY_TIMEOUT_S)
             with contextlib.suppress(BrokenPipeError):  # a refusal may come before we finish
                 sock.sendall(json.dumps({"op": op, "args": args}).encode() + b"\n")
-            reply = sock.makefile("rb").readline()
+            try:
+                reply = sock.makefile("rb").readline()
+            except ConnectionResetError:  # the owner stopped serving (it ended) meanwhile
+                reply = b""
         finally:
             sock.close()
         if not reply:
