@@ -45,12 +45,12 @@ DISPLAY = Display()
 
 
 def _set_utc(_ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
-    DISPLAY.utc = DISPLAY.utc or value
+    DISPLAY.utc = value
     return value
 
 
 def _set_wide(_ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
-    DISPLAY.wide = DISPLAY.wide or value
+    DISPLAY.wide = value
     return value
 
 

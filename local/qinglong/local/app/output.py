@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from qinglong.local.app import display
+from qinglong.local.app.views import iso
 
 TERMINAL = frozenset({"succeeded", "failed", "cancelled", "timed_out", "lost"})
 
@@ -130,7 +131,37 @@ def describe_event(event: dict[str, Any]) -> str:
     """One line of ``inspect``: time, kind, status change and detail."""
     move = (f" {_s(event['from'])} -> {_s(event['to'])}"
             if event.get("from") is not None or event.get("to") is not None else "")
-    return f"{_t(event['at'])} {event['kind']}{move} {event['detail'] or ''}".rstrip()
+    return f"{_t(event['at'])} {event['kind']}{move} {event_detail(event['detail'])}".rstrip()
+
+
+def event_detail(detail: str | None) -> str:
+    """An event's JSON detail for people: ``key=value`` pairs; ``*_ms`` times become
+    ``key=2026-12-01 09:09:01 +08:00`` (Unix ms never shows), JSON null pairs are left out,
+    booleans read yes/no, strings unquoted; text that is not a JSON object stays as is."""
+    import json
+
+    if not detail:
+        return ""
+    try:
+        data = json.loads(detail)
+    except ValueError:
+        return detail
+    if not isinstance(data, dict):
+        return detail
+    parts = []
+    for key, item in data.items():
+        if item is None:
+            continue
+        if key.endswith("_ms") and isinstance(item, int) and not isinstance(item, bool):
+            if key.endswith(("_at_ms", "slot_ms", "until_ms", "next_fire_ms", "before_ms")):
+                parts.append(f"{key[:-3]}={_t(iso(item))}")
+            else:  # a length of time in ms (step_ms, after_ms, tolerance_ms)
+                parts.append(f"{key[:-3]}={item / 1000:g}s")
+            continue
+        text = item if isinstance(item, str) else (
+            _s(item) if isinstance(item, bool | int | float) else json.dumps(item))
+        parts.append(f"{key}={text}")
+    return " ".join(parts)
 
 
 def field(key: str, item: object) -> str:
@@ -151,8 +182,6 @@ def describe_slot_event(event: dict[str, Any]) -> str | None:
     ``slots_skipped`` (missed: downtime or a forward clock step, issue 10 items 1 and 3);
     a task's ``clock_step`` (its next fire time re-evaluated). None for any other event."""
     import json
-
-    from qinglong.local.app.views import iso
 
     kind = event["kind"]
     if kind not in ("slot_skipped", "slot_coalesced", "slots_skipped", "clock_step") \
