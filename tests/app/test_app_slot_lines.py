@@ -29,7 +29,8 @@ def _event(kind: str, **detail: object) -> dict[str, object]:
 def test_merged_policy_outcomes_read_as_a_range_with_a_count() -> None:
     line = describe_slot_event(_event("slot_skipped", slot_ms=T0, last_slot_ms=T0 + 9_000,
                                       count=10, reason="backlog_full"))
-    assert line == "slots 2027-01-15 08:00:00 +00:00 .. 2027-01-15 08:00:09 +00:00 (10): backlog_full"
+    assert line == ("slots 2027-01-15 08:00:00 +00:00 .. 2027-01-15 08:00:09 +00:00 (10): "
+                    "backlog_full")
 
 
 def test_missed_slots_say_how_many_up_to_when_and_why() -> None:
