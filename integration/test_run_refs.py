@@ -152,13 +152,18 @@ def test_text_outputs_show_no_python_reprs_or_epoch_milliseconds(
         assert not EPOCH_MS.search(text), (args, text)
 
 
-def test_serves_log_lines_carry_the_viewers_zone_and_offset(ql3: Ql3) -> None:
+def test_serves_log_lines_carry_the_viewers_zone_and_references_work_through_it(
+    ql3: Ql3,
+) -> None:
     ql3.env["TZ"] = "Asia/Shanghai"
     ql3.run("local", "task", "add", "hello", "--schedule", "@once", "--", "echo", "hi")
     serve = ql3.start_serve()
     try:
         ql3.run("local", "run", "hello", "--wait")
         assert wait_for(lambda: " ql3 INFO " in ql3.serve_log(), 10)
+        assert ql3.run("local", "logs", "hello@last").stdout == "hi\n"  # through serve
+        unknown = ql3.run("local", "inspect", "hello#7", check=False)
+        assert unknown.returncode == 2 and "no such run 'hello#7'" in unknown.stderr
     finally:
         Ql3.stop_serve(serve)
     logged = [line for line in ql3.serve_log().splitlines() if " ql3 INFO " in line]
