@@ -39,8 +39,9 @@ def test_task_show_gives_the_next_fire_time_serve_computed_and_disable_clears_it
         assert wait_for(lambda: not _show(ql3, "nightly")["next_fire_pending"], 10)
         assert _show(ql3, "nightly")["next_fire"] == _next_daily_0300()
         assert _show(ql3, "starter")["next_fire"] is None  # @boot has no slot
-        assert f"next_fire: {_next_daily_0300()}" in ql3.run(
-            "local", "task", "show", "nightly").stdout
+        as_read = _next_daily_0300().replace("T", " ").replace(".000Z", " +00:00")
+        assert f"next_fire: {as_read}" in ql3.run(
+            "local", "task", "show", "nightly", "--utc").stdout  # issue 12 item 4
 
         ql3.run("local", "task", "add", "often", "--schedule", "*/2 * * * * *", "--", "true")
         assert wait_for(lambda: _show(ql3, "often")["next_fire"] is not None, 10)

@@ -15,6 +15,7 @@ from maint_kit import BOOT_ID, DAY_MS
 from qinglong.local.app.application import LocalStack, LocalStore
 from qinglong.local.app.cli import run_main
 from qinglong.local.app.datadir import DataDir
+from qinglong.local.app.display import when
 from qinglong.local.app.views import iso
 from qinglong.local.execution.coordinator import ExecutionCoordinator
 from qinglong.local.recovery.lifecycle import CleanupLifecycle
@@ -158,10 +159,11 @@ def test_logs_of_a_retired_log_say_gone_and_when(
     finally:
         store.close()
     capsys.readouterr()
-    assert run_main(["local", "logs", run_ids[0], "--data-dir", datadir.root]) == 0
+    assert run_main(["local", "logs", run_ids[0], "--utc", "--data-dir", datadir.root]) == 0
     out = capsys.readouterr()
     assert out.out == ""
-    assert f"gone (retired at {iso(retired_at)})" in out.err
+    assert f"gone (retired at {when(iso(retired_at))})" in out.err
+    assert when(iso(retired_at)).endswith(" +00:00")
     assert run_main(["local", "logs", run_ids[1], "--data-dir", datadir.root]) == 1
     out = capsys.readouterr()
     assert "missing" in out.err and "retired" not in out.err

@@ -95,6 +95,7 @@ class Run:
     signal: int | None = None
     cancel_requested: bool = False
     attempts: tuple[Attempt, ...] = ()
+    number: int | None = None  # per task name, from 1 (local profile; None: not numbered)
 
 
 @dataclass(frozen=True, slots=True)

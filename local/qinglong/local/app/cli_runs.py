@@ -19,7 +19,9 @@ from qinglong.local.app.cli_common import (
     wait_terminal,
 )
 from qinglong.local.app.client import ServerUnavailableError, SocketBackend
+from qinglong.local.app.display import display_options
 from qinglong.shared.errors import DataDirectoryBusyError
+from qinglong.shared.statuses import RunStatus
 
 FOLLOW_POLL_S = 0.3
 
@@ -77,24 +79,37 @@ def run(name: str, wait: bool, data_dir: str | None, as_json: bool) -> None:
 @click.command("runs")
 @click.option("--task", "task_name", default=None, metavar="NAME", help="Only this task's runs.")
 @click.option("--limit", type=click.IntRange(1, 1000), default=20, show_default=True)
+@click.option("--status", type=click.Choice([s.value for s in RunStatus]), default=None,
+              help="Only runs in this status.")
+@display_options
 @data_dir_option
 @json_option
-def runs(task_name: str | None, limit: int, data_dir: str | None, as_json: bool) -> None:
-    """List runs, newest first, with status and exit code."""
+def runs(
+    task_name: str | None, limit: int, status: str | None, data_dir: str | None, as_json: bool
+) -> None:
+    """List runs, newest first: BACKUP#N, short id, status, exit code, start, duration.
+
+    Any run shown can be named as TASK#N, TASK@last or by the last 6+ hex digits of its
+    id in `logs`, `inspect` and `cancel`.
+    """
     with open_backend(datadir_of(data_dir), "runs") as backend:
-        views = backend.call("runs", task=task_name, limit=limit)
+        views = backend.call("runs", task=task_name, limit=limit, status=status)
     if as_json:
         print_json(views)
     else:
         output.print_runs(views)
 
 
-@click.command("inspect")
-@click.argument("run_id")
+RUN_HELP = "RUN is a run id, TASK#N, TASK@last, or the last 6+ hex digits of a run id."
+
+
+@click.command("inspect", epilog=RUN_HELP)
+@click.argument("run_id", metavar="RUN")
+@display_options
 @data_dir_option
 @json_option
 def inspect(run_id: str, data_dir: str | None, as_json: bool) -> None:
-    """Show one run: attempts, handles and its event history."""
+    """Show one run RUN: attempts, handles and its event history."""
     with open_backend(datadir_of(data_dir), "inspect") as backend:
         view = backend.call("run_get", run_id=run_id)
     if as_json:
@@ -102,21 +117,20 @@ def inspect(run_id: str, data_dir: str | None, as_json: bool) -> None:
         return
     click.echo(output.describe_run(view))  # ends with the leftovers note, if any
     for attempt in view["attempts"]:
-        click.echo(f"  attempt {attempt['number']}: {attempt['status']} exit "
-                   f"{attempt['exit_code']} handle {attempt['handle']}")
+        click.echo("  " + output.describe_attempt(attempt))
     for event in view["events"]:
-        click.echo(f"  {event['at']} {event['kind']} {event['detail'] or ''}")
+        click.echo("  " + output.describe_event(event))
 
 
-@click.command("cancel")
-@click.argument("run_id")
+@click.command("cancel", epilog=RUN_HELP)
+@click.argument("run_id", metavar="RUN")
 @click.option("--wait", is_flag=True,
               help="Through a running owner, wait until the run has ended (exit 0 only if "
                    "it ended cancelled).")
 @data_dir_option
 @json_option
 def cancel(run_id: str, wait: bool, data_dir: str | None, as_json: bool) -> None:
-    """Cancel a queued or running run (TERM, grace, KILL to its process group).
+    """Cancel run RUN if queued or running (TERM, grace, KILL to its process group).
 
     Through the owner of the data directory (`ql3 local serve` or a foreground
     `ql3 local run`) the owner stops the run: this prints "cancel requested", and with
@@ -169,16 +183,27 @@ def cancel(run_id: str, wait: bool, data_dir: str | None, as_json: bool) -> None
                                    "its attempt lock (`ql3 local inspect` shows the events)")
 
 
-@click.command("logs")
-@click.argument("run_id")
+@click.command("logs", epilog=RUN_HELP)
+@click.argument("run_id", metavar="RUN")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing output until the run ends.")
+@click.option("--tail", "tail", type=click.IntRange(1, 100_000), default=None, metavar="N",
+              help="Start at the last N lines of the newest attempt.")
+@display_options
 @data_dir_option
-def logs(run_id: str, follow: bool, data_dir: str | None) -> None:
-    """Print a run's output (every attempt's, in order)."""
-    position = [1, 0]  # attempt number, byte offset: kept when the owner changes
+def logs(run_id: str, follow: bool, tail: int | None, data_dir: str | None) -> None:
+    """Print the output of run RUN (every attempt's, in order)."""
+    position: list[int] | None = None  # attempt number, byte offset: kept across owners
     while True:
         try:
             with open_backend(datadir_of(data_dir), "logs") as backend:
+                if position is None:  # resolve the reference once; then read by full id
+                    if tail is None:
+                        run_id = backend.call("run_get", run_id=run_id)["id"]
+                        position = [1, 0]
+                    else:
+                        start = backend.call("logs_tail", run_id=run_id, lines=tail)
+                        run_id = start["run_id"]
+                        position = [start["attempt"], start["offset"]]
                 _print_logs(backend, run_id, follow, position)
             return
         except ServerUnavailableError:  # the owner ended (a foreground run): go on from
@@ -193,7 +218,7 @@ def _print_logs(backend: Any, run_id: str, follow: bool, position: list[int]) ->
         # retired by retention, not an error (docs/protocols.md §3.8)
         if chunk.get("retired_at"):
             click.echo(f"the log of attempt {number} is gone "
-                       f"(retired at {chunk['retired_at']})", err=True)
+                       f"(retired at {output.when(chunk['retired_at'])})", err=True)
         if offset == 0 and (number > 1 or chunk["attempts"] > 1) and chunk["data"]:
             click.echo(f"== attempt {number} ==", err=True)
         if chunk["data"]:

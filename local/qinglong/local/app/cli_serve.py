@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import signal
 import threading
 import time
@@ -12,6 +11,7 @@ import click
 from qinglong.local.app.cli_common import data_dir_option, datadir_of, fail
 from qinglong.local.app.client import SocketBackend
 from qinglong.local.app.datadir import OwnerLock
+from qinglong.local.app.display import configure_logging, utc_option
 from qinglong.shared.errors import (
     DataDirectoryBusyError,
     LocalApplicationStartupRecoveryRequiredError,
@@ -27,6 +27,7 @@ OWNER_WAIT_S = 5.0
 @click.option("--detach", is_flag=True,
               help="On stop, leave running attempts running (for upgrades): the next start "
                    "re-attaches them and still enforces their timeouts.")
+@utc_option
 def serve(data_dir: str | None, grace: float | None, detach: bool) -> None:
     """Run the scheduler and accept commands until SIGTERM or SIGINT.
 
@@ -37,7 +38,7 @@ def serve(data_dir: str | None, grace: float | None, detach: bool) -> None:
     """
     from qinglong.local.app.local_application import LocalApplication
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s ql3 %(levelname)s %(message)s")
+    configure_logging()  # our log lines: the viewer's zone with its offset, or --utc
     datadir = datadir_of(data_dir)
     datadir.require_initialised()
     stop = threading.Event()

@@ -7,6 +7,7 @@ import click
 from qinglong.local.app import output
 from qinglong.local.app.backend import open_backend
 from qinglong.local.app.cli_common import data_dir_option, datadir_of, json_option, print_json
+from qinglong.local.app.display import display_options
 from qinglong.shared.errors import ValidationError
 
 
@@ -85,6 +86,7 @@ def task_add(
 
 
 @task.command("list")
+@display_options
 @data_dir_option
 @json_option
 def task_list(data_dir: str | None, as_json: bool) -> None:
@@ -99,6 +101,7 @@ def task_list(data_dir: str | None, as_json: bool) -> None:
 
 @task.command("show")
 @click.argument("name")
+@display_options
 @data_dir_option
 @json_option
 def task_show(name: str, data_dir: str | None, as_json: bool) -> None:
@@ -110,12 +113,12 @@ def task_show(name: str, data_dir: str | None, as_json: bool) -> None:
         return
     for key in ("name", "id", "schedule", "timezone", "enabled", "concurrency", "timeout_s",
                 "max_attempts", "cwd", "created_at"):
-        click.echo(f"{key:>13}: {view[key]}")
-    click.echo(f"{'command':>13}: {' '.join(view['argv'])}")
+        click.echo(output.field(key, view[key]))
+    click.echo(output.field("command", output.command(view["argv"])))
     if view.get("next_fire_pending"):
         click.echo(f"{'next_fire':>13}: pending (computed by the running serve)")
     else:
-        click.echo(f"{'next_fire':>13}: {view.get('next_fire') or '-'}")
+        click.echo(output.field("next_fire", view.get("next_fire")))
     for run in view["recent_runs"]:
         click.echo("  " + output.describe_run(run))
     for line in filter(None, map(output.describe_slot_event, view["events"])):

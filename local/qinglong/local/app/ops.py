@@ -31,7 +31,9 @@ def call(service: LocalService, op: str, args: dict[str, Any]) -> Any:
             return service.run_get(str(args["run_id"]))
         if op == "runs":
             task = args.get("task")
-            return service.runs(None if task is None else str(task), int(args.get("limit", 20)))
+            status = args.get("status")
+            return service.runs(None if task is None else str(task), int(args.get("limit", 20)),
+                                None if status is None else str(status))
         if op == "cancel":
             return service.cancel(str(args["run_id"]))
         if op == "logs_read":
@@ -41,6 +43,8 @@ def call(service: LocalService, op: str, args: dict[str, Any]) -> Any:
                 None if attempt is None else int(attempt),
                 int(args.get("offset", 0)),
             )
+        if op == "logs_tail":
+            return service.logs_tail(str(args["run_id"]), int(args["lines"]))
         if op == "recovery_status":
             return service.recovery_status(bool(args.get("verbose", False)))
         if op == "recovery_resolve":

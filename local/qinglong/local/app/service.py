@@ -11,6 +11,7 @@ import stat
 from collections.abc import Callable
 from typing import Any
 
+from qinglong.local.app.run_refs import resolve_run_ref
 from qinglong.local.app.task_input import TaskInput
 from qinglong.local.app.views import event_view, iso, run_view, task_view
 from qinglong.local.process.receipt_store import ReceiptStore
@@ -23,6 +24,7 @@ from qinglong.shared.ids import validate_uuid7
 from qinglong.shared.statuses import ATTEMPT_ACTIVE, RUN_TERMINAL, AttemptStatus
 
 LOG_CHUNK_BYTES = 64 * 1024
+TAIL_SCAN_BYTES = 1024 * LOG_CHUNK_BYTES  # `logs --tail` looks back at most 64 MiB
 VALUE_MASK = "********"
 
 
@@ -123,21 +125,27 @@ class LocalService:
         return self._run_view(run)
 
     def run_get(self, run_id: str) -> dict[str, Any]:
-        """One run with attempts and events."""
-        run = self.repo.get_run(run_id)
+        """One run with attempts and events. ``run_id``: a run id or any reference
+        ``app/run_refs.py`` accepts (``backup#42``, ``backup@last``, an id suffix); an unknown
+        or ambiguous one raises NoSuchRunError / AmbiguousRunError (bad input)."""
+        run = self.repo.get_run(resolve_run_ref(self.repo, run_id))
         events = self.repo.list_events(run.id)
         view = self._run_view(run, events)
         view["events"] = [event_view(e) for e in events]
         return view
 
-    def runs(self, task: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
-        """Runs newest first, optionally of one task (by name)."""
+    def runs(
+        self, task: str | None = None, limit: int = 20, status: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Runs newest first, optionally of one task (by name) and/or in one ``status``
+        (a RunStatus value; another raises ValidationError)."""
         task_id = None if task is None else self.repo.get_task(task).id
-        return self._run_views(self.repo.list_runs(task_id=task_id, limit=limit))
+        return self._run_views(self.repo.list_runs(task_id=task_id, limit=limit, status=status))
 
     def cancel(self, run_id: str) -> dict[str, Any]:
-        """Cancel a run: queued ones at once, active ones by TERM, grace, KILL."""
-        run = self.repo.request_cancel(run_id)
+        """Cancel a run (any reference ``run_get`` accepts): queued ones at once, active ones
+        by TERM, grace, KILL."""
+        run = self.repo.request_cancel(resolve_run_ref(self.repo, run_id))
         if self._stop_run is not None:
             self._stop_run(run.id)
         return self._run_view(run)
@@ -248,12 +256,13 @@ class LocalService:
     ) -> dict[str, Any]:
         """Read up to 64 KiB of an attempt's log from ``offset`` (bytes).
 
-        ``attempt`` None means the newest attempt. Returns ``{"attempt", "attempts",
+        ``run_id``: any reference ``run_get`` accepts. ``attempt`` None means the newest
+        attempt. Returns ``{"attempt", "attempts",
         "offset", "data", "run_status", "done"}``; ``done`` when the run is terminal and the
         chunk reached the end of the newest attempt's log. A log retired by retention adds
         ``"retired_at"`` (ISO time) and no data; a log missing otherwise is NotFoundError.
         """
-        run = self.repo.get_run(run_id)
+        run = self.repo.get_run(resolve_run_ref(self.repo, run_id))
         terminal = run.status in RUN_TERMINAL
         number = attempt or (run.attempts[-1].number if run.attempts else 1)
         if number > len(run.attempts):  # not started yet
@@ -285,6 +294,44 @@ class LocalService:
             "run_status": run.status.value,
             "done": done,
         }
+
+    def logs_tail(self, run_id: str, lines: int) -> dict[str, Any]:
+        """Where the last ``lines`` lines (1–100000) of the run's newest attempt's log begin:
+        ``{"run_id", "attempt", "offset"}`` (offset in bytes, for ``logs_read``). Reads the
+        log backwards in 64 KiB blocks, at most 64 MiB; a log with fewer lines starts at 0,
+        and so does a run with no attempt yet (attempt 1). ``run_id``: any reference."""
+        run = self.repo.get_run(resolve_run_ref(self.repo, run_id))
+        if not run.attempts:
+            return {"run_id": run.id, "attempt": 1, "offset": 0}
+        newest = run.attempts[-1]
+        offset = 0
+        if newest.log_path and self.repo.log_tombstone(newest.id) is None:
+            offset = _tail_offset(newest.log_path, max(1, min(lines, 100_000)))
+        return {"run_id": run.id, "attempt": newest.number, "offset": offset}
+
+
+def _tail_offset(path: str, lines: int) -> int:
+    """The byte offset where the last ``lines`` lines of the file at ``path`` begin (a final
+    line without a newline counts as a line); 0 if the file is missing or shorter."""
+    try:
+        size = os.stat(path, follow_symlinks=False).st_size
+    except OSError:
+        return 0
+    position, newlines = size, 0
+    floor = max(0, size - TAIL_SCAN_BYTES)
+    while position > floor:
+        start = max(floor, position - LOG_CHUNK_BYTES)
+        data = _read_log(path, start, position - start) or b""
+        for index in range(len(data) - 1, -1, -1):
+            if data[index] != 0x0A:
+                continue
+            if start + index == size - 1:  # the final newline ends the last line
+                continue
+            newlines += 1
+            if newlines == lines:
+                return start + index + 1
+        position = start
+    return floor
 
 
 def _or(value: Any, default: Any) -> Any:

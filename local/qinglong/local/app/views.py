@@ -90,6 +90,7 @@ def run_view(
     ``leftovers`` key (see :func:`leftovers_view`; None when nothing was left behind)."""
     view: dict[str, Any] = {
         "id": run.id,
+        "number": run.number,
         "task": run.task_name,
         "task_id": run.task_id,
         "status": run.status.value,

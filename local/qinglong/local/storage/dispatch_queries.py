@@ -30,6 +30,7 @@ from qinglong.local.storage.rows import (
     load_run,
     run_from_row,
 )
+from qinglong.local.storage.run_numbers import next_run_number
 from qinglong.shared.domain import Run, Trigger
 from qinglong.shared.ids import uuid7
 
@@ -210,9 +211,9 @@ def _insert_run(
     run_id = uuid7()
     cur = conn.execute(
         "INSERT INTO runs (id, task_id, trigger, status, scheduled_at_ms, not_before_ms,"
-        " created_at_ms, updated_at_ms) VALUES (?, ?, ?, 'queued', ?, ?, ?, ?)"
+        " created_at_ms, updated_at_ms, number) VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?)"
         " ON CONFLICT DO NOTHING",
-        (run_id, task_id, trigger.value, slot_ms, at, at, at),
+        (run_id, task_id, trigger.value, slot_ms, at, at, at, next_run_number(conn, task_id)),
     )
     if cur.rowcount == 0:
         return None

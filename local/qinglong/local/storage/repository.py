@@ -31,6 +31,7 @@ from qinglong.local.storage.rows import (
     run_from_row,
     task_from_row,
 )
+from qinglong.local.storage.run_numbers import RunNumberQueries, next_run_number
 from qinglong.local.storage.schedule_queries import ScheduleQueries
 from qinglong.shared.domain import Attempt, Event, Run, Task, Trigger
 from qinglong.shared.errors import (
@@ -105,7 +106,8 @@ def _event(
 
 
 class LocalRunRepository(
-    ReceiptJournalQueries, RetentionQueries, LeftoverQueries, DispatchQueries, ScheduleQueries
+    ReceiptJournalQueries, RetentionQueries, LeftoverQueries, DispatchQueries, ScheduleQueries,
+    RunNumberQueries,
 ):
     """Tasks, runs, attempts, events and the receipt journal of one data directory.
 
@@ -272,9 +274,10 @@ class LocalRunRepository(
         def op(conn: sqlite3.Connection) -> Run | None:
             cur = conn.execute(
                 "INSERT INTO runs (id, task_id, trigger, status, scheduled_at_ms, not_before_ms,"
-                " created_at_ms, updated_at_ms) VALUES (?, ?, ?, 'queued', ?, ?, ?, ?)"
+                " created_at_ms, updated_at_ms, number) VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?)"
                 " ON CONFLICT DO NOTHING",
-                (run_id, task_id, trigger.value, scheduled_at_ms, not_before_ms or at, at, at),
+                (run_id, task_id, trigger.value, scheduled_at_ms, not_before_ms or at, at, at,
+                 next_run_number(conn, task_id)),
             )
             if cur.rowcount == 0:
                 return None
@@ -307,15 +310,26 @@ class LocalRunRepository(
         attempts = load_attempts(conn, [str(row[0]) for row in rows])
         return [run_from_row(row, tuple(attempts[str(row[0])])) for row in rows]
 
-    def list_runs(self, task_id: str | None = None, limit: int = 20) -> list[Run]:
-        """Runs newest first (by UUIDv7 id), optionally of one task; limit 1–1000."""
+    def list_runs(
+        self, task_id: str | None = None, limit: int = 20, status: str | None = None
+    ) -> list[Run]:
+        """Runs newest first (by UUIDv7 id), optionally of one task and/or in one ``status``
+        (a RunStatus value, else ValidationError); limit 1–1000."""
         limit = max(1, min(limit, 1000))
-        if task_id is None:
-            return self.db.read(lambda c: self._runs(c, "ORDER BY r.id DESC LIMIT ?", (limit,)))
+        clauses: list[str] = []
+        args: list[object] = []
+        if task_id is not None:
+            clauses.append("r.task_id = ?")
+            args.append(task_id)
+        if status is not None:
+            try:
+                clauses.append("r.status = ?")
+                args.append(RunStatus(status).value)
+            except ValueError:
+                raise ValidationError("status", "not a run status") from None
+        where = ("WHERE " + " AND ".join(clauses) + " ") if clauses else ""
         return self.db.read(
-            lambda c: self._runs(
-                c, "WHERE r.task_id = ? ORDER BY r.id DESC LIMIT ?", (task_id, limit)
-            )
+            lambda c: self._runs(c, where + "ORDER BY r.id DESC LIMIT ?", (*args, limit))
         )
 
     def active_runs(self, task_id: str | None = None) -> list[Run]:

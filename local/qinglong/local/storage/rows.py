@@ -18,7 +18,7 @@ TASK_COLUMNS = (
 RUN_COLUMNS = (
     "r.id, r.task_id, t.name, r.status, r.owner, r.trigger, r.version, r.scheduled_at_ms,"
     " r.not_before_ms, r.created_at_ms, r.finished_at_ms, r.exit_code, r.signal,"
-    " r.cancel_requested"
+    " r.cancel_requested, r.number"
 )
 ATTEMPT_COLUMNS = (
     "id, run_id, number, status, executor, version, handle, exit_code, signal, log_path,"
@@ -94,6 +94,7 @@ def run_from_row(row: Sequence[object], attempts: tuple[Attempt, ...] = ()) -> R
         signal=_opt_int(row[12]),
         cancel_requested=bool(row[13]),
         attempts=attempts,
+        number=_opt_int(row[14]),
     )
 
 
