@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 class _Hook(http.server.BaseHTTPRequestHandler):
     bodies: list[dict[str, Any]]
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+    def do_POST(self) -> None:
         size = int(self.headers.get("Content-Length", "0"))
         type(self).bodies.append(json.loads(self.rfile.read(size)))
         self.send_response(204)
