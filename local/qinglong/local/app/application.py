@@ -14,14 +14,12 @@ import os
 import threading
 import time
 
+from qinglong.local.app import settings as keys
 from qinglong.local.app.datadir import DataDir, OwnerLock
+from qinglong.local.app.notifier import Notifier
 from qinglong.local.app.profiles import Profile, get_profile
 from qinglong.local.app.service import LocalService
-from qinglong.local.execution.coordinator import (
-    ExecutionConfig,
-    ExecutionCoordinator,
-    runtime_base_env,
-)
+from qinglong.local.execution.coordinator import ExecutionConfig, ExecutionCoordinator
 from qinglong.local.execution.dispatcher import Dispatcher
 from qinglong.local.process.launcher import LaunchConfig, LocalProcessLauncher
 from qinglong.local.process.receipt_store import ReceiptStore
@@ -42,6 +40,7 @@ from qinglong.local.scheduling.scheduler import IDLE_WAKE_MS, Scheduler
 from qinglong.local.storage.database import Database
 from qinglong.local.storage.migrations import open_database
 from qinglong.local.storage.repository import LocalRunRepository
+from qinglong.local.storage.secrets import TaskSecretStore
 from qinglong.shared.domain import Run
 from qinglong.shared.errors import (
     LocalApplicationStartupRecoveryRequiredError,
@@ -96,6 +95,12 @@ class LocalStack:
         self.settled = threading.Condition()
         self.wake_event = threading.Event()
         self.receipts = ReceiptStore(store.datadir.receipt_root)
+        secrets = TaskSecretStore(repo.db, repo.clock)
+        # Issue 12 item 9: notifications leave on one bounded queue, off the critical path;
+        # started by ``serve`` (a foreground ``run`` does not notify).
+        self.notifier = Notifier(
+            repo, lambda: {**keys.task_path_env(repo.get_setting), **repo.global_variables()},
+            keys.notify_cwd())
         self.launcher = LocalProcessLauncher(
             LaunchConfig(log_root=store.datadir.log_root, receipt_root=store.datadir.receipt_root,
                          log_cap_bytes=store.profile.log_cap_bytes),
@@ -108,8 +113,11 @@ class LocalStack:
             ExecutionConfig(
                 log_root=store.datadir.log_root,
                 grace_s=store.profile.grace_s if grace_s is None else grace_s,
-                base_env=runtime_base_env(),
-                global_env_source=repo.global_variables,  # read at each start (migration 0002)
+                # read at each start: PATH (issue 12 item 8), globals (migration 0002),
+                # the task's secrets (migration 0006)
+                base_env_source=lambda: keys.task_path_env(repo.get_setting),
+                global_env_source=repo.global_variables,
+                secret_env_source=lambda task: secrets.resolve(task.id),
                 default_cwd=default_task_cwd(store.datadir),
             ),
             on_settled=self._on_settled,
@@ -118,7 +126,11 @@ class LocalStack:
         self.scheduler = Scheduler(repo, self._stop_run)
         self.cleanup, self.retention = _maintenance(store)  # timers, not started
 
+    def _notify(self, run: Run) -> None:
+        self.notifier.submit(run)  # never blocks; ignores a run that will be retried
+
     def _on_settled(self, run: Run) -> None:
+        self._notify(run)
         self.wake_event.set()
         with self.settled:
             self.settled.notify_all()
@@ -173,6 +185,7 @@ class LocalStack:
             repo, receipts, lambda run_id, attempt_id: quarantine_receipt(
                 repo, receipts, run_id, attempt_id),
             grace_s=self.coordinator.config.grace_s,
+            on_settled=self._notify,  # a run found lost at startup notifies too
         )
         left: set[str] = set()
         for _ in range(RECOVERY_PASSES):

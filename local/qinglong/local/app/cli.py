@@ -82,7 +82,14 @@ def init(data_dir: str | None, profile: str) -> None:
     click.echo(f"initialised {datadir.root} (profile {profile})")
 
 
-from qinglong.local.app import cli_import, cli_runs, cli_serve, cli_tasks  # noqa: E402
+from qinglong.local.app import (  # noqa: E402
+    cli_import,
+    cli_runs,
+    cli_serve,
+    cli_settings,
+    cli_tasks,
+    cli_vars,
+)
 
 local.add_command(cli_tasks.task)
 local.add_command(cli_runs.run)
@@ -93,7 +100,9 @@ local.add_command(cli_runs.inspect)
 local.add_command(cli_runs.recovery)
 local.add_command(cli_serve.serve)
 local.add_command(cli_import.import_qinglong)
-local.add_command(cli_import.vars_group)
+local.add_command(cli_vars.vars_group)
+local.add_command(cli_settings.settings_group)
+local.add_command(cli_settings.notify_group)
 
 
 def run_main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""``ql3 local import-qinglong`` and ``ql3 local vars list``."""
+"""``ql3 local import-qinglong``."""
 
 from __future__ import annotations
 
@@ -78,24 +78,3 @@ def print_report(report: dict[str, Any]) -> None:
     for row in report["variables"]["skipped"]:
         click.echo(f"  - env {row['id']} {row['name'] or '(no name)'}: {row['reason']}")
 
-
-@click.group("vars")
-def vars_group() -> None:
-    """Global variables every task receives (values are never shown)."""
-
-
-@vars_group.command("list")
-@data_dir_option
-@json_option
-def vars_list(data_dir: str | None, as_json: bool) -> None:
-    """List global variables by name; values are masked."""
-    with open_backend(datadir_of(data_dir), "vars list") as backend:
-        views: list[dict[str, Any]] = backend.call("vars_list")
-    if as_json:
-        print_json(views)
-        return
-    if not views:
-        click.echo("no global variables")
-    for view in views:
-        click.echo(f"{view['name']}={view['value']}  (source {view['source']}, "
-                   f"updated {view['updated_at']})")

@@ -7,6 +7,7 @@ import click
 from qinglong.local.app import output
 from qinglong.local.app.backend import open_backend
 from qinglong.local.app.cli_common import data_dir_option, datadir_of, json_option, print_json
+from qinglong.local.app.cli_vars import read_secret_env, secret_env_option
 from qinglong.local.app.display import display_options
 from qinglong.shared.errors import ValidationError
 
@@ -39,7 +40,9 @@ def _parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
 @click.option("--concurrency", type=click.Choice(["forbid", "allow", "replace"]),
               default="forbid", show_default=True,
               help="A due slot while a run is active: skip it, run both, or replace.")
-@click.option("--env", "env_pairs", multiple=True, metavar="K=V", help="Environment variable.")
+@click.option("--env", "env_pairs", multiple=True, metavar="K=V",
+              help="Environment variable (shown in task show; PATH here replaces the default).")
+@secret_env_option
 @click.option("--cwd", default=None, metavar="DIR", help="Absolute working directory.")
 @click.option("--label", "labels", multiple=True, help="Free-form label (repeatable).")
 @click.argument("argv", nargs=-1, required=True)
@@ -53,6 +56,7 @@ def task_add(
     max_attempts: int,
     concurrency: str,
     env_pairs: tuple[str, ...],
+    secret_env: tuple[str, ...],
     cwd: str | None,
     labels: tuple[str, ...],
     argv: tuple[str, ...],
@@ -62,6 +66,9 @@ def task_add(
     """Register task NAME running ARGV (write it after `--`) on a schedule.
 
     Example: ql3 local task add backup --schedule '0 3 * * *' -- /usr/local/bin/backup.sh
+
+    A task's PATH is systemd's default list (or the data directory's task_path setting)
+    unless --env PATH=... gives its own.
     """
     spec = {
         "name": name,
@@ -74,6 +81,7 @@ def task_add(
         "max_attempts": max_attempts,
         "concurrency": concurrency,
         "labels": list(labels),
+        "secret_env": read_secret_env(secret_env),
     }
     if not argv:
         raise ValidationError("argv", "the command must not be empty")
@@ -115,6 +123,10 @@ def task_show(name: str, data_dir: str | None, as_json: bool) -> None:
                 "max_attempts", "cwd", "created_at"):
         click.echo(output.field(key, view[key]))
     click.echo(output.field("command", output.command(view["argv"])))
+    for key, value in sorted(view["env"].items()):
+        click.echo(output.field("env", f"{key}={value}"))
+    for key, value in view.get("secret_env", {}).items():  # masked or @VAR, never a value
+        click.echo(output.field("secret_env", f"{key}={value}"))
     if view.get("next_fire_pending"):
         click.echo(f"{'next_fire':>13}: pending (computed by the running serve)")
     else:

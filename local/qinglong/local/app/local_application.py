@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 
+from qinglong.local.app import settings as keys
 from qinglong.local.app.application import LocalStack, LocalStore
 from qinglong.local.app.datadir import DataDir
 from qinglong.local.app.server import SocketServer
@@ -63,6 +64,7 @@ class LocalApplication:
             stack.scheduler.boot(self.store.repo.clock())
             self.steps.append("domain_recovery")
             stack.start_maintenance()
+            stack.notifier.start()
             self._loop = threading.Thread(
                 target=stack.run_loop, args=(self._stop_loop,), name="ql3-scheduler"
             )
@@ -97,6 +99,8 @@ class LocalApplication:
                 else:
                     stack.coordinator.drain()
                 self.steps.append("stack_stopped")
+                # after the drain, so its outcomes are notified; each delivery is bounded
+                stack.notifier.stop(2 * keys.NOTIFY_TIMEOUT_MAX_S + 5)
                 self.stack = None
             if self.store is not None:
                 self.store.close()

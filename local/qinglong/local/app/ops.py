@@ -53,6 +53,17 @@ def call(service: LocalService, op: str, args: dict[str, Any]) -> Any:
             return service.legacy_import(dict(args["source"]), dict(args.get("options") or {}))
         if op == "vars_list":
             return service.vars_list()
+        if op == "vars_set":
+            return service.vars_set(str(args["name"]), str(args["value"]))
+        if op == "vars_rm":
+            return service.vars_rm(str(args["name"]))
+        if op == "settings_show":
+            return service.settings_show()
+        if op == "settings_set":
+            value = args.get("value")
+            return service.settings_set(str(args["key"]), None if value is None else str(value))
+        if op == "notify_test":
+            return service.notify_test()
     except (KeyError, TypeError, ValueError) as exc:
         if isinstance(exc, ValidationError):
             raise

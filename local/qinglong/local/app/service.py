@@ -11,14 +11,16 @@ import stat
 from collections.abc import Callable
 from typing import Any
 
+from qinglong.local.app import settings as keys
 from qinglong.local.app.run_refs import resolve_run_ref
-from qinglong.local.app.task_input import TaskInput
+from qinglong.local.app.task_input import TaskInput, check_launch_budget
 from qinglong.local.app.views import event_view, iso, run_view, task_view
 from qinglong.local.process.receipt_store import ReceiptStore
 from qinglong.local.recovery.evidence import attempt_evidence
 from qinglong.local.recovery.manual import resolve_run
 from qinglong.local.scheduling.slot_policy import admit_manual
 from qinglong.local.storage.repository import LocalRunRepository
+from qinglong.local.storage.secrets import SecretEntry, TaskSecretStore, masked
 from qinglong.shared.errors import NotFoundError, QinglongError, ValidationError
 from qinglong.shared.ids import validate_uuid7
 from qinglong.shared.statuses import ATTEMPT_ACTIVE, RUN_TERMINAL, AttemptStatus
@@ -46,6 +48,7 @@ class LocalService:
         receipts: ReceiptStore | None = None,
     ) -> None:
         self.repo = repo
+        self.secrets = TaskSecretStore(repo.db, repo.clock)
         self.receipts = receipts
         self.supervised = supervised
         self._wake = wake or (lambda: None)
@@ -71,13 +74,37 @@ class LocalService:
             )
         except (KeyError, TypeError, ValueError):
             raise ValidationError("task", "name, argv and schedule are required") from None
-        task = self.repo.create_task(data.to_task())
+        secret = secret_entries(spec.get("secret_env"))
+        task = data.to_task()
+        check_secret_env(task.argv, task.env, secret)
+        task = self.repo.create_task(task, secret_env=secret)
         self._wake()
-        return task_view(task)
+        return self._task_view(task)
+
+    def _task_view(self, task: Any, refs: dict[str, str | None] | None = None) -> dict[str, Any]:
+        """:func:`task_view` plus ``secret_env``: ``{name: "********" or "@VAR"}``."""
+        view = task_view(task)
+        view["secret_env"] = masked(self.secrets.refs(task.id) if refs is None else refs)
+        return view
+
+    def task_secret_env_apply(
+        self, task: Any, secret_env: object, unset: list[str] | None = None
+    ) -> list[str]:
+        """Set (``secret_env``: ``{name: {"value"} | {"variable"}}``, the socket's shape) and
+        remove (``unset``) secret variables of a stored task, in one transaction: for
+        ``task edit --secret-env/--unset-secret-env``. Returns the changed names (for the
+        edit's task event: names only, never values). Raises ValidationError (bad entry, a
+        name that is also a plain env, an unknown global variable)."""
+        entries = secret_entries(secret_env)
+        check_secret_env(task.argv, task.env, entries)
+        changed = self.secrets.apply(task.id, entries, unset or [])
+        self._wake()
+        return changed
 
     def task_list(self) -> list[dict[str, Any]]:
         """Live tasks by name."""
-        return [task_view(t) for t in self.repo.list_tasks()]
+        refs = self.secrets.refs_by_task()
+        return [self._task_view(t, refs.get(t.id, {})) for t in self.repo.list_tasks()]
 
     def task_show(self, name: str) -> dict[str, Any]:
         """One task with its five newest runs and ten newest task events, and its stored
@@ -85,7 +112,7 @@ class LocalService:
         or not computed yet) and ``next_fire_pending`` (True until a running ``serve``
         computes it after an add, import, enable or backward clock step)."""
         task = self.repo.get_task(name)
-        view = task_view(task)
+        view = self._task_view(task)
         next_fire, pending = self.repo.next_fire_of(task.id)
         view["next_fire"] = iso(next_fire) if task.enabled and not pending else None
         view["next_fire_pending"] = task.enabled and pending is not None
@@ -97,13 +124,13 @@ class LocalService:
         """Enable or disable a task."""
         task = self.repo.set_task_enabled(name, enabled)
         self._wake()
-        return task_view(task)
+        return self._task_view(task)
 
     def task_rm(self, name: str) -> dict[str, Any]:
         """Remove a task; its run history stays."""
         task = self.repo.remove_task(name)
         self._wake()
-        return task_view(task)
+        return self._task_view(task)
 
     # -- runs -----------------------------------------------------------------------------
 
@@ -249,6 +276,61 @@ class LocalService:
             for name, source, at in self.repo.list_global_variables()
         ]
 
+    def vars_set(self, name: str, value: str) -> dict[str, Any]:
+        """Set a global variable (source ``manual``): ``{"name", "changed"}``. The total of
+        all variables stays within the launcher's budget. Raises ValidationError (never
+        echoing the value)."""
+        from qinglong.local.app.legacy_import import GLOBAL_VARIABLES_MAX_BYTES
+
+        others = {n: v for n, v in self.repo.global_variables().items() if n != name}
+        size = sum(len(f"{n}={v}".encode("utf-8", "surrogateescape")) + 1
+                   for n, v in {**others, name: value}.items())
+        if size > GLOBAL_VARIABLES_MAX_BYTES:
+            raise ValidationError("variable", f"global variables are limited to "
+                                              f"{GLOBAL_VARIABLES_MAX_BYTES} bytes in all")
+        changed = self.repo.set_global_variable(name, value, "manual")
+        return {"name": name, "changed": changed}
+
+    def vars_rm(self, name: str) -> dict[str, Any]:
+        """Remove a global variable: ``{"name", "removed": True}``. Raises NotFoundError
+        naming it, or ConflictError naming the tasks whose secret refers to it."""
+        if not self.secrets.remove_global_variable(name):
+            raise NotFoundError(f"no such variable {name!r}")
+        return {"name": name, "removed": True}
+
+    # -- settings and notifications (issue 12 items 8-9) ----------------------------------
+
+    def settings_show(self) -> list[dict[str, Any]]:
+        """Every data-directory setting: ``{"key", "value", "default"}`` (a webhook by host
+        only, see :func:`settings.shown`)."""
+        return [keys.shown(key, self.repo.get_setting(key)) for key in keys.KEYS]
+
+    def settings_set(self, key: str, value: str | None) -> dict[str, Any]:
+        """Set (``value`` text) or unset (None: back to the default) one setting; returns
+        its view. Raises ValidationError naming the key."""
+        if value is None:
+            if key not in keys.KEYS:
+                raise ValidationError("setting", f"unknown setting {key!r}")
+            self.repo.delete_setting(key)
+        else:
+            self.repo.set_setting(key, keys.normalise(key, value))
+        return keys.shown(key, self.repo.get_setting(key))
+
+    def notify_test(self) -> dict[str, Any]:
+        """Send a sample notification now (no run, no event): ``{"configured", "facts",
+        "deliveries": [{"channel", "ok", ...}]}``. Bounded by ``notify_timeout_s`` per
+        channel."""
+        from qinglong.local.app.notifier import Notifier, run_facts, sample_run
+
+        notifier = Notifier(self.repo, lambda: {
+            **keys.task_path_env(self.repo.get_setting), **self.repo.global_variables()},
+            keys.notify_cwd())
+        config = notifier.config()
+        facts = run_facts(sample_run(self.repo.clock()), test=True)
+        deliveries = notifier.send(config, facts) if config.configured else []
+        return {"configured": config.configured, "facts": facts,
+                "deliveries": [d.view() for d in deliveries]}
+
     # -- logs -----------------------------------------------------------------------------
 
     def logs_read(
@@ -332,6 +414,28 @@ def _tail_offset(path: str, lines: int) -> int:
                 return start + index + 1
         position = start
     return floor
+
+
+def secret_entries(obj: object) -> dict[str, SecretEntry]:
+    """``{name: {"value": str} | {"variable": str}}`` (None: none) as entries. Raises
+    ValidationError("secret_env", ...) without echoing a value."""
+    if obj is None:
+        return {}
+    if not isinstance(obj, dict):
+        raise ValidationError("secret_env", "must be a mapping of names to entries")
+    return {str(name): SecretEntry.from_json(entry) for name, entry in obj.items()}
+
+
+def check_secret_env(argv: tuple[str, ...], env: dict[str, str],
+                     secret: dict[str, SecretEntry]) -> None:
+    """A secret name must not also be a plain variable, and literal secrets count in the
+    launcher's byte budget. Raises ValidationError (names only)."""
+    both = sorted(set(env) & set(secret))
+    if both:
+        raise ValidationError("secret_env", f"{', '.join(both)} is also a plain --env "
+                                            "variable; use one or the other")
+    literal = {n: e.value for n, e in secret.items() if e.value is not None}
+    check_launch_budget(argv, {**env, **literal})
 
 
 def _or(value: Any, default: Any) -> Any:

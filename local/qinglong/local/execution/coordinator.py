@@ -30,6 +30,7 @@ from qinglong.local.process.leftovers import ReceiptStoreLock
 from qinglong.local.process.reattached import ReattachedProcess
 from qinglong.local.process.receipt_store import ReceiptStore
 from qinglong.local.storage.repository import LocalRunRepository
+from qinglong.local.storage.secrets import SecretVariableMissingError
 from qinglong.shared.backoff import retry_not_before_ms
 from qinglong.shared.domain import Attempt, Run, Task
 from qinglong.shared.errors import ConcurrentUpdateError, QinglongError, ReceiptCodecError
@@ -58,10 +59,15 @@ class ExecutionConfig:
     ``log_root``: absolute directory of attempt logs. ``default_cwd``: working directory of
     tasks without ``cwd`` (the runtime user's home, as cron does). ``grace_s``: seconds
     between TERM and KILL on timeout, cancel or drain. ``base_env``: variables every command gets
-    (``PATH``, ``HOME``, ``LANG`` of the runtime); ``global_env``: user-wide variables.
+    (``PATH``, ``HOME``, ``LANG``: see :func:`runtime_base_env`); ``base_env_source``: when
+    set, called at every start instead of ``base_env`` (a changed data-directory ``PATH``
+    applies to the next attempt); ``global_env``: user-wide variables.
     ``global_env_source``: when set, called at every start for the current user-wide
     variables instead of ``global_env`` (so a change applies to the next attempt); it may
-    raise QinglongError, and then the run stays queued. Values are secrets: never logged.
+    raise QinglongError, and then the run stays queued. ``secret_env_source``: a task's
+    secret variables (migration 0006), resolved at every start; a SecretVariableMissingError
+    fails the attempt (its code and the names in the event, never a value). Precedence, last
+    wins: base, global, the task's env, the task's secrets. Values are secrets: never logged.
     """
 
     log_root: str
@@ -69,14 +75,22 @@ class ExecutionConfig:
     base_env: dict[str, str] = field(default_factory=dict)
     global_env: dict[str, str] = field(default_factory=dict)
     global_env_source: Callable[[], dict[str, str]] | None = None
+    base_env_source: Callable[[], dict[str, str]] | None = None
+    secret_env_source: Callable[[Task], dict[str, str]] | None = None
     retry_base_s: float = 5.0
     retry_cap_s: float = 600.0
     default_cwd: str | None = None
 
 
-def runtime_base_env() -> dict[str, str]:
-    """``PATH``, ``HOME`` and ``LANG`` from the runtime's environment, nothing else."""
-    env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")}
+# systemd's default PATH for services (``DefaultEnvironment``; issue 12 item 8): a task never
+# inherits the runtime's own PATH, where ``python3`` may be ql3's virtualenv interpreter.
+DEFAULT_TASK_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def runtime_base_env(path: str | None = None) -> dict[str, str]:
+    """``PATH`` (``path``, else :data:`DEFAULT_TASK_PATH`; never the runtime's own), and
+    ``HOME`` and ``LANG`` from the runtime's environment; nothing else (DESIGN.md §3.3)."""
+    env = {"PATH": path or DEFAULT_TASK_PATH}
     for name in ("HOME", "LANG"):
         if name in os.environ:
             env[name] = os.environ[name]
@@ -132,11 +146,16 @@ class ExecutionCoordinator:
         )
 
     def _user_env(self, task: Task) -> dict[str, str]:
-        env = dict(self.config.base_env)
+        base = self.config.base_env_source
+        env = dict(self.config.base_env if base is None else base())
         source = self.config.global_env_source
         env.update(self.config.global_env if source is None else source())
         env.update(task.env)
         return env
+
+    def _secret_env(self, task: Task) -> dict[str, str]:
+        source = self.config.secret_env_source
+        return {} if source is None else source(task)
 
     def start(self, run: Run, task: Task) -> Run:
         """Start the next attempt of a queued run; returns the run as it then stands.
@@ -145,6 +164,11 @@ class ExecutionCoordinator:
         and is not raised. Raises ConcurrentUpdateError if the run moved meanwhile.
         """
         env = self._user_env(task)  # read before the claim: a failure leaves the run queued
+        missing: SecretVariableMissingError | None = None
+        try:
+            env.update(self._secret_env(task))
+        except SecretVariableMissingError as exc:  # a user error: fail it, do not loop
+            missing = exc
         attempt = self.repo.claim_attempt(run)  # step 1
         now = self.repo.clock()
         deadline = None if task.timeout_s is None else now + round(task.timeout_s * 1000)
@@ -152,6 +176,11 @@ class ExecutionCoordinator:
         attempt = self.repo.record_start_intent(  # step 2
             attempt, log_path=log_path, deadline_at_ms=deadline
         )
+        if missing is not None:
+            log.warning("run %s of task %s not started: %s", run.id, task.name, missing)
+            return self._settle(attempt, task, AttemptStatus.FAILED, detail={
+                "launch_error": missing.code, "secret": missing.env_name,
+                "variable": missing.variable})
         request = LaunchRequest(
             run_id=run.id,
             attempt_id=attempt.id,

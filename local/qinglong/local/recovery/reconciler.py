@@ -96,6 +96,8 @@ class LocalRunReconciler:
     ``quarantine(run_id, attempt_id)`` persists the quarantine intent and moves an invalid receipt
     away (ADR-0069 §3); ``retry_base_s``/``retry_cap_s`` as for the coordinator; ``grace_s``:
     seconds between TERM and KILL for processes left holding a settled attempt's lock.
+    ``on_settled(run)``: called after each terminal commit with the run as it then stands
+    (failure notifications, issue 12 item 9); it must not block or raise.
     """
 
     def __init__(
@@ -107,10 +109,12 @@ class LocalRunReconciler:
         retry_base_s: float = 5.0,
         retry_cap_s: float = 600.0,
         grace_s: float = 5.0,
+        on_settled: Callable[[Run], None] | None = None,
     ) -> None:
         self.repo = repo
         self.receipts = receipts
         self.quarantine = quarantine
+        self.on_settled = on_settled
         self.retry_base_s = retry_base_s
         self.retry_cap_s = retry_cap_s
         self.grace_s = grace_s
@@ -283,8 +287,10 @@ class LocalRunReconciler:
             base_s=self.retry_base_s,
             cap_s=self.retry_cap_s,
         )
-        self.repo.finish_attempt(attempt, outcome, retry_not_before_ms=retry_at,
-                                 **kwargs)  # type: ignore[arg-type]
+        settled = self.repo.finish_attempt(attempt, outcome, retry_not_before_ms=retry_at,
+                                           **kwargs)  # type: ignore[arg-type]
+        if self.on_settled is not None:
+            self.on_settled(settled)
 
     def _discard_lock(self, attempt_id: str) -> None:
         try:

@@ -11,7 +11,7 @@ import json
 import re
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from qinglong.local.storage.database import Database
@@ -33,6 +33,7 @@ from qinglong.local.storage.rows import (
 )
 from qinglong.local.storage.run_numbers import RunNumberQueries, next_run_number
 from qinglong.local.storage.schedule_queries import ScheduleQueries
+from qinglong.local.storage.secrets import SecretEntry, write_entries
 from qinglong.shared.domain import Attempt, Event, Run, Task, Trigger
 from qinglong.shared.errors import (
     ConcurrentUpdateError,
@@ -122,8 +123,12 @@ class LocalRunRepository(
 
     # -- tasks --------------------------------------------------------------------------
 
-    def create_task(self, task: Task) -> Task:
-        """Insert a task definition. Raises ConflictError if a live task has that name."""
+    def create_task(
+        self, task: Task, secret_env: Mapping[str, SecretEntry] | None = None
+    ) -> Task:
+        """Insert a task definition and, in the same transaction, its secret environment
+        (migration 0006). Raises ConflictError if a live task has that name, ValidationError
+        for a bad secret entry (nothing is stored then)."""
         at = self.clock()
 
         def op(conn: sqlite3.Connection) -> Task:
@@ -154,6 +159,8 @@ class LocalRunRepository(
                     at,
                 ),
             )
+            if secret_env:
+                write_entries(conn, task.id, secret_env, (), at)
             _event(conn, at, "task_created", task_id=task.id)
             return self._task_by_id(conn, task.id)
 
@@ -256,6 +263,12 @@ class LocalRunRepository(
         """Append a task-level event (for example a slot skipped by policy ``forbid``)."""
         at = self.clock()
         self.db.write(lambda conn: _event(conn, at, kind, task_id=task_id, detail=detail))
+
+    def run_event(self, task_id: str, run_id: str, kind: str, detail: dict[str, object]) -> None:
+        """Append an event about an ended run (for example a notification's outcome)."""
+        at = self.clock()
+        self.db.write(lambda conn: _event(conn, at, kind, task_id=task_id, run_id=run_id,
+                                          detail=detail))
 
     # -- runs ---------------------------------------------------------------------------
 
@@ -712,6 +725,11 @@ class LocalRunRepository(
             )
         )
 
+    def delete_setting(self, key: str) -> bool:
+        """Remove a settings value (back to its default); False if it was not set."""
+        return self.db.write(
+            lambda c: c.execute("DELETE FROM settings WHERE key = ?", (key,)).rowcount > 0
+        )
 
     # -- global variables (migration 0002) -------------------------------------------------
 

@@ -1,0 +1,114 @@
+"""``ql3 local settings ...`` and ``ql3 local notify test`` (issue 12 items 8–9)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from qinglong.local.app import settings as keys
+from qinglong.local.app.backend import open_backend
+from qinglong.local.app.cli_common import (
+    data_dir_option,
+    datadir_of,
+    fail,
+    json_option,
+    print_json,
+)
+from qinglong.local.app.cli_vars import read_secret
+
+
+@click.group("settings")
+def settings_group() -> None:
+    """Data-directory settings: task PATH and run notifications.
+
+    \b
+    task_path         PATH of every task (default: systemd's list); a task's --env PATH wins
+    notify_command    command run when a run ends in a notify_on status, as one
+                      shell-quoted string; it gets the run's facts as QL3_* variables
+    notify_webhook    http(s) URL that gets the facts as a JSON POST (give "-" to read it
+                      from stdin; shown by host only)
+    notify_on         statuses that notify (default failed,timed_out,lost; add succeeded)
+    notify_timeout_s  seconds each notifier may take, 1-25 (default 10)
+    """
+
+
+def _print_setting(view: dict[str, Any]) -> None:
+    shown = view["value"] if view["value"] is not None else (
+        f"(default) {view['default']}" if view["default"] is not None else "(not set)")
+    click.echo(f"{view['key']:>16}: {shown}")
+
+
+@settings_group.command("show")
+@data_dir_option
+@json_option
+def settings_show(data_dir: str | None, as_json: bool) -> None:
+    """Show every setting (a webhook by host only)."""
+    with open_backend(datadir_of(data_dir), "settings show") as backend:
+        views: list[dict[str, Any]] = backend.call("settings_show")
+    if as_json:
+        print_json(views)
+        return
+    for view in views:
+        _print_setting(view)
+
+
+@settings_group.command("set")
+@click.argument("key", type=click.Choice(keys.KEYS))
+@click.argument("value")
+@data_dir_option
+@json_option
+def settings_set(key: str, value: str, data_dir: str | None, as_json: bool) -> None:
+    """Set KEY to VALUE ("-": read VALUE from stdin, for a webhook URL holding a token).
+
+    Example: ql3 local settings set notify_command '/usr/local/bin/push.sh --to ops'
+    """
+    if value == "-":
+        value = read_secret(key)
+    with open_backend(datadir_of(data_dir), "settings set") as backend:
+        view = backend.call("settings_set", key=key, value=value)
+    if as_json:
+        print_json(view)
+    else:
+        _print_setting(view)
+
+
+@settings_group.command("unset")
+@click.argument("key", type=click.Choice(keys.KEYS))
+@data_dir_option
+@json_option
+def settings_unset(key: str, data_dir: str | None, as_json: bool) -> None:
+    """Return KEY to its default (a notify channel: off)."""
+    with open_backend(datadir_of(data_dir), "settings unset") as backend:
+        view = backend.call("settings_set", key=key, value=None)
+    if as_json:
+        print_json(view)
+    else:
+        _print_setting(view)
+
+
+@click.group("notify")
+def notify_group() -> None:
+    """Run notifications (configure them with `ql3 local settings set notify_...`)."""
+
+
+@notify_group.command("test")
+@data_dir_option
+@json_option
+def notify_test(data_dir: str | None, as_json: bool) -> None:
+    """Send a sample notification (a made-up failed run of task ql3-notify-test) now.
+
+    Exits 1 when no notifier is configured or any channel failed.
+    """
+    with open_backend(datadir_of(data_dir), "notify test") as backend:
+        view: dict[str, Any] = backend.call("notify_test")
+    if as_json:
+        print_json(view)
+    else:
+        for done in view["deliveries"]:
+            extra = ", ".join(f"{k} {v}" for k, v in done.items() if k not in ("channel", "ok"))
+            click.echo(f"{done['channel']}: {'ok' if done['ok'] else 'FAILED'} ({extra})")
+    if not view["configured"]:
+        fail("no notifier configured (ql3 local settings set notify_command|notify_webhook)")
+    if not all(d["ok"] for d in view["deliveries"]):
+        raise SystemExit(1)
