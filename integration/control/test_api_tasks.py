@@ -257,3 +257,47 @@ def test_enable_records_the_slots_missed_while_disabled_in_the_ledger(api: ApiWo
     ledger = api.client.get("/v1/tasks/backup/occurrences", headers=api.as_("viewer")).json()
     assert [(o["outcome"], o["slot_count"] >= 2) for o in ledger["items"]] == [
         ("skipped_disabled", True)]
+
+
+@pytest.mark.parametrize(("over", "message"), [
+    ({"schedule": "99 * * * * MARK"}, "body.schedule: not a valid cron expression (5 fields, "
+     "or 6 with seconds first, or an @ alias such as @daily)"),
+    ({"timezone": "Mars/MARK"}, "body.timezone: not an IANA time zone name (e.g. "
+     "Asia/Shanghai)"),
+    ({"timeout_s": "5"}, "body.timeout_s: not an integer"),
+    ({"max_attempts": 101}, "body.max_attempts: greater than the maximum 100"),
+    ({"enabled": 1}, "body.enabled: not a boolean"),
+    ({"concurrency_policy": "MARK"},
+     "body.concurrency_policy: not one of 'forbid', 'allow' or 'replace'"),
+    ({"env": {"1MARK": {"value": "x"}}},
+     "body.env.* (key): does not match ^[A-Za-z_][A-Za-z0-9_]{0,127}$"),
+    ({"env": {"MARK": {"value": "x", "MARKED": True}}},
+     "body.env.*: unknown field (accepted: secret, value)"),
+    ({"timout_s": 5, "MARK": 1}, "body: unknown field (accepted: argv, catchup_grace_s, "
+     "concurrency_policy, cwd, enabled, env, labels, log_limit_bytes, log_retention_s, "
+     "max_attempts, name, retry_backoff_cap_ms, retry_backoff_ms, schedule, shell, "
+     "timeout_s, timezone)"),
+], ids=["cron", "zone", "number-as-string", "range", "bool-as-int", "policy", "env-name",
+        "env-entry-unknown", "unknown-field"])
+def test_a_422_names_each_field_with_its_reason_and_never_the_input(
+        api: ApiWorld, over: dict[str, Any], message: str) -> None:
+    """Each error: the field's location (client-chosen keys as ``*``) and a reason from a
+    fixed vocabulary or our own fixed phrase; an unknown field is not named (it is the
+    client's key) but the accepted names are listed. Strict types: ``"5"`` for an integer
+    is refused. Nothing the client sent (``MARK``, the misspelt key) appears."""
+    answer = api.client.post("/v1/tasks", json=task(**over), headers=api.as_("admin"))
+    assert answer.status_code == 422, answer.text
+    assert answer.json() == {"error": {"code": "invalid_request",
+                                       "message": f"invalid fields: {message}"}}
+    assert "MARK" not in answer.text and "timout" not in answer.text
+    assert api.sql("SELECT count(*) FROM tasks") == [(0,)]
+
+
+def test_an_edit_refuses_a_number_given_as_a_string_and_says_why_for_null(
+        api: ApiWorld) -> None:
+    api.client.post("/v1/tasks", json=task(), headers=api.as_("admin"))
+    for body, message in (({"timeout_s": "5"}, "body.timeout_s: not an integer"),
+                          ({"max_attempts": None}, "body.max_attempts: may not be null")):
+        answer = api.client.patch("/v1/tasks/backup", json=body, headers=api.as_("admin"))
+        assert (answer.status_code, answer.json()["error"]["message"]) == (
+            422, f"invalid fields: {message}")
