@@ -38,11 +38,15 @@ class ApiWorld:
     server: Any
     thread: threading.Thread
     tokens: dict[str, str] = field(default_factory=dict)
+    issued: dict[str, int] = field(default_factory=dict)
     app: Any = None
 
     def issue(self, scope: str, *, pool: str = "pool-a", revoked: bool = False) -> str:
-        """A new token of ``scope`` recorded by the schema owner."""
+        """A new token of ``scope`` recorded by the schema owner; the first of a scope is
+        named ``<scope>-token``, later ones ``<scope>-token-<n>`` (a live name is unique)."""
         token = new_token()
+        self.issued[scope] = self.issued.get(scope, 0) + 1
+        suffix = "" if self.issued[scope] == 1 else f"-{self.issued[scope]}"
         with self.owner.begin() as conn:
             pool_id = None
             if scope == "worker":
@@ -52,7 +56,7 @@ class ApiWorld:
                     {"id": uuid7(), "n": pool})
                 pool_id = conn.exec_driver_sql("SELECT id::text FROM worker_pools WHERE"
                                                " name = %(n)s", {"n": pool}).scalar()
-            token_id = insert_token(conn, name=f"{scope}-token", scope=scope,
+            token_id = insert_token(conn, name=f"{scope}-token{suffix}", scope=scope,
                                     sha256=token_hash(token), pool_id=pool_id)
             if revoked:
                 conn.exec_driver_sql("UPDATE api_tokens SET revoked_at = now() WHERE id ="

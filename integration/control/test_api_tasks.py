@@ -165,7 +165,8 @@ def test_edit_refuses_null_for_required_fields_and_two_commands(api: ApiWorld) -
 
 
 def test_run_now_queues_a_numbered_manual_run_kept_after_delete(api: ApiWorld) -> None:
-    api.client.post("/v1/tasks", json=task(), headers=api.as_("admin"))
+    api.client.post("/v1/tasks", json=task(concurrency_policy="allow"),
+                    headers=api.as_("admin"))
     first = api.client.post("/v1/tasks/backup/run", headers=api.as_("operator"))
     second = api.client.post("/v1/tasks/backup/run", headers=api.as_("operator"))
     assert (first.status_code, second.status_code) == (201, 201), first.text
@@ -178,6 +179,47 @@ def test_run_now_queues_a_numbered_manual_run_kept_after_delete(api: ApiWorld) -
                           headers=api.as_("viewer")).status_code == 200
     assert api.client.post("/v1/tasks/backup/run",
                            headers=api.as_("operator")).status_code == 404
+
+
+@pytest.mark.parametrize("active", ["queued", "dispatching", "running"])
+def test_run_now_of_a_forbid_task_with_an_active_run_is_refused_409(api: ApiWorld,
+                                                                   active: str) -> None:
+    """Policy forbid (the default): while a run is queued, dispatching or running, run now
+    answers 409 ``run_refused`` and creates nothing (no run, no number, no event); once the
+    run has ended, run now creates the next number."""
+    api.client.post("/v1/tasks", json=task(), headers=api.as_("admin"))
+    first = api.client.post("/v1/tasks/backup/run", headers=api.as_("operator")).json()
+    api.sql("UPDATE runs SET status = %(s)s WHERE id = %(i)s", {"s": active, "i": first["id"]})
+    refused = api.client.post("/v1/tasks/backup/run", headers=api.as_("operator"))
+    assert refused.status_code == 409, refused.text
+    assert refused.json() == {"error": {"code": "run_refused", "message":
+                                        "a run of this task is active; policy forbid"}}
+    assert api.sql("SELECT count(*) FROM runs") == [(1,)]
+    assert api.sql("SELECT count(*) FROM task_events WHERE kind = 'run_requested'") == [(1,)]
+    api.sql("UPDATE runs SET status = 'succeeded', finished_at = now() WHERE id = %(i)s",
+            {"i": first["id"]})
+    again = api.client.post("/v1/tasks/backup/run", headers=api.as_("operator"))
+    assert (again.status_code, again.json()["number"]) == (201, 2), again.text
+
+
+def test_run_now_of_a_replace_task_cancels_the_queued_run_and_stops_the_running_one(
+        api: ApiWorld) -> None:
+    """Policy replace: run now creates the run, ends the queued one ``cancelled`` (reason
+    replaced, by the new run) and asks the running one to stop, as the scheduler does."""
+    api.client.post("/v1/tasks", json=task(concurrency_policy="replace"),
+                    headers=api.as_("admin"))
+    running = api.client.post("/v1/tasks/backup/run", headers=api.as_("operator")).json()
+    api.sql("UPDATE runs SET status = 'running' WHERE id = %(i)s", {"i": running["id"]})
+    queued = api.client.post("/v1/tasks/backup/run", headers=api.as_("operator"))
+    assert queued.status_code == 201, queued.text
+    newest = api.client.post("/v1/tasks/backup/run", headers=api.as_("operator"))
+    assert (newest.status_code, newest.json()["number"]) == (201, 3), newest.text
+    rows = dict(api.sql("SELECT number, status || ':' || (cancel_requested_at IS NOT NULL)::text"
+                        " FROM runs"))
+    assert rows == {1: "running:true", 2: "cancelled:true", 3: "queued:false"}
+    got = api.client.get(f"/v1/runs/{queued.json()['id']}", headers=api.as_("viewer")).json()
+    assert (got["events"][-1]["detail"] or {}) == {"reason": "replaced",
+                                                   "by_run": newest.json()["id"]}
 
 
 def test_delete_cancels_the_task_s_queued_runs(api: ApiWorld) -> None:
@@ -215,3 +257,47 @@ def test_enable_records_the_slots_missed_while_disabled_in_the_ledger(api: ApiWo
     ledger = api.client.get("/v1/tasks/backup/occurrences", headers=api.as_("viewer")).json()
     assert [(o["outcome"], o["slot_count"] >= 2) for o in ledger["items"]] == [
         ("skipped_disabled", True)]
+
+
+@pytest.mark.parametrize(("over", "message"), [
+    ({"schedule": "99 * * * * MARK"}, "body.schedule: not a valid cron expression (5 fields, "
+     "or 6 with seconds first, or an @ alias such as @daily)"),
+    ({"timezone": "Mars/MARK"}, "body.timezone: not an IANA time zone name (e.g. "
+     "Asia/Shanghai)"),
+    ({"timeout_s": "5"}, "body.timeout_s: not an integer"),
+    ({"max_attempts": 101}, "body.max_attempts: greater than the maximum 100"),
+    ({"enabled": 1}, "body.enabled: not a boolean"),
+    ({"concurrency_policy": "MARK"},
+     "body.concurrency_policy: not one of 'forbid', 'allow' or 'replace'"),
+    ({"env": {"1MARK": {"value": "x"}}},
+     "body.env.* (key): does not match ^[A-Za-z_][A-Za-z0-9_]{0,127}$"),
+    ({"env": {"MARK": {"value": "x", "MARKED": True}}},
+     "body.env.*: unknown field (accepted: secret, value)"),
+    ({"timout_s": 5, "MARK": 1}, "body: unknown field (accepted: argv, catchup_grace_s, "
+     "concurrency_policy, cwd, enabled, env, labels, log_limit_bytes, log_retention_s, "
+     "max_attempts, name, retry_backoff_cap_ms, retry_backoff_ms, schedule, shell, "
+     "timeout_s, timezone)"),
+], ids=["cron", "zone", "number-as-string", "range", "bool-as-int", "policy", "env-name",
+        "env-entry-unknown", "unknown-field"])
+def test_a_422_names_each_field_with_its_reason_and_never_the_input(
+        api: ApiWorld, over: dict[str, Any], message: str) -> None:
+    """Each error: the field's location (client-chosen keys as ``*``) and a reason from a
+    fixed vocabulary or our own fixed phrase; an unknown field is not named (it is the
+    client's key) but the accepted names are listed. Strict types: ``"5"`` for an integer
+    is refused. Nothing the client sent (``MARK``, the misspelt key) appears."""
+    answer = api.client.post("/v1/tasks", json=task(**over), headers=api.as_("admin"))
+    assert answer.status_code == 422, answer.text
+    assert answer.json() == {"error": {"code": "invalid_request",
+                                       "message": f"invalid fields: {message}"}}
+    assert "MARK" not in answer.text and "timout" not in answer.text
+    assert api.sql("SELECT count(*) FROM tasks") == [(0,)]
+
+
+def test_an_edit_refuses_a_number_given_as_a_string_and_says_why_for_null(
+        api: ApiWorld) -> None:
+    api.client.post("/v1/tasks", json=task(), headers=api.as_("admin"))
+    for body, message in (({"timeout_s": "5"}, "body.timeout_s: not an integer"),
+                          ({"max_attempts": None}, "body.max_attempts: may not be null")):
+        answer = api.client.patch("/v1/tasks/backup", json=body, headers=api.as_("admin"))
+        assert (answer.status_code, answer.json()["error"]["message"]) == (
+            422, f"invalid fields: {message}")

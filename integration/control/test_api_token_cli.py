@@ -18,8 +18,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 QL3 = str(Path(sys.executable).parent / "ql3")
 
 
-def ql3(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+def ql3(*args: str, check: bool = True, **extra_env: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items()
+           if k != "PYTHONPATH" and not k.startswith("QL3_")}
+    env.update(extra_env)
     proc = subprocess.run([QL3, "control", "token", *args], capture_output=True, text=True,
                           env=env, timeout=60, check=False)
     if check:
@@ -58,3 +60,58 @@ def test_import_by_hash_and_a_worker_pool_created_when_missing(api: ApiWorld) ->
     bad = ql3("create", "--database-url", url, "--name", "x", "--scope", "viewer",
               "--pool", "gpu", check=False)
     assert bad.returncode == 2
+
+
+def test_the_runtime_login_from_the_environment_cannot_issue_or_revoke_tokens(
+        api: ApiWorld) -> None:
+    """QL3_DATABASE_URL holding the replicas' runtime login (it may read and insert
+    api_tokens): create, import and revoke exit 2 naming QL3_DATABASE_URL and the schema
+    owner, and record nothing; list still works for it."""
+    runtime = {"QL3_DATABASE_URL": api.pg_db.runtime_url}
+    digest = hashlib.sha256(b"ql3_" + b"i" * 43).hexdigest()
+    made = json.loads(ql3("create", "--database-url", api.pg_db.url, "--name", "keep",
+                          "--scope", "viewer", "--json").stdout)
+    before = api.sql("SELECT count(*) FROM api_tokens")
+    for args in (("create", "--name", "minted", "--scope", "admin"),
+                 ("import", "--name", "imported", "--scope", "viewer", "--sha256", digest),
+                 ("revoke", made["id"])):
+        out = ql3(*args, check=False, **runtime)
+        assert out.returncode == 2, (args, out.returncode, out.stderr)
+        assert "QL3_DATABASE_URL: connects as role" in out.stderr, out.stderr
+        assert "cannot create objects in schema public: issue and revoke tokens with the " \
+               "migration owner's URL" in out.stderr, out.stderr
+        assert "Traceback" not in out.stderr
+    assert api.sql("SELECT count(*) FROM api_tokens") == before
+    assert api.sql("SELECT revoked_at FROM api_tokens WHERE id = %(id)s",
+                   {"id": made["id"]}) == [(None,)]
+    listed = ql3("list", check=True, **runtime).stdout
+    assert made["id"] in listed
+
+
+def test_a_live_token_name_is_unique_until_revoked(api: ApiWorld) -> None:
+    """A second live ``ops`` token is refused by the CLI (exit 2) and the API (409
+    ``token_name_taken``, the name not echoed); once the first is revoked the name is free
+    again."""
+    url = api.pg_db.url
+    first = json.loads(ql3("create", "--database-url", url, "--name", "ops", "--scope",
+                           "operator", "--json").stdout)
+    again = ql3("create", "--database-url", url, "--name", "ops", "--scope", "viewer",
+                check=False)
+    assert again.returncode == 2, again.stderr
+    assert "--name: a live token already has this name" in again.stderr
+    digest = hashlib.sha256(b"ql3_" + b"d" * 43).hexdigest()
+    imported = ql3("import", "--database-url", url, "--name", "ops", "--scope", "viewer",
+                   "--sha256", digest, check=False)
+    assert imported.returncode == 2, imported.stderr
+    posted = api.client.post("/v1/tokens", json={"name": "ops", "scope": "viewer"},
+                             headers=api.as_("admin"))
+    assert posted.status_code == 409, posted.text
+    assert posted.json()["error"]["code"] == "token_name_taken"
+    assert "ops" not in posted.json()["error"]["message"]
+    assert api.sql("SELECT count(*) FROM api_tokens WHERE name = 'ops'") == [(1,)]
+    ql3("revoke", "--database-url", url, first["id"])
+    ql3("create", "--database-url", url, "--name", "ops", "--scope", "viewer")
+    posted = api.client.post("/v1/tokens", json={"name": "ops", "scope": "viewer"},
+                             headers=api.as_("admin"))
+    assert posted.status_code == 409  # the new live one holds it now
+    assert api.sql("SELECT count(*) FROM api_tokens WHERE name = 'ops'") == [(2,)]

@@ -190,3 +190,31 @@ def test_a_sweeper_login_that_can_become_a_privileged_role_is_refused(
                 conn.execute(f'REASSIGN OWNED BY "{privileged}" TO postgres')
         for role in (login, middle, privileged):
             drop_role(role)
+
+
+def test_a_replica_readiness_names_a_privileged_login_while_the_cli_check_does_not(
+        pg_db: PgDb) -> None:
+    """``serve``'s readiness (refuse_privileged) over the superuser's URL is not ready with
+    ``runtime_login_privileged``, even though the schema and grants are fine; the same
+    check over a login that is only a member of the runtime role is ready, and the
+    owner-facing ``ql3 control readiness`` (no refuse_privileged) stays ready as before."""
+    from pg_control_db import admin, drop_role, unique
+
+    from qinglong.control.readiness import readiness
+
+    with pg_db.pooled() as engine:
+        verdict = readiness(engine, runtime_role=pg_db.runtime_role, refuse_privileged=True)
+        assert (verdict.ready, verdict.reason) == (False, "runtime_login_privileged")
+        assert verdict.detail == "login: logs in or acts as a superuser"
+        assert readiness(engine, runtime_role=pg_db.runtime_role).ready
+    login = unique("ql3lg")
+    with admin() as conn:
+        conn.execute(f'CREATE ROLE "{login}" LOGIN IN ROLE "{pg_db.runtime_role}"')
+    try:
+        url = f"postgresql://{login}@127.0.0.1:5432/{pg_db.name}"
+        with pg_db.pooled(url) as engine:
+            verdict = readiness(engine, runtime_role=pg_db.runtime_role,
+                                refuse_privileged=True)
+            assert verdict.ready, verdict
+    finally:
+        drop_role(login)

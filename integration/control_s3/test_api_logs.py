@@ -95,3 +95,41 @@ def test_integrity_mismatches_answer_their_documented_503_codes(
     finally:
         engine.dispose()
         close_world(api)
+
+
+def test_a_running_attempt_s_log_is_pending_and_a_lost_one_s_is_not_found(
+        pg_db: PgDb, s3: Any, make_bucket: Callable[[bool], str]) -> None:
+    """404 ``log_pending`` (with its own message) while the attempt is claimed, starting or
+    running; 404 ``log_not_found`` once it ended without a log (lost) and for an unknown id.
+    Both codes are documented under the route's 404 in OpenAPI."""
+    api = open_world(pg_db, s3=s3, bucket=make_bucket(False))
+    try:
+        project_id, task_id, run_id, attempt_id = uuid7(), uuid7(), uuid7(), uuid7()
+        api.sql("INSERT INTO tasks (id, project_id, name, log_retention_s) VALUES"
+                " (%(t)s, %(p)s, 'job', 60)",
+                {"t": task_id, "p": project_id})
+        api.sql("INSERT INTO runs (id, project_id, task_id, owner, status) VALUES"
+                " (%(r)s, %(p)s, %(t)s, 'runtime', 'running')",
+                {"r": run_id, "p": project_id, "t": task_id})
+        api.sql("INSERT INTO attempts (id, run_id, number, executor, status) VALUES"
+                " (%(a)s, %(r)s, 1, 'remote_worker', 'claimed')", {"a": attempt_id, "r": run_id})
+        viewer = api.as_("viewer")
+        for status in ("claimed", "starting", "running"):
+            api.sql("UPDATE attempts SET status = %(s)s WHERE id = %(a)s",
+                    {"s": status, "a": attempt_id})
+            pending = api.client.get(f"/v1/attempts/{attempt_id}/log", headers=viewer)
+            assert (pending.status_code, pending.json()) == (404, {"error": {
+                "code": "log_pending",
+                "message": "the attempt has not finished; its log is uploaded when it ends"}})
+        api.sql("UPDATE attempts SET status = 'lost', finished_at = now() WHERE id = %(a)s",
+                {"a": attempt_id})
+        lost = api.client.get(f"/v1/attempts/{attempt_id}/log", headers=viewer)
+        assert (lost.status_code, lost.json()["error"]["code"]) == (404, "log_not_found")
+        unknown = api.client.get(f"/v1/attempts/{uuid7()}/log", headers=viewer)
+        assert unknown.json()["error"]["code"] == "log_not_found"
+        doc = api.client.get("/openapi.json").json()
+        described = doc["paths"]["/v1/attempts/{attempt_id}/log"]["get"]["responses"]["404"]
+        assert "log_pending" in described["description"]
+        assert "log_not_found" in described["description"]
+    finally:
+        close_world(api)

@@ -62,8 +62,10 @@ def seed(api: ApiWorld, log_attempt: str) -> dict[str, str]:
     """A live task ``backup``, a queued run with one failed attempt (``attempt_count`` 1, as
     a requeue leaves it: the next claim makes attempt 2), and a live token; the log read
     aims at ``log_attempt`` (an uploaded log in moto)."""
-    api.sql("INSERT INTO tasks (id, project_id, name, log_retention_s, shell, schedule)"
-            " SELECT %(t)s, %(p)s, 'backup', 0, 'echo hi', '0 3 * * *' WHERE NOT EXISTS"
+    # policy allow: its queued run must not make run now a 409 (forbid would)
+    api.sql("INSERT INTO tasks (id, project_id, name, log_retention_s, shell, schedule,"
+            " concurrency_policy)"
+            " SELECT %(t)s, %(p)s, 'backup', 0, 'echo hi', '0 3 * * *', 'allow' WHERE NOT EXISTS"
             " (SELECT 1 FROM tasks WHERE project_id = %(p)s AND name = 'backup'"
             " AND deleted_at IS NULL)", {"t": uuid7(), "p": api.ctx.project_id})
     task_id = api.sql("SELECT id::text FROM tasks WHERE name = 'backup' AND deleted_at IS NULL"
@@ -74,7 +76,7 @@ def seed(api: ApiWorld, log_attempt: str) -> dict[str, str]:
             {"r": run_id, "p": api.ctx.project_id, "t": task_id})
     api.sql("INSERT INTO attempts (id, run_id, number, executor, status) VALUES"
             " (%(a)s, %(r)s, 1, 'remote_worker', 'failed')", {"a": attempt_id, "r": run_id})
-    token = api.client.post("/v1/tokens", json={"name": "fuzz", "scope": "viewer"},
+    token = api.client.post("/v1/tokens", json={"name": f"fuzz-{uuid7()}", "scope": "viewer"},
                             headers=api.as_("admin")).json()["id"]
     return {"name": "backup", "run_id": run_id, "attempt_id": attempt_id, "token_id": token,
             "log_attempt": log_attempt}

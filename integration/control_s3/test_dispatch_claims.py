@@ -187,6 +187,25 @@ def test_a_replayed_completion_answers_as_the_first_and_other_content_is_refused
     assert world.one("SELECT count(*) FROM events WHERE kind = 'attempt_completed'") == 1
 
 
+@pytest.mark.parametrize(("started", "outcome"), [(False, "failed"), (True, "succeeded")])
+def test_the_attempt_completed_event_reads_from_the_status_before_completion(
+        world: World, engine: Any, started: bool, outcome: str) -> None:
+    """``attempt_completed`` goes from the attempt's status before the completion (claimed,
+    or running once started) to the outcome — never ``failed`` to ``failed``."""
+    pool = world.pool()
+    world.runs(world.task())
+    [attempt] = _claim(engine, pool, _worker(engine, pool))
+    if started:
+        report_started(engine, CONFIG, pool_id=pool, report=StartedReport(attempt.lease, 1))
+    before = world.attempt(attempt.lease.attempt_id)[0]
+    assert before == ("running" if started else "claimed")
+    complete_attempt(engine, s3=None, bucket=None, pool_id=pool,
+                     report=_done(attempt.lease, outcome, 0 if outcome == "succeeded" else 1))
+    assert world.one("SELECT from_status || ' -> ' || to_status FROM events"
+                     " WHERE attempt_id = %s AND kind = 'attempt_completed'",
+                     (attempt.lease.attempt_id,)) == f"{before} -> {outcome}"
+
+
 def test_a_failed_attempt_requeues_the_run_with_backoff_by_database_time(
         world: World, engine: Any) -> None:
     pool = world.pool()

@@ -118,7 +118,8 @@ def _token(pg_db: PgDb, pool_id: str) -> dict[str, str]:
 
     token, admin = new_token(), create_engine(pg_db.url)
     with admin.begin() as conn:
-        insert_token(conn, name="w", scope="worker", sha256=token_hash(token), pool_id=pool_id)
+        insert_token(conn, name=f"w-{token_hash(token)[:8]}", scope="worker",  # a live name
+                     sha256=token_hash(token), pool_id=pool_id)              # is unique
     admin.dispose()
     return {"Authorization": f"Bearer {token}"}
 

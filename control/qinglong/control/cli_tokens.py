@@ -1,12 +1,16 @@
 """``ql3 control token create|list|revoke|import`` (docs/protocols.md §4.5; issue 11 item 7).
 
 Run as the schema owner (``--database-url`` / ``QL3_DATABASE_URL``): it creates worker pools,
-which the runtime role may only read. ``create`` prints the new token once on stdout and
-nowhere else (never logged, never stored: the database keeps its SHA-256). ``import``
-records a token known only by its hash (a Kubernetes Secret's value hashed elsewhere), so
-the token itself never passes through this command. A ``--pool`` is created when missing,
-with ``--pool-labels``; an existing pool whose labels differ from given ``--pool-labels``
-is refused (exit 2) rather than silently changed.
+which the runtime role may only read. ``create``, ``import`` and ``revoke`` refuse (exit 2) a
+role that cannot create objects in schema public, such as the replicas' runtime login that
+``QL3_DATABASE_URL`` often holds; ``list`` works for any role that can read the tables. A
+name already held by a live token is refused (exit 2) until that token is revoked.
+
+``create`` prints the new token once on stdout and nowhere else (never logged, never stored:
+the database keeps its SHA-256). ``import`` records a token known only by its hash (a
+Kubernetes Secret's value hashed elsewhere), so the token itself never passes through this
+command. A ``--pool`` is created when missing, with ``--pool-labels``; an existing pool whose
+labels differ from given ``--pool-labels`` is refused (exit 2) rather than silently changed.
 """
 
 from __future__ import annotations
@@ -18,10 +22,29 @@ import click
 
 from qinglong.control.cli_errors import checked_database_url
 
+
+def _url_label() -> str:
+    """``QL3_DATABASE_URL`` when the URL came from the environment, else the flag."""
+    from qinglong.control.cli import _url_label as label
+
+    return label()
+
+
 _url = click.option(
     "--database-url", envvar="QL3_DATABASE_URL", required=True,
-    callback=lambda _c, _p, v: checked_database_url(v),
-    help="PostgreSQL URL of the schema owner, postgresql://... (env QL3_DATABASE_URL).")
+    callback=lambda _c, _p, v: checked_database_url(v, option=_url_label()),
+    help="PostgreSQL URL of the schema owner, postgresql://... (env QL3_DATABASE_URL). "
+         "create, import and revoke refuse a role that cannot create objects in schema "
+         "public (e.g. the replicas' runtime login); list needs only read access.")
+
+
+def _refuse_non_owner(conn: Any) -> None:
+    """MigrationOwnerRequiredError (exit 2, naming the URL's option) unless ``conn``'s role
+    can create objects in schema public: tokens are issued by the schema owner, not by the
+    runtime login a replica's QL3_DATABASE_URL holds."""
+    from qinglong.control.db.roles import refuse_non_owner
+
+    refuse_non_owner(conn, _url_label(), action="issue and revoke tokens")
 _name = click.option("--name", required=True, help="A label for the token (1–100 chars).")
 _scope = click.option("--scope", required=True,
                       type=click.Choice(["viewer", "operator", "admin", "worker"]),
@@ -89,6 +112,7 @@ def _record(database_url: str, name: str, scope: str, sha256: str, pool: str | N
     engine = create_engine(database_url, pool_size=1, max_overflow=0)
     try:
         with engine.begin() as conn:
+            _refuse_non_owner(conn)
             pool_id = _pool_id(conn, pool, labels) if pool is not None else None
             return insert_token(conn, name=name, scope=scope, sha256=sha256, pool_id=pool_id)
     except IntegrityError:
@@ -175,6 +199,7 @@ def revoke(database_url: str, token_id: str) -> None:
     engine = create_engine(database_url, pool_size=1, max_overflow=0)
     try:
         with engine.begin() as conn:
+            _refuse_non_owner(conn)
             done = revoke_token(conn, token_id.strip().lower())
     finally:
         engine.dispose()

@@ -32,9 +32,16 @@ class RuntimeRoleRefusedError(ValidationError, RuntimeRoleError):
 
 
 class MigrationOwnerRequiredError(ValidationError):
-    """``migrate`` connected as a role that cannot create objects in schema ``public`` (for
-    example the runtime role's URL); it must run as the migration owner (exit 2: bad
-    input). Raised before anything is changed."""
+    """``migrate`` or ``token create|import|revoke`` connected as a role that cannot create
+    objects in schema ``public`` (for example the runtime role's URL); it must run as the
+    migration owner (exit 2: bad input). Raised before anything is changed."""
+
+
+class TokenNameTakenError(ValidationError):
+    """A live (not revoked) token already has this name: revoke it first or choose another
+    name (exit 2; the API answers 409 ``token_name_taken``)."""
+
+    code = "token_name_taken"
 
 
 class ControlExtraMissingError(ValidationError):

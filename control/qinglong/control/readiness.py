@@ -3,9 +3,10 @@
 Answers ready, or one named reason: ``migration_pending`` (ledger behind the code),
 ``migration_checksum_mismatch`` (a recorded file differs from ours), ``schema_newer_than_code``
 (a non-additive migration we do not know), ``runtime_role_invalid`` (grants not exactly the
-reviewed set), or the reason of an injected capability probe that is ``unavailable`` (e.g.
-``object_store_unavailable``). Degraded capabilities (e.g. ``object_store_unsafe``) are listed
-and do not fail readiness.
+reviewed set), ``runtime_login_privileged`` (asked by ``serve`` only: the session's login is,
+or is a member of, a superuser, the schema owner or ``pg_write_all_data``), or the reason of
+an injected capability probe that is ``unavailable`` (e.g. ``object_store_unavailable``).
+Degraded capabilities (e.g. ``object_store_unsafe``) are listed and do not fail readiness.
 """
 
 from __future__ import annotations
@@ -15,8 +16,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from qinglong.control.db.migrations import compare_ledger, load_migration_files, read_ledger
-from qinglong.control.db.roles import DEFAULT_RUNTIME_ROLE, runtime_role_problems
-from qinglong.control.errors import MigrationChecksumError, SchemaNewerThanCodeError
+from qinglong.control.db.roles import (
+    DEFAULT_RUNTIME_ROLE,
+    refuse_privileged_session,
+    runtime_role_problems,
+)
+from qinglong.control.errors import (
+    MigrationChecksumError,
+    RuntimeRoleRefusedError,
+    SchemaNewerThanCodeError,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Engine
@@ -84,8 +93,15 @@ def readiness(
     *,
     runtime_role: str = DEFAULT_RUNTIME_ROLE,
     capabilities: Sequence[CapabilityProbe] = (),
+    refuse_privileged: bool = False,
 ) -> Readiness:
-    """Check ledger, runtime grants, then each capability probe, in that order.
+    """Check (with ``refuse_privileged``) the session's login first, then ledger, runtime
+    grants, then each capability probe, in that order.
+
+    ``refuse_privileged`` is what a control replica asks: a login that could act beyond the
+    runtime role (``roles.refuse_privileged_session``) is ``runtime_login_privileged``, so a
+    replica given the owner's credentials never reports ready. ``ql3 control readiness``
+    leaves it off (it may be run as the owner).
 
     The first failing check names the reason. Probes must not raise: a probe reports its
     own failure as ``unavailable`` (reason defaults to ``<name>_unavailable``). ``engine``
@@ -94,6 +110,11 @@ def readiness(
     before any probe runs. Database errors (``sqlalchemy.exc.DBAPIError``) pass through.
     """
     with engine.begin() as conn:
+        if refuse_privileged:
+            try:
+                refuse_privileged_session(conn, "login")
+            except RuntimeRoleRefusedError as exc:
+                return Readiness(False, "runtime_login_privileged", str(exc).split(";")[0])
         schema = schema_readiness(conn)
         if not schema.ready:
             return schema

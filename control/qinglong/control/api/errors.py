@@ -3,7 +3,8 @@
 Every answer that is not a success has the body
 ``{"error": {"code": "<stable_code>", "message": "<one line, no input values>"}}``. Route code
 raises ``ApiError``; ``install_error_handlers`` maps it, FastAPI's validation errors (which
-would echo the input), a database that cannot be reached (503 ``database_unavailable``: retry
+would echo the input; answered as each field's location and a reason from a fixed vocabulary,
+``REASONS``), a database that cannot be reached (503 ``database_unavailable``: retry
 later) and anything unexpected (500 ``internal``, logged server-side without the request body)
 to that shape.
 """
@@ -64,10 +65,104 @@ def _declared_names(document: dict[str, Any]) -> set[str]:
     return names
 
 
+# pydantic error types as words (a fixed vocabulary: the input is never quoted). ``{name}``
+# takes the error's ``ctx`` entry of that name: limits and patterns of our own schema.
+REASONS = {
+    "missing": "missing",
+    "int_type": "not an integer", "int_parsing": "not an integer",
+    "int_from_float": "not an integer", "float_type": "not a number",
+    "float_parsing": "not a number", "string_type": "not a string",
+    "bool_type": "not a boolean", "bool_parsing": "not a boolean",
+    "list_type": "not a list", "dict_type": "not an object", "model_type": "not an object",
+    "model_attributes_type": "not an object", "none_required": "must be null",
+    "string_too_long": "too long (at most {max_length} characters)",
+    "string_too_short": "too short (at least {min_length} characters)",
+    "too_long": "too many items (at most {max_length})",
+    "too_short": "too few items (at least {min_length})",
+    "greater_than_equal": "less than the minimum {ge}",
+    "greater_than": "not greater than {gt}",
+    "less_than_equal": "greater than the maximum {le}",
+    "less_than": "not less than {lt}",
+    "string_pattern_mismatch": "does not match {pattern}",
+    "literal_error": "not one of {expected}", "enum": "not one of {expected}",
+    "uuid_type": "not a UUID", "uuid_parsing": "not a UUID",
+    "json_invalid": "not valid JSON", "json_type": "not valid JSON",
+    "string_unicode": "not valid Unicode",
+}
+# messages our own validators raise (``ValueError`` in an AfterValidator) that may be shown
+OWN_MESSAGES = frozenset({"contains NUL", "is not valid Unicode"})
+
+
+def reason(kind: str, ctx: Any) -> str:
+    """The words for a pydantic error of type ``kind`` (``REASONS``; ``ctx`` fills the
+    schema's limits), our own validator's message when it is one of ``OWN_MESSAGES``, else
+    "invalid value". Never the input."""
+    if kind == "value_error" and isinstance(ctx, dict):
+        message = str(ctx.get("error", ""))
+        return message if message in OWN_MESSAGES else "invalid value"
+    template = REASONS.get(kind)
+    if template is None:
+        return "invalid value"
+    try:
+        return template.format(**(ctx if isinstance(ctx, dict) else {}))
+    except (KeyError, IndexError, ValueError):  # no ctx: the words without the limit
+        return template.split(" {")[0].split(" (")[0]
+
+
+def accepted_fields(document: dict[str, Any], request: Request,
+                    loc: tuple[Any, ...]) -> list[str]:
+    """The property names the OpenAPI ``document`` declares for the object at ``loc``
+    (``("body", ...)``) of the request's route; empty when it cannot be resolved."""
+    route = request.scope.get("route")
+    path = getattr(route, "path", None)
+    if not loc or loc[0] != "body" or path is None:
+        return []
+    schemas = document.get("components", {}).get("schemas", {})
+
+    def resolve(node: Any) -> Any:
+        while isinstance(node, dict) and "$ref" in node:
+            node = schemas.get(str(node["$ref"]).rsplit("/", 1)[-1], {})
+        return node
+
+    def step(node: Any, part: Any) -> Any:
+        node = resolve(node)
+        for option in node.get("anyOf", []) if isinstance(node, dict) else []:
+            found = step(option, part)
+            if found is not None:
+                return found
+        if not isinstance(node, dict):
+            return None
+        if isinstance(part, int):
+            return node.get("items")
+        props = node.get("properties", {})
+        if part in props:
+            return props[part]
+        extra = node.get("additionalProperties")
+        if isinstance(extra, dict):
+            return extra
+        patterned = list((node.get("patternProperties") or {}).values())
+        return patterned[0] if len(patterned) == 1 else None
+
+    operation = document.get("paths", {}).get(path, {}).get(request.method.lower(), {})
+    node: Any = (operation.get("requestBody", {}).get("content", {})
+                 .get("application/json", {}).get("schema"))
+    for part in loc[1:]:
+        if node is None:
+            return []
+        node = step(node, part)
+    node = resolve(node)
+    for option in node.get("anyOf", []) if isinstance(node, dict) else []:
+        if isinstance(resolve(option), dict) and "properties" in resolve(option):
+            node = resolve(option)
+    return sorted(node.get("properties", {})) if isinstance(node, dict) else []
+
+
 def install_error_handlers(app: FastAPI) -> None:
-    """Map ApiError, request validation errors (422 ``invalid_request``, naming the fields'
-    locations only), HTTP errors raised by the framework (404/405 …) and any other exception
-    (500 ``internal``) to the JSON error shape."""
+    """Map ApiError, request validation errors (422 ``invalid_request``: each error's field
+    location, client-chosen keys as ``*``, with a fixed-vocabulary ``reason``; an unknown
+    field is named by its parent with the accepted names), HTTP errors raised by the
+    framework (404/405 …) and any other exception (500 ``internal``) to the JSON error
+    shape."""
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -89,12 +184,26 @@ def install_error_handlers(app: FastAPI) -> None:
             return str(part)
         return "*"
 
-    async def invalid(_request: Request, exc: Exception) -> JSONResponse:
+    async def invalid(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
-        fields = sorted({".".join(shown(p) for p in err.get("loc", ()))
-                         for err in exc.errors()})[:10]
+        document = app.openapi()
+        entries: list[str] = []
+        for err in exc.errors():
+            loc = tuple(err.get("loc", ()))
+            kind = str(err.get("type", ""))
+            if kind == "extra_forbidden":  # the key is the client's: named by its parent
+                names = accepted_fields(document, request, loc[:-1])
+                where = ".".join(shown(p) for p in loc[:-1]) or "body"
+                listed = f" (accepted: {', '.join(names)})" if names else ""
+                entries.append(f"{where}: unknown field{listed}")
+            else:
+                where = ".".join(shown(p) for p in loc if p != "[key]")
+                if loc and loc[-1] == "[key]":
+                    where += " (key)"
+                entries.append(f"{where}: {reason(kind, err.get('ctx'))}")
+        fields = sorted(set(entries))[:10]
         return JSONResponse(error_body("invalid_request",
-                                       "invalid fields: " + ", ".join(fields)),
+                                       "invalid fields: " + "; ".join(fields)),
                             status_code=422)
 
     async def http_error(_request: Request, exc: Exception) -> JSONResponse:

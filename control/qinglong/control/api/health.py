@@ -3,7 +3,8 @@ orchestrator carry none, and neither answer holds anything secret.
 
 ``/livez``: 200 while the process serves HTTP. ``/readyz``: ``ctx.readiness()`` returns
 ``(ready, reasons, degraded)``; 200 when ready, else 503 with the named reasons
-(``migration_pending``, ``runtime_role_invalid``, ``database_unavailable``, ...). Degraded
+(``migration_pending``, ``runtime_role_invalid``, ``runtime_login_privileged``,
+``database_unavailable``, ...). Degraded
 capabilities (e.g. ``object_store_unsafe``) are listed and do not fail readiness. Without a
 readiness callable, ready means the database answers ``SELECT 1``.
 """

@@ -1,6 +1,8 @@
 """``GET /v1/attempts/{id}/log``: an attempt's log against retention (docs/protocols.md §4.4).
 
-200 with the bytes (``text/plain``); 404 ``log_not_found`` when no log was recorded; 410
+200 with the bytes (``text/plain``); 404 ``log_pending`` while the attempt is claimed,
+starting or running (its log is uploaded when it ends), 404 ``log_not_found`` when no log was
+recorded for a finished attempt (e.g. lost) or no attempt has the id; 410
 ``log_retired`` with ``retired_at`` and ``outcome`` (deleted / already_absent) when retention
 retired it; 503 ``log_unavailable`` when the object is missing without a tombstone or the
 store is unreachable or not configured (retry later) — never a fake "retired". A tombstone or
@@ -30,8 +32,7 @@ from qinglong.control.api.models_common import ERRORS, ErrorBody
 from qinglong.control.api.security import require
 
 if TYPE_CHECKING:
-
-    pass
+    from sqlalchemy import Engine
 
 router = APIRouter(tags=["logs"], responses=ERRORS)
 UNAVAILABLE = (
@@ -42,6 +43,22 @@ UNAVAILABLE = (
     "log's retirement record fails its integrity check. The last two fail closed and persist "
     "until an operator repairs the record or the object."
 )
+
+
+NOT_FOUND = (
+    "No log to serve; ``error.code`` says why. ``log_pending``: the attempt has not finished "
+    "(claimed, starting or running); its log is uploaded when it ends, so ask again later. "
+    "``log_not_found``: no attempt has this id, or it finished without a log (e.g. lost)."
+)
+UNFINISHED = frozenset({"claimed", "starting", "running"})
+
+
+def _attempt_status(engine: Engine, attempt_id: str) -> str | None:
+    """The attempt's status (one indexed read), or None when no attempt has this id."""
+    with engine.connect() as conn:
+        status = conn.exec_driver_sql("SELECT status FROM attempts WHERE id = %(id)s",
+                                      {"id": attempt_id}).scalar()
+    return None if status is None else str(status)
 
 
 class RetiredDetail(BaseModel):
@@ -66,6 +83,7 @@ class RetiredBody(BaseModel):
     responses={
         200: {"content": {"text/plain": {"schema": {"type": "string"}}},
               "description": "the log's bytes"},
+        404: {"model": ErrorBody, "description": NOT_FOUND},
         410: {"model": RetiredBody, "description": "retired by retention"},
         503: {"model": ErrorBody, "description": UNAVAILABLE},
     },
@@ -100,6 +118,9 @@ def get_log(attempt_id: UUID, request: Request) -> Response:
     if result.status == 200:
         return Response(result.body or b"", media_type="text/plain; charset=utf-8")
     if result.status == 404:
+        if _attempt_status(ctx.engine, str(attempt_id)) in UNFINISHED:
+            raise ApiError(404, "log_pending",
+                           "the attempt has not finished; its log is uploaded when it ends")
         raise ApiError(404, "log_not_found", "no log was recorded for this attempt")
     if result.status == 410:
         assert result.retired_at is not None

@@ -5,7 +5,8 @@ Ranges are the schema's (migration 0005): ``max_attempts`` 1..100, ``timeout_s``
 backoffs and grace ≥ 0 (PostgreSQL ``integer``), ``log_limit_bytes`` ≥ 1 and
 ``log_retention_s`` 0..``MAX_LOG_RETENTION_S`` (a century: the column is ``bigint``, but
 ``finished_at`` + retention must stay a PostgreSQL timestamp, or the completion that enrolls
-the log fails). Text never holds NUL or lone surrogates (PostgreSQL
+the log fails). Types are strict: a number given as a string (``"timeout_s": "5"``) or a
+boolean as a number is refused. Text never holds NUL or lone surrogates (PostgreSQL
 cannot store them): refused as 422 like any other invalid field. Env names match
 ``[A-Za-z_][A-Za-z0-9_]*``; labels follow ``qinglong.shared.wire.check_labels``. Exactly one
 of ``argv`` and ``shell`` (a task created by this API always has a command). Secret env
@@ -60,7 +61,7 @@ Policy = Literal["forbid", "allow", "replace"]
 class EnvValueIn(BaseModel):
     """One env entry as written: ``value`` and whether it is ``secret`` (write-only)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     value: EnvText
     secret: bool = False
 
@@ -69,7 +70,7 @@ class EnvValuePatch(BaseModel):
     """One env entry in an edit: ``value`` null keeps the current value of an existing
     entry (how a client that cannot read a secret keeps it)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     value: EnvText | None = None
     secret: bool = False
 
@@ -90,7 +91,8 @@ _EXAMPLE: dict[str, Any] = {
 class TaskCreate(BaseModel):
     """``POST /v1/tasks``: a new task. ``schedule`` null: manual runs only."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [_EXAMPLE]})
+    model_config = ConfigDict(extra="forbid", strict=True,
+                              json_schema_extra={"examples": [_EXAMPLE]})
     name: TaskName
     argv: Annotated[list[ArgText], Field(min_length=1, max_length=256)] | None = None
     shell: ShellText | None = None
@@ -119,7 +121,7 @@ class TaskPatch(BaseModel):
     means clearable here (``schedule``, ``cwd``, ``timeout_s``); null for any other field
     is refused."""
 
-    model_config = ConfigDict(extra="forbid",
+    model_config = ConfigDict(extra="forbid", strict=True,
                               json_schema_extra={"examples": [{"schedule": "0 3 * * *"}]})
     argv: Annotated[list[ArgText], Field(min_length=1, max_length=256)] | None = None
     shell: ShellText | None = None

@@ -41,9 +41,22 @@ def _sql_nulls(values: dict[str, Any]) -> dict[str, Any]:
     return {k: null() if v is None and k == "argv" else v for k, v in values.items()}
 
 
-def invalid(field: str) -> ApiError:
-    """The 422 for one body field, naming it and never its value."""
-    return ApiError(422, "invalid_request", f"invalid fields: body.{field}")
+# The reason shown for a definition the shared modules refuse, by field: a fixed phrase of
+# ours (their own messages quote the input, e.g. an unknown zone's name, so never shown).
+DEFINITION_REASONS = {
+    "schedule": "not a valid cron expression (5 fields, or 6 with seconds first, or an "
+                "@ alias such as @daily)",
+    "timezone": "not an IANA time zone name (e.g. Asia/Shanghai)",
+    "labels": "keys and values are [A-Za-z0-9][A-Za-z0-9_.-]* (at most 63 characters), at "
+              "most 32 pairs",
+}
+
+
+def invalid(field: str, reason: str | None = None) -> ApiError:
+    """The 422 for one body field: its name and a fixed ``reason`` (default: this field's
+    ``DEFINITION_REASONS`` entry, else "invalid value"), never its value."""
+    why = reason or DEFINITION_REASONS.get(field, "invalid value")
+    return ApiError(422, "invalid_request", f"invalid fields: body.{field}: {why}")
 
 
 def check_definition(values: dict[str, Any]) -> None:
@@ -115,7 +128,7 @@ def _merged_env(old: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
     for name, entry in patch.items():  # nested fields the client left out are absent
         if entry.get("value") is None:
             if name not in old:
-                raise invalid("env")
+                raise invalid("env.*", "a null value keeps an existing entry only")
             # keeping a value keeps its secrecy: an edit never downgrades a secret
             env[name] = {"value": old[name]["value"],
                          "secret": bool(entry.get("secret") or old[name].get("secret"))}
@@ -132,7 +145,7 @@ def edit_task(conn: Connection, project_id: str, name: str, patch: dict[str, Any
     old = live_task(conn, project_id, name, lock=True)
     for field, value in patch.items():
         if value is None and field not in nullable:
-            raise invalid(field)
+            raise invalid(field, "may not be null")
     if patch.get("argv") is not None and patch.get("shell") is not None:
         raise ApiError(422, "invalid_request", "give exactly one of argv and shell")
     if patch.get("argv") is not None:

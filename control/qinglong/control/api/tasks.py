@@ -15,7 +15,7 @@ from sqlalchemy import RowMapping, select
 
 from qinglong.control.api.context import get_context
 from qinglong.control.api.errors import ApiError
-from qinglong.control.api.models_common import ERRORS, RunRef
+from qinglong.control.api.models_common import ERRORS, ErrorBody, RunRef
 from qinglong.control.api.security import require
 from qinglong.control.api.task_models import (
     NAME_PATTERN,
@@ -133,19 +133,26 @@ def disable_task(name: TaskName, request: Request, who: Operator) -> TaskOut:
         return task_out(set_enabled(conn, ctx.project_id, name, False, who.name))
 
 
-@router.post("/v1/tasks/{name}/run", status_code=201, response_model=RunRef)
+@router.post("/v1/tasks/{name}/run", status_code=201, response_model=RunRef,
+             responses={409: {"model": ErrorBody, "description": (
+                 "run_refused: the task's concurrency_policy is forbid and a run of it is "
+                 "queued, dispatching or running")}})
 def run_task(name: TaskName, request: Request, who: Operator) -> RunRef:
-    """Run now (operator): a queued run with trigger ``manual`` (``create_run``), its
-    number answered; a ``run_requested`` task event. 409 ``run_refused`` if no run was
-    created."""
-    from qinglong.control.scheduling.run_creation import create_run
+    """Run now (operator): a queued run with trigger ``manual``, its number answered; a
+    ``run_requested`` task event. The task's concurrency policy applies, decided under the
+    task row's lock: ``forbid`` with a run queued, dispatching or running answers 409
+    ``run_refused`` (nothing created); ``allow`` creates; ``replace`` creates and cancels
+    the queued runs, asking the dispatching or running ones to stop."""
+    from qinglong.control.scheduling.errors import RunRefusedError
+    from qinglong.control.scheduling.firing import run_now
 
     ctx = get_context(request)
     with ctx.engine.begin() as conn:
         task = live_task(conn, ctx.project_id, name, lock=True)
-        created = create_run(conn, task_id=str(task["id"]), trigger="manual")
-        if created is None:
-            raise ApiError(409, "run_refused", "no run was created")
+        try:
+            created = run_now(conn, str(task["id"]))
+        except RunRefusedError as exc:
+            raise ApiError(409, "run_refused", str(exc)) from None
         record_event(conn, str(task["id"]), "run_requested", by=who.name)
         return RunRef(id=str(created.run_id), number=created.number)
 

@@ -18,11 +18,12 @@ from sqlalchemy import select
 
 from qinglong.control.api.context import get_context
 from qinglong.control.api.errors import ApiError
-from qinglong.control.api.models_common import ERRORS
+from qinglong.control.api.models_common import ERRORS, ErrorBody
 from qinglong.control.api.security import require
 from qinglong.control.auth.tokens import insert_token, list_tokens, new_token, revoke_token
 from qinglong.control.auth.tokens import token_hash as hash_of
 from qinglong.control.db.tables import worker_pools
+from qinglong.control.errors import TokenNameTakenError
 
 router = APIRouter(tags=["tokens"], responses=ERRORS,
                    dependencies=[Depends(require("admin"))])
@@ -71,10 +72,13 @@ def get_tokens(request: Request) -> list[TokenOut]:
         return [TokenOut(**row) for row in list_tokens(conn)]
 
 
-@router.post("/v1/tokens", status_code=201, response_model=TokenIssued)
+@router.post("/v1/tokens", status_code=201, response_model=TokenIssued,
+             responses={409: {"model": ErrorBody,
+                              "description": "token_name_taken: a live token has the name"}})
 def post_token(body: TokenCreate, request: Request) -> TokenIssued:
     """Issue a token; the answer holds it once. 422 when a pool is given for a non-worker
-    scope or missing for a worker one; 404 ``pool_not_found``."""
+    scope or missing for a worker one; 404 ``pool_not_found``; 409 ``token_name_taken``
+    when a live token has the name (a revoked one frees it)."""
     if (body.scope == "worker") != (body.pool is not None):
         raise ApiError(422, "invalid_request", "a worker token needs a pool; others take none")
     token = new_token()
@@ -85,8 +89,13 @@ def post_token(body: TokenCreate, request: Request) -> TokenIssued:
                 worker_pools.c.name == body.pool)).scalar()
             if pool_id is None:
                 raise ApiError(404, "pool_not_found", "no worker pool has this name")
-        token_id = insert_token(conn, name=body.name, scope=body.scope,
-                                sha256=hash_of(token), pool_id=pool_id)
+        try:
+            token_id = insert_token(conn, name=body.name, scope=body.scope,
+                                    sha256=hash_of(token), pool_id=pool_id)
+        except TokenNameTakenError:
+            raise ApiError(409, "token_name_taken", "a live token already has this name; "
+                                                    "revoke it first or choose another "
+                                                    "name") from None
         out = _one(conn, token_id)
     assert out is not None
     return TokenIssued(**out.model_dump(), token=token)

@@ -98,14 +98,26 @@ def authenticate(conn: Connection, token: str) -> Principal | None:
 def insert_token(conn: Connection, *, name: str, scope: str, sha256: str,
                  pool_id: str | None) -> str:
     """Record a token by its hash inside the caller's transaction; returns the new token id.
-    ValidationError for a bad scope, hash, or a worker token without a pool (or the reverse).
-    A duplicate hash raises the driver's UniqueViolation."""
+    ValidationError for a bad scope, hash, or a worker token without a pool (or the reverse);
+    TokenNameTakenError when a live token has ``name`` (a revoked one frees it). Concurrent
+    inserts of one name are serialized by a transaction-scoped advisory lock on the name, so
+    two never both pass the check. A duplicate hash raises the driver's UniqueViolation."""
+    from qinglong.control.errors import TokenNameTakenError
+
     check_scope(scope)
     check_hash(sha256)
     if (scope == "worker") != (pool_id is not None):
         raise ValidationError("--pool", "a worker token needs a pool; other scopes take none")
     if not 1 <= len(name) <= 100:
         raise ValidationError("--name", "must be 1–100 characters")
+    conn.exec_driver_sql("SELECT pg_advisory_xact_lock(hashtextextended("
+                         "'ql3.api_tokens.name:' || %(name)s, 0))", {"name": name})
+    taken = conn.exec_driver_sql(
+        "SELECT 1 FROM api_tokens WHERE name = %(name)s AND revoked_at IS NULL",
+        {"name": name}).first()
+    if taken is not None:
+        raise TokenNameTakenError("--name", "a live token already has this name; revoke it "
+                                            "first or choose another name")
     token_id = uuid7()
     conn.exec_driver_sql(
         "INSERT INTO api_tokens (id, name, token_sha256, scope, pool_id)"

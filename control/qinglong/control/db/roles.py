@@ -74,17 +74,19 @@ def refuse_unfit_runtime_role(conn: Connection, role: str) -> None:
                                                         "least-privilege role")
 
 
-def refuse_non_owner(conn: Connection, option: str = "--database-url") -> None:
+def refuse_non_owner(conn: Connection, option: str = "--database-url",
+                     action: str = "run migrate") -> None:
     """MigrationOwnerRequiredError when the connecting role cannot create objects in schema
-    ``public`` (e.g. migrate was given the runtime role's URL): the message names the role,
-    which is not a secret, instead of the server's "permission denied for schema public";
-    ``option`` names the input that gave the URL."""
+    ``public`` (e.g. migrate, or ``token create``, was given the runtime role's URL): the
+    message names the role, which is not a secret, instead of the server's "permission
+    denied for schema public"; ``option`` names the input that gave the URL and ``action``
+    what must be run with the owner's URL instead (a fixed phrase of the caller)."""
     row = run_named(conn, "SELECT current_user, has_schema_privilege('public', 'CREATE')"
                     ).first()
     if row is not None and not row[1]:
         raise MigrationOwnerRequiredError(
             option, f"connects as role {row[0]!r}, which cannot create objects in "
-                              "schema public: run migrate with the migration owner's URL")
+                    f"schema public: {action} with the migration owner's URL")
 
 
 def refuse_privileged_session(conn: Connection, option: str) -> None:

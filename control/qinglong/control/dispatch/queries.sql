@@ -156,17 +156,20 @@ SELECT r.cancel_requested_at IS NOT NULL AS cancel
 FROM attempt JOIN runs r ON r.id = attempt.run_id
 
 -- complete_attempt --
--- A live lease's attempt -> its terminal status, with the completion kept for replays
+-- A live lease's attempt -> its terminal status, with the completion kept for replays;
+-- from_status is the status before (claimed, starting or running), read from the row locked
+-- by the subquery (RETURNING a.status would be the new one)
 UPDATE attempts a
 SET status = %(status)s, exit_code = %(exit_code)s, signal = %(signal)s, reason = %(reason)s,
     completion = CAST(%(completion)s AS jsonb), finished_at = now(),
     version = a.version + 1, updated_at = now()
-FROM worker_incarnations i
-WHERE a.id = CAST(%(attempt_id)s AS uuid) AND a.lease_token = CAST(%(lease_token)s AS uuid)
+FROM worker_incarnations i,
+     (SELECT id, status FROM attempts WHERE id = CAST(%(attempt_id)s AS uuid) FOR UPDATE) old
+WHERE a.id = old.id AND a.lease_token = CAST(%(lease_token)s AS uuid)
   AND a.lease_version = %(lease_version)s
   AND a.status IN ('claimed', 'starting', 'running') AND a.lease_expires_at > now()
   AND i.id = a.worker_incarnation_id AND i.pool_id = CAST(%(pool_id)s AS uuid)
-RETURNING a.status AS from_status
+RETURNING old.status AS from_status
 
 -- insert_log_artifact --
 -- The facts control read from its own HEAD of the uploaded log

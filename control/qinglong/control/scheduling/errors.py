@@ -23,3 +23,10 @@ class ScheduleAdvanceLostError(ConcurrentUpdateError):
     version: someone else moved the schedule; this tick's work for the task is rolled back."""
 
     code = "schedule_advance_lost"
+
+
+class RunRefusedError(ConflictError):
+    """Run now of a task whose concurrency policy is ``forbid`` while a run of it is queued,
+    dispatching or running: no run was created (``code`` ``run_refused``)."""
+
+    code = "run_refused"

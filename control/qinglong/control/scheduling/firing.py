@@ -1,4 +1,5 @@
-"""Firing one due task inside a tick (docs/protocols.md §4.2, §3.7 for the slot rules).
+"""Firing one due task inside a tick (docs/protocols.md §4.2, §3.7 for the slot rules);
+``run_now`` applies the same concurrency policy to the API's run now.
 
 The task row is locked by the tick's due read. Slots from ``next_fire_at`` up to the
 database's now() are computed with the shared cron module in the task's time zone:
@@ -21,12 +22,14 @@ only after the old group is gone.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from qinglong.control.db.engine import run_named
+from qinglong.control.scheduling.errors import RunRefusedError
 from qinglong.control.scheduling.ledger import from_ms, record_run_created, record_skips, to_ms
 from qinglong.control.scheduling.next_fire import advance, cron_schedule
-from qinglong.control.scheduling.run_creation import create_run, queries
+from qinglong.control.scheduling.run_creation import CreatedRun, create_run, lock_task, queries
 from qinglong.shared.errors import ValidationError
 from qinglong.shared.ids import uuid7
 
@@ -125,10 +128,41 @@ def _fire_slot(conn: Connection, schedule: Schedule, task: RowMapping, slot_ms: 
         return "already_served"
     record_run_created(conn, task_id, slot, run.run_id)
     if policy == "replace":
-        for old in active:  # the new run waits in dispatch until these groups are gone
-            if old["status"] == "queued":
-                cancel_queued(conn, str(old["id"]), reason="replaced", by_run=run.run_id)
-            else:
-                run_named(conn, queries()["request_cancel"],
-                          {"run_id": old["id"], "event_id": uuid7(), "by_run": run.run_id})
+        replace_active_runs(conn, active, by_run=run.run_id)
     return "run_created"
+
+
+def replace_active_runs(conn: Connection, active: Sequence[RowMapping], *, by_run: str
+                        ) -> None:
+    """Policy ``replace``, once run ``by_run`` is created: end each still-queued run of
+    ``active`` (``active_runs`` rows) ``cancelled`` and ask each dispatching or running one
+    to stop (``cancel_requested_at``, once, with its run event), in the caller's
+    transaction. The new run waits in dispatch until those groups are gone."""
+    for old in active:
+        if old["status"] == "queued":
+            cancel_queued(conn, str(old["id"]), reason="replaced", by_run=by_run)
+        else:
+            run_named(conn, queries()["request_cancel"],
+                      {"run_id": old["id"], "event_id": uuid7(), "by_run": by_run})
+
+
+def run_now(conn: Connection, task_id: str) -> CreatedRun:
+    """Run now: a queued ``manual`` run of ``task_id`` under its concurrency policy, in the
+    caller's transaction, decided under the task row's lock (``lock_task``, held until the
+    caller's transaction ends, so two concurrent requests see each other's run).
+
+    ``forbid`` with a run queued, dispatching or running raises RunRefusedError (nothing
+    created); ``allow`` creates; ``replace`` creates, then replaces the active runs as the
+    scheduler does (``replace_active_runs``). Raises TaskNotFoundError, TaskDeletedError."""
+    lock_task(conn, task_id)
+    policy = run_named(conn, "SELECT concurrency_policy FROM tasks WHERE id = %(id)s",
+                       {"id": task_id}).scalar_one()
+    active = run_named(conn, queries()["active_runs"], {"task_id": task_id}).mappings().all()
+    if policy == "forbid" and active:
+        raise RunRefusedError("a run of this task is active; policy forbid")
+    run = create_run(conn, task_id=task_id, trigger="manual")
+    if run is None:  # a manual run has no slot: only a slot conflict answers None
+        raise RunRefusedError("no run was created")
+    if policy == "replace":
+        replace_active_runs(conn, active, by_run=run.run_id)
+    return run

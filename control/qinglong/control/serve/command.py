@@ -56,12 +56,14 @@ def serve(database_url: str, runtime_role: str, listen: str, log_bucket: str,
 
     Any number of replicas may share one database and bucket; none is a leader. A lost
     database is retried (backoff capped at 5 s) and reported by /readyz, never a crash.
-    SIGTERM or SIGINT drains and exits 0.
+    SIGTERM or SIGINT drains and exits 0. A login that is, or may act as, a superuser or the
+    schema owner is refused (exit 2) when the database answers at start; otherwise /readyz
+    reports it as runtime_login_privileged once it connects.
     """
     import logging
     import socket
 
-    from qinglong.control.cli import _checked_bucket, _s3_client
+    from qinglong.control.cli import _checked_bucket, _s3_client, _url_label
     from qinglong.control.cli_errors import checked_database_url
     from qinglong.control.db.roles import validate_role_name
     from qinglong.control.serve.replica import ControlReplica, ServeSettings
@@ -80,4 +82,10 @@ def serve(database_url: str, runtime_role: str, listen: str, log_bucket: str,
         bucket=log_bucket, s3_endpoint=s3_endpoint,
         replica_id=(replica_id or socket.gethostname())[:60], lease_ms=lease_ms,
         heartbeat_ms=heartbeat_ms, scheduler_tick_ms=scheduler_tick_ms, drain_s=drain_s)
-    ControlReplica(settings).run()
+    replica = ControlReplica(settings)
+    try:
+        replica.refuse_privileged_login(_url_label())
+    except BaseException:
+        replica.stop()
+        raise
+    replica.run()

@@ -88,7 +88,7 @@ class ReadinessCache:
 
         try:
             verdict = readiness(self._engine, runtime_role=self._role,
-                                capabilities=self._capabilities)
+                                capabilities=self._capabilities, refuse_privileged=True)
         except Exception:
             with self._lock:
                 self._answer = (False, ["database_unavailable"], [])
@@ -127,6 +127,26 @@ class ControlReplica:
         self.supervisor = Supervisor([])
         self._stoppables: list[Any] = []
         self.ctx = self._context()
+
+    def refuse_privileged_login(self, option: str) -> bool:
+        """At start: RuntimeRoleRefusedError (exit 2, ``option`` named) when the database
+        answers and the login is, or may act as, a superuser, the schema owner or
+        ``pg_write_all_data`` (``roles.refuse_privileged_session``, as ``retention sweep``).
+        True when checked; False when the database could not be reached (the replica starts
+        anyway and readiness reports ``runtime_login_privileged`` once it connects to such a
+        login). Waits at most the engine's connect timeout (10 s unless the URL sets one)."""
+        from sqlalchemy.exc import DBAPIError
+
+        from qinglong.control.db.roles import refuse_privileged_session
+
+        try:
+            with self.engine.begin() as conn:
+                refuse_privileged_session(conn, option)
+        except DBAPIError as exc:
+            _log.warning("database not reachable at start (%s); readiness checks the login "
+                         "once it connects", type(exc).__name__)
+            return False
+        return True
 
     def _context(self) -> ApiContext:
         from qinglong.control.api.context import ApiContext

@@ -1,0 +1,58 @@
+"""``ql3 control serve`` refuses a privileged login (DESIGN.md §4.1, least privilege): with
+the database reachable at start, the superuser's (schema owner's) URL exits 2 naming the
+option, as ``retention sweep`` does; with the database down at start the replica starts as
+before, and once PostgreSQL is back ``/readyz`` says 503 ``runtime_login_privileged`` — never
+ready — while the runtime login of the same cluster becomes ready."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from cluster_kit import Cluster, PrivatePostgres, free_port, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.postgres]
+
+
+def _serve_args(cluster: Cluster, url: str, port: int) -> list[str]:
+    return ["control", "serve", "--database-url", url, "--runtime-role",
+            cluster.db.runtime_role, "--listen", f"127.0.0.1:{port}", "--log-bucket",
+            cluster.bucket, "--s3-endpoint", cluster.s3_endpoint, "--replica-id", "c-owner"]
+
+
+def test_serve_with_the_owner_url_exits_2_before_serving(cluster: Cluster) -> None:
+    out = cluster.ql3(*_serve_args(cluster, cluster.db.owner_url, free_port()), check=False,
+                      timeout=60)
+    assert out.returncode == 2, (out.returncode, out.stderr)
+    assert "--database-url: logs in or acts as a superuser" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and cluster.db.owner_url not in out.stderr
+
+
+def test_serve_started_while_the_database_is_down_is_never_ready_with_the_owner_login(
+        private_cluster: Cluster, private_pg: PrivatePostgres) -> None:
+    cluster = private_cluster
+    private_pg.stop("fast")
+    port = free_port()
+    proc = cluster._start("c-owner", _serve_args(cluster, cluster.db.owner_url, port),
+                          cluster.env())
+    proc.url = f"http://127.0.0.1:{port}"
+
+    def probe() -> tuple[int, dict[str, object]] | None:
+        try:
+            r = httpx.get(f"{proc.url}/readyz", timeout=2)
+        except httpx.HTTPError:
+            return None
+        return r.status_code, r.json()
+
+    assert wait_for(lambda: probe() is not None or not proc.alive(), 30, 0.1), proc.log()
+    assert proc.alive(), proc.log()
+    assert probe() == (503, {"ready": False, "reasons": ["database_unavailable"],
+                             "degraded": []})
+    private_pg.start()
+    assert wait_for(lambda: (probe() or (0, {}))[1].get("reasons")
+                    == ["runtime_login_privileged"], 15, 0.2), (probe(), proc.log()[-3000:])
+    for _ in range(5):  # stays not ready: checked on every readiness period
+        assert probe() == (503, {"ready": False, "reasons": ["runtime_login_privileged"],
+                                 "degraded": []})
+    runtime = cluster.start_control("c-runtime")  # same database, the runtime login: ready
+    assert runtime.alive()
+    assert proc.terminate() == 0, proc.log()[-3000:]
