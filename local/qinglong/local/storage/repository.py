@@ -32,6 +32,7 @@ from qinglong.local.storage.rows import (
     task_from_row,
 )
 from qinglong.local.storage.schedule_queries import ScheduleQueries
+from qinglong.local.storage.task_queries import TaskQueries
 from qinglong.shared.domain import Attempt, Event, Run, Task, Trigger
 from qinglong.shared.errors import (
     ConcurrentUpdateError,
@@ -105,7 +106,12 @@ def _event(
 
 
 class LocalRunRepository(
-    ReceiptJournalQueries, RetentionQueries, LeftoverQueries, DispatchQueries, ScheduleQueries
+    ReceiptJournalQueries,
+    RetentionQueries,
+    LeftoverQueries,
+    DispatchQueries,
+    ScheduleQueries,
+    TaskQueries,
 ):
     """Tasks, runs, attempts, events and the receipt journal of one data directory.
 
@@ -173,7 +179,7 @@ class LocalRunRepository(
             (name,),
         ).fetchone()
         if row is None:
-            raise NotFoundError("no such task")
+            raise NotFoundError(f"no such task '{name}'")
         return task_from_row(row)
 
     def get_task(self, name: str) -> Task:
@@ -307,9 +313,16 @@ class LocalRunRepository(
         attempts = load_attempts(conn, [str(row[0]) for row in rows])
         return [run_from_row(row, tuple(attempts[str(row[0])])) for row in rows]
 
-    def list_runs(self, task_id: str | None = None, limit: int = 20) -> list[Run]:
-        """Runs newest first (by UUIDv7 id), optionally of one task; limit 1–1000."""
+    def list_runs(
+        self, task_id: str | None = None, limit: int = 20, *, task_name: str | None = None
+    ) -> list[Run]:
+        """Runs newest first (by UUIDv7 id), optionally of one task (by id), or of every task
+        ever called ``task_name`` (removed ones included, issue 12 item 1); limit 1–1000."""
         limit = max(1, min(limit, 1000))
+        if task_name is not None:
+            return self.db.read(lambda c: self._runs(
+                c, "WHERE r.task_id IN (SELECT id FROM tasks WHERE name = ?)"
+                " ORDER BY r.id DESC LIMIT ?", (task_name, limit)))
         if task_id is None:
             return self.db.read(lambda c: self._runs(c, "ORDER BY r.id DESC LIMIT ?", (limit,)))
         return self.db.read(
