@@ -53,7 +53,9 @@ def run(name: str, wait: bool, data_dir: str | None, as_json: bool) -> None:
     else:
         click.echo(output.describe_run(view))
     if view["status"] in output.TERMINAL and view["status"] != "succeeded":
-        raise RunNotSucceededError(f"the run ended {view['status']}")
+        failure = output.launch_failure(view)
+        raise RunNotSucceededError(f"the run ended {view['status']}"
+                                   + (f" ({failure})" if failure else ""))
 
 
 def _run_in_foreground(datadir: DataDir, name: str) -> dict[str, Any]:

@@ -216,3 +216,18 @@ def describe_next_slots(view: dict[str, Any]) -> list[str]:
     for slot in view["slots"]:
         lines.append(f"  {zoned(slot, view['timezone'])}  (here: {zoned(slot)})")
     return lines
+
+
+def launch_failure(run: dict[str, Any]) -> str | None:
+    """``it did not start: <reason>`` when the run's newest attempt failed before its
+    command started (a deleted working directory, say: issue 12 item 10), from the events
+    of a ``run_get`` view; None otherwise."""
+    import json
+
+    for event in reversed(run.get("events") or []):
+        if event["kind"].startswith("attempt_") and event.get("detail"):
+            detail = json.loads(event["detail"])
+            if detail.get("launch_message"):
+                return f"it did not start: {detail['launch_message']}"
+            return None
+    return None

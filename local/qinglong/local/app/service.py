@@ -305,6 +305,14 @@ class LocalService:
 
     # -- logs -----------------------------------------------------------------------------
 
+    def _launch_failure_note(self, run_id: str, attempt_id: str, number: int) -> bytes | None:
+        """For an attempt that failed at launch (no log file was ever opened): one line
+        naming why, from its settle event (issue 12 item 10); None otherwise."""
+        for event in self.repo.list_events(run_id):
+            if event.attempt_id == attempt_id and event.kind == "attempt_failed":
+                return _launch_note(event.detail, number)
+        return None
+
     def logs_read(
         self, run_id: str, attempt: int | None = None, offset: int = 0
     ) -> dict[str, Any]:
@@ -336,7 +344,10 @@ class LocalService:
             if read is not None:
                 data = read
             elif chosen.status not in (AttemptStatus.CLAIMED, AttemptStatus.STARTING):
-                raise NotFoundError(f"the log file of attempt {number} is missing")
+                note = self._launch_failure_note(run.id, chosen.id, number)
+                if note is None:
+                    raise NotFoundError(f"the log file of attempt {number} is missing")
+                data = note[max(0, offset):]
         newest = number == run.attempts[-1].number
         done = terminal and newest and len(data) < LOG_CHUNK_BYTES
         return {
@@ -347,6 +358,16 @@ class LocalService:
             "run_status": run.status.value,
             "done": done,
         }
+
+
+def _launch_note(detail: str | None, number: int) -> bytes | None:
+    """The line ``logs`` shows for an attempt whose launch failed before any output."""
+    import json
+
+    message = json.loads(detail).get("launch_message") if detail else None
+    if not message:
+        return None
+    return f"[ql3: attempt {number} did not start: {message}]\n".encode()
 
 
 def last_run_view(run: Any) -> dict[str, Any]:
