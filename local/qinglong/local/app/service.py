@@ -24,6 +24,14 @@ from qinglong.shared.ids import validate_uuid7
 from qinglong.shared.statuses import ATTEMPT_ACTIVE, RUN_TERMINAL, AttemptStatus
 
 LOG_CHUNK_BYTES = 64 * 1024
+
+
+class LogFileMissingError(QinglongError):
+    """An attempt's log file is gone without a retention tombstone (deleted by hand, say):
+    not a usage error, so the command exits 1 (an unknown run or task exits 2)."""
+
+    code = "log_missing"
+
 VALUE_MASK = "********"
 
 
@@ -321,7 +329,8 @@ class LocalService:
         ``attempt`` None means the newest attempt. Returns ``{"attempt", "attempts",
         "offset", "data", "run_status", "done"}``; ``done`` when the run is terminal and the
         chunk reached the end of the newest attempt's log. A log retired by retention adds
-        ``"retired_at"`` (ISO time) and no data; a log missing otherwise is NotFoundError.
+        ``"retired_at"`` (ISO time) and no data; an attempt that failed at launch gives one
+        line saying why; a log missing otherwise is LogFileMissingError.
         """
         run = self.repo.get_run(run_id)
         terminal = run.status in RUN_TERMINAL
@@ -346,7 +355,7 @@ class LocalService:
             elif chosen.status not in (AttemptStatus.CLAIMED, AttemptStatus.STARTING):
                 note = self._launch_failure_note(run.id, chosen.id, number)
                 if note is None:
-                    raise NotFoundError(f"the log file of attempt {number} is missing")
+                    raise LogFileMissingError(f"the log file of attempt {number} is missing")
                 data = note[max(0, offset):]
         newest = number == run.attempts[-1].number
         done = terminal and newest and len(data) < LOG_CHUNK_BYTES
