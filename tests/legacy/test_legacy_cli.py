@@ -73,7 +73,8 @@ def test_secrets_never_appear_in_any_output(tmp_path: Path, cli: Ql3Cli) -> None
     assert "JD_COOKIE=********" in plain and "PLAIN=********" in plain
     # Error paths print one line, and no value either.
     missing = cli.run("task", "show", "nope", check=False)
-    assert missing.returncode == 1
+    assert missing.returncode == 2  # an unknown name is a usage error (issue 12 item 10)
+    assert missing.stderr.count("\n") == 1
     not_legacy = tmp_path / "plain.sqlite"
     not_legacy.write_bytes(b"")
     bad = cli.run("import-qinglong", str(not_legacy), check=False)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from maint_kit import DAY_MS, Kit
 
-from qinglong.local.app.service import LocalService
+from qinglong.local.app.service import LocalService, LogFileMissingError
 from qinglong.local.app.views import iso
 from qinglong.local.process.paths import UnsafePathError
 from qinglong.local.recovery import retention as retention_module
@@ -19,7 +19,7 @@ from qinglong.local.recovery.retention import (
     RetentionLifecycle,
     unlink_log,
 )
-from qinglong.shared.errors import NotFoundError, ValidationError
+from qinglong.shared.errors import ValidationError
 from qinglong.shared.statuses import AttemptStatus
 
 
@@ -58,7 +58,7 @@ def test_an_old_log_is_retired_with_a_tombstone_and_logs_says_so(kit: Kit) -> No
 def test_a_log_missing_by_accident_is_still_an_error(kit: Kit) -> None:
     made = kit.attempt(AttemptStatus.FAILED, log=b"x")
     os.unlink(log_of(kit, made.attempt.id))
-    with pytest.raises(NotFoundError, match="missing"):
+    with pytest.raises(LogFileMissingError, match="missing"):  # exit 1, not a usage error
         LocalService(kit.repo, supervised=False).logs_read(made.run.id)
 
 

@@ -11,8 +11,13 @@ import sys
 
 import click
 
-from qinglong.local.app.cli_common import RunNotSucceededError, data_dir_option, datadir_of
-from qinglong.shared.errors import QinglongError, ValidationError
+from qinglong.local.app.cli_common import (
+    RunNotSucceededError,
+    data_dir_option,
+    datadir_of,
+    os_error_message,
+)
+from qinglong.shared.errors import NotFoundError, QinglongError, ValidationError
 
 
 class _LazyGroup(click.Group):
@@ -55,12 +60,18 @@ def local() -> None:
 @click.option(
     "--profile",
     type=click.Choice(["edge", "standalone"]),
-    default="standalone",
-    show_default=True,
-    help="edge: small devices (2 concurrent attempts); standalone: servers (8).",
+    default=None,
+    help="edge: small devices (2 concurrent attempts); standalone: servers (8). "
+    "Default: standalone for a new directory, the current profile for an existing one.",
 )
-def init(data_dir: str | None, profile: str) -> None:
-    """Create and initialise a data directory (idempotent)."""
+@click.option("--change-profile", is_flag=True,
+              help="Switch an initialised directory to another --profile on purpose.")
+def init(data_dir: str | None, profile: str | None, change_profile: bool) -> None:
+    """Create and initialise a data directory (idempotent).
+
+    An initialised directory keeps its profile: asking for another one is refused unless
+    --change-profile says so.
+    """
     from qinglong.local.app.application import PROFILE_KEY, LocalStore
     from qinglong.local.process.receipt_store import ReceiptStore
     from qinglong.shared.ids import uuid7
@@ -73,13 +84,45 @@ def init(data_dir: str | None, profile: str) -> None:
         open_database(datadir.db_path).close()
     store = LocalStore(datadir, "init")
     try:
-        store.repo.set_setting(PROFILE_KEY, profile)
+        current = store.repo.get_setting(PROFILE_KEY)
+        chosen = profile or current or "standalone"
+        if current is not None and chosen != current and not change_profile:
+            raise ValidationError(
+                "profile", f"{datadir.root} is already initialised with profile {current}; "
+                f"add --change-profile to switch it to {chosen}")
+        store.repo.set_setting(PROFILE_KEY, chosen)
         receipts = ReceiptStore(datadir.receipt_root)
         for shard in range(256):  # every receipt shard now, so no launch pays a directory fsync
             receipts.prepare_shard(uuid7()[:-2] + f"{shard:02x}")
     finally:
         store.close()
-    click.echo(f"initialised {datadir.root} (profile {profile})")
+    if current is not None and chosen != current:
+        click.echo(f"initialised {datadir.root} (profile changed from {current} to {chosen}; "
+                   "a running serve keeps the old one until it restarts)")
+    else:
+        click.echo(f"initialised {datadir.root} (profile {chosen})")
+
+
+@local.command()
+@data_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def status(data_dir: str | None, as_json: bool) -> None:
+    """Show the data directory, its profile, its owner and counts of tasks and runs.
+
+    The owner is the process that holds the directory: `serve`, a foreground `run`, or none.
+    """
+    from qinglong.local.app.status import read_status
+
+    view = read_status(datadir_of(data_dir))
+    if as_json:
+        import json
+
+        click.echo(json.dumps(view, indent=2))
+        return
+    from qinglong.local.app.status import describe_status
+
+    for line in describe_status(view):
+        click.echo(line)
 
 
 from qinglong.local.app import (  # noqa: E402
@@ -119,7 +162,7 @@ def run_main(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         click.echo("ql3: aborted", err=True)
         return 1
-    except ValidationError as exc:  # bad input is a usage error: exit 2, one line
+    except (ValidationError, NotFoundError) as exc:  # bad input or an unknown name: exit 2
         click.echo(f"ql3: error: {exc}", err=True)
         return 2
     except RunNotSucceededError as exc:
@@ -130,9 +173,9 @@ def run_main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-    except OSError as exc:  # e.g. stdout is a full disk or a closed pipe
+    except OSError as exc:  # a file we were asked to use, or stdout (full disk, closed pipe)
         with contextlib.suppress(OSError):
-            click.echo(f"ql3: error: output failed: {exc.strerror or exc}", err=True)
+            click.echo(f"ql3: error: {os_error_message(exc)}", err=True)
         return 1
     return 0
 

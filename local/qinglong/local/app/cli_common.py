@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 import time
@@ -20,6 +21,21 @@ class RunNotSucceededError(QinglongError):
     """``ql3 local run`` waited for a run that ended other than ``succeeded`` (exit 1)."""
 
     code = "run_not_succeeded"
+
+
+def os_error_message(exc: OSError) -> str:
+    """One line saying what failed (issue 12 item 10): the path involved when the error has
+    one (``cannot use '/srv/x': Permission denied``), ``output failed`` only for a write to
+    stdout/stderr (a closed pipe, a full disk), else the system's message."""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    if exc.filename is not None:
+        where = f"'{exc.filename}'"
+        if exc.filename2 is not None:
+            where += f" -> '{exc.filename2}'"
+        return f"cannot use {where}: {reason}"
+    if isinstance(exc, BrokenPipeError) or exc.errno in (errno.EPIPE, errno.ENOSPC, errno.EIO):
+        return f"output failed: {reason}"
+    return f"system error: {reason}"
 
 
 def fail(message: str) -> NoReturn:

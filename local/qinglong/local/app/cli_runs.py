@@ -73,7 +73,9 @@ def run(name: str, wait: bool, data_dir: str | None, as_json: bool) -> None:
         click.echo(f"ql3: interrupted: the run ended {view['status']}", err=True)
         sys.exit(128 + interrupted_by)
     if view["status"] in output.TERMINAL and view["status"] != "succeeded":
-        raise RunNotSucceededError(f"the run ended {view['status']}")
+        failure = output.launch_failure(view)
+        raise RunNotSucceededError(f"the run ended {view['status']}"
+                                   + (f" ({failure})" if failure else ""))
 
 
 @click.command("runs")

@@ -1,4 +1,4 @@
-"""``ql3 local task ...``: add, list, show, enable, disable, rm."""
+"""``ql3 local task ...``: add, edit, list, show, next, enable, disable, rm."""
 
 from __future__ import annotations
 
@@ -93,6 +93,105 @@ def task_add(
         click.echo(f"added task {view['name']} ({view['id']})")
 
 
+def _optional_number(value: str | None, option: str, kind: type[float] | type[int]) -> object:
+    """``none`` -> None (cleared); a number -> that number; anything else: a usage error."""
+    if value is None or value.lower() == "none":
+        return None
+    try:
+        return kind(value)
+    except ValueError:
+        raise click.BadParameter("a number, or 'none'", param_hint=option) from None
+
+
+@task.command("edit")
+@click.argument("name")
+@click.option("--schedule", default=None, metavar="CRON",
+              help="New schedule: 5-field cron, 6 fields with seconds first, @boot or @once.")
+@click.option("--timezone", default=None, metavar="TZ", help="New IANA time zone.")
+@click.option("--timeout", default=None, metavar="SECONDS|none",
+              help="New timeout in seconds, or 'none' for no timeout.")
+@click.option("--max-attempts", type=int, default=None, help="New attempts per run.")
+@click.option("--concurrency", type=click.Choice(["forbid", "allow", "replace"]),
+              default=None, help="New policy for a due slot while a run is active.")
+@click.option("--env", "env_pairs", multiple=True, metavar="K=V",
+              help="Set an environment variable (repeatable).")
+@click.option("--unset-env", "env_unset", multiple=True, metavar="K",
+              help="Remove an environment variable (repeatable).")
+@click.option("--cwd", default=None, metavar="DIR|none",
+              help="New absolute working directory, or 'none' for the default (home).")
+@click.argument("argv", nargs=-1)
+@data_dir_option
+@json_option
+def task_edit(
+    name: str,
+    schedule: str | None,
+    timezone: str | None,
+    timeout: str | None,
+    max_attempts: int | None,
+    concurrency: str | None,
+    env_pairs: tuple[str, ...],
+    env_unset: tuple[str, ...],
+    cwd: str | None,
+    argv: tuple[str, ...],
+    data_dir: str | None,
+    as_json: bool,
+) -> None:
+    """Change task NAME in place: same id, same history; a new command goes after `--`.
+
+    The change is recorded as a task event naming the fields changed (never variable
+    values). A run already started keeps the old definition; the next run gets the new one.
+    A new schedule counts from now: nothing missed before the edit fires.
+
+    Example: ql3 local task edit backup --schedule '30 2 * * *' --env MODE=full -- backup.sh
+    """
+    changes: dict[str, object] = {}
+    for key, value in (("schedule", schedule), ("timezone", timezone),
+                       ("max_attempts", max_attempts), ("concurrency", concurrency)):
+        if value is not None:
+            changes[key] = value
+    if timeout is not None:
+        changes["timeout_s"] = _optional_number(timeout, "--timeout", float)
+    if cwd is not None:
+        changes["cwd"] = None if cwd.lower() == "none" else cwd
+    if env_pairs:
+        changes["env_set"] = _parse_env(env_pairs)
+    if env_unset:
+        changes["env_unset"] = list(env_unset)
+    if argv:
+        changes["argv"] = list(argv)
+    if not changes:
+        raise click.UsageError("nothing to change: give at least one option or a command")
+    with open_backend(datadir_of(data_dir), "task edit") as backend:
+        view = backend.call("task_edit", name=name, changes=changes)
+    if as_json:
+        print_json(view)
+        return
+    if not view["changed"]:
+        click.echo(f"task {name} unchanged")
+        return
+    click.echo(f"edited task {name}: {', '.join(view['changed'])}")
+    if view["active_runs"]:
+        click.echo(f"a run of {name} is active: it keeps the old definition; "
+                   "the change applies to the next run")
+
+
+@task.command("next")
+@click.argument("name")
+@click.option("-n", "count", type=click.IntRange(1, 100), default=5, show_default=True,
+              help="How many upcoming slots.")
+@data_dir_option
+@json_option
+def task_next(name: str, count: int, data_dir: str | None, as_json: bool) -> None:
+    """List the next slots of task NAME, in the task's time zone and in yours."""
+    with open_backend(datadir_of(data_dir), "task next") as backend:
+        view = backend.call("task_next", name=name, count=count)
+    if as_json:
+        print_json(view)
+        return
+    for line in output.describe_next_slots(view):
+        click.echo(line)
+
+
 @task.command("list")
 @display_options
 @data_dir_option
@@ -131,10 +230,15 @@ def task_show(name: str, data_dir: str | None, as_json: bool) -> None:
         click.echo(f"{'next_fire':>13}: pending (computed by the running serve)")
     else:
         click.echo(output.field("next_fire", view.get("next_fire")))
+    click.echo(output.field("last_run", output.describe_last_run(view.get("last_run"))))
+    if view["recent_runs"]:
+        click.echo("recent runs:")
     for run in view["recent_runs"]:
-        click.echo("  " + output.describe_run(run))
-    for line in filter(None, map(output.describe_slot_event, view["events"])):
-        click.echo("  " + line)
+        click.echo("  " + output.describe_run_times(run))
+    if view["events"]:
+        click.echo("recent events:")
+    for event in view["events"]:
+        click.echo("  " + output.describe_task_event(event))
 
 
 def _toggle(name: str, enabled: bool, data_dir: str | None, as_json: bool) -> None:

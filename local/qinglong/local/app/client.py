@@ -9,7 +9,7 @@ from typing import Any
 
 from qinglong.local.app.ops import call
 from qinglong.local.app.service import LocalService
-from qinglong.shared.errors import QinglongError, ValidationError
+from qinglong.shared.errors import NotFoundError, QinglongError, ValidationError
 
 CONNECT_TIMEOUT_S = 5.0
 REPLY_TIMEOUT_S = 60.0
@@ -29,6 +29,10 @@ class RemoteValidationError(ValidationError):
     def __init__(self, message: str) -> None:
         QinglongError.__init__(self, message)
         self.field = "request"
+
+
+class RemoteNotFoundError(NotFoundError):
+    """The server found no such task or run (the command exits 2 as it would locally)."""
 
 
 class ServerUnavailableError(QinglongError):
@@ -70,6 +74,8 @@ class SocketBackend:
             err = obj.get("error") or {}
             if err.get("usage"):
                 raise RemoteValidationError(str(err.get("message")))
+            if err.get("code") == NotFoundError.code:
+                raise RemoteNotFoundError(str(err.get("message")))
             raise RemoteError(str(err.get("code")), str(err.get("message")))
         return obj["result"]
 

@@ -17,6 +17,12 @@ def call(service: LocalService, op: str, args: dict[str, Any]) -> Any:
             return {"pong": True}
         if op == "task_add":
             return service.task_add(args["spec"])
+        if op == "task_edit":
+            return service.task_edit(str(args["name"]), dict(args["changes"]))
+        if op == "task_next":
+            return service.task_next(str(args["name"]), int(args.get("count", 5)))
+        if op == "status":
+            return service.status()
         if op == "task_list":
             return service.task_list()
         if op == "task_show":

@@ -76,13 +76,30 @@ def print_tasks(tasks: list[dict[str, Any]]) -> None:
             t["schedule"] + ("" if t["timezone"] == "UTC" else f" ({t['timezone']})"),
             _s(t["enabled"]),
             t["concurrency"],
-            display.duration(t["timeout_s"]) if t["timeout_s"] is not None else "-",
+            _next_fire(t),
+            _last(t.get("last_run")),
             display.command(t["argv"]),
         ]
         for t in tasks
     ]
-    _table(["name", "schedule", "enabled", "policy", "timeout", "command"], rows,
-           flexible=("command", "schedule", "name"))
+    _table(["name", "schedule", "enabled", "policy", "next", "last run", "command"], rows,
+           flexible=("command", "last run", "schedule", "name"))
+
+
+def _next_fire(task: dict[str, Any]) -> str:
+    """The next fire time for a table: local time, ``pending`` or empty."""
+    if task.get("next_fire_pending"):
+        return "pending"
+    return zoned(task.get("next_fire"))
+
+
+def _last(last: dict[str, Any] | None) -> str:
+    """``succeeded 2026-12-01 03:00:05 +01:00 (5.0s)`` for a table; empty: never ran."""
+    if not last:
+        return ""
+    text = f"{last['status']} {zoned(last.get('finished_at'))}".rstrip()
+    return text + (f" ({duration(last['duration_s'])})" if last.get("duration_s") is not None
+                   else "")
 
 
 def print_runs(runs: list[dict[str, Any]]) -> None:
@@ -204,3 +221,103 @@ def describe_slot_event(event: dict[str, Any]) -> str | None:
     if detail.get("run_id"):
         text += f" into queued run {display.short_id(str(detail['run_id']))}"
     return text
+
+
+def zoned(value: object, zone: str | None = None) -> str:
+    """An ISO UTC time from a view in ``zone`` (an IANA name; None: the viewer's local
+    zone) with its offset: ``2026-12-01 09:09:01 +08:00``; ``""`` for None."""
+    import datetime as dt
+    from zoneinfo import ZoneInfo
+
+    if value is None:
+        return ""
+    if zone is None:  # the viewer's zone, or UTC after --utc (display.py)
+        return display.when(str(value))
+    stamp = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    local = stamp.astimezone(ZoneInfo(zone)) if zone else stamp.astimezone()
+    offset = local.strftime("%z")
+    return local.strftime("%Y-%m-%d %H:%M:%S ") + f"{offset[:3]}:{offset[3:]}"
+
+
+def duration(seconds: float | None) -> str:
+    """``1m 05s``, ``2h 03m``, ``0.4s``; ``""`` for None."""
+    if seconds is None:
+        return ""
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    if whole < 3600:
+        return f"{whole // 60}m {whole % 60:02d}s" if whole >= 60 else f"{whole}s"
+    return f"{whole // 3600}h {whole % 3600 // 60:02d}m"
+
+
+def describe_last_run(last: dict[str, Any] | None) -> str:
+    """``succeeded, finished 2026-12-01 03:00:05 +01:00, took 5.0s`` or ``never ran``."""
+    if not last:
+        return "never ran"
+    text = str(last["status"])
+    if last.get("finished_at"):
+        text += f", finished {zoned(last['finished_at'])}"
+    elif last.get("started_at"):
+        text += f", started {zoned(last['started_at'])}"
+    if last.get("duration_s") is not None:
+        text += f", took {duration(last['duration_s'])}"
+    return text
+
+
+def describe_run_times(run: dict[str, Any]) -> str:
+    """:func:`describe_run` plus when the run was created and finished (issue 12 item 2)."""
+    text = describe_run(run) + f" — created {zoned(run['created_at'])}"
+    if run.get("finished_at"):
+        text += f", finished {zoned(run['finished_at'])}"
+    return text
+
+
+def describe_task_event(event: dict[str, Any]) -> str:
+    """One line for a task event: its time, then a slot outcome (:func:`describe_slot_event`),
+    an edit (``edited: schedule '0 3 * * *' -> '30 2 * * *', env (set A; unset B)``) or the
+    event's kind."""
+    import json
+
+    line = describe_slot_event(event)
+    if line is None and event["kind"] == "task_edited" and event.get("detail"):
+        detail = json.loads(event["detail"])
+        parts = []
+        for name in detail.get("changed", []):
+            change = detail.get(name)
+            if isinstance(change, dict):
+                parts.append(f"{name} {change.get('from')!s} -> {change.get('to')!s}")
+            elif name == "env":
+                names = [*(f"set {n}" for n in detail.get("env_set", [])),
+                         *(f"unset {n}" for n in detail.get("env_unset", []))]
+                parts.append(f"env ({', '.join(names)})" if names else "env")
+            else:
+                parts.append(name)
+        line = "edited: " + "; ".join(parts)
+    return f"{zoned(event['at'])}  {line or event['kind'].replace('_', ' ')}"
+
+
+def describe_next_slots(view: dict[str, Any]) -> list[str]:
+    """Lines for ``task next``: each slot in the task's zone and in the viewer's."""
+    lines = [f"next slots of {view['task']} ({view['schedule']}, {view['timezone']})"
+             + ("" if view["enabled"] else " — the task is disabled: none of them fires")]
+    if not view["slots"]:
+        lines.append("  none: @boot fires once per serve start, @once only when run by hand")
+    for slot in view["slots"]:
+        lines.append(f"  {zoned(slot, view['timezone'])}  (here: {zoned(slot)})")
+    return lines
+
+
+def launch_failure(run: dict[str, Any]) -> str | None:
+    """``it did not start: <reason>`` when the run's newest attempt failed before its
+    command started (a deleted working directory, say: issue 12 item 10), from the events
+    of a ``run_get`` view; None otherwise."""
+    import json
+
+    for event in reversed(run.get("events") or []):
+        if event["kind"].startswith("attempt_") and event.get("detail"):
+            detail = json.loads(event["detail"])
+            if detail.get("launch_message"):
+                return f"it did not start: {detail['launch_message']}"
+            return None
+    return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +28,14 @@ from qinglong.shared.statuses import ATTEMPT_ACTIVE, RUN_TERMINAL, AttemptStatus
 
 LOG_CHUNK_BYTES = 64 * 1024
 TAIL_SCAN_BYTES = 1024 * LOG_CHUNK_BYTES  # `logs --tail` looks back at most 64 MiB
+
+
+class LogFileMissingError(QinglongError):
+    """An attempt's log file is gone without a retention tombstone (deleted by hand, say):
+    not a usage error, so the command exits 1 (an unknown run or task exits 2)."""
+
+    code = "log_missing"
+
 VALUE_MASK = "********"
 
 
@@ -101,10 +110,65 @@ class LocalService:
         self._wake()
         return changed
 
+    def task_edit(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
+        """Change a live task in place (issue 12 item 1; ``changes`` as
+        :func:`~qinglong.local.app.task_changes.apply_changes` takes them): same id and
+        history, one ``task_edited`` event naming the fields changed (no env values). Allowed
+        while a run is active: a run already started keeps its definition, the next one gets
+        the new. A new schedule or zone makes the next fire time pending from the edit on,
+        computed by the running ``serve`` (woken here). Returns the task's view plus
+        ``changed`` (field names, empty when nothing differed: no event then) and
+        ``active_runs`` (runs dispatching or running now). Raises ValidationError,
+        NotFoundError, ConcurrentUpdateError."""
+        from qinglong.local.app.task_changes import apply_changes
+
+        task = self.repo.get_task(name)
+        new, detail = apply_changes(task, changes)
+        if detail["changed"]:
+            task = self.repo.edit_task(task, new, detail)
+            self._wake()
+        view = task_view(task)
+        view["changed"] = detail["changed"]
+        view["active_runs"] = len(self.repo.active_runs(task.id))
+        return view
+
+    def task_next(self, name: str, count: int = 5) -> dict[str, Any]:
+        """The next ``count`` (1-100) slots of a live task from now (issue 12 item 2):
+        ``{"task", "schedule", "timezone", "enabled", "slots": [ISO UTC...]}``; ``slots`` is
+        empty for ``@boot``/``@once``. Raises NotFoundError, ValidationError."""
+        from qinglong.local.app.task_changes import upcoming_slots
+
+        task = self.repo.get_task(name)
+        slots = upcoming_slots(task, self.repo.clock(), count)
+        return {"task": task.name, "schedule": task.schedule, "timezone": task.timezone,
+                "enabled": task.enabled, "slots": [iso(s) for s in slots]}
+
     def task_list(self) -> list[dict[str, Any]]:
-        """Live tasks by name."""
+        """Live tasks by name, each with ``next_fire``/``next_fire_pending`` (as
+        :meth:`task_show`) and ``last_run`` (:func:`last_run_view`, None: never ran); secret
+        env values masked."""
         refs = self.secrets.refs_by_task()
-        return [self._task_view(t, refs.get(t.id, {})) for t in self.repo.list_tasks()]
+        tasks = self.repo.list_tasks()
+        overview = self.repo.task_overview([t.id for t in tasks])
+        views = []
+        for task in tasks:
+            next_fire, pending, last_id = overview.get(task.id, (None, None, None))
+            view = self._task_view(task, refs.get(task.id, {}))
+            view["next_fire"] = iso(next_fire) if task.enabled and pending is None else None
+            view["next_fire_pending"] = task.enabled and pending is not None
+            view["last_run"] = last_run_view(self.repo.get_run(last_id)) if last_id else None
+            views.append(view)
+        return views
+
+    def status(self) -> dict[str, Any]:
+        """Facts for ``ql3 local status`` (issue 12 item 10): ``profile``, ``tasks``,
+        ``enabled_tasks``, ``queued_runs``, ``active_runs`` and ``supervised`` (a live owner
+        runs them)."""
+        tasks, enabled = self.repo.count_live_tasks()
+        queued, active = self.repo.count_unfinished_runs()
+        return {"profile": self.repo.get_setting("profile") or "standalone",  # PROFILE_KEY
+                "tasks": tasks, "enabled_tasks": enabled, "queued_runs": queued,
+                "active_runs": active, "supervised": self.supervised}
 
     def task_show(self, name: str) -> dict[str, Any]:
         """One task with its five newest runs and ten newest task events, and its stored
@@ -116,7 +180,9 @@ class LocalService:
         next_fire, pending = self.repo.next_fire_of(task.id)
         view["next_fire"] = iso(next_fire) if task.enabled and not pending else None
         view["next_fire_pending"] = task.enabled and pending is not None
-        view["recent_runs"] = self._run_views(self.repo.list_runs(task_id=task.id, limit=5))
+        recent = self.repo.list_runs(task_id=task.id, limit=5)
+        view["recent_runs"] = self._run_views(recent)
+        view["last_run"] = last_run_view(recent[0]) if recent else None
         view["events"] = [event_view(e) for e in self.repo.task_events(task.id, limit=10)]
         return view
 
@@ -164,10 +230,15 @@ class LocalService:
     def runs(
         self, task: str | None = None, limit: int = 20, status: str | None = None
     ) -> list[dict[str, Any]]:
-        """Runs newest first, optionally of one task (by name) and/or in one ``status``
-        (a RunStatus value; another raises ValidationError)."""
-        task_id = None if task is None else self.repo.get_task(task).id
-        return self._run_views(self.repo.list_runs(task_id=task_id, limit=limit, status=status))
+        """Runs newest first, optionally of every task ever called ``task`` (a removed and
+        re-added task keeps its history under its name, issue 12 item 1) and/or in one
+        ``status`` (a RunStatus value; another raises ValidationError). NotFoundError when no
+        task, live or removed, had that name."""
+        if task is None:
+            return self._run_views(self.repo.list_runs(limit=limit, status=status))
+        if not self.repo.task_ids_named(task):
+            raise NotFoundError(f"no such task '{task}'")
+        return self._run_views(self.repo.list_runs(task_name=task, limit=limit, status=status))
 
     def cancel(self, run_id: str) -> dict[str, Any]:
         """Cancel a run (any reference ``run_get`` accepts): queued ones at once, active ones
@@ -333,6 +404,14 @@ class LocalService:
 
     # -- logs -----------------------------------------------------------------------------
 
+    def _launch_failure_note(self, run_id: str, attempt_id: str, number: int) -> bytes | None:
+        """For an attempt that failed at launch (no log file was ever opened): one line
+        naming why, from its settle event (issue 12 item 10); None otherwise."""
+        for event in self.repo.list_events(run_id):
+            if event.attempt_id == attempt_id and event.kind == "attempt_failed":
+                return _launch_note(event.detail, number)
+        return None
+
     def logs_read(
         self, run_id: str, attempt: int | None = None, offset: int = 0
     ) -> dict[str, Any]:
@@ -342,7 +421,8 @@ class LocalService:
         attempt. Returns ``{"attempt", "attempts",
         "offset", "data", "run_status", "done"}``; ``done`` when the run is terminal and the
         chunk reached the end of the newest attempt's log. A log retired by retention adds
-        ``"retired_at"`` (ISO time) and no data; a log missing otherwise is NotFoundError.
+        ``"retired_at"`` (ISO time) and no data; an attempt that failed at launch gives one
+        line saying why; a log missing otherwise is LogFileMissingError.
         """
         run = self.repo.get_run(resolve_run_ref(self.repo, run_id))
         terminal = run.status in RUN_TERMINAL
@@ -365,7 +445,10 @@ class LocalService:
             if read is not None:
                 data = read
             elif chosen.status not in (AttemptStatus.CLAIMED, AttemptStatus.STARTING):
-                raise NotFoundError(f"the log file of attempt {number} is missing")
+                note = self._launch_failure_note(run.id, chosen.id, number)
+                if note is None:
+                    raise LogFileMissingError(f"the log file of attempt {number} is missing")
+                data = note[max(0, offset):]
         newest = number == run.attempts[-1].number
         done = terminal and newest and len(data) < LOG_CHUNK_BYTES
         return {
@@ -436,6 +519,30 @@ def check_secret_env(argv: tuple[str, ...], env: dict[str, str],
                                             "variable; use one or the other")
     literal = {n: e.value for n, e in secret.items() if e.value is not None}
     check_launch_budget(argv, {**env, **literal})
+
+
+def _launch_note(detail: str | None, number: int) -> bytes | None:
+    """The line ``logs`` shows for an attempt whose launch failed before any output."""
+    import json
+
+    message = json.loads(detail).get("launch_message") if detail else None
+    if not message:
+        return None
+    return f"[ql3: attempt {number} did not start: {message}]\n".encode()
+
+
+def last_run_view(run: Any) -> dict[str, Any]:
+    """The facts ``task list``/``show`` give about a task's newest run (issue 12 item 2):
+    ``{"id", "status", "started_at", "finished_at"`` (ISO UTC or None),
+    ``"duration_s"}`` (seconds from its first attempt's start to its end, or to now while
+    active; None before it started)."""
+    started = next((a.started_at_ms for a in run.attempts if a.started_at_ms is not None), None)
+    end = run.finished_at_ms
+    if end is None and started is not None and run.status not in RUN_TERMINAL:
+        end = int(time.time() * 1000)
+    duration = None if started is None or end is None else max(0, end - started) / 1000
+    return {"id": run.id, "status": run.status.value, "started_at": iso(started),
+            "finished_at": iso(run.finished_at_ms), "duration_s": duration}
 
 
 def _or(value: Any, default: Any) -> Any:

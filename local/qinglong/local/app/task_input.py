@@ -58,7 +58,7 @@ class TaskInput:
             if not os.path.isabs(self.cwd):
                 raise ValidationError("cwd", "must be an absolute path")
             if not os.path.isdir(self.cwd):
-                raise ValidationError("cwd", "must be an existing directory")
+                raise ValidationError("cwd", f"'{self.cwd}' must be an existing directory")
         if self.timeout_s is not None and not 0 < self.timeout_s <= MAX_TIMEOUT_S:
             raise ValidationError("timeout", "must be more than 0 s and at most 30 days")
         if not 1 <= self.max_attempts <= MAX_ATTEMPTS:

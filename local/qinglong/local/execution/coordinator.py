@@ -195,7 +195,10 @@ class ExecutionCoordinator:
             log.warning("launch failed for run %s: %s", run.id, exc.code)
             return self._settle(
                 attempt, task, AttemptStatus.FAILED,
-                detail={"launch_error": exc.code, "launch_step": getattr(exc, "step", None)},
+                # the message names what failed (a deleted cwd, say: issue 12 item 10); it
+                # never holds a variable's value (launch_request.py)
+                detail={"launch_error": exc.code, "launch_step": getattr(exc, "step", None),
+                        "launch_message": str(exc)},
             )
         fault_point("after_spawn")
         try:

@@ -138,8 +138,9 @@ def validate_request(request: LaunchRequest, config: LaunchConfig) -> None:
     cwd = request.cwd
     if not isinstance(cwd, str) or "\0" in cwd or not os.path.isabs(cwd):
         raise ValidationError("cwd", "must be an absolute path")
-    if not os.path.isdir(cwd):
-        raise ValidationError("cwd", "must be an existing directory")
+    if not os.path.isdir(cwd):  # named: a task's directory deleted since it was added
+        raise ValidationError("cwd", f"the working directory '{cwd}' must be an existing "
+                                     "directory (it is missing or not a directory)")
     output = check_absolute(request.output_path, "output_path")
     if os.path.commonpath((config.log_root, output)) != config.log_root or output == (
         config.log_root

@@ -17,7 +17,8 @@ User argv is ``sys.argv[1:]``.
 Order: take the attempt lock -> block on one gate byte -> spawn the user command in this
 process group -> forward TERM/INT/HUP once to the group -> wait -> publish the receipt ->
 exit with the user's code (128+N for signal N; 127/126 when the command is missing or not
-executable, as shells do). Without the lock, without the gate byte (EOF: the owner died or
+executable, as shells do; a file without a ``#!`` line runs through ``/bin/sh``, as cron's
+execvp(3) does). Without the lock, without the gate byte (EOF: the owner died or
 abandoned the gate) or after a graceful signal received before the start, no user code runs:
 a ``not_started`` receipt is published and the exit code is 125.
 """
@@ -36,6 +37,7 @@ ENV_GATE_FD = "QL3_LAUNCH_GATE_FD"
 ENV_LC_CTYPE = "QL3_LAUNCH_LC_CTYPE"
 ENV_RECEIPT_DIR = "QL3_RECEIPT_DIR"
 ENV_LOG_CAP = "QL3_LAUNCH_LOG_CAP"
+ENOEXEC = 8  # Linux errno: "Exec format error" (errno, the module, is not worth importing)
 CHUNK = 65536
 DRAIN_CHUNKS = 16  # after the command exits, a background writer cannot hold us
 STRIPPED_PREFIXES = (b"QL3_RECEIPT_", b"QL3_LAUNCH_")
@@ -230,6 +232,32 @@ def _spawn(argv: list[str], env: dict[bytes, bytes], out_w: int = -1) -> int:
                            setsigdef=defaults)
 
 
+def _on_path(name: str) -> str:
+    """Where ``posix_spawnp`` found ``name``: itself if it has a slash, else the first
+    executable regular file of that name on our PATH (the user's), else ``name``."""
+    if "/" in name:
+        return name
+    for folder in os.environ.get("PATH", "/usr/bin:/bin").split(":"):
+        candidate = os.path.join(folder or ".", name)
+        try:
+            if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+                return candidate
+        except OSError:
+            continue
+    return name
+
+
+def _start(argv: list[str], env: dict[bytes, bytes], out_w: int = -1) -> int:
+    """Spawn the user command; a file the kernel cannot execute (ENOEXEC: a script without
+    a ``#!`` line) runs through ``/bin/sh`` as execvp(3) and cron do."""
+    try:
+        return _spawn(argv, env, out_w)
+    except OSError as exc:
+        if exc.errno != ENOEXEC:
+            raise
+    return _spawn(["/bin/sh", _on_path(argv[0]), *argv[1:]], env, out_w)
+
+
 def _log_cap() -> int:
     """The log cap in bytes, or 0 (no cap, or no pidfd support: output goes straight in)."""
     text = os.environ.get(ENV_LOG_CAP, "")
@@ -343,7 +371,7 @@ def main() -> int:
     cap = _log_cap()
     pipe_r, pipe_w = os.pipe() if cap else (-1, -1)
     try:
-        _child = _spawn(sys.argv[1:], user_environment(), pipe_w)
+        _child = _start(sys.argv[1:], user_environment(), pipe_w)
     except OSError as exc:
         if cap:
             os.close(pipe_r)

@@ -6,4 +6,4 @@ a reviewed change in two places, and ``tests/process`` fails while they disagree
 
 from __future__ import annotations
 
-WRAPPER_SHA256 = "1272d2182dc5574ccaa1f5c1a3c41c542a993d8aaa4e8462f88178925f9f0aad"
+WRAPPER_SHA256 = "08cc4f8f01217927fedba17a7ea618ff861a77524c3b34d7646d883cc930d4c8"

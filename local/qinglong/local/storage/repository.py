@@ -34,6 +34,7 @@ from qinglong.local.storage.rows import (
 from qinglong.local.storage.run_numbers import RunNumberQueries, next_run_number
 from qinglong.local.storage.schedule_queries import ScheduleQueries
 from qinglong.local.storage.secrets import SecretEntry, write_entries
+from qinglong.local.storage.task_queries import TaskQueries
 from qinglong.shared.domain import Attempt, Event, Run, Task, Trigger
 from qinglong.shared.errors import (
     ConcurrentUpdateError,
@@ -108,7 +109,7 @@ def _event(
 
 class LocalRunRepository(
     ReceiptJournalQueries, RetentionQueries, LeftoverQueries, DispatchQueries, ScheduleQueries,
-    RunNumberQueries,
+    RunNumberQueries, TaskQueries,
 ):
     """Tasks, runs, attempts, events and the receipt journal of one data directory.
 
@@ -182,7 +183,7 @@ class LocalRunRepository(
             (name,),
         ).fetchone()
         if row is None:
-            raise NotFoundError("no such task")
+            raise NotFoundError(f"no such task '{name}'")
         return task_from_row(row)
 
     def get_task(self, name: str) -> Task:
@@ -324,14 +325,19 @@ class LocalRunRepository(
         return [run_from_row(row, tuple(attempts[str(row[0])])) for row in rows]
 
     def list_runs(
-        self, task_id: str | None = None, limit: int = 20, status: str | None = None
+        self, task_id: str | None = None, limit: int = 20, status: str | None = None, *,
+        task_name: str | None = None,
     ) -> list[Run]:
-        """Runs newest first (by UUIDv7 id), optionally of one task and/or in one ``status``
-        (a RunStatus value, else ValidationError); limit 1–1000."""
+        """Runs newest first (by UUIDv7 id), optionally of one task (by id) or of every task
+        ever called ``task_name`` (removed ones included, issue 12 item 1), and/or in one
+        ``status`` (a RunStatus value, else ValidationError); limit 1–1000."""
         limit = max(1, min(limit, 1000))
         clauses: list[str] = []
         args: list[object] = []
-        if task_id is not None:
+        if task_name is not None:
+            clauses.append("r.task_id IN (SELECT id FROM tasks WHERE name = ?)")
+            args.append(task_name)
+        elif task_id is not None:
             clauses.append("r.task_id = ?")
             args.append(task_id)
         if status is not None:

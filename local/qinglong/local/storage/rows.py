@@ -137,5 +137,5 @@ def load_run(conn: sqlite3.Connection, run_id: str) -> Run:
         (run_id,),
     ).fetchone()
     if row is None:
-        raise NotFoundError("no such run")
+        raise NotFoundError(f"no such run '{run_id}'")
     return run_from_row(row, tuple(load_attempts(conn, [run_id])[run_id]))

@@ -1,0 +1,129 @@
+"""Task queries beyond create/enable/remove (issue 12 items 1 and 2): editing a task in
+place, its history by name, and the overview `task list` and `ql3 local status` show.
+
+A mixin of :class:`~qinglong.local.storage.repository.LocalRunRepository` over its one
+``Database``. An edit keeps the task's id (so its runs, events and run history stay its own)
+and is one transaction: the new definition and one ``task_edited`` event naming the fields
+changed. A change of schedule or time zone bumps ``version`` (so a scheduler tick that read
+the old definition loses its compare-and-set, ``schedule_queries``), moves the schedule cursor
+to the edit time (no slot of the old schedule, none before the edit, fires) and marks the next
+fire time pending (migration 0004), so a running ``serve`` computes it at its next tick.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+
+from qinglong.local.storage.database import Database
+from qinglong.local.storage.rows import TASK_COLUMNS, task_from_row
+from qinglong.local.storage.schedule_queries import insert_task_event
+from qinglong.shared.domain import Task
+from qinglong.shared.errors import ConcurrentUpdateError, NotFoundError
+
+
+class TaskQueries:
+    """Task edits (mixin; needs ``db`` and ``clock`` of the repository). All methods raise
+    StorageError/StorageClosedError/StorageBusyError from the Database."""
+
+    db: Database
+    clock: Callable[[], int]
+
+    def edit_task(self, old: Task, new: Task, detail: dict[str, object]) -> Task:
+        """Replace the definition of live task ``old`` (as read) by ``new`` (same id; the
+        fields stored are argv, schedule, timezone, env, cwd, timeout, max_attempts and
+        concurrency) and append a ``task_edited`` event with ``detail`` (field names and
+        non-secret old/new values; the caller keeps env values out of it).
+
+        Compare-and-set on ``old.version`` and ``old.updated_at_ms``: ConcurrentUpdateError
+        when the task was enabled, disabled, removed or edited meanwhile; NotFoundError when
+        it is no longer live. Returns the stored task."""
+        at = max(self.clock(), old.updated_at_ms + 1)  # updated_at_ms moves on every edit
+        reschedule = (new.schedule, new.timezone) != (old.schedule, old.timezone)
+
+        def op(conn: sqlite3.Connection) -> Task:
+            cur = conn.execute(
+                "UPDATE tasks SET argv_json = ?, schedule = ?, timezone = ?, env_json = ?,"
+                " cwd = ?, timeout_ms = ?, max_attempts = ?, concurrency = ?, updated_at_ms = ?,"
+                " version = version + ?,"
+                # a new schedule starts at the edit: nothing before it fires (migration 0004)
+                " schedule_cursor_ms = CASE WHEN ? THEN ? ELSE schedule_cursor_ms END,"
+                " schedule_replay_until_ms = CASE WHEN ? THEN NULL"
+                " ELSE schedule_replay_until_ms END,"
+                " next_fire_at_ms = CASE WHEN ? THEN NULL ELSE next_fire_at_ms END,"
+                " next_fire_pending = CASE WHEN ? AND enabled = 1 THEN 'new'"
+                " WHEN ? THEN NULL ELSE next_fire_pending END"
+                " WHERE id = ? AND deleted_at_ms IS NULL AND version = ? AND updated_at_ms = ?",
+                (
+                    json.dumps(list(new.argv)), new.schedule, new.timezone,
+                    json.dumps(new.env, sort_keys=True), new.cwd,
+                    None if new.timeout_s is None else round(new.timeout_s * 1000),
+                    new.max_attempts, new.concurrency.value, at, int(reschedule),
+                    int(reschedule), at, int(reschedule), int(reschedule),
+                    int(reschedule), int(reschedule),
+                    old.id, old.version, old.updated_at_ms,
+                ),
+            )
+            if cur.rowcount != 1:
+                live = conn.execute(
+                    "SELECT 1 FROM tasks WHERE id = ? AND deleted_at_ms IS NULL", (old.id,)
+                ).fetchone()
+                if live is None:
+                    raise NotFoundError(f"no such task '{old.name}'")
+                raise ConcurrentUpdateError(
+                    f"task '{old.name}' changed meanwhile; read it again and retry")
+            insert_task_event(conn, at, "task_edited", old.id, detail)
+            row = conn.execute(
+                f"SELECT {TASK_COLUMNS} FROM tasks WHERE id = ?", (old.id,)  # noqa: S608
+            ).fetchone()
+            return task_from_row(row)
+
+        return self.db.write(op)
+
+    def task_ids_named(self, name: str) -> list[str]:
+        """Ids of every task ever called ``name`` (the live one and removed ones), oldest
+        first: a removed-and-re-added task's history stays under its name."""
+        return self.db.read(lambda conn: [str(r[0]) for r in conn.execute(
+            "SELECT id FROM tasks WHERE name = ? ORDER BY created_at_ms, id", (name,))])
+
+    def task_overview(self, task_ids: list[str]) -> dict[str, tuple[int | None, str | None,
+                                                                     str | None]]:
+        """Per task id: ``(next_fire_at_ms, next_fire_pending, last_run_id)`` (issue 12
+        item 2): the stored next fire time (Unix ms or None) and why it is pending (None:
+        up to date), and the id of the task's newest run (None: never ran). Two indexed
+        queries, whatever the number of tasks."""
+
+        def op(conn: sqlite3.Connection) -> dict[str, tuple[int | None, str | None, str | None]]:
+            out: dict[str, tuple[int | None, str | None, str | None]] = {}
+            for start in range(0, len(task_ids), 500):  # under SQLite's variable limit
+                chunk = task_ids[start:start + 500]
+                marks = ", ".join("?" * len(chunk))
+                last = dict(conn.execute(
+                    f"SELECT task_id, MAX(id) FROM runs WHERE task_id IN ({marks})"  # noqa: S608
+                    " GROUP BY task_id", chunk).fetchall())
+                for task_id, nxt, pending in conn.execute(
+                    "SELECT id, next_fire_at_ms, next_fire_pending FROM tasks"  # noqa: S608
+                    f" WHERE id IN ({marks})", chunk):
+                    out[str(task_id)] = (None if nxt is None else int(nxt),
+                                         None if pending is None else str(pending),
+                                         None if last.get(task_id) is None
+                                         else str(last[task_id]))
+            return out
+
+        return self.db.read(op)
+
+    def count_live_tasks(self) -> tuple[int, int]:
+        """``(live tasks, of them enabled)``."""
+        row = self.db.read(lambda conn: conn.execute(
+            "SELECT COUNT(*), COALESCE(SUM(enabled), 0) FROM tasks WHERE deleted_at_ms IS NULL"
+        ).fetchone())
+        return int(row[0]), int(row[1])
+
+    def count_unfinished_runs(self) -> tuple[int, int]:
+        """``(queued runs, dispatching or running runs)``."""
+        rows = self.db.read(lambda conn: conn.execute(
+            "SELECT status, COUNT(*) FROM runs WHERE status IN"
+            " ('queued', 'dispatching', 'running') GROUP BY status").fetchall())
+        counts = {str(s): int(n) for s, n in rows}
+        return counts.get("queued", 0), counts.get("dispatching", 0) + counts.get("running", 0)
