@@ -1,4 +1,4 @@
-"""``ql3 control serve`` refuses a privileged login (DESIGN.md §4.1, least privilege): with
+"""``ql3 control serve`` refuses a privileged login (docs/protocols.md §4.1, least privilege): with
 the database reachable at start, the superuser's (schema owner's) URL exits 2 naming the
 option, as ``retention sweep`` does; with the database down at start the replica starts as
 before, and once PostgreSQL is back ``/readyz`` says 503 ``runtime_login_privileged`` — never

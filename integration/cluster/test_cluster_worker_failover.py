@@ -1,5 +1,5 @@
 """A worker given two control replicas survives a clean stop of the one it talks to
-(DESIGN.md §4.2; user report: one ``--control-url`` made the worker's heartbeats fail until
+(docs/protocols.md §4.2; user report: one ``--control-url`` made the worker's heartbeats fail until
 its fence deadline, and the attempt was killed and lost although the other replica was up).
 
 Two real ``ql3 control serve`` replicas on one database, a real ``ql3 worker run`` given both

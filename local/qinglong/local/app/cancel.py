@@ -1,4 +1,4 @@
-"""``cancel`` means cancel (issue 12 item 6, DESIGN.md §3.8).
+"""``cancel`` means cancel (issue 12 item 6, docs/protocols.md §3.8).
 
 Through the owner (``serve`` or a foreground ``run``) the owner's coordinator stops the run;
 the command says "cancel requested" and, with ``--wait``, waits for the run to end.

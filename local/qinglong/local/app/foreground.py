@@ -1,5 +1,5 @@
 """A foreground ``ql3 local run`` with no ``serve``: the owner of the data directory for as
-long as the run lasts (DESIGN.md §3.1, §3.8; issue 12 item 5).
+long as the run lasts (docs/protocols.md §3.1, §3.8; issue 12 item 5).
 
 While it owns the directory it does what ``serve`` does for the other commands: it serves
 the socket, so ``runs``, ``logs -f``, ``task list``, ``inspect``, ``recovery status`` and
@@ -114,7 +114,7 @@ def run_in_foreground(
         server = SocketServer(datadir.socket_path, ForegroundOwnerService(
             store.repo, supervised=True, wake=stack.wake, stop_run=stack.stop_run,
             receipts=stack.receipts))
-        server.start()  # DESIGN.md §3.8: the owner serves the socket
+        server.start()  # docs/protocols.md §3.8: the owner serves the socket
         queued = service.run_now(name)
         say(f"no `ql3 local serve` is running: supervising run {queued['id']} in the "
             "foreground until it ends (Ctrl-C cancels it)")

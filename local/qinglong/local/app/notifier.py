@@ -171,7 +171,7 @@ def run_command(argv: tuple[str, ...], env: dict[str, str], cwd: str,
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     pgid = proc.pid  # start_new_session: the leader's pid is the group id
-    if pgid <= 1:  # never signal group 0/1 (DESIGN.md §3.2)
+    if pgid <= 1:  # never signal group 0/1 (docs/protocols.md §3.2)
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGTERM)

@@ -89,7 +89,7 @@ DEFAULT_TASK_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 
 def runtime_base_env(path: str | None = None) -> dict[str, str]:
     """``PATH`` (``path``, else :data:`DEFAULT_TASK_PATH`; never the runtime's own), and
-    ``HOME`` and ``LANG`` from the runtime's environment; nothing else (DESIGN.md §3.3)."""
+    ``HOME`` and ``LANG`` from the runtime's environment; nothing else (docs/protocols.md §3.3)."""
     env = {"PATH": path or DEFAULT_TASK_PATH}
     for name in ("HOME", "LANG"):
         if name in os.environ:

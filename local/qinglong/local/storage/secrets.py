@@ -1,4 +1,4 @@
-"""A task's secret environment variables (migration 0006, issue 12 item 7, DESIGN.md §3.3).
+"""A task's secret environment variables (migration 0006, issue 12 item 7, docs/protocols.md §3.3).
 
 Each entry is a literal value (read by the CLI from stdin, never argv) or a reference
 ``@VAR`` to a global variable, resolved at every start so a changed variable applies to the
