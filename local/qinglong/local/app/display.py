@@ -168,9 +168,10 @@ def fit_table(
     """Lay out a table as lines no longer than ``width`` (default :func:`terminal_width`).
 
     Columns are separated by two spaces, headers upper-cased, cells on one line each
-    (newlines shown as spaces). When the table is too wide, the ``flexible`` columns (by
-    header) shrink first, widest first, down to 8 characters (or their header), then any
-    column does, down to its header's width; shortened cells end in ``…``. Nothing is
+    (newlines shown as spaces). When the table is too wide, the ``flexible`` columns shrink
+    first, in the order given (the first listed gives up its width first), down to 8
+    characters (or their header), then the other columns, widest first, down to their
+    header's width, then any column; shortened cells end in ``…``. Nothing is
     shortened when ``wide`` (default: ``--wide`` was given). The last column is not padded.
     """
     wide = DISPLAY.wide if wide is None else wide
@@ -180,11 +181,16 @@ def fit_table(
     widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(heads)]
     if not wide:
         excess = sum(widths) + len(GAP) * (len(widths) - 1) - limit
-        flex = [i for i, c in enumerate(columns) if c in flexible]
+        flex = [columns.index(c) for c in flexible if c in columns]  # in priority order
+        for i in flex:  # first listed shrinks first, down to 8 (or its header)
+            cut = min(max(excess, 0), widths[i] - max(MIN_FLEX_WIDTH, len(heads[i])))
+            if cut > 0:
+                widths[i] -= cut
+                excess -= cut
         rest = [i for i in range(len(columns)) if i not in flex]
-        for group, floor in ((flex, MIN_FLEX_WIDTH), (rest, 0)):
+        for group in (rest, list(range(len(columns)))):  # then any column, to its header
             while excess > 0:
-                shrinkable = [i for i in group if widths[i] > max(floor, len(heads[i]))]
+                shrinkable = [i for i in group if widths[i] > len(heads[i])]
                 if not shrinkable:
                     break
                 widest = max(shrinkable, key=lambda i: widths[i])

@@ -69,7 +69,8 @@ def _note(run: dict[str, Any]) -> str:
 
 
 def print_tasks(tasks: list[dict[str, Any]]) -> None:
-    """A table of tasks (shell-quoted commands; schedule and command shortened to fit)."""
+    """A table of tasks (shell-quoted commands; command, last run, schedule and name shortened
+    to fit, in that order). ``on`` is whether the task is enabled."""
     rows = [
         [
             t["name"],
@@ -82,7 +83,7 @@ def print_tasks(tasks: list[dict[str, Any]]) -> None:
         ]
         for t in tasks
     ]
-    _table(["name", "schedule", "enabled", "policy", "next", "last run", "command"], rows,
+    _table(["name", "schedule", "on", "policy", "next", "last run", "command"], rows,
            flexible=("command", "last run", "schedule", "name"))
 
 
