@@ -38,7 +38,8 @@ class Terminal:
     for what a person must never see (Python reprs) and what this session never types."""
 
     def __init__(self, ql3: Ql3) -> None:
-        self.env = dict(ql3.env, COLUMNS=str(COLUMNS), TZ="Asia/Shanghai", LC_ALL="C.UTF-8")
+        ql3.env.update(COLUMNS=str(COLUMNS), TZ="Asia/Shanghai")  # `serve` runs here too
+        self.env = dict(ql3.env)
 
     def _check_args(self, args: tuple[str, ...]) -> None:
         assert "--json" not in args and "--wide" not in args, args
@@ -222,6 +223,7 @@ def test_a_day_of_chores_on_an_80_column_terminal_without_json_sql_or_full_run_i
         assert facts["QL3_EXIT_CODE"] == "3"
         assert facts["QL3_RUN_ID"].endswith(sync_rows[0]["short"])
         assert API_KEY not in pushed.read_text() and "API_KEY" not in facts
+        assert facts["PUSH_TOKEN"] == TOKEN  # global variables are the push script's (README)
         assert sh("logs", "sync@last") == "syncing with 15 chars\n"
 
         # -- the end of the day: runs, the task, the status -------------------------------
@@ -248,5 +250,8 @@ def test_a_day_of_chores_on_an_80_column_terminal_without_json_sql_or_full_run_i
         assert _field(status, "active runs").startswith("0")
     finally:
         assert ql3.stop_serve(serve) == 0
-    assert TOKEN not in ql3.serve_log() and API_KEY not in ql3.serve_log()
+    served = ql3.serve_log()
+    assert TOKEN not in served and API_KEY not in served
+    logged = [line for line in served.splitlines() if " ql3 INFO " in line]
+    assert logged and all(re.match(r"20\S+ \S+ \+08:00 ql3 INFO ", line) for line in logged)
     assert "owner: none" in sh("status")
