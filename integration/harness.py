@@ -16,7 +16,9 @@ import pytest
 
 from qinglong.local.app.client import SocketBackend
 
-QL3 = str(Path(sys.executable).parent / "ql3")
+# QL3_BIN: another build's `ql3` (say, an old checkout's .venv/bin/ql3, to show a test fails
+# there); default: the `ql3` of the venv running the tests
+QL3 = os.environ.get("QL3_BIN") or str(Path(sys.executable).parent / "ql3")
 
 
 class Ql3:

@@ -54,7 +54,7 @@ def settings_show(data_dir: str | None, as_json: bool) -> None:
 
 
 @settings_group.command("set")
-@click.argument("key", type=click.Choice(keys.KEYS))
+@click.argument("key", type=click.Choice(keys.KEYS), metavar="KEY")
 @click.argument("value")
 @data_dir_option
 @json_option
@@ -74,7 +74,7 @@ def settings_set(key: str, value: str, data_dir: str | None, as_json: bool) -> N
 
 
 @settings_group.command("unset")
-@click.argument("key", type=click.Choice(keys.KEYS))
+@click.argument("key", type=click.Choice(keys.KEYS), metavar="KEY")
 @data_dir_option
 @json_option
 def settings_unset(key: str, data_dir: str | None, as_json: bool) -> None:

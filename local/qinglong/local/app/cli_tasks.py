@@ -233,8 +233,7 @@ def task_show(name: str, data_dir: str | None, as_json: bool) -> None:
     click.echo(output.field("last_run", output.describe_last_run(view.get("last_run"))))
     if view["recent_runs"]:
         click.echo("recent runs:")
-    for run in view["recent_runs"]:
-        click.echo("  " + output.describe_run_times(run))
+        output.print_runs(view["recent_runs"], indent="  ")  # as `runs --task` shows them
     if view["events"]:
         click.echo("recent events:")
     for event in view["events"]:

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from qinglong.local.app import display
 from qinglong.local.app.backend import open_backend
 from qinglong.local.app.cli_common import data_dir_option, datadir_of, json_option, print_json
 from qinglong.shared.errors import ValidationError
@@ -83,6 +84,7 @@ def vars_group() -> None:
 
 
 @vars_group.command("list")
+@display.utc_option
 @data_dir_option
 @json_option
 def vars_list(data_dir: str | None, as_json: bool) -> None:
@@ -96,7 +98,7 @@ def vars_list(data_dir: str | None, as_json: bool) -> None:
         click.echo("no global variables")
     for view in views:
         click.echo(f"{view['name']}={view['value']}  (source {view['source']}, "
-                   f"updated {view['updated_at']})")
+                   f"updated {display.when(view['updated_at'])})")
 
 
 @vars_group.command("set")

@@ -14,17 +14,18 @@ TERMINAL = frozenset({"succeeded", "failed", "cancelled", "timed_out", "lost"})
 
 
 def _table(columns: list[str], rows: list[list[str]], *, flexible: tuple[str, ...] = (),
-           notes: list[str] | None = None) -> None:
-    """Print a table that fits the terminal (``display.fit_table``); ``notes[i]``, when not
-    empty, follows row i on its own indented line, shortened to the width too."""
-    lines = display.fit_table(columns, rows, flexible=flexible)
-    click.echo(lines[0])
-    width = display.terminal_width()
+           notes: list[str] | None = None, indent: str = "") -> None:
+    """Print a table that fits the terminal (``display.fit_table``), each line after
+    ``indent``; ``notes[i]``, when not empty, follows row i on its own indented line,
+    shortened to the width too."""
+    width = display.terminal_width() - len(indent)
+    lines = display.fit_table(columns, rows, flexible=flexible, width=width)
+    click.echo(indent + lines[0])
     for index, line in enumerate(lines[1:]):
-        click.echo(line)
+        click.echo(indent + line)
         note = (notes or [])[index] if index < len(notes or []) else ""
         if note:
-            click.echo(note if display.DISPLAY.wide else display.shorten(note, width))
+            click.echo(indent + (note if display.DISPLAY.wide else display.shorten(note, width)))
 
 
 when = display.when
@@ -69,22 +70,45 @@ def _note(run: dict[str, Any]) -> str:
 
 
 def print_tasks(tasks: list[dict[str, Any]]) -> None:
-    """A table of tasks (shell-quoted commands; command, last run, schedule and name shortened
-    to fit, in that order). ``on`` is whether the task is enabled."""
+    """A table of tasks (shell-quoted commands; schedule and command shortened to fit).
+
+    On a terminal (no ``--wide``) the next fire time and the last run's status are never
+    cut: the table drops ENABLED (a disabled task reads ``disabled`` under NEXT) and POLICY,
+    and LAST RUN is the status alone (``task show`` and ``--wide`` give its finish time and
+    duration), so that 80 columns keep ``2026-12-02 09:30:00 +08:00`` and ``succeeded``
+    whole and the schedule and command still get about 30 columns between them."""
+    if display.DISPLAY.wide:
+        rows = [
+            [
+                t["name"],
+                _schedule(t),
+                _s(t["enabled"]),
+                t["concurrency"],
+                _next_fire(t),
+                _last(t.get("last_run")),
+                display.command(t["argv"]),
+            ]
+            for t in tasks
+        ]
+        _table(["name", "schedule", "enabled", "policy", "next", "last run", "command"], rows)
+        return
     rows = [
         [
             t["name"],
-            t["schedule"] + ("" if t["timezone"] == "UTC" else f" ({t['timezone']})"),
-            _s(t["enabled"]),
-            t["concurrency"],
-            _next_fire(t),
-            _last(t.get("last_run")),
+            _schedule(t),
+            _next_fire(t) if t["enabled"] else "disabled",
+            (t.get("last_run") or {}).get("status") or "",
             display.command(t["argv"]),
         ]
         for t in tasks
     ]
-    _table(["name", "schedule", "on", "policy", "next", "last run", "command"], rows,
-           flexible=("command", "last run", "schedule", "name"))
+    _table(["name", "schedule", "next", "last run", "command"], rows,
+           flexible=("command", "schedule", "name"))
+
+
+def _schedule(task: dict[str, Any]) -> str:
+    zone = "" if task["timezone"] == "UTC" else f" ({task['timezone']})"
+    return f"{task['schedule']}{zone}"
 
 
 def _next_fire(task: dict[str, Any]) -> str:
@@ -103,7 +127,7 @@ def _last(last: dict[str, Any] | None) -> str:
                    else "")
 
 
-def print_runs(runs: list[dict[str, Any]]) -> None:
+def print_runs(runs: list[dict[str, Any]], indent: str = "") -> None:
     """A table of runs, newest first: ``backup#42``, the id's last 8 hex digits, status,
     exit code (``sig N`` for a signal), start time and duration; a run's recovery or
     leftovers note on the line below it. ``--wide``: full ids and every time."""
@@ -112,13 +136,13 @@ def print_runs(runs: list[dict[str, Any]]) -> None:
                  str(len(r["attempts"])), r["trigger"], _t(r["created_at"]), _t(_started(r)),
                  _t(r["finished_at"]), run_duration(r), _note(r) or "-"] for r in runs]
         _table(["run", "id", "status", "exit", "signal", "attempts", "trigger", "created",
-                "started", "finished", "duration", "note"], rows)
+                "started", "finished", "duration", "note"], rows, indent=indent)
         return
     rows = [[ref(r), display.short_id(r["id"]), r["status"], _exit(r),
              _t(_started(r) or r["created_at"]), run_duration(r)] for r in runs]
     notes = [f"    note: {_note(r)}" if _note(r) else "" for r in runs]
     _table(["run", "id", "status", "exit", "started", "duration"], rows, flexible=("run",),
-           notes=notes)
+           notes=notes, indent=indent)
 
 
 def describe_run(run: dict[str, Any]) -> str:
@@ -263,14 +287,6 @@ def describe_last_run(last: dict[str, Any] | None) -> str:
         text += f", started {zoned(last['started_at'])}"
     if last.get("duration_s") is not None:
         text += f", took {duration(last['duration_s'])}"
-    return text
-
-
-def describe_run_times(run: dict[str, Any]) -> str:
-    """:func:`describe_run` plus when the run was created and finished (issue 12 item 2)."""
-    text = describe_run(run) + f" — created {zoned(run['created_at'])}"
-    if run.get("finished_at"):
-        text += f", finished {zoned(run['finished_at'])}"
     return text
 
 
