@@ -47,14 +47,14 @@ import copy
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from functools import cached_property
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, CroniterError, croniter
 
-from qinglong.shared.errors import ValidationError
+from qinglong.shared.errors import TimeZoneNotFoundError, ValidationError
 
 ScheduleKind = Literal["cron", "boot", "once"]
 
@@ -116,7 +116,7 @@ class Schedule:
     timezone: str
     kind: ScheduleKind
     has_seconds: bool
-    zone: ZoneInfo = field(repr=False, compare=False)
+    zone: tzinfo = field(repr=False, compare=False)
 
     @cached_property
     def wildcard(self) -> bool:
@@ -323,7 +323,10 @@ class Schedule:
         return count, False
 
 
-def _load_zone(name: str) -> ZoneInfo:
+TZDATA_HINT = "install the system tz database or `pip install qinglong[tzdata]`"
+
+
+def _load_zone(name: str) -> tzinfo:
     if not name or len(name) > 100 or name.startswith("/") or ".." in name or "\\" in name:
         raise ValidationError("timezone", "timezone must be an IANA name such as Asia/Shanghai")
     if name in _NOT_ZONE_NAMES or name.startswith(("posix/", "right/")):
@@ -334,8 +337,31 @@ def _load_zone(name: str) -> ZoneInfo:
                               " name the zone, such as Asia/Shanghai or UTC")
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
+    except ZoneInfoNotFoundError as exc:
+        if name == "UTC":  # the default zone works without any tz database
+            return UTC
+        if _has_tz_database():
+            raise TimeZoneNotFoundError(name, f"unknown IANA time zone {_excerpt(name)}"
+                                        " (not in this machine's tz database)") from exc
+        raise TimeZoneNotFoundError(
+            name, f"time zone {_excerpt(name)} not found: {TZDATA_HINT}") from exc
+    except (ValueError, OSError) as exc:
         raise ValidationError("timezone", f"unknown IANA time zone {_excerpt(name)}") from exc
+
+
+def _has_tz_database() -> bool:
+    """True if zoneinfo finds any zone (the system's files on TZPATH, or the tzdata package)."""
+    try:
+        ZoneInfo("UTC")
+    except ZoneInfoNotFoundError:
+        return False
+    return True
+
+
+def load_zone(name: str) -> tzinfo:
+    """The zone of a validated IANA name; ``TimeZoneNotFoundError`` naming the ``tzdata``
+    extra when this machine has no tz database (the base install brings none)."""
+    return _load_zone(name)
 
 
 def _check_cron(fields: list[str]) -> None:

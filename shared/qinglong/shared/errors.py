@@ -23,6 +23,18 @@ class ValidationError(QinglongError, ValueError):
         self.field = field
 
 
+class TimeZoneNotFoundError(ValidationError):
+    """A time zone name this machine's tz database does not hold, or no tz database at all
+    (the base install brings none: the system's, or the ``tzdata`` extra). ``zone`` is the
+    name asked for."""
+
+    code = "timezone_not_found"
+
+    def __init__(self, zone: str, message: str) -> None:
+        super().__init__("timezone", message)
+        self.zone = zone
+
+
 class InvalidIdentifierError(ValidationError):
     """A value that must be a UUIDv7 (version nibble 7, variant 10) is not one."""
 

@@ -252,14 +252,15 @@ def zoned(value: object, zone: str | None = None) -> str:
     """An ISO UTC time from a view in ``zone`` (an IANA name; None: the viewer's local
     zone) with its offset: ``2026-12-01 09:09:01 +08:00``; ``""`` for None."""
     import datetime as dt
-    from zoneinfo import ZoneInfo
+
+    from qinglong.shared.cron import load_zone
 
     if value is None:
         return ""
     if zone is None:  # the viewer's zone, or UTC after --utc (display.py)
         return display.when(str(value))
     stamp = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    local = stamp.astimezone(ZoneInfo(zone)) if zone else stamp.astimezone()
+    local = stamp.astimezone(load_zone(zone)) if zone else stamp.astimezone()
     offset = local.strftime("%z")
     return local.strftime("%Y-%m-%d %H:%M:%S ") + f"{offset[:3]}:{offset[3:]}"
 
