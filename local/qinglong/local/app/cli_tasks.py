@@ -117,6 +117,9 @@ def _optional_number(value: str | None, option: str, kind: type[float] | type[in
               help="Set an environment variable (repeatable).")
 @click.option("--unset-env", "env_unset", multiple=True, metavar="K",
               help="Remove an environment variable (repeatable).")
+@secret_env_option
+@click.option("--unset-secret-env", "secret_unset", multiple=True, metavar="NAME",
+              help="Remove a secret environment variable (repeatable).")
 @click.option("--cwd", default=None, metavar="DIR|none",
               help="New absolute working directory, or 'none' for the default (home).")
 @click.argument("argv", nargs=-1)
@@ -131,6 +134,8 @@ def task_edit(
     concurrency: str | None,
     env_pairs: tuple[str, ...],
     env_unset: tuple[str, ...],
+    secret_env: tuple[str, ...],
+    secret_unset: tuple[str, ...],
     cwd: str | None,
     argv: tuple[str, ...],
     data_dir: str | None,
@@ -138,9 +143,11 @@ def task_edit(
 ) -> None:
     """Change task NAME in place: same id, same history; a new command goes after `--`.
 
-    The change is recorded as a task event naming the fields changed (never variable
-    values). A run already started keeps the old definition; the next run gets the new one.
-    A new schedule counts from now: nothing missed before the edit fires.
+    A --secret-env NAME reads its value from stdin (never argv); NAME=@VAR refers to a
+    global variable. The change is recorded as a task event naming the fields and secret
+    variables changed (never variable values). A run already started keeps the old
+    definition; the next run gets the new one. A new schedule counts from now: nothing
+    missed before the edit fires.
 
     Example: ql3 local task edit backup --schedule '30 2 * * *' --env MODE=full -- backup.sh
     """
@@ -157,6 +164,10 @@ def task_edit(
         changes["env_set"] = _parse_env(env_pairs)
     if env_unset:
         changes["env_unset"] = list(env_unset)
+    if secret_env:
+        changes["secret_env"] = read_secret_env(secret_env)
+    if secret_unset:
+        changes["secret_env_unset"] = list(secret_unset)
     if argv:
         changes["argv"] = list(argv)
     if not changes:

@@ -305,10 +305,10 @@ def describe_task_event(event: dict[str, Any]) -> str:
             change = detail.get(name)
             if isinstance(change, dict):
                 parts.append(f"{name} {change.get('from')!s} -> {change.get('to')!s}")
-            elif name == "env":
-                names = [*(f"set {n}" for n in detail.get("env_set", [])),
-                         *(f"unset {n}" for n in detail.get("env_unset", []))]
-                parts.append(f"env ({', '.join(names)})" if names else "env")
+            elif name in ("env", "secret_env"):  # names only: values are never in an event
+                names = [*(f"set {n}" for n in detail.get(f"{name}_set", [])),
+                         *(f"unset {n}" for n in detail.get(f"{name}_unset", []))]
+                parts.append(f"{name} ({', '.join(names)})" if names else name)
             else:
                 parts.append(name)
         line = "edited: " + "; ".join(parts)

@@ -96,24 +96,11 @@ class LocalService:
         view["secret_env"] = masked(self.secrets.refs(task.id) if refs is None else refs)
         return view
 
-    def task_secret_env_apply(
-        self, task: Any, secret_env: object, unset: list[str] | None = None
-    ) -> list[str]:
-        """Set (``secret_env``: ``{name: {"value"} | {"variable"}}``, the socket's shape) and
-        remove (``unset``) secret variables of a stored task, in one transaction: for
-        ``task edit --secret-env/--unset-secret-env``. Returns the changed names (for the
-        edit's task event: names only, never values). Raises ValidationError (bad entry, a
-        name that is also a plain env, an unknown global variable)."""
-        entries = secret_entries(secret_env)
-        check_secret_env(task.argv, task.env, entries)
-        changed = self.secrets.apply(task.id, entries, unset or [])
-        self._wake()
-        return changed
-
     def task_edit(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
         """Change a live task in place (issue 12 item 1; ``changes`` as
         :func:`~qinglong.local.app.task_changes.apply_changes` takes them): same id and
-        history, one ``task_edited`` event naming the fields changed (no env values). Allowed
+        history, one ``task_edited`` event naming the fields changed (no env values; secret
+        variables set or removed by ``secret_env``/``secret_env_unset``, by name). Allowed
         while a run is active: a run already started keeps its definition, the next one gets
         the new. A new schedule or zone makes the next fire time pending from the edit on,
         computed by the running ``serve`` (woken here). Returns the task's view plus
@@ -124,10 +111,15 @@ class LocalService:
 
         task = self.repo.get_task(name)
         new, detail = apply_changes(task, changes)
-        if detail["changed"]:
-            task = self.repo.edit_task(task, new, detail)
-            self._wake()
-        view = task_view(task)
+        secret = secret_entries(changes.get("secret_env"))
+        secret_unset = [str(n) for n in changes.get("secret_env_unset") or ()]
+        check_secret_env(new.argv, new.env, secret)
+        if detail["changed"] or secret or secret_unset:
+            task, detail = self.repo.edit_task_and_secrets(task, new, detail, secret,
+                                                           secret_unset)
+            if detail["changed"]:
+                self._wake()
+        view = self._task_view(task)
         view["changed"] = detail["changed"]
         view["active_runs"] = len(self.repo.active_runs(task.id))
         return view

@@ -17,6 +17,9 @@ EDITABLE = ("argv", "schedule", "timezone", "env", "cwd", "timeout_s", "max_atte
 _SHOWN = ("schedule", "timezone", "cwd", "timeout_s", "max_attempts", "concurrency")
 """Fields whose old and new values the ``task_edited`` event carries (never env or argv:
 either may hold a secret)."""
+SECRET_KEYS = ("secret_env", "secret_env_unset")
+"""Changes to the task's secret variables (``{name: {"value"} | {"variable"}}`` and names):
+applied by the store in the edit's transaction, named (never valued) in its event."""
 MAX_NEXT = 100
 
 
@@ -34,10 +37,11 @@ def apply_changes(task: Task, changes: dict[str, Any]) -> tuple[Task, dict[str, 
         ValidationError: a field the way ``task add`` names it, ``env_unset`` for a name the
             task does not have, or ``edit`` when nothing is asked for.
     """
-    if set(changes) - {*EDITABLE, "env_set", "env_unset"} or "env" in changes:
+    if set(changes) - {*EDITABLE, *SECRET_KEYS, "env_set", "env_unset"} or "env" in changes:
         raise ValidationError("edit", "unknown field")
     if not changes:
         raise ValidationError("edit", "nothing to change: give at least one option")
+    changes = {k: v for k, v in changes.items() if k not in SECRET_KEYS}  # the store's part
     env = dict(task.env)
     env_set = {str(k): v for k, v in dict(changes.get("env_set") or {}).items()}
     env_unset = [str(n) for n in changes.get("env_unset") or ()]

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 from qinglong.local.storage.database import Database
 from qinglong.local.storage.rows import TASK_COLUMNS, task_from_row
 from qinglong.local.storage.schedule_queries import insert_task_event
+from qinglong.local.storage.secrets import SecretEntry, write_entries
 from qinglong.shared.domain import Task
-from qinglong.shared.errors import ConcurrentUpdateError, NotFoundError
+from qinglong.shared.errors import ConcurrentUpdateError, NotFoundError, ValidationError
 
 
 class TaskQueries:
@@ -31,18 +32,60 @@ class TaskQueries:
     clock: Callable[[], int]
 
     def edit_task(self, old: Task, new: Task, detail: dict[str, object]) -> Task:
+        """:meth:`edit_task_and_secrets` without secret changes; returns the stored task."""
+        return self.edit_task_and_secrets(old, new, detail)[0]
+
+    def edit_task_and_secrets(
+        self,
+        old: Task,
+        new: Task,
+        detail: dict[str, object],
+        secret_env: Mapping[str, SecretEntry] | None = None,
+        secret_unset: Sequence[str] = (),
+    ) -> tuple[Task, dict[str, object]]:
         """Replace the definition of live task ``old`` (as read) by ``new`` (same id; the
         fields stored are argv, schedule, timezone, env, cwd, timeout, max_attempts and
-        concurrency) and append a ``task_edited`` event with ``detail`` (field names and
-        non-secret old/new values; the caller keeps env values out of it).
+        concurrency), set ``secret_env`` and remove ``secret_unset`` of its secret variables
+        (migration 0006), and append a ``task_edited`` event with ``detail`` (field names and
+        non-secret old/new values; the caller keeps env values out of it) plus, when a secret
+        changed, ``secret_env`` in ``changed`` and the names in ``secret_env_set`` /
+        ``secret_env_unset`` (names only, never values). All in one transaction; nothing is
+        written and no event appended when nothing differs.
 
         Compare-and-set on ``old.version`` and ``old.updated_at_ms``: ConcurrentUpdateError
         when the task was enabled, disabled, removed or edited meanwhile; NotFoundError when
-        it is no longer live. Returns the stored task."""
+        it is no longer live; ValidationError when ``secret_unset`` names a secret the task
+        lacks, a plain env name would also be a secret, or a reference names a missing global
+        variable. Returns the stored task and the event detail (``changed`` empty: no
+        change)."""
         at = max(self.clock(), old.updated_at_ms + 1)  # updated_at_ms moves on every edit
         reschedule = (new.schedule, new.timezone) != (old.schedule, old.timezone)
+        entries = dict(secret_env or {})
+        unset = list(secret_unset)
 
-        def op(conn: sqlite3.Connection) -> Task:
+        def op(conn: sqlite3.Connection) -> tuple[Task, dict[str, object]]:
+            existing = {str(r[0]) for r in conn.execute(
+                "SELECT name FROM task_secret_env WHERE task_id = ?", (old.id,))}
+            missing = sorted(n for n in unset if n not in existing)
+            if missing:
+                raise ValidationError("secret_env_unset", "the task has no secret variable "
+                                                          f"{', '.join(missing)}")
+            kept = (existing - set(unset)) - set(entries)
+            clash = sorted(set(new.env) & kept)
+            if clash:
+                raise ValidationError(
+                    "env", f"{', '.join(clash)} is a secret variable of this task: set it with"
+                           " --secret-env, or remove it with --unset-secret-env first")
+            secrets_changed = (write_entries(conn, old.id, entries, unset, at)
+                               if entries or unset else [])
+            out = dict(detail)
+            fields = detail.get("changed")
+            if secrets_changed:
+                out["changed"] = [*(fields if isinstance(fields, list) else []), "secret_env"]
+                out["secret_env_set"] = sorted(n for n in secrets_changed if n in entries)
+                out["secret_env_unset"] = sorted(n for n in secrets_changed if n not in entries)
+            if not out.get("changed"):
+                return old, out
             cur = conn.execute(
                 "UPDATE tasks SET argv_json = ?, schedule = ?, timezone = ?, env_json = ?,"
                 " cwd = ?, timeout_ms = ?, max_attempts = ?, concurrency = ?, updated_at_ms = ?,"
@@ -73,11 +116,11 @@ class TaskQueries:
                     raise NotFoundError(f"no such task '{old.name}'")
                 raise ConcurrentUpdateError(
                     f"task '{old.name}' changed meanwhile; read it again and retry")
-            insert_task_event(conn, at, "task_edited", old.id, detail)
+            insert_task_event(conn, at, "task_edited", old.id, out)
             row = conn.execute(
                 f"SELECT {TASK_COLUMNS} FROM tasks WHERE id = ?", (old.id,)  # noqa: S608
             ).fetchone()
-            return task_from_row(row)
+            return task_from_row(row), out
 
         return self.db.write(op)
 
