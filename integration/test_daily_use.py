@@ -56,7 +56,7 @@ def test_edit_keeps_the_id_and_history_and_records_fields_but_never_env_values(
     assert detail["env_set"] == ["MODE", "TOKEN"]
     assert detail["timeout_s"] == {"from": None, "to": 30.0}
     shown = ql3.run("local", "task", "show", "backup").stdout
-    assert "edited: " in shown and "timeout_s None -> 30.0" in shown
+    assert "edited: " in shown and "timeout_s - -> 30s" in shown
     edit_lines = "".join(line for line in shown.splitlines() if "edited" in line)
     for secret in ("hunter2", "s3cr3t-new"):
         assert secret not in edited[0]["detail"]

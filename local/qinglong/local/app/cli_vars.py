@@ -103,15 +103,22 @@ def vars_list(data_dir: str | None, as_json: bool) -> None:
 
 @vars_group.command("set")
 @click.argument("name")
+# a value typed after NAME is taken only to be refused: click would echo it back in its
+# "unexpected extra argument" error, and a secret must never be printed
+@click.argument("argv_value", nargs=-1, metavar="")
 @click.option("--from-file", default=None, metavar="FILE",
               help="Read the value from FILE instead of stdin.")
 @data_dir_option
 @json_option
-def vars_set(name: str, from_file: str | None, data_dir: str | None, as_json: bool) -> None:
+def vars_set(name: str, argv_value: tuple[str, ...], from_file: str | None,
+             data_dir: str | None, as_json: bool) -> None:
     """Set global variable NAME; its value is read from stdin (or --from-file), never argv.
 
     Example: printf %s "$TOKEN" | ql3 local vars set PUSH_TOKEN
     """
+    if argv_value:
+        raise ValidationError(f"variable {name}", "a value is never taken from the command "
+                              "line (shell history, ps): pipe it on stdin or use --from-file")
     value = read_secret(f"variable {name}", from_file)
     with open_backend(datadir_of(data_dir), "vars set") as backend:
         view = backend.call("vars_set", name=name, value=value)

@@ -328,7 +328,8 @@ def describe_task_event(event: dict[str, Any]) -> str:
         for name in detail.get("changed", []):
             change = detail.get(name)
             if isinstance(change, dict):
-                parts.append(f"{name} {change.get('from')!s} -> {change.get('to')!s}")
+                parts.append(f"{name} {_edited_value(name, change.get('from'))} -> "
+                             f"{_edited_value(name, change.get('to'))}")
             elif name in ("env", "secret_env"):  # names only: values are never in an event
                 names = [*(f"set {n}" for n in detail.get(f"{name}_set", [])),
                          *(f"unset {n}" for n in detail.get(f"{name}_unset", []))]
@@ -337,6 +338,19 @@ def describe_task_event(event: dict[str, Any]) -> str:
                 parts.append(name)
         line = "edited: " + "; ".join(parts)
     return f"{zoned(event['at'])}  {line or event['kind'].replace('_', ' ')}"
+
+
+def _edited_value(name: str, item: object) -> str:
+    """An old or new value of a ``task_edited`` event for people: ``-`` for none (no
+    timeout, the default cwd), ``timeout_s`` as a duration, text shell-quoted when it has
+    spaces (``'0 3 * * *'``); never a Python repr such as ``None`` or ``600.0``."""
+    import shlex
+
+    if item is None:
+        return "-"
+    if name == "timeout_s" and isinstance(item, int | float) and not isinstance(item, bool):
+        return display.duration(item)
+    return shlex.quote(item) if isinstance(item, str) else _s(item)
 
 
 def describe_next_slots(view: dict[str, Any]) -> list[str]:
