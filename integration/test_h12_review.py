@@ -95,3 +95,18 @@ def test_a_variable_value_given_on_the_command_line_is_refused_without_echoing_i
     assert "hunter2-s3cr3t" not in proc.stdout + proc.stderr, proc.stderr
     assert "stdin" in proc.stderr and "--from-file" in proc.stderr, proc.stderr
     assert "TOKEN" not in ql3.run("local", "vars", "list").stdout
+
+
+def test_an_uninitialised_data_directory_is_named(ql3: Ql3, tmp_path: Path) -> None:
+    typo = tmp_path / "ql3-dta"
+    for args in (("status",), ("task", "list"), ("runs",)):
+        proc = ql3.run("local", *args, "--data-dir", str(typo), check=False)
+        assert proc.returncode != 0, proc
+        assert str(typo) in proc.stderr, proc.stderr
+
+
+def test_last_run_of_an_unknown_task_does_not_claim_the_task_exists(ql3: Ql3) -> None:
+    proc = ql3.run("local", "logs", "nosuch@last", check=False)
+    assert proc.returncode == 2, proc
+    assert "no such run 'nosuch@last'" in proc.stderr, proc.stderr
+    assert "the task has no runs" not in proc.stderr, proc.stderr

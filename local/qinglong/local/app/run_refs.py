@@ -76,7 +76,7 @@ def resolve_run_ref(repo: LocalRunRepository, ref: str) -> str:
     if (last := _LAST.fullmatch(text)) is not None:
         newest = repo.last_run_id(last["task"])
         if newest is None:
-            raise NoSuchRunError(ref, " (the task has no runs)")
+            raise NoSuchRunError(ref, " (no task of that name has run)")
         return newest
     if _SUFFIX.fullmatch(lowered) and lowered.strip("-"):
         if sum(ch != "-" for ch in lowered) < MIN_SUFFIX_HEX:
