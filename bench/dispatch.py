@@ -41,16 +41,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from dispatch_ours import run_ours  # noqa: E402
-from dispatch_procrastinate import (  # noqa: E402
+from bench_support import admin, db_url, drop_database, moto_server, unique
+from dispatch_ours import cpu_with_children_s, run_ours
+from dispatch_procrastinate import (
     apply_schema,
     enqueue,
     verify,
     wait_workers_ready,
     workers,
 )
-
-from bench_support import admin, db_url, drop_database, moto_server, unique  # noqa: E402
 
 WORKERS, CONCURRENCY = 2, 8
 REPLICAS = (1, 3)
@@ -94,8 +93,9 @@ def run_procrastinate(tmp: Path, runs: int, threads: int, timeout_s: float) -> d
         def connect() -> psycopg.Connection[Any]:
             return psycopg.connect(conninfo, autocommit=True)
 
-        with workers(conninfo, WORKERS, CONCURRENCY, tmp):
+        with workers(conninfo, WORKERS, CONCURRENCY, tmp) as procs:
             wait_workers_ready(connect, WORKERS, 30)
+            cpu0 = sum(cpu_with_children_s(p.pid) for p in procs)
             enqueue(conninfo, runs, threads)
             deadline = time.monotonic() + timeout_s
             with connect() as conn:
@@ -105,11 +105,13 @@ def run_procrastinate(tmp: Path, runs: int, threads: int, timeout_s: float) -> d
                     if row and row[0] >= runs:
                         break
                     time.sleep(0.05)
+            cpu_ms = 1000 * (sum(cpu_with_children_s(p.pid) for p in procs) - cpu0) / runs
         result = verify(connect, runs)
     finally:
         drop_database(name)
     return {"rate": runs / result.span_s if result.span_s else 0.0, "span_s": result.span_s,
-            "enqueue_s": result.enqueue_s, "problems": list(result.problems)}
+            "enqueue_s": result.enqueue_s, "problems": list(result.problems),
+            "cpu_ms_per_attempt": {"workers": round(cpu_ms, 2)}}
 
 
 def main() -> int:
@@ -118,8 +120,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--threads", type=int, default=4, help="enqueueing clients")
     parser.add_argument("--timeout", type=float, default=300.0, help="per batch, seconds")
+    parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                        help="py-spy samples of our replicas and workers into DIR")
+    parser.add_argument("--only", choices=("ours_1", "ours_3", "procrastinate", "floor"),
+                        action="append", help="run only these configurations")
     args = parser.parse_args()
-    kinds = [f"ours_{r}" for r in REPLICAS] + ["procrastinate", "floor"]
+    kinds = args.only or [f"ours_{r}" for r in REPLICAS] + ["procrastinate", "floor"]
     results: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
     with tempfile.TemporaryDirectory(prefix="ql3bench-dispatch-") as tmp, \
             moto_server() as moto:
@@ -135,10 +141,12 @@ def main() -> int:
                 else:
                     r = run_ours(where, moto, replicas=int(kind.split("_")[1]),
                                  workers=WORKERS, concurrency=CONCURRENCY, runs=args.runs,
-                                 threads=args.threads, timeout_s=args.timeout)
+                                 threads=args.threads, timeout_s=args.timeout,
+                                 profile_dir=args.profile)
                     results[kind].append({
                         "rate": r.runs / r.span_s if r.span_s else 0.0, "span_s": r.span_s,
                         "enqueue_s": r.enqueue_s, "problems": list(r.problems),
+                        "phase_ms": r.phase_ms, "requests": r.requests,
                         "cpu_ms_per_attempt": {k: round(1000 * v / r.runs, 2)
                                                for k, v in r.cpu_s.items()}})
     return report(args, results)
@@ -147,7 +155,7 @@ def main() -> int:
 def report(args: argparse.Namespace, results: dict[str, list[dict[str, Any]]]) -> int:
     """Print the table, the ratios and one JSON line; 1 when a batch failed its check."""
     def median(kind: str, key: str = "rate") -> float:
-        values = [r[key] for r in results[kind] if key in r]
+        values = [r[key] for r in results.get(kind, []) if key in r]
         return float(statistics.median(values)) if values else float("nan")
 
     print(f"{args.runs} runs per batch, {args.rounds} round(s), {WORKERS} workers x "
@@ -156,6 +164,8 @@ def report(args: argparse.Namespace, results: dict[str, list[dict[str, Any]]]) -
     labels = {"ours_1": "ours, 1 replica", "ours_3": "ours, 3 replicas",
               "procrastinate": "procrastinate", "floor": "floor (spawn true)"}
     for kind, label in labels.items():
+        if not results.get(kind):
+            continue
         ok = all(not r["problems"] for r in results[kind])
         span = f"{median(kind, 'span_s'):>9.2f}" if kind != "floor" else f"{'':>9}"
         enq = f"{median(kind, 'enqueue_s'):>11.2f}" if kind != "floor" else f"{'':>11}"
@@ -165,10 +175,16 @@ def report(args: argparse.Namespace, results: dict[str, list[dict[str, Any]]]) -
               for b in ("procrastinate", "floor")}
     for name, value in ratios.items():
         print(f"ratio {name}: {value:.2f}")
-    for kind in ("ours_1", "ours_3"):
+    for kind in ("ours_1", "ours_3", "procrastinate"):
+        if not results.get(kind):
+            continue
         cpu = results[kind][-1].get("cpu_ms_per_attempt", {})
+        phases = results[kind][-1].get("phase_ms", {})
         print(f"{labels[kind]}: CPU ms per attempt " +
-              ", ".join(f"{k} {v:.1f}" for k, v in cpu.items()))
+              ", ".join(f"{k} {v:.1f}" for k, v in cpu.items()) +
+              "; median ms per attempt " + ", ".join(f"{k} {v:.0f}" for k, v in phases.items()))
+        for route, st in results[kind][-1].get("requests", {}).items():
+            print(f"    {route:<34} {st['count']:>6.0f} requests, mean {st['mean_ms']:.1f} ms")
     print("target: ours >= procrastinate with the same worker processes (printed, not "
           "asserted)")
     print(json.dumps({"runs": args.runs, "rounds": args.rounds, "threads": args.threads,

@@ -12,9 +12,16 @@ complete (control HEADs the object). Control uses its default lease and heartbea
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import signal
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +52,8 @@ class OursResult:
     span_s: float
     enqueue_s: float
     cpu_s: dict[str, float]
+    phase_ms: dict[str, float]
+    requests: dict[str, dict[str, float]]
     problems: tuple[str, ...]
 
 
@@ -67,20 +76,91 @@ def backend_cpu_s(cluster: Cluster) -> float:
     return sum(cpu_with_children_s(pid) for pid in pids)
 
 
+def moto_pid(endpoint: str) -> int | None:
+    """The pid of this process's child ``python -m moto.server`` serving ``endpoint``."""
+    port = endpoint.rsplit(":", 1)[1]
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as fh:
+                argv = fh.read().split(b"\0")
+            with open(f"/proc/{name}/stat") as fh:
+                ppid = int(fh.read().rpartition(")")[2].split()[1])
+        except OSError:
+            continue
+        if ppid == os.getpid() and b"moto.server" in argv and port.encode() in argv:
+            return int(name)
+    return None
+
+
 def _snapshot(cluster: Cluster, controls: list[Proc], workers: list[Proc]) -> dict[str, float]:
+    moto = moto_pid(cluster.s3_endpoint)
     return {"control": sum(cpu_with_children_s(p.popen.pid) for p in controls),
             "workers": sum(cpu_with_children_s(p.popen.pid) for p in workers),
-            "postgres": backend_cpu_s(cluster)}
+            "postgres": backend_cpu_s(cluster),
+            "moto": cpu_with_children_s(moto) if moto is not None else float("nan")}
+
+
+@contextmanager
+def sampled(procs: list[Proc], profile_dir: Path | None, tag: str) -> Iterator[None]:
+    """With ``profile_dir``: ``py-spy record`` of every process in ``procs`` while the block
+    runs, written to ``profile_dir/<tag>-<name>.txt`` as collapsed stacks; only the thread
+    holding the GIL is sampled (``--gil``): where the Python code spends CPU.
+    py-spy comes from env ``PY_SPY`` or PATH (not a dependency of the project)."""
+    if profile_dir is None:
+        yield
+        return
+    exe = os.environ.get("PY_SPY") or shutil.which("py-spy")
+    if exe is None:
+        raise RuntimeError("--profile needs py-spy (env PY_SPY or on PATH)")
+    profile_dir.mkdir(parents=True, exist_ok=True)
+    spies = [subprocess.Popen([exe, "record", "-p", str(p.popen.pid), "-r", "200", "-f", "raw",
+                               "--gil", "-o", str(profile_dir / f"{tag}-{p.name}.txt")],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for p in procs]
+    time.sleep(0.5)  # attached before the batch starts
+    try:
+        yield
+    finally:
+        for spy in spies:
+            spy.send_signal(signal.SIGINT)
+        for spy in spies:
+            spy.wait(30)
+
+
+_HIST = re.compile(r'^ql3_http_request_duration_seconds_(count|sum)\{(.*)\} (\S+)$')
+
+
+def request_stats(urls: list[str]) -> dict[str, dict[str, float]]:
+    """Requests per route summed over the replicas' ``/metrics``: ``{"POST /v1/...":
+    {"count": n, "mean_ms": m}}`` (the latency histogram's count and sum)."""
+    import httpx
+
+    acc: dict[str, list[float]] = {}
+    for url in urls:
+        for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
+            m = _HIST.match(line)
+            if m is None:
+                continue
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
+            key = (f"{labels.get('method', '?')} {labels.get('route', '?')} "
+                   f"{labels.get('status', '?')}")
+            slot = acc.setdefault(key, [0.0, 0.0])
+            slot[0 if m.group(1) == "count" else 1] += float(m.group(3))
+    return {k: {"count": c, "mean_ms": round(1000 * t / c, 1) if c else 0.0}
+            for k, (c, t) in sorted(acc.items()) if c}
 
 
 def run_ours(tmp: Path, moto: str, *, replicas: int, workers: int, concurrency: int,
-             runs: int, threads: int, timeout_s: float) -> OursResult:
+             runs: int, threads: int, timeout_s: float,
+             profile_dir: Path | None = None) -> OursResult:
     """One batch on a fresh cluster of ``replicas`` control replicas and ``workers`` workers
     (``concurrency`` attempts each; worker i tries the replicas' URLs from replica i on, so
     workers spread over replicas); ``runs`` runs queued by ``threads`` API clients (client
     j through replica j mod ``replicas``). Everything started is stopped and the database
     dropped. Raises AssertionError when a process does not start or the batch does not end
-    within ``timeout_s``."""
+    within ``timeout_s``. ``profile_dir``: sample every replica and worker (``sampled``)."""
     from qinglong.control.retention.objects import make_client
 
     tmp.mkdir(parents=True, exist_ok=True)
@@ -106,14 +186,16 @@ def run_ours(tmp: Path, moto: str, *, replicas: int, workers: int, concurrency: 
             registered = wait_for(lambda: conn.execute(
                 "SELECT count(*) FROM worker_incarnations").fetchone()[0] >= workers, 30)
         assert registered, [p.log()[-2000:] for p in procs]
-        before = _snapshot(cluster, controls, procs)
-        _enqueue(cluster, urls, operator, runs, threads)
-        done = _wait_terminal(cluster, runs, timeout_s)
-        after = _snapshot(cluster, controls, procs)
+        with sampled(controls + procs, profile_dir, f"ours{replicas}"):
+            before = _snapshot(cluster, controls, procs)
+            _enqueue(cluster, urls, operator, runs, threads)
+            done = _wait_terminal(cluster, runs, timeout_s)
+            after = _snapshot(cluster, controls, procs)
+        requests = request_stats(urls)
         assert done, f"the batch did not end within {timeout_s} s"
         for proc in procs:
             proc.terminate()
-        return _verify(cluster, runs, {k: after[k] - before[k] for k in after})
+        return _verify(cluster, runs, {k: after[k] - before[k] for k in after}, requests)
     finally:
         cluster.close()
         db.drop()
@@ -146,7 +228,8 @@ def _wait_terminal(cluster: Cluster, runs: int, timeout_s: float) -> bool:
         return bool(wait_for(done, timeout_s, 0.05))
 
 
-def _verify(cluster: Cluster, runs: int, cpu: dict[str, float]) -> OursResult:
+def _verify(cluster: Cluster, runs: int, cpu: dict[str, float],
+            requests: dict[str, dict[str, float]]) -> OursResult:
     """Every run ``succeeded`` after exactly one attempt; every attempt ``succeeded`` with
     exactly one ``attempt_running`` (started) and one ``attempt_completed`` event, its run
     exactly one ``run_finished``; one log artifact per attempt."""
@@ -179,9 +262,22 @@ def _verify(cluster: Cluster, runs: int, cpu: dict[str, float]) -> OursResult:
             problems.append(f"{row[0]} attempts not succeeded or never started, {row[1]} "
                             f"without exactly one start/completion/finish event, {row[2]} "
                             "without a log")
+        phases = conn.execute(
+            "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY"
+            "         extract(epoch FROM a.claimed_at - r.created_at)),"
+            "       percentile_cont(0.5) WITHIN GROUP (ORDER BY"
+            "         extract(epoch FROM a.started_at - a.claimed_at)),"
+            "       percentile_cont(0.5) WITHIN GROUP (ORDER BY"
+            "         extract(epoch FROM a.finished_at - a.started_at))"
+            " FROM attempts a JOIN runs r ON r.id = a.run_id").fetchone()
         span = conn.execute(
             "SELECT extract(epoch FROM max(finished_at) - min(created_at)),"
             "       extract(epoch FROM max(created_at) - min(created_at)) FROM runs"
         ).fetchone()
     assert span is not None
-    return OursResult(runs, float(span[0] or 0), float(span[1] or 0), cpu, tuple(problems))
+    assert phases is not None
+    phase_ms = {name: round(1000 * float(v or 0), 1) for name, v in
+                zip(("queued", "claimed_to_started", "started_to_completed"), phases,
+                    strict=True)}
+    return OursResult(runs, float(span[0] or 0), float(span[1] or 0), cpu, phase_ms,
+                      requests, tuple(problems))

@@ -21,6 +21,7 @@ version) triple fences every write after the claim — a mismatch is 409 ``lease
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import types
 import typing
@@ -72,8 +73,7 @@ class _Wire:
     @classmethod
     def from_json(cls: type[T], data: Any) -> T:
         _check(isinstance(data, dict), cls.__name__, "must be a JSON object")
-        hints = typing.get_type_hints(cls)
-        fields = {f.name: f for f in dataclasses.fields(cls)}
+        hints, fields = _shape(cls)
         unknown = set(data) - set(fields)
         _check(not unknown, cls.__name__, "has unknown fields")
         values: dict[str, Any] = {}
@@ -97,6 +97,13 @@ class _Wire:
                     validate_uuid7(value)
                 except ValidationError:
                     raise WireFormatError(name, "must be a UUIDv7") from None
+
+
+@functools.cache
+def _shape(cls: type[_Wire]) -> tuple[dict[str, Any], dict[str, dataclasses.Field[Any]]]:
+    """(type hints, fields by name) of a wire class, resolved once per class: resolving the
+    hints evaluates every annotation string, the costliest step of a decode."""
+    return typing.get_type_hints(cls), {f.name: f for f in dataclasses.fields(cls)}
 
 
 def _decode(hint: Any, value: Any, name: str) -> Any:
