@@ -21,7 +21,6 @@ version) triple fences every write after the claim — a mismatch is 409 ``lease
 from __future__ import annotations
 
 import dataclasses
-import functools
 import re
 import types
 import typing
@@ -99,11 +98,19 @@ class _Wire:
                     raise WireFormatError(name, "must be a UUIDv7") from None
 
 
-@functools.cache
-def _shape(cls: type[_Wire]) -> tuple[dict[str, Any], dict[str, dataclasses.Field[Any]]]:
+_Shape = tuple[dict[str, Any], dict[str, "dataclasses.Field[Any]"]]
+_SHAPES: dict[type, _Shape] = {}
+
+
+def _shape(cls: type) -> _Shape:
     """(type hints, fields by name) of a wire class, resolved once per class: resolving the
-    hints evaluates every annotation string, the costliest step of a decode."""
-    return typing.get_type_hints(cls), {f.name: f for f in dataclasses.fields(cls)}
+    hints evaluates every annotation string, the costliest step of a decode. Two threads
+    may both resolve a class the first time; they store equal values."""
+    shape = _SHAPES.get(cls)
+    if shape is None:
+        shape = typing.get_type_hints(cls), {f.name: f for f in dataclasses.fields(cls)}
+        _SHAPES[cls] = shape
+    return shape
 
 
 def _decode(hint: Any, value: Any, name: str) -> Any:
