@@ -19,4 +19,11 @@ if ! pg_isready -q -h 127.0.0.1; then
   pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start
   for _ in $(seq 50); do pg_isready -q -h 127.0.0.1 && break; sleep 0.2; done
 fi
+echo "== drill tools"  # integration/drills (marker drill): etcd and a Patroni venv, cached
+if [ "$(id -u)" -eq 0 ]; then
+  QL3_PATRONI_VENV="$(bash scripts/drill_env.sh)"
+  export QL3_PATRONI_VENV QL3_DRILL_REQUIRED=1  # CI never passes by skipping the drill
+else
+  echo "not root: the failover drill will be skipped"
+fi
 echo "== pytest"; pytest "$@"

@@ -132,7 +132,7 @@ class PatroniCluster:
         self._start_etcd()
         for member in self.members:
             self._start_member(member)
-        if not wait_for(lambda: self._settled(), timeout, 0.5):
+        if not wait_for(self._settled, timeout, 0.5):
             raise RuntimeError(f"Patroni cluster did not settle: {self.topology()}\n"
                                + "\n".join(m.log()[-3000:] for m in self.members))
 
