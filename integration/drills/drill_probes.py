@@ -58,7 +58,8 @@ class AckedWriter(_Loop):
     """Inserts 1, 2, 3, … into ``drill_acks`` (one autocommit INSERT each) at ``url``;
     ``acked`` holds the numbers whose commit returned. A failed statement or connection is
     dropped and reconnected on the next step (libpq's ``target_session_attrs`` then finds
-    the leader). ``errors`` counts failures by exception type."""
+    the leader). ``acked``: (number, wall time after the commit returned); ``errors``
+    counts failures by exception type."""
 
     period_s = 0.05
 
@@ -67,7 +68,7 @@ class AckedWriter(_Loop):
         self._url = url
         self._conn: psycopg.Connection[Any] | None = None
         self._next = 1
-        self.acked: list[int] = []
+        self.acked: list[tuple[int, float]] = []
         self.errors: dict[str, int] = {}
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("CREATE TABLE drill_acks (n bigint PRIMARY KEY,"
@@ -86,7 +87,7 @@ class AckedWriter(_Loop):
             self._conn = None
             self._next += 1  # the outcome of that number is unknown: never reuse it
             return
-        self.acked.append(self._next)
+        self.acked.append((self._next, time.time()))
         self._next += 1
 
     def stop(self) -> None:
@@ -98,7 +99,7 @@ class AckedWriter(_Loop):
         """Acknowledged numbers missing from the table now (read at the leader)."""
         with psycopg.connect(self._url, autocommit=True) as conn:
             present = {r[0] for r in conn.execute("SELECT n FROM drill_acks").fetchall()}
-        return [n for n in self.acked if n not in present]
+        return [n for n, _ in self.acked if n not in present]
 
 
 class ReadinessWatch(_Loop):
