@@ -42,7 +42,9 @@ from qinglong.control.retention.objects import make_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.drill, pytest.mark.timeout(480)]
 
-LEASE_MS, HEARTBEAT_MS = 3000, 1000  # a worker fences an attempt 2 s after its last renewal
+LEASE_MS, HEARTBEAT_MS = 6000, 2000  # a worker fences an attempt 5 s after its last renewal:
+# well inside the outage (the leases running at the crash are cut), yet room for a log upload
+# on a loaded machine
 BEFORE_CRASH_S = 10  # steady work before the crash
 AFTER_RECOVERY_S = 10  # steady work after both replicas are ready again
 RECOVERY_BOUND_S = 90  # the new leader, a claim and both replicas ready, or the drill fails

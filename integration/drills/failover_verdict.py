@@ -64,10 +64,13 @@ def attempts(conn: Any, task_ids: list[str]) -> dict[str, Any]:
     """Runs and attempts of ``task_ids``: ``attempts_completed_twice`` (two outcome events
     or more), ``attempts_without_outcome`` (terminal without one), ``runs_finished_twice``,
     ``runs_not_terminal``, ``attempts_not_terminal``, ``stuck_claims`` (a live attempt whose
-    lease expired more than ``STUCK_SLACK`` ago: lease recovery should have taken it) and
-    the attempts by status and reason."""
+    lease expired more than ``STUCK_SLACK`` ago: lease recovery should have taken it), the
+    attempts by status and reason, and (information, not a fault) ``ended_without_log``:
+    attempts that ended by their command's outcome without a recorded log (the worker
+    could not upload it before its fence deadline)."""
     rows = conn.execute(
-        "SELECT a.id::text, a.status, coalesce(a.reason, ''), a.lease_expires_at < now() - %s"
+        "SELECT a.id::text, a.status, coalesce(a.reason, ''), a.lease_expires_at < now() - %s,"
+        " EXISTS (SELECT 1 FROM run_attempt_log_artifacts l WHERE l.attempt_id = a.id)"
         " FROM attempts a JOIN runs r ON r.id = a.run_id WHERE r.task_id = ANY(%s::uuid[])",
         (STUCK_SLACK, task_ids)).fetchall()
     outcome_events = Counter(r[0] for r in conn.execute(
@@ -81,14 +84,17 @@ def attempts(conn: Any, task_ids: list[str]) -> dict[str, Any]:
         " WHERE r.task_id = ANY(%s::uuid[]) AND e.kind = ANY(%s)",
         (task_ids, list(RUN_END_EVENTS))).fetchall())
     twice = [a for a, n in outcome_events.items() if n > 1]
-    without = [a for a, status, _, _ in rows if status in TERMINAL and not outcome_events[a]]
+    without = [a for a, status, *_ in rows if status in TERMINAL and not outcome_events[a]]
     runs_twice = [r for r, n in run_ends.items() if n > 1]
     open_runs = [r for r, status in run_rows if status not in TERMINAL]
-    open_attempts = [a for a, status, _, _ in rows if status not in TERMINAL]
-    stuck = [a for a, status, _, expired in rows if status in LIVE_ATTEMPT and expired]
+    open_attempts = [a for a, status, *_ in rows if status not in TERMINAL]
+    stuck = [a for a, status, _, expired, _ in rows if status in LIVE_ATTEMPT and expired]
+    no_log = [a for a, status, _, _, log in rows
+              if status in ("succeeded", "failed", "timed_out") and not log]
     return {"runs": len(run_rows), "attempts": len(rows),
             "runs_by_status": dict(Counter(s for _, s in run_rows)),
-            "attempts_by_status": dict(Counter(f"{s}/{r}" if r else s for _, s, r, _ in rows)),
+            "attempts_by_status": dict(Counter(f"{s}/{r}" if r else s for _, s, r, *_ in rows)),
+            "ended_without_log": len(no_log),
             "attempts_completed_twice": len(twice),
             "attempts_without_outcome": len(without), "runs_finished_twice": len(runs_twice),
             "runs_not_terminal": len(open_runs), "attempts_not_terminal": len(open_attempts),

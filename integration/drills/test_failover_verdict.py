@@ -67,9 +67,9 @@ def test_a_late_first_slot_is_missing_and_two_runs_of_one_slot_are_counted() -> 
 
 def test_an_attempt_completed_twice_and_a_stuck_claim_are_counted() -> None:
     conn = FakeConn({
-        "FROM attempts a JOIN runs": [("a1", "succeeded", "", False),
-                                      ("a2", "running", "", True),
-                                      ("a3", "lost", "not_started", False)],
+        "FROM attempts a JOIN runs": [("a1", "succeeded", "", False, False),
+                                      ("a2", "running", "", True, False),
+                                      ("a3", "lost", "not_started", False, False)],
         "e.attempt_id": [("a1",), ("a1",), ("a3",)],
         "SELECT id::text, status FROM runs": [("r1", "succeeded"), ("r2", "running")],
         "e.run_id": [("r1",), ("r1",)],
@@ -80,6 +80,7 @@ def test_an_attempt_completed_twice_and_a_stuck_claim_are_counted() -> None:
     assert out["runs_finished_twice"] == 1
     assert out["runs_not_terminal"] == 1 and out["attempts_not_terminal"] == 1
     assert out["attempts_by_status"] == {"succeeded": 1, "running": 1, "lost/not_started": 1}
+    assert out["ended_without_log"] == 1  # a1
 
 
 @pytest.mark.parametrize(("seen_at", "late"), [(T0 - S, 0), (T0 + S, 1)])
