@@ -19,7 +19,7 @@ if [ ! -f "$stamp" ]; then
   if ! /usr/bin/python3 -m venv "$venv" 2>/dev/null; then  # Debian splits ensurepip out
     $SUDO apt-get update -qq
     $SUDO apt-get install -y -qq python3-venv >/dev/null
-    /usr/bin/python3 -m venv "$venv"
+    /usr/bin/python3 -m venv --clear "$venv"
   fi
   "$venv/bin/pip" install --quiet --disable-pip-version-check \
     'psycopg[binary]>=3.2,<4' 'patroni[etcd3,psycopg3]>=4.1,<4.2'
