@@ -89,8 +89,10 @@ def main() -> None:
         sys.stderr.write(f"usage: next_release.py {'|'.join(PINNED)} <ql3 arguments>\n")
         raise SystemExit(2)
     kind = sys.argv[1]
-    from qinglong.local.app.cli import entry
+    from importlib.metadata import entry_points
 
+    (ql3,) = entry_points(group="console_scripts", name="ql3")  # what the ql3 script runs
+    entry = ql3.load()
     with tempfile.TemporaryDirectory(prefix="ql3-next-") as tmp:
         _install(kind, Path(tmp))
         sys.argv = ["ql3", *sys.argv[2:]]
