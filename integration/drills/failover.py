@@ -37,6 +37,7 @@ from cluster_kit import Cluster, ClusterDb, Proc, pg_url, wait_for
 from drill_probes import AckedWriter, ProcessSampler, ReadinessWatch
 from patroni_kit import TTL_S, PatroniCluster
 from s3_services import CREDS, FaultProxy, new_bucket
+from slot_ledger import assert_every_slot_once, read_ledger
 
 from qinglong.control.retention.objects import make_client
 
@@ -187,7 +188,7 @@ def test_leader_node_crash_loses_and_duplicates_nothing(
         finally:
             for probe in probes:
                 probe.stop()
-        report = _report(db, bucket, s3_endpoint, proxy, task_ids, sampler, writer)
+        report, disabled = _report(db, bucket, s3_endpoint, proxy, task_ids, sampler, writer)
     finally:
         cluster.close()
 
@@ -206,12 +207,15 @@ def test_leader_node_crash_loses_and_duplicates_nothing(
     with capsys.disabled():  # in the CI log whether the drill passes or not
         print(f"\nfailover drill ({tmp_path / 'failover.json'}):\n{text}")
     _assert_clean(report)
+    for tid in task_ids.values():  # the cluster tier's own exactly-once verdict agrees
+        assert_every_slot_once(read_ledger(cluster, tid), disabled[tid], min_slots=30)
 
 
 def _report(db: ClusterDb, bucket: str, s3_endpoint: str, proxy: FaultProxy,
             task_ids: dict[str, str], sampler: ProcessSampler, writer: AckedWriter
-            ) -> dict[str, Any]:
-    """The verdict's counts, read in one snapshot of the database."""
+            ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The verdict's counts, read in one snapshot of the database, and when each task was
+    disabled (task id -> timestamp)."""
     s3 = make_client(s3_endpoint, timeout_s=10, **CREDS)
     with psycopg.connect(db.owner_url, connect_timeout=10) as conn:
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
@@ -226,7 +230,7 @@ def _report(db: ClusterDb, bucket: str, s3_endpoint: str, proxy: FaultProxy,
             "retention": verdict.retention(conn, s3, bucket, proxy.deletes()),
             "acked_writes": len(writer.acked), "acked_writes_lost": len(writer.lost()),
             "writer_errors": writer.errors,
-        }
+        }, disabled
 
 
 def _assert_clean(report: dict[str, Any]) -> None:
