@@ -95,6 +95,11 @@ class AckedWriter(_Loop):
         if self._conn is not None:
             self._conn.close()
 
+    def outage(self, since: float) -> float | None:
+        """Seconds from ``since`` to the first acknowledged commit after it (None if none):
+        how long writes were impossible."""
+        return next((at - since for _, at in self.acked if at > since), None)
+
     def lost(self) -> list[int]:
         """Acknowledged numbers missing from the table now (read at the leader)."""
         with psycopg.connect(self._url, autocommit=True) as conn:

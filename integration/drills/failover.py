@@ -201,6 +201,7 @@ def test_leader_node_crash_loses_and_duplicates_nothing(
         "crash_to_not_ready_s": {n: round(d - crashed_at, 2) if d else None
                                  for n, (d, _) in outages.items()},
         "acked_writes_after_crash": sum(1 for _, at in writer.acked if at > crashed_at),
+        "crash_to_first_write_s": round(writer.outage(crashed_at) or -1, 2),
         "wall_s": round(time.monotonic() - began, 1)})
     text = json.dumps(report, indent=1, sort_keys=True)
     (tmp_path / "failover.json").write_text(text)

@@ -17,12 +17,14 @@ TERMINAL = ("succeeded", "failed", "lost", "cancelled", "timed_out")
 LIVE_ATTEMPT = ("claimed", "starting", "running")
 ATTEMPT_OUTCOME_EVENTS = ("attempt_completed", "attempt_lost")
 RUN_END_EVENTS = ("run_finished", "run_lost")
+TICK_LAG = timedelta(seconds=5)  # a scheduler tick (500 ms) late on a loaded machine
 STUCK_SLACK = timedelta(seconds=15)  # a lifecycle's period + its failure backoff cap (5 s)
 
 
 def ledger(conn: Any, task_id: str, disabled_at: datetime) -> dict[str, Any]:
     """Every slot of ``task_id`` from the first after its creation until it was disabled
-    (``disabled_at``, minus the scheduler's last tick) has exactly one outcome, and every
+    (``disabled_at``, less ``TICK_LAG``: slots after the last tick are never recorded) has
+    exactly one outcome, and every
     ``run_created`` names exactly one run of that slot.
 
     Returns ``{"slots", "outcomes", "duplicated_slots", "missing_slots", "runs_per_slot",
@@ -47,7 +49,7 @@ def ledger(conn: Any, task_id: str, disabled_at: datetime) -> dict[str, Any]:
         if run_id is not None:
             created[run_id] = first
     start = created_at.replace(microsecond=0) + SECOND
-    end = disabled_at.replace(microsecond=0) - 3 * SECOND  # the last tick before the disable
+    end = disabled_at.replace(microsecond=0) - TICK_LAG
     expected = {start + i * SECOND for i in range(int((end - start) / SECOND) + 1)}
     twice = sorted(s for s, n in slots.items() if n > 1)
     missing = sorted(expected - set(slots))

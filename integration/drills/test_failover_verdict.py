@@ -34,7 +34,7 @@ class FakeConn:
 
 
 def _ledger(occurrences: list[tuple[Any, ...]], runs: list[tuple[str, datetime]],
-            disabled_at: datetime = SLOT0 + 10 * S) -> dict[str, Any]:
+            disabled_at: datetime = SLOT0 + 12 * S) -> dict[str, Any]:
     conn = FakeConn({"FROM occurrences": occurrences, "FROM runs": runs,
                      "FROM tasks": [(T0,)]})
     return verdict.ledger(conn, "task", disabled_at)
@@ -124,3 +124,9 @@ def test_retention_faults_are_counted() -> None:
     assert out["objects_deleted_twice"] == 1
     assert out["delete_markers"] == 1
     assert (out["retention_pending"], out["stuck_retention_claims"]) == (1, 1)
+
+
+def test_a_ledger_that_stops_before_the_disable_is_missing_its_tail() -> None:
+    out = _ledger([("run_created", SLOT0, SLOT0, 1, "r1"),
+                   ("backlog_full", SLOT0 + S, SLOT0 + 4 * S, 4, None)], [("r1", SLOT0)])
+    assert out["missing_slots"] == 3  # SLOT0+5 .. SLOT0+7 (the disable at +12 s, less 5 s)
