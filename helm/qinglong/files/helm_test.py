@@ -26,13 +26,13 @@ from typing import Any
 TERMINAL = {"succeeded", "failed", "cancelled", "timed_out", "lost"}
 
 
-class StepFailed(Exception):
+class StepFailedError(Exception):
     """One step of the test failed; the message names it (never the token)."""
 
 
 def call(method: str, path: str, body: dict[str, Any] | None = None,
          *, auth: bool = True) -> tuple[int, bytes]:
-    """One HTTP request to control: (status, body bytes). Raises StepFailed when control
+    """One HTTP request to control: (status, body bytes). Raises StepFailedError when control
     cannot be reached."""
     base = os.environ["QL3_CONTROL_URL"].rstrip("/")
     data = json.dumps(body).encode() if body is not None else None
@@ -47,13 +47,13 @@ def call(method: str, path: str, body: dict[str, Any] | None = None,
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
     except (urllib.error.URLError, OSError) as exc:
-        raise StepFailed(f"{method} {path}: control unreachable ({exc})") from None
+        raise StepFailedError(f"{method} {path}: control unreachable ({exc})") from None
 
 
 def expect(step: str, got: tuple[int, bytes], status: int) -> Any:
-    """The JSON body of ``got`` when its status is ``status``; StepFailed otherwise."""
+    """The JSON body of ``got`` when its status is ``status``; StepFailedError otherwise."""
     if got[0] != status:
-        raise StepFailed(f"{step}: HTTP {got[0]}: {got[1][:300].decode(errors='replace')}")
+        raise StepFailedError(f"{step}: HTTP {got[0]}: {got[1][:300].decode(errors='replace')}")
     return json.loads(got[1]) if got[1] else None
 
 
@@ -72,15 +72,15 @@ def run_one_task(timeout_s: float) -> str:
             if detail["status"] in TERMINAL:
                 break
             if time.monotonic() > deadline:
-                raise StepFailed(f"run {run['id']} still {detail['status']} after "
+                raise StepFailedError(f"run {run['id']} still {detail['status']} after "
                                  f"{timeout_s:.0f} s (is a worker running?)")
             time.sleep(1)
         if detail["status"] != "succeeded":
-            raise StepFailed(f"run {run['id']} ended {detail['status']}")
+            raise StepFailedError(f"run {run['id']} ended {detail['status']}")
         attempt = detail["attempts"][-1]["id"]
         status, log = call("GET", f"/v1/attempts/{attempt}/log")
         if status != 200 or marker.encode() not in log:
-            raise StepFailed(f"attempt {attempt}: log HTTP {status} without the marker")
+            raise StepFailedError(f"attempt {attempt}: log HTTP {status} without the marker")
         return str(run["id"])
     finally:
         call("DELETE", f"/v1/tasks/{name}")
@@ -92,7 +92,7 @@ def main() -> int:
         ready = expect("readyz", call("GET", "/readyz", auth=False), 200)
         print(f"readyz: ready, degraded {ready.get('degraded', [])}", flush=True)
         run_id = run_one_task(float(os.environ.get("QL3_TEST_TIMEOUT_S", "180")))
-    except StepFailed as exc:
+    except StepFailedError as exc:
         print(f"helm test failed: {exc}", file=sys.stderr, flush=True)
         return 1
     print(f"run {run_id} succeeded and its log holds the marker", flush=True)
