@@ -6,7 +6,7 @@ a schema owner and a runtime role of this test), moto's S3 server over HTTP, rea
 
 The scenario is an install: the migration Job's steps in order (migrate as the owner, import
 the admin and pool tokens from their Secrets, readiness), then again (an upgrade: nothing
-changes); a DBA's login in the runtime role; a control replica that answers /readyz; a worker
+changes); a control replica that answers /readyz as the runtime login; a worker
 of the pool; the chart's helm test pod, which runs one task end to end; a task showing what a
 task may touch inside the worker's pod; SIGTERM to both, which drain and exit 0.
 """
@@ -44,7 +44,8 @@ def _admin() -> psycopg.Connection[Any]:
 @dataclass
 class Install:
     """What an operator prepares before `helm install`: a database owned by a schema owner
-    (CREATEROLE: the migration creates the runtime role), the Secrets, a bucket."""
+    (no CREATEROLE), the runtime role and the replicas' login in it, the Secrets, a
+    bucket."""
 
     database: str
     owner: str
@@ -98,9 +99,11 @@ def install(helm_moto: str, bwrap_ready: None) -> Iterator[Install]:
     it = Install(f"ql3h_{suffix}", f"ql3h_owner_{suffix}", f"ql3h_rt_{suffix}",
                  f"ql3h_login_{suffix}", bucket, helm_moto,
                  "ql3_" + secrets.token_urlsafe(32), "ql3_" + secrets.token_urlsafe(32))
-    with _admin() as conn:
-        conn.execute(f'CREATE ROLE "{it.owner}" LOGIN CREATEROLE')
+    with _admin() as conn:  # the DBA's part (helm/qinglong/README.md "Before installing")
+        conn.execute(f'CREATE ROLE "{it.owner}" LOGIN')
         conn.execute(f'CREATE DATABASE "{it.database}" OWNER "{it.owner}"')
+        conn.execute(f'CREATE ROLE "{it.runtime_role}" NOLOGIN')
+        conn.execute(f'CREATE ROLE "{it.login}" LOGIN IN ROLE "{it.runtime_role}"')
     try:
         yield it
     finally:
@@ -185,10 +188,6 @@ def test_the_charts_containers_install_serve_and_run_a_task_in_their_sandboxes(
                                              ("pool-default", "worker")]
     assert _run_job(rendered, install, hosts) == steps
     assert install.sql("SELECT name, scope, id::text FROM api_tokens ORDER BY name") == tokens
-
-    # the DBA's part (README): a login in the runtime role the migration created
-    with _admin() as conn:
-        conn.execute(f'CREATE ROLE "{install.login}" LOGIN IN ROLE "{install.runtime_role}"')
 
     control_pod = _pod(rendered, "Deployment", control_service, install, hosts)
     worker_pod = _pod(rendered, "Deployment", "ql3-qinglong-worker-default", install, hosts)
