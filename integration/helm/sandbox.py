@@ -188,7 +188,7 @@ class Sandboxed:
         """The pid of the process bwrap's child became (setpriv execs the command)."""
         for child in _children(self.popen.pid):
             for grandchild in [child, *_children(child)]:
-                if _uid(grandchild) not in (None, 0):
+                if proc_uid(grandchild) not in (None, 0):
                     return grandchild
         return None
 
@@ -216,8 +216,9 @@ def _children(pid: int) -> list[int]:
     return [int(p) for p in text.split()]
 
 
-def _uid(pid: int) -> int | None:
-    """The real uid of ``pid``, or None when it is gone."""
+def proc_uid(pid: int) -> int | None:
+    """The real uid of ``pid``, or None when it is gone (the tests check the container's
+    user with it)."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("Uid:"):
@@ -226,7 +227,3 @@ def _uid(pid: int) -> int | None:
         return None
     return None
 
-
-def proc_uid(pid: int) -> int | None:
-    """The real uid of ``pid`` (None when gone): the tests check the container's user."""
-    return _uid(pid)
