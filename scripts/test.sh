@@ -14,6 +14,11 @@ if ! ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq && $SUDO apt-get install -y -qq faketime
 fi
+echo "== bubblewrap"  # integration/helm runs the chart's containers as their pods would
+if ! command -v bwrap >/dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq bubblewrap
+fi
 echo "== postgres"  # integration/control needs PostgreSQL at 127.0.0.1:5432
 if ! pg_isready -q -h 127.0.0.1; then
   pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start
