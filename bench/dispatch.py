@@ -182,7 +182,8 @@ def report(args: argparse.Namespace, results: dict[str, list[dict[str, Any]]]) -
         phases = results[kind][-1].get("phase_ms", {})
         print(f"{labels[kind]}: CPU ms per attempt " +
               ", ".join(f"{k} {v:.1f}" for k, v in cpu.items()) +
-              "; median ms per attempt " + ", ".join(f"{k} {v:.0f}" for k, v in phases.items()))
+              ("; median ms per attempt " + ", ".join(f"{k} {v:.0f}" for k, v in phases.items())
+               if phases else ""))
         for route, st in results[kind][-1].get("requests", {}).items():
             print(f"    {route:<34} {st['count']:>6.0f} requests, mean {st['mean_ms']:.1f} ms")
     print("target: ours >= procrastinate with the same worker processes (printed, not "
