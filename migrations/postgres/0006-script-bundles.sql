@@ -16,13 +16,15 @@ CREATE TABLE script_bundles (
 );
 
 -- A task names a recorded bundle (0005 added the column, unused until now). NOT VALID: rows
--- written before this migration are not re-checked (none name a bundle), new ones are; a
--- bundle is removed only while no live task names it (checked under its row lock by the
--- API), and a removed task's reference is cleared with it (its attempts keep theirs).
+-- written before this migration are not re-checked (none name a bundle), new ones are. The
+-- key is what makes "a bundle used by a task cannot be removed" hold under concurrency: a
+-- removal first clears the references of removed tasks, then deletes the row, and the
+-- foreign key refuses the delete while any live task (committed before or during it)
+-- names the bundle. Attempts keep their own record of the digest.
 ALTER TABLE tasks
     ADD CONSTRAINT tasks_bundle_digest_fkey FOREIGN KEY (bundle_digest)
-        REFERENCES script_bundles (digest) ON DELETE SET NULL NOT VALID;
--- "used by": live tasks naming a bundle; also serves the foreign key's ON DELETE action.
+        REFERENCES script_bundles (digest) NOT VALID;
+-- "used by": tasks naming a bundle; also serves the foreign key's check on delete.
 CREATE INDEX tasks_bundle_digest_idx ON tasks (bundle_digest) WHERE bundle_digest IS NOT NULL;
 
 -- The bundle an attempt was claimed with (the task may be edited later): the presigned GET

@@ -2,19 +2,20 @@
 entry-point check of a task definition.
 
 Every function runs in the caller's transaction on a connection acting as the runtime role
-(SELECT, INSERT, DELETE on ``script_bundles``; rows are never updated). Removal locks the
-bundle row first, then counts live users: a task create or edit naming the bundle takes a
-key-share lock on that row through its foreign key, so the two serialize — either the task
-commits first and the removal sees it (409), or the removal commits first and the task's
-foreign key fails (422 ``bundle_not_found``).
+(SELECT, INSERT, DELETE on ``script_bundles``; rows are never updated). Removal relies on
+the foreign key ``tasks.bundle_digest``: a task create or edit naming the bundle holds a
+key-share lock on its row, so a removal and a task serialize — either the task commits
+first and the delete fails its foreign-key check (409 ``bundle_in_use``), or the removal
+commits first and the task's foreign key fails (422 ``bundle_not_found``).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import and_, delete, func, literal, select
+from sqlalchemy import delete, func, literal, select, update
 from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.exc import IntegrityError
 
 from qinglong.control.bundles.errors import (
     BundleInUseError,
@@ -85,22 +86,31 @@ def detail(conn: Connection, digest: str) -> tuple[RowMapping, list[dict[str, An
 
 def remove(conn: Connection, digest: str) -> None:
     """Delete the row of ``digest`` (the caller deletes the object after commit).
-    UnknownBundleError when not recorded; BundleInUseError while a live task names it or a
-    live attempt runs it. Soft-deleted tasks lose their reference (ON DELETE SET NULL)."""
-    locked = conn.execute(select(script_bundles.c.digest)
-                          .where(script_bundles.c.digest == digest)
-                          .with_for_update()).first()
-    if locked is None:
+
+    Removed tasks' references to it are cleared first; then the delete runs, and the
+    foreign key from ``tasks`` refuses it while a live task names the bundle — one that
+    committed meanwhile included. UnknownBundleError when not recorded; BundleInUseError
+    while a live task names it or a live attempt runs it (nothing changes then).
+    """
+    if find(conn, digest) is None:
         raise UnknownBundleError("no bundle has this digest")
-    in_use = conn.execute(select(
-        select(literal(1)).where(tasks.c.bundle_digest == digest,
-                                 tasks.c.deleted_at.is_(None)).exists()
-        | select(literal(1)).where(and_(attempts.c.bundle_digest == digest,
-                                        attempts.c.status.in_(LIVE_ATTEMPT))).exists()
-    )).scalar_one()
-    if in_use:
-        raise BundleInUseError("a live task names this bundle or an attempt runs it")
-    conn.execute(delete(script_bundles).where(script_bundles.c.digest == digest))
+    live_attempt = conn.execute(select(literal(1)).where(
+        attempts.c.bundle_digest == digest, attempts.c.status.in_(LIVE_ATTEMPT)).limit(1)
+    ).first()
+    if live_attempt is not None:
+        raise BundleInUseError("a live attempt runs this bundle")
+    conn.execute(update(tasks).where(tasks.c.bundle_digest == digest,
+                                     tasks.c.deleted_at.is_not(None))
+                 .values(bundle_digest=None))
+    try:
+        with conn.begin_nested():
+            deleted = conn.execute(delete(script_bundles)
+                                   .where(script_bundles.c.digest == digest)
+                                   .returning(script_bundles.c.digest)).first()
+    except IntegrityError:
+        raise BundleInUseError("a live task names this bundle") from None
+    if deleted is None:  # removed by a concurrent rm
+        raise UnknownBundleError("no bundle has this digest")
 
 
 def require_entry_point(conn: Connection, digest: str, entry_point: str) -> None:

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 # ADR-0379 §阶段验收: the reviewed hard cap moves exactly, one migration at a time.
 EXPECTED_MIGRATION_COUNT = 6
-EXPECTED_LAST_SHA256 = "791f711add6063f9ccba9b1cf918f6f9f20e8d939e3cd48e592399f7d12c655f"
+EXPECTED_LAST_SHA256 = "a2b32680612a15575a50f55ef956ad0265e60b38c84aa1221e2574e2431a4f30"
 
 LEDGER_TABLE = "ql3_migration_ledger"
 ADVISORY_LOCK_KEY = 0x716C335F6D6967  # "ql3_mig": one key for every replica and release

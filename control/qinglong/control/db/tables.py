@@ -66,7 +66,7 @@ tasks = Table(
     Column("labels", JSONB, nullable=False),
     Column("log_limit_bytes", BigInteger, nullable=False),
     Column("enabled", Boolean, nullable=False),
-    Column("bundle_digest", Text, ForeignKey("script_bundles.digest", ondelete="SET NULL")),
+    Column("bundle_digest", Text, ForeignKey("script_bundles.digest")),
     Column("entry_point", Text),
     Column("next_fire_at", _TS),
     Column("schedule_version", BigInteger, nullable=False),
