@@ -1,4 +1,4 @@
-"""Script bundles end to end (issue 13 item 1; docs/protocols.md §4.6): real ``ql3 control
+"""Script bundles end to end (issue 13 item 1; docs/protocols.md §4.7): real ``ql3 control
 serve`` and ``ql3 worker run`` on a fresh PostgreSQL database and moto's S3 over real HTTP.
 
 A bundle is pushed through HTTP, a task names its digest and entry point, a worker fetches it

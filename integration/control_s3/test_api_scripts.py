@@ -1,5 +1,5 @@
 """``/v1/scripts`` and bundle tasks over real PostgreSQL (runtime role) and moto over HTTP
-(docs/protocols.md §4.6): push (idempotent by digest), list, show, remove (refused while in
+(docs/protocols.md §4.7): push (idempotent by digest), list, show, remove (refused while in
 use), the checker's refusals as 422/413, task create/edit naming a digest and an entry
 point, and the worker's presigned GET for a claimed attempt."""
 

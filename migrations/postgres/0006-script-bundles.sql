@@ -1,5 +1,5 @@
 -- additive: true
--- Script bundles (docs/protocols.md §4.6): a gzip tar pushed through control, stored in the
+-- Script bundles (docs/protocols.md §4.7): a gzip tar pushed through control, stored in the
 -- bucket under its SHA-256 (key bundles/sha256/<hex>) and recorded here with its checked
 -- member list. Content-addressed and deployment-wide: the digest is the key. Rows are
 -- immutable (no UPDATE grant); a push of the same bytes answers the existing row.

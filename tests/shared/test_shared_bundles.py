@@ -1,4 +1,4 @@
-"""The bundle checker and packer (docs/protocols.md §4.6): hostile archives are refused with a
+"""The bundle checker and packer (docs/protocols.md §4.7): hostile archives are refused with a
 stable reason, whatever the Python patch level's tarfile filters would do; packing is
 deterministic and always passes the checker."""
 

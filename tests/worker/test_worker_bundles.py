@@ -1,4 +1,4 @@
-"""A worker's bundle store (docs/protocols.md §4.6): verified fetch, cache re-verified before
+"""A worker's bundle store (docs/protocols.md §4.7): verified fetch, cache re-verified before
 use, fresh private directory per attempt, failure classes; the GET goes through an httpx
 MockTransport standing in for the presigned URL."""
 

@@ -1,4 +1,4 @@
-"""Script bundles: the one member checker and deterministic packing (docs/protocols.md §4.6).
+"""Script bundles: the one member checker and deterministic packing (docs/protocols.md §4.7).
 
 A bundle is a gzip-compressed tar archive, named by the SHA-256 of its compressed bytes. The
 client packs it (``pack``), control checks it when it is pushed, and a worker checks it

@@ -199,7 +199,7 @@ class ClaimedAttempt(_Wire):
     At most one of ``argv`` / ``shell``, and exactly one unless the attempt runs a script
     bundle: ``bundle_digest`` (hex SHA-256 of the bundle) with ``entry_point`` (a relative
     path inside it; both or neither) — the command then runs in the extracted bundle, and
-    with neither argv nor shell the entry point itself is run (docs/protocols.md §4.6).
+    with neither argv nor shell the entry point itself is run (docs/protocols.md §4.7).
     ``env`` is the task's full environment (secrets included: the worker is trusted with
     them and never logs them); ``timeout_ms`` None means none; ``log_limit_bytes`` caps the
     spool."""

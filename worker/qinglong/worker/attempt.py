@@ -137,7 +137,7 @@ class AttemptRunner:
         return None
 
     def _checkout(self) -> Checkout | None:
-        """The attempt's private copy of its bundle (docs/protocols.md §4.6), or None after
+        """The attempt's private copy of its bundle (docs/protocols.md §4.7), or None after
         completing the attempt ``failed`` with the failure class: nothing runs. Raises
         _Forget when the lease is lost meanwhile."""
         a = self.attempt

@@ -1,4 +1,4 @@
-"""Extracting a checked bundle into a fresh private directory (docs/protocols.md §4.6).
+"""Extracting a checked bundle into a fresh private directory (docs/protocols.md §4.7).
 
 Every member passes ``qinglong.shared.bundles.scan`` (our checker) before a byte of it is
 written. Writes go through directory file descriptors opened with ``O_NOFOLLOW``: each file

@@ -1,5 +1,5 @@
 """Script bundles on a worker: fetch, verify, cache, check out per attempt (docs/protocols.md
-§4.6).
+§4.7).
 
 For an attempt that names a bundle, before anything of it runs:
 

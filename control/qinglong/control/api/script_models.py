@@ -1,4 +1,4 @@
-"""Models of the script-bundle routes (docs/protocols.md §4.6)."""
+"""Models of the script-bundle routes (docs/protocols.md §4.7)."""
 
 from __future__ import annotations
 

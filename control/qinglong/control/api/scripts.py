@@ -1,4 +1,4 @@
-"""Script-bundle routes: push, list, show, remove (docs/protocols.md §4.6).
+"""Script-bundle routes: push, list, show, remove (docs/protocols.md §4.7).
 
 Scopes: push and remove need ``operator``; reads need ``viewer``. A push's body is the gzip
 tar itself (``Content-Type: application/gzip``), at most ``MAX_COMPRESSED_BYTES``; beyond

@@ -10,7 +10,7 @@ boolean as a number is refused. Text never holds NUL or lone surrogates (Postgre
 cannot store them): refused as 422 like any other invalid field. Env names match
 ``[A-Za-z_][A-Za-z0-9_]*``; labels follow ``qinglong.shared.wire.check_labels``. Exactly one
 of ``argv`` and ``shell`` (a task created by this API always has a command) — unless the task
-runs a script bundle (``bundle_digest`` with ``entry_point``, docs/protocols.md §4.6): then
+runs a script bundle (``bundle_digest`` with ``entry_point``, docs/protocols.md §4.7): then
 at most one, none meaning "run the entry point", and no ``cwd``. Secret env values are
 write-only: answers carry ``{"secret": true, "value": null}``.
 """

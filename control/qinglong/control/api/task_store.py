@@ -102,7 +102,7 @@ def next_fire_at(conn: Connection, values: dict[str, Any]) -> datetime | None:
 
 def check_bundle(conn: Connection, values: dict[str, Any]) -> None:
     """A named bundle must be recorded and its entry point a regular file of it: 422
-    ``bundle_not_found`` / ``entry_point_not_found`` (docs/protocols.md §4.6)."""
+    ``bundle_not_found`` / ``entry_point_not_found`` (docs/protocols.md §4.7)."""
     from qinglong.control.bundles.errors import EntryPointNotFoundError, UnknownBundleError
     from qinglong.control.bundles.records import require_entry_point
 

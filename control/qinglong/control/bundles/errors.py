@@ -1,4 +1,4 @@
-"""Typed errors of script bundles at control (docs/protocols.md §4.6); the API maps each
+"""Typed errors of script bundles at control (docs/protocols.md §4.7); the API maps each
 ``code`` to one HTTP status. Messages never carry file content or member names."""
 
 from __future__ import annotations

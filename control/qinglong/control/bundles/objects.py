@@ -1,4 +1,4 @@
-"""Bundle objects in the bucket (docs/protocols.md §4.6): key ``bundles/sha256/<hex>``, one
+"""Bundle objects in the bucket (docs/protocols.md §4.7): key ``bundles/sha256/<hex>``, one
 object per digest, written by control only (workers read through presigned GETs).
 
 Every call is made outside any database transaction. The S3 client is the replica's (no SDK

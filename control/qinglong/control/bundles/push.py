@@ -1,4 +1,4 @@
-"""Pushing a bundle (docs/protocols.md §4.6): check, store, record — idempotent by digest.
+"""Pushing a bundle (docs/protocols.md §4.7): check, store, record — idempotent by digest.
 
 1. hash the body (SHA-256) and check every member with the shared checker
    (``qinglong.shared.bundles.scan``, the worker's own) — a refused archive changes nothing;

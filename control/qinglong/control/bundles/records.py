@@ -1,4 +1,4 @@
-"""Bundle records in PostgreSQL (docs/protocols.md §4.6): push, page, detail, removal and the
+"""Bundle records in PostgreSQL (docs/protocols.md §4.7): push, page, detail, removal and the
 entry-point check of a task definition.
 
 Every function runs in the caller's transaction on a connection acting as the runtime role

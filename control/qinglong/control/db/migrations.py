@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 # ADR-0379 §阶段验收: the reviewed hard cap moves exactly, one migration at a time.
 EXPECTED_MIGRATION_COUNT = 6
-EXPECTED_LAST_SHA256 = "a2b32680612a15575a50f55ef956ad0265e60b38c84aa1221e2574e2431a4f30"
+EXPECTED_LAST_SHA256 = "991d1f927ace86c53b998027ff9dfd79594042bc57d55a4406caa85806c1b9ae"
 
 LEDGER_TABLE = "ql3_migration_ledger"
 ADVISORY_LOCK_KEY = 0x716C335F6D6967  # "ql3_mig": one key for every replica and release

@@ -1,4 +1,4 @@
-"""Presigned bundle download (docs/protocols.md §4.6): the worker fetches a script bundle
+"""Presigned bundle download (docs/protocols.md §4.7): the worker fetches a script bundle
 without bucket credentials.
 
 For a live lease of the caller's pool whose attempt was claimed with exactly the requested

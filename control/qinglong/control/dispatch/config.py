@@ -29,7 +29,7 @@ class DispatchConfig:
     third of the lease, so two renewals can be lost before expiry. ``max_claim``: the most
     attempts one claim call hands out (1–64). ``upload_url_ttl_s``: lifetime of a presigned
     log PUT (60 s – 7 days). ``bundle_url_ttl_s``: lifetime of a presigned bundle GET
-    (60 s – 1 h; docs/protocols.md §4.6). Raises InvalidDispatchConfigError (a
+    (60 s – 1 h; docs/protocols.md §4.7). Raises InvalidDispatchConfigError (a
     ValidationError) naming both numbers when the heartbeat is above a third of the lease.
     """
 

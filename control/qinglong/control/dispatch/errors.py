@@ -64,7 +64,7 @@ class LogStoreUnavailableError(DispatchError):
 
 class BundleNotFoundError(DispatchError):
     """The requested bundle is not the one the live lease's attempt was claimed with, or it
-    is no longer recorded (docs/protocols.md §4.6): the attempt fails ``bundle_unavailable``."""
+    is no longer recorded (docs/protocols.md §4.7): the attempt fails ``bundle_unavailable``."""
 
     code = "bundle_not_found"
     status = 404
