@@ -82,8 +82,9 @@ def worker() -> None:
 @click.option("--token-file", default=None, type=str,
               help="File holding the worker token (mode 0600). Default: env QL3_WORKER_TOKEN.")
 @click.option("--spool-dir", default=None, type=str,
-              help="Private (0700) directory for output spools [default: "
-                   "$TMPDIR/ql3-worker-<uid>/spool].")
+              help="Private (0700) directory for output spools, the verified script-bundle "
+                   "cache (bundles/) and each bundle attempt's private copy (work/) "
+                   "[default: $TMPDIR/ql3-worker-<uid>/spool].")
 @click.option("--drain-budget", type=float, default=30.0, show_default=True,
               help="Seconds running attempts get to finish after SIGTERM/SIGINT before their "
                    "groups are stopped and reported failed (reason worker_drain; the task's "
@@ -119,6 +120,7 @@ def run(control_url: str, concurrency: int, labels: str, name: str | None,
     worker_name = name or socket.gethostname().split(".")[0]
 
     from qinglong.worker.attempt import RunnerConfig
+    from qinglong.worker.bundles import BundleStore
     from qinglong.worker.client import ControlClient
     from qinglong.worker.errors import SpoolError
     from qinglong.worker.loop import WorkerConfig, WorkerLoop
@@ -141,9 +143,14 @@ def run(control_url: str, concurrency: int, labels: str, name: str | None,
     # included: never in our log
     for noisy in ("httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        bundles = BundleStore(spool)
+    except SpoolError as exc:
+        raise ValidationError("--spool-dir", str(exc)) from None
     config = WorkerConfig(name=worker_name, labels=declared, concurrency=concurrency,
                           drain_budget_s=drain_budget, control_url=",".join(urls),
-                          runner=RunnerConfig(spool_dir=spool, grace_s=grace))
+                          runner=RunnerConfig(spool_dir=spool, grace_s=grace,
+                                              bundles=bundles))
     client = ControlClient(urls, token)
     loop = WorkerLoop(client, config)
 

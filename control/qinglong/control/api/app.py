@@ -16,6 +16,7 @@ from qinglong.control.api import (
     logs,
     metrics,
     runs,
+    scripts,
     tasks,
     token_routes,
     worker_routes,
@@ -38,7 +39,8 @@ def build_app(ctx: ApiContext) -> FastAPI:
                   openapi_url="/openapi.json", docs_url=None, redoc_url=None)
     app.state.ctx = ctx
     install_error_handlers(app)
-    for module in (health, metrics, tasks, runs, logs, token_routes, worker_routes):
+    for module in (health, metrics, tasks, runs, logs, scripts, token_routes,
+                   worker_routes):
         app.include_router(module.router)
     app.add_middleware(metrics.LatencyMiddleware, metrics=ctx.metrics)
     return app

@@ -40,6 +40,8 @@ RUNTIME_GRANTS: dict[str, frozenset[str]] = {
     "worker_pools": frozenset({"SELECT"}),  # created by the schema owner (ql3 control token)
     "worker_incarnations": frozenset({"SELECT", "INSERT", "UPDATE"}),
     "api_tokens": frozenset({"SELECT", "INSERT", "UPDATE"}),  # admin scope manages tokens
+    # 0006, script bundles (docs/protocols.md §4.7): immutable rows, pushed and removed
+    "script_bundles": frozenset({"SELECT", "INSERT", "DELETE"}),
 }
 
 
