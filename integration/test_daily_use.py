@@ -149,7 +149,7 @@ def test_task_list_and_show_give_the_last_run_with_its_finish_and_duration(ql3: 
     assert last["status"] == "succeeded" and last["finished_at"]
     assert 1.0 <= last["duration_s"] < 10
     shown = ql3.run("local", "task", "show", "nap").stdout
-    assert "last_run: succeeded, finished " in shown and ", took 1." in shown
+    assert "last_run: succeeded, finished " in shown and ", took 1s" in shown
     assert "recent runs:" in shown and "nap#1 " in shown  # the runs table, as `runs` shows it
     assert "recent events:" in shown and "task created" in shown
     ql3.env["COLUMNS"] = "80"

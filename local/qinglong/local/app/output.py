@@ -120,7 +120,7 @@ def _next_fire(task: dict[str, Any]) -> str:
 
 
 def _last(last: dict[str, Any] | None) -> str:
-    """``succeeded 2026-12-01 03:00:05 +01:00 (5.0s)`` for a table; empty: never ran."""
+    """``succeeded 2026-12-01 03:00:05 +01:00 (5s)`` for a table; empty: never ran."""
     if not last:
         return ""
     text = f"{last['status']} {zoned(last.get('finished_at'))}".rstrip()
@@ -290,15 +290,8 @@ def zoned(value: object, zone: str | None = None) -> str:
 
 
 def duration(seconds: float | None) -> str:
-    """``1m 05s``, ``2h 03m``, ``0.4s``; ``""`` for None."""
-    if seconds is None:
-        return ""
-    if seconds < 10:
-        return f"{seconds:.1f}s"
-    whole = int(seconds)
-    if whole < 3600:
-        return f"{whole // 60}m {whole % 60:02d}s" if whole >= 60 else f"{whole}s"
-    return f"{whole // 3600}h {whole % 3600 // 60:02d}m"
+    """``display.duration`` (``45s``, ``1m 05s``, ``2h 03m``), with ``""`` for None."""
+    return "" if seconds is None else display.duration(seconds)
 
 
 def describe_last_run(last: dict[str, Any] | None) -> str:
