@@ -40,6 +40,15 @@ class Display:
 DISPLAY = Display()
 
 
+def iso_utc(ms: int | None) -> str | None:
+    """Unix ms as ISO-8601 UTC with milliseconds (``2026-11-29T20:40:25.123Z``), or None:
+    the form ``--json`` prints."""
+    if ms is None:
+        return None
+    stamp = dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
 def _moment(value: str | int | float | dt.datetime) -> dt.datetime:
     if isinstance(value, dt.datetime):
         stamp = value if value.tzinfo else value.replace(tzinfo=dt.UTC)
