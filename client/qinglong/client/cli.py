@@ -99,10 +99,12 @@ def inspect(ref: str, as_json: bool, client: ControlClient) -> None:
         print_json(view)
         return
     click.echo(output.describe_run(view))
-    for attempt in view["attempts"]:
-        click.echo("  " + output.describe_attempt(attempt))
-    for event in view["events"]:
-        click.echo("  " + output.describe_event(event))
+    if view["attempts"]:
+        click.echo("attempts:")
+        output.print_attempts(view["attempts"])
+    if view["events"]:
+        click.echo("events:")
+        output.print_events(view["events"])
 
 
 @cluster.command("logs", epilog=RUN_HELP)
@@ -165,7 +167,8 @@ def cancel(ref: str, wait: bool, as_json: bool, client: ControlClient) -> None:
     A finished run is refused (exit 1)."""
     target = resolve_run(client, ref)
     status, view = client.send("POST", f"/v1/runs/{target['id']}/cancel", run=ref)
-    line = f"{'cancelled' if status == 200 else 'cancel requested'}: {output.describe_run(view)}"
+    done = "cancelled" if status == 200 else "cancel requested"
+    line = output.line(f"{done}: {output.describe_run(view)}")
     if not wait:
         print_json(view) if as_json else click.echo(line)
         return

@@ -49,7 +49,7 @@ def display_options(func: F) -> F:
 
 
 def connection(func: F) -> F:
-    """Add ``--control-url`` (env ``QL3_CONTROL_URL``) and ``--timeout`` to a command and
+    """Add ``--control-url`` (env ``QL3_CONTROL_URL``) and ``--http-timeout`` to a command and
     call it with ``client=`` a ControlClient holding the token of ``QL3_TOKEN`` (never an
     option: argv shows in ``ps`` and shell history). A bad URL list exits 2 naming the
     option or the variable it came from; a missing token exits 2 before anything is sent."""
@@ -69,8 +69,9 @@ def connection(func: F) -> F:
              "commas (tried in order when one cannot be reached). Env QL3_CONTROL_URL. The "
              "token comes from QL3_TOKEN.")
     timeout = click.option(
-        "--timeout", "timeout_s", type=click.FloatRange(0.1, 600), default=DEFAULT_TIMEOUT_S,
-        show_default=True, metavar="SECONDS", help="Give up on a replica after this long.")
+        "--http-timeout", "timeout_s", type=click.FloatRange(0.1, 600), default=DEFAULT_TIMEOUT_S,
+        show_default=True, metavar="SECONDS",
+        help="Give up on a replica that does not connect or answer within this long.")
     return url(timeout(wrapper))  # type: ignore[return-value]
 
 

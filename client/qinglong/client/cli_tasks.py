@@ -274,7 +274,8 @@ def task_list(as_json: bool, client: ControlClient) -> None:
 @json_option
 @connection
 def task_show(name: str, as_json: bool, client: ControlClient) -> None:
-    """Show task NAME, its recent runs and its history (secret values never)."""
+    """Show task NAME, its recent runs and its history (secret values never). Long values
+    are cut to the terminal's width: --wide or --json show them whole."""
     view = client.get(f"/v1/tasks/{segment(name)}", task=name)
     recent = client.items("/v1/runs", {"task": name}, limit=5)
     if as_json:

@@ -25,6 +25,11 @@ def table(columns: list[str], rows: list[list[str]], *, flexible: tuple[str, ...
         click.echo(indent + line)
 
 
+def line(text: str) -> str:
+    """``text`` shortened to the terminal's width with ``…`` (whole with ``--wide``)."""
+    return text if display.DISPLAY.wide else display.shorten(text, display.terminal_width())
+
+
 def t(value: object) -> str:
     """An ISO time of an answer for people (``2026-11-29 21:57:50 +01:00``); ``-`` if None."""
     return display.when(None if value is None else str(value))
@@ -96,29 +101,32 @@ def print_runs(runs: list[dict[str, Any]], indent: str = "") -> None:
 
 
 def describe_run(run: dict[str, Any]) -> str:
-    """``run backup#42 (<id>): <status> (exit N)`` and ``cancel requested`` while it
-    applies."""
+    """``run backup#42 (<id>): <status> (exit N)``, cut to the terminal's width (whole with
+    ``--wide``; ``inspect`` shows when a cancel was requested, among the events)."""
     text = f"run {ref(run)} ({run['id']}): {run['status']}"
     if run.get("exit_code") is not None:
         text += f" (exit {run['exit_code']})"
-    if run.get("cancel_requested_at") and run["status"] not in TERMINAL:
-        text += f", cancel requested {t(run['cancel_requested_at'])}"
-    return text
+    return line(text)
 
 
-def describe_attempt(attempt: dict[str, Any]) -> str:
-    """One line of ``inspect``: number, status, exit or signal, reason, start, duration,
-    the worker incarnation (short id)."""
-    end = f", exit {attempt['exit_code']}" if attempt.get("exit_code") is not None else ""
-    if attempt.get("signal") is not None:
-        end += f", signal {attempt['signal']}"
-    if attempt.get("reason"):
-        end += f", reason {attempt['reason']}"
-    took = display.span(attempt.get("started_at"), attempt.get("finished_at"))
-    worker = attempt.get("worker_incarnation_id")
-    return (f"attempt {attempt['number']}: {attempt['status']}{end}, started "
-            f"{t(attempt.get('started_at'))}, took {took}, worker "
-            f"{display.short_id(worker) if worker else '-'}")
+def print_attempts(attempts: list[dict[str, Any]], indent: str = "  ") -> None:
+    """``inspect``'s attempts as a table: number, status, exit (``sig N``), start, duration,
+    the worker incarnation (short id; whole with ``--wide``) and the reason it ended so."""
+    def worker(attempt: dict[str, Any]) -> str:
+        ident = attempt.get("worker_incarnation_id")
+        if not ident:
+            return "-"
+        return str(ident) if display.DISPLAY.wide else display.short_id(ident)
+
+    def ended(attempt: dict[str, Any]) -> str:
+        if attempt.get("signal") is not None:
+            return f"sig {attempt['signal']}"
+        return display.value(attempt.get("exit_code"))
+
+    table(["attempt", "status", "exit", "started", "took", "worker", "reason"],
+          [[str(a["number"]), a["status"], ended(a), t(a.get("started_at")),
+            display.span(a.get("started_at"), a.get("finished_at")), worker(a),
+            a.get("reason") or "-"] for a in attempts], flexible=("reason",), indent=indent)
 
 
 def detail_text(detail: dict[str, Any] | None) -> str:
@@ -134,10 +142,12 @@ def detail_text(detail: dict[str, Any] | None) -> str:
     return " ".join(parts)
 
 
-def describe_event(event: dict[str, Any]) -> str:
-    """One line of ``inspect``: time, kind, status change and detail."""
-    move = f" {display.value(event.get('from_status'))} -> {event['to_status']}"
-    return f"{t(event['at'])} {event['kind']}{move} {detail_text(event.get('detail'))}".rstrip()
+def print_events(events: list[dict[str, Any]], indent: str = "  ") -> None:
+    """``inspect``'s event history, oldest first: time, kind, status change, detail."""
+    table(["at", "event", "status", "detail"],
+          [[t(e["at"]), e["kind"], f"{display.value(e.get('from_status'))} -> "
+            f"{e['to_status']}", detail_text(e.get("detail")) or "-"] for e in events],
+          flexible=("detail", "event", "status"), indent=indent)
 
 
 def describe_task_event(event: dict[str, Any]) -> str:
@@ -156,14 +166,15 @@ def describe_task_event(event: dict[str, Any]) -> str:
 
 def field(key: str, item: object) -> str:
     """One ``task show`` line, ``{key:>13}: value``: times for people (keys ending ``_at``),
-    ``timeout_s`` as a duration, yes/no, ``-`` for None."""
+    ``timeout_s`` as a duration, yes/no, ``-`` for None; cut to the terminal's width with
+    ``…`` (whole with ``--wide``)."""
     if item is not None and key.endswith("_at"):
         text = t(item)
     elif key == "timeout_s" and isinstance(item, int) and not isinstance(item, bool):
         text = display.duration(item)
     else:
         text = display.value(item)
-    return f"{key:>13}: {text}"
+    return line(f"{key:>13}: {text}")
 
 
 def next_slots_lines(view: dict[str, Any]) -> list[str]:
