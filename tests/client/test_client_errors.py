@@ -60,7 +60,7 @@ def test_401_says_the_token_was_rejected_and_names_the_variable() -> None:
     error = failure(401, "unauthenticated", "the token is unknown or revoked")
     assert isinstance(error, TokenRejectedError) and not isinstance(error, ValidationError)
     assert str(error) == ("token rejected by control at http://c1:8080: set QL3_TOKEN to a "
-                          "valid, unrevoked token")
+                          "valid token")
 
 
 def test_403_names_the_scope_the_token_lacks() -> None:

@@ -52,8 +52,8 @@ class TokenRejectedError(ClusterClientError):
     code = "token_rejected"
 
     def __init__(self, url: str) -> None:
-        super().__init__(f"token rejected by control at {url}: set QL3_TOKEN to a valid, "
-                         "unrevoked token", url)
+        super().__init__(f"token rejected by control at {url}: set QL3_TOKEN to a valid "
+                         "token", url)
 
 
 class ScopeError(ClusterClientError):
