@@ -152,6 +152,22 @@ def test_task_list_and_show_give_the_last_run_with_its_finish_and_duration(ql3: 
     assert "last_run: succeeded, finished " in shown and ", took 1." in shown
     assert "recent runs:" in shown and "nap#1 " in shown  # the runs table, as `runs` shows it
     assert "recent events:" in shown and "task created" in shown
+    ql3.env["COLUMNS"] = "80"
+    listed = ql3.run("local", "task", "list").stdout.splitlines()
+    assert listed[0].split() == ["NAME", "SCHEDULE", "NEXT", "LAST", "RUN", "COMMAND"]
+    assert listed[1].split()[:2] == ["nap", "@once"] and "  succeeded 1s  sleep 1.2" in listed[1]
+
+
+def test_a_long_task_name_keeps_its_whole_run_reference_at_80_columns(ql3: Ql3) -> None:
+    """The reference is what people copy into `logs`: the short id gives way, not it."""
+    name = "backup-database-nightly"  # 25 columns with "#1": they fit beside the rest
+    ql3.env["COLUMNS"] = "80"
+    ql3.run("local", "task", "add", name, "--schedule", "@once", "--", "true")
+    ql3.run("local", "run", name)
+    lines = ql3.run("local", "runs").stdout.splitlines()
+    assert lines[0].split() == ["RUN", "STATUS", "EXIT", "STARTED", "DURATION"]
+    assert lines[1].startswith(f"{name}#1  succeeded") and all(len(x) <= 80 for x in lines)
+    assert ql3.run("local", "logs", f"{name}#1").returncode == 0
 
 
 # -- item 10: messages and exit codes ------------------------------------------------------

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -198,10 +199,12 @@ class Cluster:
         env.update(extra)
         return env
 
-    def ql3(self, *args: str, check: bool = True, timeout: float = 60
-            ) -> subprocess.CompletedProcess[str]:
-        out = subprocess.run([QL3, *args], env=self.env(), capture_output=True, text=True,
-                             timeout=timeout, check=False)
+    def ql3(self, *args: str, check: bool = True, timeout: float = 60,
+            command: Sequence[str] = (QL3,)) -> subprocess.CompletedProcess[str]:
+        """``ql3 args`` (or ``command`` instead of ``ql3``, e.g. ``next_release.command``);
+        AssertionError with its stderr on a non-zero exit when ``check``."""
+        out = subprocess.run([*command, *args], env=self.env(), capture_output=True,
+                             text=True, timeout=timeout, check=False)
         if check and out.returncode != 0:
             raise AssertionError(f"ql3 {args[:3]} exited {out.returncode}: {out.stderr}")
         return out
@@ -220,26 +223,29 @@ class Cluster:
         token: str = json.loads(self.ql3(*args).stdout)["token"]
         return token
 
-    def _start(self, name: str, args: list[str], env: dict[str, str]) -> Proc:
+    def _start(self, name: str, args: list[str], env: dict[str, str],
+               command: Sequence[str] = (QL3,)) -> Proc:
         log_path = self.tmp / f"{name}.log"
         with open(log_path, "ab") as log:
-            popen = subprocess.Popen([QL3, *args], env=env, stdout=log, stderr=log,
+            popen = subprocess.Popen([*command, *args], env=env, stdout=log, stderr=log,
                                      start_new_session=True)
         proc = Proc(name, popen, log_path)
         self.procs.append(proc)
         return proc
 
     def start_control(self, name: str, *extra: str, lease_ms: int = 3000,
-                      heartbeat_ms: int = 1000, wait: bool = True) -> Proc:
-        """``ql3 control serve`` on a free loopback port; waits for ``/livez`` (and
-        ``/readyz`` ready) unless ``wait`` is False."""
-        port = free_port()
+                      heartbeat_ms: int = 1000, wait: bool = True, port: int | None = None,
+                      command: Sequence[str] = (QL3,)) -> Proc:
+        """``ql3 control serve`` (``command`` instead of ``ql3``, e.g. another release) on
+        loopback ``port`` (a free one unless given: a replacement takes its predecessor's);
+        waits for ``/readyz`` ready unless ``wait`` is False."""
+        port = port or free_port()
         proc = self._start(name, [
             "control", "serve", "--database-url", self.db.runtime_url,
             "--runtime-role", self.db.runtime_role, "--listen", f"127.0.0.1:{port}",
             "--log-bucket", self.bucket, "--s3-endpoint", self.s3_endpoint,
             "--replica-id", name, "--lease-ms", str(lease_ms),
-            "--heartbeat-ms", str(heartbeat_ms), *extra], self.env())
+            "--heartbeat-ms", str(heartbeat_ms), *extra], self.env(), command)
         proc.url = f"http://127.0.0.1:{port}"
         if wait:
             self.wait_ready(proc)

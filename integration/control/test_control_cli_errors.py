@@ -218,6 +218,6 @@ def test_a_missing_control_extra_says_how_to_install_it() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=False)
     assert out.returncode == 2, out.stderr
-    assert "needs the 'control' extra" in out.stderr and "pip install -e '.[control]'" in (
+    assert "needs the 'control' extra" in out.stderr and "install `qinglong-cluster[control]`" in (
         out.stderr)
     assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr

@@ -72,8 +72,8 @@ class _ControlGroup(click.Group):
 
             raise ControlExtraMissingError(
                 "ql3 control", f"needs the 'control' extra ({exc.name} is not installed): "
-                               "run `.venv/bin/pip install -e '.[control]'` in the project "
-                               "directory") from None
+                               "install `qinglong-cluster[control]` (in a clone: "
+                               "`bash scripts/bootstrap.sh dev`)") from None
         except Exception as exc:
             mapped = external_error(exc)
             if mapped is None:

@@ -34,15 +34,40 @@ class _LazyGroup(click.Group):
             "cluster": "qinglong.client.cli"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted([*super().list_commands(ctx), *self.lazy])
+        """Own commands plus the cluster ones whose package is installed (found, not imported)."""
+        import importlib.util
+
+        installed = [name for name, module in self.lazy.items()
+                     if importlib.util.find_spec(module.rpartition(".")[0]) is not None]
+        return sorted([*super().list_commands(ctx), *installed])
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self.lazy:
             import importlib
 
-            found = getattr(importlib.import_module(self.lazy[cmd_name]), cmd_name)
+            try:
+                module = importlib.import_module(self.lazy[cmd_name])
+            except ModuleNotFoundError as exc:
+                if not (exc.name or "").startswith("qinglong."):
+                    raise
+                raise ClusterPackageMissingError(cmd_name) from None
+            found = getattr(module, cmd_name)
             return found if isinstance(found, click.Command) else None
         return super().get_command(ctx, cmd_name)
+
+
+class ClusterPackageMissingError(click.ClickException):
+    """``ql3 control|worker|cluster`` where only the edge/standalone distribution is installed
+    (docs/architecture.md §1: the cluster code is the ``qinglong-cluster`` distribution).
+    Exit 2 (as a missing ``control`` extra) with one line naming what to install."""
+
+    exit_code = 2
+
+    def __init__(self, command: str) -> None:
+        what = "[control]" if command == "control" else ""
+        super().__init__(
+            f"`ql3 {command}` is part of the cluster distribution, which is not installed: "
+            f"install `qinglong-cluster{what}` beside this one (README, \"Install on a server\")")
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -75,9 +75,10 @@ def print_tasks(tasks: list[dict[str, Any]]) -> None:
 
     On a terminal (no ``--wide``) the next fire time and the last run's status are never
     cut: the table drops ENABLED (a disabled task reads ``disabled`` under NEXT) and POLICY,
-    and LAST RUN is the status alone (``task show`` and ``--wide`` give its finish time and
-    duration), so that 80 columns keep ``2026-12-02 09:30:00 +08:00`` and ``succeeded``
-    whole and the schedule and command still get about 30 columns between them."""
+    and LAST RUN is the status and how long the run took (``succeeded 1m 05s``; ``task show``
+    and ``--wide`` add its finish time), so that 80 columns keep
+    ``2026-12-02 09:30:00 +08:00`` whole and the schedule and command still get about 25
+    columns between them."""
     if display.DISPLAY.wide:
         rows = [
             [
@@ -98,7 +99,7 @@ def print_tasks(tasks: list[dict[str, Any]]) -> None:
             t["name"],
             _schedule(t),
             _next_fire(t) if t["enabled"] else "disabled",
-            (t.get("last_run") or {}).get("status") or "",
+            _last_short(t.get("last_run")),
             display.command(t["argv"]),
         ]
         for t in tasks
@@ -128,6 +129,20 @@ def _last(last: dict[str, Any] | None) -> str:
                    else "")
 
 
+def _last_short(last: dict[str, Any] | None) -> str:
+    """``succeeded 1m 05s`` (status and duration) for an 80-column table; empty: never ran."""
+    if not last:
+        return ""
+    took = last.get("duration_s")
+    return f"{last['status']} {display.duration(took)}" if took is not None else last["status"]
+
+
+def _natural_width(columns: list[str], rows: list[list[str]]) -> int:
+    """The width a table takes unshortened (``display.fit_table``'s layout)."""
+    widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
+    return sum(widths) + len(display.GAP) * (len(widths) - 1)
+
+
 def print_runs(runs: list[dict[str, Any]], indent: str = "") -> None:
     """A table of runs, newest first: ``backup#42``, the id's last 8 hex digits, status,
     exit code (``sig N`` for a signal), start time and duration; a run's recovery or
@@ -141,9 +156,18 @@ def print_runs(runs: list[dict[str, Any]], indent: str = "") -> None:
         return
     rows = [[ref(r), display.short_id(r["id"]), r["status"], _exit(r),
              _t(_started(r) or r["created_at"]), run_duration(r)] for r in runs]
+    columns = ["run", "id", "status", "exit", "started", "duration"]
+    room = display.terminal_width() - len(indent)
+    without_id = [row[:1] + row[2:] for row in rows]
+    if _natural_width(columns, rows) > room >= _natural_width(columns[:1] + columns[2:],
+                                                              without_id):
+        # a run reference is what people copy: rather than cut `backup-database#12`, leave
+        # out the short id (a second name for the same run; `--wide` shows the full one);
+        # when even that would not fit, the short id stays as the whole handle on the row
+        columns.pop(1)
+        rows = without_id
     notes = [f"    note: {_note(r)}" if _note(r) else "" for r in runs]
-    _table(["run", "id", "status", "exit", "started", "duration"], rows, flexible=("run",),
-           notes=notes, indent=indent)
+    _table(columns, rows, flexible=("run",), notes=notes, indent=indent)
 
 
 def describe_run(run: dict[str, Any]) -> str:
