@@ -148,6 +148,8 @@ def test_a_scripted_session_at_80_columns(cluster: Cluster) -> None:
         cluster, url, admin, "occurrences", "tick", "--json").stdout)), 30, 0.5)
     assert cli(cluster, url, tokens["operator"], "task", "disable", "tick"
                ).stdout == "task tick disabled\n"
+    assert " next_fire_at: disabled\n" in cli(cluster, url, tokens["viewer"], "task", "show",
+                                               "tick").stdout
     ledger = cli(cluster, url, tokens["viewer"], "occurrences", "tick").stdout.splitlines()
     assert ledger[0].split() == ["OUTCOME", "FIRST", "SLOT", "LAST", "SLOT", "SLOTS", "RUN"]
     assert any(re.match(rf"run_created\s+{STAMP}\s+1\s+[0-9a-f]{{8}}$", row)

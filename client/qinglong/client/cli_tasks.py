@@ -289,9 +289,10 @@ def task_show(name: str, as_json: bool, client: ControlClient) -> None:
         shown = MASK if entry["secret"] else entry["value"]
         click.echo(output.field("secret_env" if entry["secret"] else "env", f"{key}={shown}"))
     click.echo(output.field("labels", output.labels(view["labels"])))
-    next_fire = view["next_fire_at"] if view["enabled"] else None
-    click.echo(output.field("next_fire_at", next_fire if next_fire else (
-        "disabled" if not view["enabled"] else None)))
+    if view["enabled"]:
+        click.echo(output.field("next_fire_at", view["next_fire_at"]))
+    else:
+        click.echo(f"{'next_fire_at':>13}: disabled")
     if recent:
         click.echo("recent runs:")
         output.print_runs(recent, indent="  ")
