@@ -30,13 +30,14 @@ CREDS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
          "AWS_DEFAULT_REGION": "us-east-1"}
 
 
-def pg_url(user: str, db: str, server: str = LOCAL_PG) -> str:
-    """A trust-auth URL of ``user`` on ``db`` at ``server`` ("host:port")."""
-    return f"postgresql://{user}@{server}/{db}"
+def pg_url(user: str, db: str, server: str = LOCAL_PG, params: str = "") -> str:
+    """A trust-auth URL of ``user`` on ``db`` at ``server`` ("host:port", or several
+    "h1:p1,h2:p2" for an HA cluster) with the query ``params`` ("k=v&k2=v2", may be empty)."""
+    return f"postgresql://{user}@{server}/{db}" + (f"?{params}" if params else "")
 
 
-def _admin(server: str = LOCAL_PG) -> psycopg.Connection[Any]:
-    return psycopg.connect(pg_url("postgres", "postgres", server), autocommit=True,
+def _admin(server: str = LOCAL_PG, params: str = "") -> psycopg.Connection[Any]:
+    return psycopg.connect(pg_url("postgres", "postgres", server, params), autocommit=True,
                            connect_timeout=10)
 
 
@@ -68,27 +69,30 @@ class ClusterDb:
     runtime_role: str
     login_role: str
     server: str = LOCAL_PG
+    params: str = ""  # URL query, e.g. "target_session_attrs=read-write" for an HA cluster
 
     @property
     def owner_url(self) -> str:
-        return pg_url("postgres", self.name, self.server)
+        return pg_url("postgres", self.name, self.server, self.params)
 
     @property
     def runtime_url(self) -> str:
-        return pg_url(self.login_role, self.name, self.server)
+        return pg_url(self.login_role, self.name, self.server, self.params)
 
     @classmethod
-    def create(cls, server: str = LOCAL_PG) -> ClusterDb:
-        """A new database on ``server`` ("host:port", trust auth for ``postgres``), migrated
+    def create(cls, server: str = LOCAL_PG, params: str = "") -> ClusterDb:
+        """A new database on ``server`` ("host:port", or "h1:p1,h2:p2,…" with ``params``
+        naming ``target_session_attrs=read-write``; trust auth for ``postgres``), migrated
         by ``ql3 control migrate`` with its own runtime role and a login in it."""
         suffix = secrets.token_hex(5)
-        db = cls(f"ql3c_{suffix}", f"ql3c_rt_{suffix}", f"ql3c_login_{suffix}", server)
-        with _admin(server) as conn:
+        db = cls(f"ql3c_{suffix}", f"ql3c_rt_{suffix}", f"ql3c_login_{suffix}", server,
+                 params)
+        with _admin(server, params) as conn:
             conn.execute(f'CREATE DATABASE "{db.name}"')
         subprocess.run([QL3, "control", "migrate", "--database-url", db.owner_url,
                         "--runtime-role", db.runtime_role], check=True, capture_output=True,
                        timeout=60)
-        with _admin(server) as conn:
+        with _admin(server, params) as conn:
             conn.execute(f'CREATE ROLE "{db.login_role}" LOGIN IN ROLE "{db.runtime_role}"')
         return db
 
@@ -96,7 +100,7 @@ class ClusterDb:
         return psycopg.connect(self.owner_url, autocommit=True, connect_timeout=10)
 
     def drop(self) -> None:
-        with _admin(self.server) as conn:
+        with _admin(self.server, self.params) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
             conn.execute(f'DROP ROLE IF EXISTS "{self.login_role}"')
             conn.execute(f'DROP ROLE IF EXISTS "{self.runtime_role}"')

@@ -72,8 +72,7 @@ class _Wire:
     @classmethod
     def from_json(cls: type[T], data: Any) -> T:
         _check(isinstance(data, dict), cls.__name__, "must be a JSON object")
-        hints = typing.get_type_hints(cls)
-        fields = {f.name: f for f in dataclasses.fields(cls)}
+        hints, fields = _shape(cls)
         unknown = set(data) - set(fields)
         _check(not unknown, cls.__name__, "has unknown fields")
         values: dict[str, Any] = {}
@@ -97,6 +96,21 @@ class _Wire:
                     validate_uuid7(value)
                 except ValidationError:
                     raise WireFormatError(name, "must be a UUIDv7") from None
+
+
+_Shape = tuple[dict[str, Any], dict[str, "dataclasses.Field[Any]"]]
+_SHAPES: dict[type, _Shape] = {}
+
+
+def _shape(cls: type) -> _Shape:
+    """(type hints, fields by name) of a wire class, resolved once per class: resolving the
+    hints evaluates every annotation string, the costliest step of a decode. Two threads
+    may both resolve a class the first time; they store equal values."""
+    shape = _SHAPES.get(cls)
+    if shape is None:
+        shape = typing.get_type_hints(cls), {f.name: f for f in dataclasses.fields(cls)}
+        _SHAPES[cls] = shape
+    return shape
 
 
 def _decode(hint: Any, value: Any, name: str) -> Any:

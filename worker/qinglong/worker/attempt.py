@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from qinglong.shared import wire
@@ -29,7 +29,7 @@ from qinglong.worker.fencing import LeaseFence
 from qinglong.worker.heartbeat import Heartbeater
 from qinglong.worker.process import AttemptProcess, CwdMissingError, decode_status, spawn_attempt
 from qinglong.worker.spool import CappedCopier, open_spool_file, spool_facts
-from qinglong.worker.upload import put_spool
+from qinglong.worker.upload import SpoolUploader
 
 log = logging.getLogger("qinglong.worker")
 SUPERVISE_S = 0.05
@@ -40,11 +40,13 @@ class RunnerConfig:
     """``spool_dir`` a prepared private directory; ``grace_s`` seconds between TERM and KILL
     when stopping a group for timeout, cancel or drain; ``worker_env`` the source of HOME and
     LANG (None: os.environ); HOME is also the working directory of a task without cwd
-    (``/`` when HOME is unset or not a directory)."""
+    (``/`` when HOME is unset or not a directory); ``uploader`` puts every attempt's log
+    through one connection pool (the owner closes it)."""
 
     spool_dir: Path
     grace_s: float = 5.0
     worker_env: Mapping[str, str] | None = None
+    uploader: SpoolUploader = field(default_factory=SpoolUploader)
 
 
 class _Forget(Exception):  # noqa: N818  (control flow, never escapes this module)
@@ -219,7 +221,7 @@ class AttemptRunner:
             grant = self._client.log_upload(
                 wire.LogUploadRequest(lease=self.attempt.lease, log=log_facts),
                 deadline=self._fence.deadline)
-            put_spool(grant, spool_path, deadline=self._fence.deadline)
+            self._config.uploader.put(grant, spool_path, deadline=self._fence.deadline)
         except LeaseLostError:
             self._lost.set()
             return None

@@ -143,3 +143,4 @@ def run(control_url: str, concurrency: int, labels: str, name: str | None,
         return loop.run()
     finally:
         client.close()
+        config.runner.uploader.close()
