@@ -32,6 +32,7 @@ COPY shared/ shared/
 COPY local/ local/
 COPY control/ control/
 COPY worker/ worker/
+COPY client/ client/
 COPY migrations/ migrations/
 RUN python -m pip wheel --no-cache-dir --no-deps . ./cluster -w /dist
 

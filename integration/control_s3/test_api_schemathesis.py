@@ -87,7 +87,7 @@ def seed(api: ApiWorld, log_attempt: str) -> dict[str, str]:
     token = api.client.post("/v1/tokens", json={"name": f"fuzz-{uuid7()}", "scope": "viewer"},
                             headers=api.as_("admin")).json()["id"]
     return {"name": "backup", "run_id": run_id, "attempt_id": attempt_id, "token_id": token,
-            "log_attempt": log_attempt, "digest": push_bundle(api)}
+            "log_attempt": log_attempt, "digest": push_bundle(api), "ref": run_id}
 
 
 def tiny_bundle() -> bytes:
@@ -224,6 +224,8 @@ def fuzz_one(api: ApiWorld, workers: WorkerSeed, operation: Any,
             if aim and case.path_parameters:
                 case.path_parameters = {k: objects.get(k, v)
                                         for k, v in case.path_parameters.items()}
+            if aim and case.query:  # GET /v1/runs/resolve?ref=: the seeded run's id
+                case.query = {k: objects.get(k, v) for k, v in case.query.items()}
         response = case.call(headers=headers)
         statuses[key].add(response.status_code)
         if response.status_code >= 500 and not (

@@ -15,6 +15,7 @@ from types import FrameType
 
 import click
 
+from qinglong.shared.control_urls import parse_control_urls
 from qinglong.shared.errors import ValidationError
 from qinglong.shared.wire import MAX_CLAIM, WireFormatError, check_labels
 
@@ -33,23 +34,9 @@ def _labels(text: str) -> dict[str, str]:
 
 
 def _control_urls(text: str) -> list[str]:
-    """``--control-url``: one or more base URLs separated by commas, in the order tried.
-
-    Raises ValidationError (exit 2) for an empty list, a URL that is not http(s)://host..., or
-    one ending in ``/v1`` (the worker adds the API path itself).
-    """
-    urls = [u.strip() for u in text.split(",") if u.strip()]
-    if not urls:
-        raise ValidationError("--control-url", "give at least one http(s):// base URL")
-    for url in urls:
-        if not url.startswith(("http://", "https://")) or len(url) < 10:
-            raise ValidationError("--control-url", f"must be an http(s):// URL: {url!r}")
-        if url.rstrip("/").endswith("/v1"):
-            raise ValidationError("--control-url", f"{url!r} ends in /v1: give the control "
-                                  "base URL, without /v1 (e.g. http://host:8080)")
-    if len({u.rstrip("/") for u in urls}) != len(urls):
-        raise ValidationError("--control-url", "a base URL is given twice")
-    return urls
+    """``--control-url``: one or more base URLs separated by commas, in the order tried
+    (``qinglong.shared.control_urls``; ValidationError, exit 2, for a bad list)."""
+    return parse_control_urls(text)
 
 
 def _default_spool_dir() -> Path:

@@ -15,8 +15,7 @@ from qinglong.local.app import display
 from qinglong.local.app.backend import open_backend
 from qinglong.local.app.cli_common import data_dir_option, datadir_of, json_option, print_json
 from qinglong.shared.errors import ValidationError
-
-SECRET_MAX_BYTES = 128 * 1024  # the launcher's limit of one variable (MAX_ARG_STRLEN)
+from qinglong.shared.secret_text import SECRET_MAX_BYTES, decode_secret
 
 
 def read_secret(what: str, from_file: str | None = None) -> str:
@@ -33,19 +32,7 @@ def read_secret(what: str, from_file: str | None = None) -> str:
         data = click.prompt(f"value of {what}", hide_input=True, err=True).encode()
     else:
         data = sys.stdin.buffer.read(SECRET_MAX_BYTES + 1)
-    if len(data) > SECRET_MAX_BYTES:
-        raise ValidationError(what, f"the value exceeds {SECRET_MAX_BYTES} bytes")
-    if data.endswith(b"\r\n"):
-        data = data[:-2]
-    elif data.endswith(b"\n"):
-        data = data[:-1]
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ValidationError(what, "the value is not UTF-8 text") from None
-    if "\x00" in text:
-        raise ValidationError(what, "the value contains a NUL byte")
-    return text
+    return decode_secret(data, what)
 
 
 secret_env_option = click.option(

@@ -9,6 +9,7 @@ import click
 
 from qinglong.local.app import display
 from qinglong.local.app.views import iso
+from qinglong.shared import display as shared_display
 
 TERMINAL = frozenset({"succeeded", "failed", "cancelled", "timed_out", "lost"})
 
@@ -274,19 +275,9 @@ def describe_slot_event(event: dict[str, Any]) -> str | None:
 
 def zoned(value: object, zone: str | None = None) -> str:
     """An ISO UTC time from a view in ``zone`` (an IANA name; None: the viewer's local
-    zone) with its offset: ``2026-12-01 09:09:01 +08:00``; ``""`` for None."""
-    import datetime as dt
-
-    from qinglong.shared.cron import load_zone
-
-    if value is None:
-        return ""
-    if zone is None:  # the viewer's zone, or UTC after --utc (display.py)
-        return display.when(str(value))
-    stamp = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    local = stamp.astimezone(load_zone(zone)) if zone else stamp.astimezone()
-    offset = local.strftime("%z")
-    return local.strftime("%Y-%m-%d %H:%M:%S ") + f"{offset[:3]}:{offset[3:]}"
+    zone) with its offset: ``2026-12-01 09:09:01 +08:00``; ``""`` for None
+    (``qinglong.shared.display.zoned``)."""
+    return shared_display.zoned(value, zone)
 
 
 def duration(seconds: float | None) -> str:
