@@ -41,11 +41,12 @@ RUN_HELP = "RUN is a run id, TASK#N, TASK@last, or the last 6+ hex digits of a r
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def cluster() -> None:
-    """The cluster through its control API: tasks, runs, logs, workers.
+    """The cluster through its control API: tasks, script bundles, runs, logs, workers.
 
     Give control's base URL with --control-url or QL3_CONTROL_URL (several replicas:
     comma-separated) and a token in QL3_TOKEN (`ql3 control token create`): viewer reads,
-    operator runs, cancels, enables and disables, admin adds, edits and removes tasks.
+    operator runs, cancels, enables and disables and pushes and removes script bundles,
+    admin adds, edits and removes tasks.
     """
 
 
@@ -208,6 +209,7 @@ def workers(state: str | None, limit: int, as_json: bool, client: ControlClient)
     print_json(items) if as_json else output.print_workers(items)
 
 
-from qinglong.client import cli_tasks  # noqa: E402
+from qinglong.client import cli_scripts, cli_tasks  # noqa: E402
 
 cluster.add_command(cli_tasks.task)
+cluster.add_command(cli_scripts.script)

@@ -1,5 +1,6 @@
 """``ql3 cluster task ...``: add, edit, list, show, next, enable, disable, rm — the flags of
-``ql3 local task`` where the cluster has the same field (docs/protocols.md §4.5)."""
+``ql3 local task`` where the cluster has the same field (docs/protocols.md §4.5), plus
+``--bundle`` / ``--entry-point`` for a task running a script bundle (§4.7)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from qinglong.client.cli_common import (
     print_json,
     segment,
 )
+from qinglong.client.cli_scripts import resolve_digest
 from qinglong.client.http import ControlClient
 from qinglong.shared.cron import parse_schedule
 from qinglong.shared.display import iso_utc
@@ -80,6 +82,13 @@ secret_env_option = click.option(
          "answered by control (shown masked).")
 
 
+bundle_help = ("Run script bundle DIGEST (`ql3 cluster script push`; 64 hex digits or a "
+               "unique prefix of 8+) in its extracted directory; needs --entry-point.")
+entry_point_help = ("The bundle's file to run, a path inside it (run.sh, bin/job.py): "
+                    "run directly when it starts with #!, else by /bin/sh. A command after "
+                    "`--` or --shell, if given, runs instead, in the bundle's directory.")
+
+
 def _command(argv: tuple[str, ...], shell: str | None) -> dict[str, Any]:
     if argv and shell is not None:
         raise click.UsageError("give a command after `--` or --shell, not both")
@@ -111,21 +120,32 @@ def _command(argv: tuple[str, ...], shell: str | None) -> dict[str, Any]:
               help="Only workers declaring this label run it (repeatable).")
 @click.option("--shell", default=None, metavar="LINE",
               help="A command line for /bin/sh -c, instead of a command after `--`.")
+@click.option("--bundle", default=None, metavar="DIGEST", help=bundle_help)
+@click.option("--entry-point", "entry_point", default=None, metavar="PATH",
+              help=entry_point_help)
 @click.argument("argv", nargs=-1)
 @json_option
 @connection
 def task_add(name: str, schedule: str, timezone: str, timeout: int | None, max_attempts: int,
              concurrency: str, env_pairs: tuple[str, ...], secret_env: tuple[str, ...],
              cwd: str | None, label_pairs: tuple[str, ...], shell: str | None,
-             argv: tuple[str, ...], as_json: bool, client: ControlClient) -> None:
-    """Register task NAME running ARGV (write it after `--`) on a schedule.
+             bundle: str | None, entry_point: str | None, argv: tuple[str, ...],
+             as_json: bool, client: ControlClient) -> None:
+    """Register task NAME running ARGV (write it after `--`) on a schedule, or the entry
+    point of a script bundle (--bundle with --entry-point; no --cwd then).
 
-    Example: ql3 cluster task add backup --schedule '0 3 * * *' -- /usr/local/bin/backup.sh
+    \b
+    Examples:
+    ql3 cluster task add backup --schedule '0 3 * * *' -- /usr/local/bin/backup.sh
+    ql3 cluster task add job --schedule @once --bundle 5d9c0a1e --entry-point run.sh
     """
     command = _command(argv, shell)
-    if not command:
+    if (bundle is None) != (entry_point is None):
+        raise ValidationError("--bundle", "give --bundle and --entry-point together")
+    if not command and bundle is None:
         raise ValidationError("argv", "the command must not be empty: write it after `--`, "
-                                      "or give --shell")
+                                      "give --shell, or run a bundle (--bundle, "
+                                      "--entry-point)")
     env: dict[str, Any] = {k: {"value": v, "secret": False}
                            for k, v in _pairs(env_pairs, "--env").items()}
     for key, value in read_secret_env(secret_env).items():
@@ -135,6 +155,9 @@ def task_add(name: str, schedule: str, timezone: str, timeout: int | None, max_a
     body = {"name": name, **command, "schedule": schedule, "timezone": timezone, "env": env,
             "cwd": cwd, "timeout_s": timeout, "max_attempts": max_attempts,
             "concurrency_policy": concurrency, "labels": _pairs(label_pairs, "--label")}
+    if bundle is not None:
+        body.update(bundle_digest=resolve_digest(client, bundle, "--bundle"),
+                    entry_point=entry_point)
     _, view = client.send("POST", "/v1/tasks", body, task=name)
     if as_json:
         print_json(view)
@@ -205,6 +228,11 @@ def _edited_env(current: dict[str, Any], env_set: dict[str, str], env_unset: tup
 @click.option("--unset-label", "label_unset", multiple=True, metavar="K",
               help="Remove a label (repeatable).")
 @click.option("--shell", default=None, metavar="LINE", help="New /bin/sh -c command line.")
+@click.option("--bundle", default=None, metavar="DIGEST|none",
+              help="Run this script bundle instead (with --entry-point; clears --cwd), or "
+                   "'none' to stop running one (the task then needs a command).")
+@click.option("--entry-point", "entry_point", default=None, metavar="PATH",
+              help="New file of the bundle to run.")
 @click.argument("argv", nargs=-1)
 @json_option
 @connection
@@ -212,8 +240,9 @@ def task_edit(name: str, schedule: str | None, timezone: str | None, timeout: st
               max_attempts: int | None, concurrency: str | None, env_pairs: tuple[str, ...],
               env_unset: tuple[str, ...], secret_env: tuple[str, ...],
               secret_unset: tuple[str, ...], cwd: str | None, label_pairs: tuple[str, ...],
-              label_unset: tuple[str, ...], shell: str | None, argv: tuple[str, ...],
-              as_json: bool, client: ControlClient) -> None:
+              label_unset: tuple[str, ...], shell: str | None, bundle: str | None,
+              entry_point: str | None, argv: tuple[str, ...], as_json: bool,
+              client: ControlClient) -> None:
     """Change task NAME in place: same id, same history; a new command goes after `--`.
 
     Only what is given changes. The edit is recorded as a task event naming the fields
@@ -229,6 +258,14 @@ def task_edit(name: str, schedule: str | None, timezone: str | None, timeout: st
     if cwd is not None:
         patch["cwd"] = None if cwd.lower() == "none" else cwd
     patch.update(_command(argv, shell))
+    if entry_point is not None:
+        patch["entry_point"] = entry_point
+    if bundle is not None and bundle.lower() == "none":
+        if entry_point is not None:
+            raise ValidationError("--entry-point", "a task without a bundle has none")
+        patch["bundle_digest"] = None
+    elif bundle is not None:
+        patch["bundle_digest"] = resolve_digest(client, bundle, "--bundle")
     env_set = _pairs(env_pairs, "--env")
     labels_set = _pairs(label_pairs, "--label")
     if not (patch or env_set or env_unset or secret_env or secret_unset or labels_set
@@ -284,6 +321,9 @@ def task_show(name: str, as_json: bool, client: ControlClient) -> None:
     for key in ("name", "id", "schedule", "timezone", "enabled", "concurrency_policy",
                 "timeout_s", "max_attempts", "cwd", "created_at", "updated_at"):
         click.echo(output.field(key, view[key]))
+    if view.get("bundle_digest"):
+        click.echo(output.field("bundle_digest", view["bundle_digest"]))
+        click.echo(output.field("entry_point", view["entry_point"]))
     click.echo(output.field("command", output.task_command(view)))
     for key, entry in sorted(view["env"].items()):
         shown = MASK if entry["secret"] else entry["value"]

@@ -9,6 +9,7 @@ control's stable error code; never the token, a request body or a secret.
 
 from __future__ import annotations
 
+from qinglong.shared.bundles import PackError
 from qinglong.shared.errors import ConflictError, NotFoundError, QinglongError, ValidationError
 
 
@@ -123,3 +124,17 @@ class ControlFailedError(ClusterClientError):
     """Any other answer (500, an unexpected status, a body that is not the expected JSON)."""
 
     code = "control_failed"
+
+
+class PackRefusedError(ValidationError):
+    """``script push``: the local file or directory cannot be packed (a symlink, a special
+    file, a name the checker refuses, unreadable, too large, or no such path); exit 2,
+    nothing was sent. ``path`` is what the user gave; the message names the offending
+    entry relative to it (the user's own file, shown to that user only)."""
+
+    code = "bundle_pack_refused"
+
+    def __init__(self, path: str, cause: PackError) -> None:
+        QinglongError.__init__(self, f"cannot push {path}: {cause}")
+        self.field = "PATH"
+        self.entry = cause.path

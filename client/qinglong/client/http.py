@@ -15,11 +15,14 @@ stable ``error.code``:
  401   TokenRejectedError (exit 1)
  403   ScopeError, with control's message (``this token lacks the admin scope``)
  404   ``task_not_found`` → ControlNotFoundError ``no such task 'x'`` (exit 2);
-       ``run_not_found`` → NoSuchRunError ``no such run 'backup#9'`` (exit 2)
- 409   ControlConflictError (``task_exists``, ``run_refused``, ``already_finished``)
+       ``run_not_found`` → NoSuchRunError ``no such run 'backup#9'`` (exit 2);
+       an unknown bundle → ControlNotFoundError ``no script bundle 'ab12…'`` (exit 2)
+ 409   ControlConflictError (``task_exists``, ``run_refused``, ``already_finished``,
+       ``bundle_in_use``)
  410   LogRetiredError, with when and how the log was retired
- 422   ControlRejectedError (exit 2); ``ambiguous_run`` → AmbiguousRunError,
-       ``invalid_run_ref`` → NoSuchRunError with the forms' hint
+ 413,  ControlRejectedError (exit 2), with a refused bundle's ``reason``;
+ 422   ``ambiguous_run`` → AmbiguousRunError, ``invalid_run_ref`` → NoSuchRunError
+       with the forms' hint
  503   ControlNotReadyError, with ``/readyz``'s named reasons (``database_unavailable``…)
  5xx   ControlFailedError
 =====  ==========================================================================
@@ -143,11 +146,14 @@ class ControlClient:
     # -- requests -------------------------------------------------------------------------
 
     def request(self, method: str, path: str, *, params: dict[str, Any] | None = None,
-                body: Any = None, task: str | None = None,
-                run: str | None = None) -> httpx.Response:
+                body: Any = None, content: bytes | None = None,
+                content_type: str = "application/octet-stream", task: str | None = None,
+                run: str | None = None, script: str | None = None) -> httpx.Response:
         """``method path`` (``/v1/...``) answered 2xx, through the first replica that takes
-        it. ``task`` / ``run``: what the request is about, named in error lines (``no such
-        task 'x'``). Raises the typed errors of the module docstring."""
+        it. ``body`` is sent as JSON; ``content`` (instead) as raw bytes of ``content_type``
+        (a bundle's gzip tar). ``task`` / ``run`` / ``script`` (a bundle digest): what the
+        request is about, named in error lines (``no such task 'x'``). Raises the typed
+        errors of the module docstring."""
         idempotent = method.upper() in IDEMPOTENT
         params = {k: v for k, v in (params or {}).items() if v is not None}
         last: httpx.Response | None = None
@@ -157,7 +163,10 @@ class ControlClient:
             index = (self._current + step) % len(self.urls)
             url = shown_url(self.urls[index])
             try:
-                response = self._https[index].request(method, path, params=params, json=body)
+                response = self._https[index].request(
+                    method, path, params=params,
+                    **({"json": body} if content is None else {
+                        "content": content, "headers": {"Content-Type": content_type}}))
             except httpx.ConnectError as exc:  # nothing was sent: the next replica may take it
                 failures.append((url, failure_reason(exc, self.timeout_s)))
                 continue
@@ -170,20 +179,31 @@ class ControlClient:
                 last, last_url = response, self.urls[index]
                 continue
             self._current = index
-            return self._checked(response, self.urls[index], task=task, run=run)
+            return self._checked(response, self.urls[index], task=task, run=run,
+                                 script=script)
         if last is not None:  # a replica answered 502/503/504: say why rather than "refused"
-            return self._checked(last, last_url, task=task, run=run)
+            return self._checked(last, last_url, task=task, run=run, script=script)
         raise unreachable(failures)
 
     def get(self, path: str, *, params: dict[str, Any] | None = None,
-            task: str | None = None, run: str | None = None) -> Any:
+            task: str | None = None, run: str | None = None,
+            script: str | None = None) -> Any:
         """The JSON of ``GET path``."""
-        return self._json(self.request("GET", path, params=params, task=task, run=run))
+        return self._json(self.request("GET", path, params=params, task=task, run=run,
+                                       script=script))
 
     def send(self, method: str, path: str, body: Any = None, *, task: str | None = None,
-             run: str | None = None) -> tuple[int, Any]:
+             run: str | None = None, script: str | None = None) -> tuple[int, Any]:
         """``(status, JSON or None)`` of a write (POST, PATCH, DELETE)."""
-        response = self.request(method, path, body=body, task=task, run=run)
+        response = self.request(method, path, body=body, task=task, run=run, script=script)
+        return response.status_code, (self._json(response) if response.content else None)
+
+    def send_content(self, method: str, path: str, content: bytes, content_type: str, *,
+                     script: str | None = None) -> tuple[int, Any]:
+        """``(status, JSON or None)`` of a write whose body is ``content`` (raw bytes of
+        ``content_type``, such as a bundle's gzip tar) rather than JSON."""
+        response = self.request(method, path, content=content, content_type=content_type,
+                                script=script)
         return response.status_code, (self._json(response) if response.content else None)
 
     def items(self, path: str, params: dict[str, Any] | None = None, *,
@@ -212,14 +232,14 @@ class ControlClient:
                                      "something that is not JSON") from None
 
     def _checked(self, response: httpx.Response, url: str, *, task: str | None,
-                 run: str | None) -> httpx.Response:
+                 run: str | None, script: str | None = None) -> httpx.Response:
         status = response.status_code
         if 200 <= status < 300:
             return response
-        raise self.error_for(response, shown_url(url), task=task, run=run)
+        raise self.error_for(response, shown_url(url), task=task, run=run, script=script)
 
     def error_for(self, response: httpx.Response, url: str, *, task: str | None = None,
-                  run: str | None = None) -> QinglongError:
+                  run: str | None = None, script: str | None = None) -> QinglongError:
         """The typed error of a non-2xx ``response`` from control at ``url``."""
         status = response.status_code
         error = _error(response)
@@ -230,9 +250,10 @@ class ControlClient:
         if status == 403:
             return ScopeError(f"forbidden: {message} (control at {url})", url)
         if status == 404:
-            return self._not_found(code, message, url, task=task, run=run)
+            return self._not_found(code, message, url, task=task, run=run, script=script)
         if status == 409:
-            return ControlConflictError(_conflict(code, message, task=task, run=run), code)
+            return ControlConflictError(_conflict(code, message, task=task, run=run,
+                                                  script=script), code)
         if status == 410:
             retired = error.get("retired_at")
             outcome = error.get("outcome")
@@ -242,6 +263,9 @@ class ControlClient:
             return AmbiguousRunError(run)
         if status == 422 and run is not None and code == "invalid_run_ref":
             return NoSuchRunError(run, FORMS_HINT)
+        if code in ("bundle_invalid", "bundle_too_large"):
+            return ControlRejectedError(f"control refused the bundle: {message} "
+                                        f"({error.get('reason') or code})")
         if 400 <= status < 500:
             return ControlRejectedError(f"control refused the request: {message}")
         if status == 503:
@@ -251,11 +275,13 @@ class ControlClient:
 
     @staticmethod
     def _not_found(code: str, message: str, url: str, *, task: str | None,
-                   run: str | None) -> QinglongError:
+                   run: str | None, script: str | None = None) -> QinglongError:
         if code == "task_not_found" and task is not None:
             return ControlNotFoundError(f"no such task {task!r}", code)
         if code == "run_not_found" and run is not None:
             return NoSuchRunError(run)
+        if code == "not_found" and script is not None and message != "not found":
+            return ControlNotFoundError(f"no script bundle {script!r}", "bundle_not_found")
         if code in ("not_found", ""):  # a route this control does not have
             return ControlFailedError(f"control at {url} has no such endpoint (an older "
                                       "release?)", url)
@@ -278,7 +304,8 @@ class ControlClient:
                                     url, reasons)
 
 
-def _conflict(code: str, message: str, *, task: str | None, run: str | None) -> str:
+def _conflict(code: str, message: str, *, task: str | None, run: str | None,
+              script: str | None = None) -> str:
     if code == "task_exists" and task is not None:
         return f"task {task!r} already exists"
     if code == "run_refused" and task is not None:
@@ -286,4 +313,6 @@ def _conflict(code: str, message: str, *, task: str | None, run: str | None) -> 
                 "policy is forbid")
     if code == "already_finished" and run is not None:
         return f"run {run!r} has already finished"
+    if code == "bundle_in_use" and script is not None:
+        return f"script bundle {script!r} is in use: {message}"
     return f"{message} ({code})" if code else message

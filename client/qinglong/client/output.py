@@ -43,10 +43,15 @@ def ref(run: dict[str, Any]) -> str:
 
 
 def task_command(task: dict[str, Any]) -> str:
-    """A task's command as typed: argv shell-quoted, or its shell line as given."""
+    """A task's command as typed: argv shell-quoted, or its shell line as given; a bundle
+    task without either runs its entry point (``bundle 5d9c0a1e: run.sh``)."""
     if task.get("argv"):
         return display.command(task["argv"])
-    return str(task.get("shell") or "-")
+    if task.get("shell"):
+        return str(task["shell"])
+    if task.get("bundle_digest"):
+        return f"bundle {task['bundle_digest'][:8]}: {task.get('entry_point') or '-'}"
+    return "-"
 
 
 def schedule(task: dict[str, Any]) -> str:
@@ -213,3 +218,38 @@ def print_workers(workers: list[dict[str, Any]]) -> None:
           [[w["name"], display.short_id(w["id"]), w["state"], t(w["last_seen_at"]),
             str(w["attempts_held"]), labels(w["labels"])] for w in workers],
           flexible=("labels", "name"))
+
+
+def size(count: int | None) -> str:
+    """A byte count for people: ``412 B``, ``1.5 KiB``, ``3.2 MiB`` (``-`` for None)."""
+    if count is None:
+        return "-"
+    amount = float(count)
+    for unit in ("B", "KiB", "MiB"):
+        if amount < 1024 or unit == "MiB":
+            return f"{count} B" if unit == "B" else f"{amount:.1f} {unit}"
+        amount /= 1024
+    raise AssertionError("unreachable")
+
+
+def digest(value: str) -> str:
+    """A bundle digest as listed: its first 12 hex digits (a unique prefix of 8 or more
+    names it to ``script show``/``rm`` and ``--bundle``); whole with ``--wide``."""
+    return value if display.DISPLAY.wide else value[:12]
+
+
+def print_scripts(scripts: list[dict[str, Any]]) -> None:
+    """Bundles by digest: digest, members, compressed and unpacked size, how many live
+    tasks name it, when it was pushed."""
+    table(["digest", "members", "size", "unpacked", "tasks", "pushed"],
+          [[digest(s["digest"]), str(s["member_count"]), size(s["size_bytes"]),
+            size(s["unpacked_bytes"]), str(s["used_by"]), t(s["created_at"])]
+           for s in scripts], flexible=("pushed",))
+
+
+def print_members(members: list[dict[str, Any]], indent: str = "  ") -> None:
+    """``script show``'s members in archive order: mode (octal), size, path (``dir/``)."""
+    table(["mode", "size", "path"],
+          [[f"{m['mode']:04o}", size(m["size_bytes"]) if m["kind"] == "file" else "-",
+            m["path"] + ("/" if m["kind"] == "dir" else "")] for m in members],
+          flexible=("path",), indent=indent)
