@@ -65,7 +65,7 @@ def run(name: str, wait: bool, as_json: bool, client: ControlClient) -> None:
     if not wait:
         print_json(created) if as_json else click.echo(line)
         return
-    click.echo(line + "; waiting for it to end", err=True)
+    click.echo(output.line(line + "; waiting for it to end"), err=True)
     view = wait_terminal(client, created["id"])
     print_json(view) if as_json else click.echo(output.describe_run(view))
     if view["status"] != "succeeded":

@@ -135,6 +135,8 @@ class PackRefusedError(ValidationError):
     code = "bundle_pack_refused"
 
     def __init__(self, path: str, cause: PackError) -> None:
-        QinglongError.__init__(self, f"cannot push {path}: {cause}")
+        said = str(cause)  # "cannot read 'PATH' (…)" names the path itself
+        QinglongError.__init__(self, f"cannot push: {said}" if said.startswith("cannot read")
+                               else f"cannot push {path}: {said}")
         self.field = "PATH"
         self.entry = cause.path
