@@ -48,8 +48,9 @@ def test_a_bundle_is_sent_as_raw_bytes_with_its_media_type() -> None:
     assert seen[0].content == b"\x1f\x8bdata"
 
 
-@pytest.mark.parametrize("status,code,reason", [(422, "bundle_invalid", "link"),
-                                                (413, "bundle_too_large", "too_many_members")])
+@pytest.mark.parametrize(("status", "code", "reason"), [(422, "bundle_invalid", "link"),
+                                                          (413, "bundle_too_large",
+                                                           "too_many_members")])
 def test_a_refused_bundle_says_why_with_the_reason_and_is_a_usage_error(
         status: int, code: str, reason: str) -> None:
     with pytest.raises(ControlRejectedError) as caught:
