@@ -2,10 +2,11 @@
 real worker, PostgreSQL and moto (issue 13 item 1; docs/protocols.md §4.7), at COLUMNS=80:
 push a directory (an entry point sourcing a lib), push it again (already there, same
 digest), name it from ``task add`` by an 8-digit prefix, ``run --wait``, ``logs`` shows the
-script's output; ``script list``/``show``; ``script rm`` refused while a task names it (one
-line naming the task, exit 1), then ``task rm`` and ``script rm`` succeed. A symlink in the
-tree and a path that does not exist are refused with exit 2 before anything is sent: the
-listing stays empty, and against a port nobody listens on the error is still the packer's.
+script's output; ``script list``/``show``; ``task edit --bundle none``; ``script rm``
+refused while a task names it (one line naming the task, exit 1), then ``task rm`` and
+``script rm`` succeed. A symlink in the tree and a path that does not exist are refused with
+exit 2 before anything is sent: the listing stays empty, and against a port nobody listens
+on the error is still the packer's.
 """
 
 from __future__ import annotations
@@ -72,9 +73,15 @@ def test_push_run_and_remove_a_bundle_at_80_columns(cluster: Cluster, tmp_path: 
     assert members == [["0755", "-", "lib/"], ["0644", sizes[0], "B", "lib/greet.sh"],
                        ["0755", sizes[1], "B", "run.sh"]], show
 
+    cli(cluster, url, admin, "task", "add", "other", "--schedule", "@once", "--bundle",
+        digest, "--entry-point", "./lib/greet.sh")
+    edited = cli(cluster, url, admin, "task", "edit", "other", "--bundle", "none", "--shell",
+                 "echo plain").stdout
+    assert edited.startswith("edited task other: ") and "bundle_digest" in edited, edited
     refused = cli(cluster, url, operator, "script", "rm", digest, code=1)
     line = one_error_line(refused)
-    assert line.startswith("ql3: error: script bundle ") and "task greeter" in line, line
+    assert line == (f"ql3: error: script bundle {digest[:12]} is in use by task greeter: "
+                    "remove it or give another --bundle first"), line
     cli(cluster, url, admin, "task", "rm", "greeter")
     gone = cli(cluster, url, operator, "script", "rm", digest[:8])
     assert gone.stdout == f"removed bundle {digest}\n"
@@ -104,4 +111,4 @@ def test_a_refused_tree_is_refused_before_anything_is_sent(cluster: Cluster,
                         (tmp_path / "missing", "No such file or directory")):
         out = cli(cluster, dead, "ql3_" + "x" * 43, "script", "push", str(path), code=2)
         line = one_error_line(out)
-        assert line.startswith("ql3: error: cannot push ") and words in line, line
+        assert line.startswith("ql3: error: cannot push") and words in line, line
