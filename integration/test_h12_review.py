@@ -110,3 +110,13 @@ def test_last_run_of_an_unknown_task_does_not_claim_the_task_exists(ql3: Ql3) ->
     assert proc.returncode == 2, proc
     assert "no such run 'nosuch@last'" in proc.stderr, proc.stderr
     assert "the task has no runs" not in proc.stderr, proc.stderr
+
+
+def test_a_foreground_run_names_itself_by_its_reference_within_80_columns(ql3: Ql3) -> None:
+    ql3.run("local", "task", "add", "nightly-database-backup", "--schedule", "@once",
+            "--", "true")
+    ran = ql3.run("local", "run", "nightly-database-backup")
+    first = ran.stderr.splitlines()[0]
+    assert first == ("no `ql3 local serve` is running: running nightly-database-backup#1 "
+                     "here (Ctrl-C cancels it)"), ran.stderr
+    assert len(first) <= 80 + len("nightly-database-backup#1") - len("backup#1"), first
