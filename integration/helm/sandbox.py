@@ -43,6 +43,26 @@ def _python_root() -> list[str]:
     return ["--ro-bind", str(top), str(top)]
 
 
+CHECKOUT = VENV_BIN.parents[1]  # the image's /opt/ql3 stands in: the venv and the sources
+
+
+def _checkout_bind(mount_paths: list[str]) -> list[str]:
+    """Bind arguments that keep the checkout (the dev venv, which stands in for the image's
+    installed ql3, and the source roots its editable install points at) visible when a pod
+    volume covers it — a clone under /tmp is hidden by the pod's /tmp emptyDir otherwise.
+    Read-only, at its own path, on top of the volumes; its parents below the covering
+    volume are made 0755 first (bwrap would make them 0700)."""
+    covering = [m for m in mount_paths if CHECKOUT.is_relative_to(m) and Path(m) != CHECKOUT]
+    if not covering:
+        return []
+    top = Path(max(covering, key=len))
+    args: list[str] = []
+    for parent in reversed(CHECKOUT.parents):
+        if parent != top and parent.is_relative_to(top):
+            args += ["--perms", "0755", "--dir", str(parent)]
+    return [*args, "--ro-bind", str(CHECKOUT), str(CHECKOUT)]
+
+
 def _parent_tmpfs(mount_path: str) -> str | None:
     """The existing directory to cover with a tmpfs so that ``mount_path`` can be created
     under the read-only root: the nearest existing ancestor of its first missing component;
@@ -150,6 +170,7 @@ class Pod:
             host, writable = self.volumes[mount["name"]]
             bind = "--bind" if writable and not mount.get("readOnly") else "--ro-bind"
             args += [bind, str(host), mount["mountPath"]]
+        args += _checkout_bind([m["mountPath"] for m in mounts])
         args += ["--ro-bind", str(self.root / "hosts"), "/etc/hosts",
                  "--hostname", self.name, "--unshare-uts", "--unshare-pid",
                  "--die-with-parent", "--chdir", image.workdir, "--clearenv"]
