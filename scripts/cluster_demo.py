@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -248,9 +249,10 @@ def main(argv: list[str] | None = None) -> int:
     say = Narrator()
     signal.signal(signal.SIGTERM, _interrupted)
     stage: Stage | None = None
+    stack = ExitStack()
     code = 0
     try:
-        stage = Stage.start(say.step)
+        stage = Stage.start(stack, say.step)
         Story(stage, say).run()
         say.step("every check held")
     except KeyboardInterrupt:
@@ -265,9 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # clean-up is not interrupted
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        if stage is not None:
-            say.step("stop everything it started; drop the database; remove the temp dir")
-            stage.close()
+        say.step("stop everything it started; drop the database; remove the temp dir")
+        stack.close()
     say.step(f"elapsed {say.elapsed():.0f} s; exit {code}")
     return code
 

@@ -6,7 +6,7 @@ database migrated by ``ql3 control migrate`` with its own runtime and login role
 ``ql3 control serve`` and ``ql3 worker run`` processes) and its S3 helpers
 (``integration/s3/s3_services.py``: moto's server as a subprocess on a free port). Every
 process is started in a session of its own, so a Ctrl-C on the terminal reaches only the demo,
-which then stops them by pid (``Stage.close``).
+which then stops them by pid (the ``ExitStack`` given to ``Stage.start``).
 """
 
 from __future__ import annotations
@@ -93,8 +93,7 @@ def marked_pids(marker: str) -> set[int]:
 class Stage:
     """The running cluster: the moto endpoint and bucket, the database, two replicas
     (``controls``), two workers (``workers``; ``prefers``: the replica each talks to first),
-    an admin token, an owner connection ``db`` for the checks. ``close`` stops all of it
-    and removes the database and ``tmp``."""
+    an admin token, an owner connection ``db`` for the checks."""
 
     cluster: Cluster
     admin_token: str
@@ -102,22 +101,14 @@ class Stage:
     workers: dict[str, Proc]
     prefers: dict[str, str]
     db: psycopg.Connection[Any]
-    stack: ExitStack
     markers: list[str]
 
     @classmethod
-    def start(cls, say: Any) -> Stage:
-        """Start everything, narrating each step through ``say(text)``. On a failure what
-        was started is stopped again before the error propagates."""
-        stack = ExitStack()
-        try:
-            return cls._start(stack, say)
-        except BaseException:
-            stack.close()
-            raise
-
-    @classmethod
-    def _start(cls, stack: ExitStack, say: Any) -> Stage:
+    def start(cls, stack: ExitStack, say: Any) -> Stage:
+        """Start everything, narrating each step through ``say(text)``; each thing started
+        is pushed on ``stack`` as it starts, so closing the stack (also after a failure
+        here) stops the processes by pid (SIGTERM, then SIGKILL), drops the database and
+        its roles and removes the temp directory."""
         say(f"PostgreSQL at {LOCAL_PG}: {ensure_postgres()}")
         tmp = Path(tempfile.mkdtemp(prefix="ql3-cluster-demo-"))
         stack.callback(shutil.rmtree, tmp, ignore_errors=True)
@@ -156,8 +147,7 @@ class Stage:
             "time each, holding only the pool token")
         conn = db.connect()
         stack.callback(conn.close)
-        stage = cls(cluster, admin, controls, workers, {"w1": "c1", "w2": "c2"}, conn, stack,
-                    [])
+        stage = cls(cluster, admin, controls, workers, {"w1": "c1", "w2": "c2"}, conn, [])
         stack.callback(stage._kill_marked)
         return stage
 
@@ -208,8 +198,3 @@ class Stage:
             tail = proc.log().splitlines()[-lines:]
             parts.append(f"--- {proc.name} (last {len(tail)} lines)\n" + "\n".join(tail))
         return "\n".join(parts)
-
-    def close(self) -> None:
-        """Stop every process by pid (SIGTERM, then SIGKILL), drop the database and its
-        roles, remove the temp directory. Safe to call twice."""
-        self.stack.close()
