@@ -2,7 +2,8 @@
 
 Both wheels are built as README "Install on a server" says (`pip wheel --no-deps . ./cluster`)
 and installed into fresh venvs the two ways a cluster machine uses them: a worker (both wheels,
-no extra: HTTP only, no database or bucket library) and a control replica (`[control]`). In
+no extra: HTTP only, no database or bucket library; `ql3 cluster` comes with it) and a control
+replica (`[control]`). In
 each, `ql3` must run the commands that machine needs, find the packaged PostgreSQL migrations,
 and a worker install must name the extra a control command needs.
 """
@@ -74,6 +75,11 @@ def test_a_worker_install_runs_the_worker_and_holds_no_database_library(
     assert not installed & {"psycopg", "psycopg-binary", "sqlalchemy", "boto3", "fastapi"}
     ql3 = venv / "bin" / "ql3"
     assert "--control-url" in _ok(ql3, "worker", "run", "--help")
+    assert "workers" in _ok(ql3, "cluster", "--help")  # the client ships with the workers
+    out = _run(ql3, "cluster", "runs", "--control-url", "http://127.0.0.1:1")
+    assert (out.returncode, out.stderr) == (2, "ql3: error: QL3_TOKEN: not set: export a token "
+                                               "issued by `ql3 control token create` (never put "
+                                               "it on the command line)\n")
     out = _run(ql3, "control", "readiness", "--database-url", "postgresql://x@127.0.0.1:1/x")
     assert out.returncode == 2, out.stdout + out.stderr
     assert "needs the 'control' extra" in out.stderr

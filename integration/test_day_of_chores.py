@@ -139,7 +139,7 @@ def test_a_day_of_chores_on_an_80_column_terminal_without_json_sql_or_full_run_i
     assert _field(shown, "schedule") == "30 2 * * *"
     assert "MODE=full" in _field(shown, "env")
     assert _field(shown, "secret_env") == "PUSH=@PUSH_TOKEN" and TOKEN not in shown
-    assert "edited: schedule 0 3 * * * -> 30 2 * * *; env (set MODE)" in shown
+    assert "edited: schedule '0 3 * * *' -> '30 2 * * *'; env (set MODE)" in shown
 
     # -- check the next slots: 02:30 in Berlin is 09:30 (winter) or 08:30 (summer) here --
     slots = sh("task", "next", "backup", "-n", "3", table=True).splitlines()

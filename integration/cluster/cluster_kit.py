@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,13 +30,14 @@ CREDS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
          "AWS_DEFAULT_REGION": "us-east-1"}
 
 
-def pg_url(user: str, db: str, server: str = LOCAL_PG) -> str:
-    """A trust-auth URL of ``user`` on ``db`` at ``server`` ("host:port")."""
-    return f"postgresql://{user}@{server}/{db}"
+def pg_url(user: str, db: str, server: str = LOCAL_PG, params: str = "") -> str:
+    """A trust-auth URL of ``user`` on ``db`` at ``server`` ("host:port", or several
+    "h1:p1,h2:p2" for an HA cluster) with the query ``params`` ("k=v&k2=v2", may be empty)."""
+    return f"postgresql://{user}@{server}/{db}" + (f"?{params}" if params else "")
 
 
-def _admin(server: str = LOCAL_PG) -> psycopg.Connection[Any]:
-    return psycopg.connect(pg_url("postgres", "postgres", server), autocommit=True,
+def _admin(server: str = LOCAL_PG, params: str = "") -> psycopg.Connection[Any]:
+    return psycopg.connect(pg_url("postgres", "postgres", server, params), autocommit=True,
                            connect_timeout=10)
 
 
@@ -67,27 +69,30 @@ class ClusterDb:
     runtime_role: str
     login_role: str
     server: str = LOCAL_PG
+    params: str = ""  # URL query, e.g. "target_session_attrs=read-write" for an HA cluster
 
     @property
     def owner_url(self) -> str:
-        return pg_url("postgres", self.name, self.server)
+        return pg_url("postgres", self.name, self.server, self.params)
 
     @property
     def runtime_url(self) -> str:
-        return pg_url(self.login_role, self.name, self.server)
+        return pg_url(self.login_role, self.name, self.server, self.params)
 
     @classmethod
-    def create(cls, server: str = LOCAL_PG) -> ClusterDb:
-        """A new database on ``server`` ("host:port", trust auth for ``postgres``), migrated
+    def create(cls, server: str = LOCAL_PG, params: str = "") -> ClusterDb:
+        """A new database on ``server`` ("host:port", or "h1:p1,h2:p2,…" with ``params``
+        naming ``target_session_attrs=read-write``; trust auth for ``postgres``), migrated
         by ``ql3 control migrate`` with its own runtime role and a login in it."""
         suffix = secrets.token_hex(5)
-        db = cls(f"ql3c_{suffix}", f"ql3c_rt_{suffix}", f"ql3c_login_{suffix}", server)
-        with _admin(server) as conn:
+        db = cls(f"ql3c_{suffix}", f"ql3c_rt_{suffix}", f"ql3c_login_{suffix}", server,
+                 params)
+        with _admin(server, params) as conn:
             conn.execute(f'CREATE DATABASE "{db.name}"')
         subprocess.run([QL3, "control", "migrate", "--database-url", db.owner_url,
                         "--runtime-role", db.runtime_role], check=True, capture_output=True,
                        timeout=60)
-        with _admin(server) as conn:
+        with _admin(server, params) as conn:
             conn.execute(f'CREATE ROLE "{db.login_role}" LOGIN IN ROLE "{db.runtime_role}"')
         return db
 
@@ -95,7 +100,7 @@ class ClusterDb:
         return psycopg.connect(self.owner_url, autocommit=True, connect_timeout=10)
 
     def drop(self) -> None:
-        with _admin(self.server) as conn:
+        with _admin(self.server, self.params) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
             conn.execute(f'DROP ROLE IF EXISTS "{self.login_role}"')
             conn.execute(f'DROP ROLE IF EXISTS "{self.runtime_role}"')
@@ -198,10 +203,12 @@ class Cluster:
         env.update(extra)
         return env
 
-    def ql3(self, *args: str, check: bool = True, timeout: float = 60
-            ) -> subprocess.CompletedProcess[str]:
-        out = subprocess.run([QL3, *args], env=self.env(), capture_output=True, text=True,
-                             timeout=timeout, check=False)
+    def ql3(self, *args: str, check: bool = True, timeout: float = 60,
+            command: Sequence[str] = (QL3,)) -> subprocess.CompletedProcess[str]:
+        """``ql3 args`` (or ``command`` instead of ``ql3``, e.g. ``next_release.command``);
+        AssertionError with its stderr on a non-zero exit when ``check``."""
+        out = subprocess.run([*command, *args], env=self.env(), capture_output=True,
+                             text=True, timeout=timeout, check=False)
         if check and out.returncode != 0:
             raise AssertionError(f"ql3 {args[:3]} exited {out.returncode}: {out.stderr}")
         return out
@@ -220,26 +227,29 @@ class Cluster:
         token: str = json.loads(self.ql3(*args).stdout)["token"]
         return token
 
-    def _start(self, name: str, args: list[str], env: dict[str, str]) -> Proc:
+    def _start(self, name: str, args: list[str], env: dict[str, str],
+               command: Sequence[str] = (QL3,)) -> Proc:
         log_path = self.tmp / f"{name}.log"
         with open(log_path, "ab") as log:
-            popen = subprocess.Popen([QL3, *args], env=env, stdout=log, stderr=log,
+            popen = subprocess.Popen([*command, *args], env=env, stdout=log, stderr=log,
                                      start_new_session=True)
         proc = Proc(name, popen, log_path)
         self.procs.append(proc)
         return proc
 
     def start_control(self, name: str, *extra: str, lease_ms: int = 3000,
-                      heartbeat_ms: int = 1000, wait: bool = True) -> Proc:
-        """``ql3 control serve`` on a free loopback port; waits for ``/livez`` (and
-        ``/readyz`` ready) unless ``wait`` is False."""
-        port = free_port()
+                      heartbeat_ms: int = 1000, wait: bool = True, port: int | None = None,
+                      command: Sequence[str] = (QL3,)) -> Proc:
+        """``ql3 control serve`` (``command`` instead of ``ql3``, e.g. another release) on
+        loopback ``port`` (a free one unless given: a replacement takes its predecessor's);
+        waits for ``/readyz`` ready unless ``wait`` is False."""
+        port = port or free_port()
         proc = self._start(name, [
             "control", "serve", "--database-url", self.db.runtime_url,
             "--runtime-role", self.db.runtime_role, "--listen", f"127.0.0.1:{port}",
             "--log-bucket", self.bucket, "--s3-endpoint", self.s3_endpoint,
             "--replica-id", name, "--lease-ms", str(lease_ms),
-            "--heartbeat-ms", str(heartbeat_ms), *extra], self.env())
+            "--heartbeat-ms", str(heartbeat_ms), *extra], self.env(), command)
         proc.url = f"http://127.0.0.1:{port}"
         if wait:
             self.wait_ready(proc)

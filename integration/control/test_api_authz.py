@@ -25,6 +25,7 @@ REQUIRED: dict[tuple[str, str], str | None] = {
     ("POST", "/v1/tasks/{name}/run"): "operator", ("POST", "/v1/tasks/{name}/enable"): "operator",
     ("POST", "/v1/tasks/{name}/disable"): "operator",
     ("GET", "/v1/runs"): "viewer", ("GET", "/v1/runs/{run_id}"): "viewer",
+    ("GET", "/v1/runs/resolve"): "viewer", ("GET", "/v1/workers"): "viewer",
     ("POST", "/v1/runs/{run_id}/cancel"): "operator",
     ("GET", "/v1/attempts/{attempt_id}"): "viewer",
     ("GET", "/v1/attempts/{attempt_id}/log"): "viewer",

@@ -273,10 +273,10 @@ def test_enable_records_the_slots_missed_while_disabled_in_the_ledger(api: ApiWo
      "body.env.* (key): does not match ^[A-Za-z_][A-Za-z0-9_]{0,127}$"),
     ({"env": {"MARK": {"value": "x", "MARKED": True}}},
      "body.env.*: unknown field (accepted: secret, value)"),
-    ({"timout_s": 5, "MARK": 1}, "body: unknown field (accepted: argv, catchup_grace_s, "
-     "concurrency_policy, cwd, enabled, env, labels, log_limit_bytes, log_retention_s, "
-     "max_attempts, name, retry_backoff_cap_ms, retry_backoff_ms, schedule, shell, "
-     "timeout_s, timezone)"),
+    ({"timout_s": 5, "MARK": 1}, "body: unknown field (accepted: argv, bundle_digest, "
+     "catchup_grace_s, concurrency_policy, cwd, enabled, entry_point, env, labels, "
+     "log_limit_bytes, log_retention_s, max_attempts, name, retry_backoff_cap_ms, "
+     "retry_backoff_ms, schedule, shell, timeout_s, timezone)"),
 ], ids=["cron", "zone", "number-as-string", "range", "bool-as-int", "policy", "env-name",
         "env-entry-unknown", "unknown-field"])
 def test_a_422_names_each_field_with_its_reason_and_never_the_input(

@@ -115,3 +115,68 @@ def test_a_live_token_name_is_unique_until_revoked(api: ApiWorld) -> None:
                              headers=api.as_("admin"))
     assert posted.status_code == 409  # the new live one holds it now
     assert api.sql("SELECT count(*) FROM api_tokens WHERE name = 'ops'") == [(2,)]
+
+
+def test_import_from_a_token_file_is_hashed_here_and_never_printed(
+        api: ApiWorld, tmp_path: Path) -> None:
+    """``--token-file`` (a mounted Secret holding the token): the token authenticates
+    afterwards, and neither it nor its hash appears in the output; a file that does not
+    hold a token's shape is refused (exit 2) before any connection, without echoing it."""
+    url = api.pg_db.url
+    secret = "ql3_" + "f" * 43
+    path = tmp_path / "token"
+    path.write_text(secret + "\n")
+    out = ql3("import", "--database-url", url, "--name", "boot", "--scope", "admin",
+              "--token-file", str(path), "--json")
+    assert json.loads(out.stdout)["outcome"] == "created"
+    assert secret not in out.stdout + out.stderr
+    assert hashlib.sha256(secret.encode()).hexdigest() not in out.stdout + out.stderr
+    got = api.client.get("/v1/tasks", headers={"Authorization": f"Bearer {secret}"})
+    assert got.status_code == 200
+    path.write_text("not-a-token-at-all")
+    bad = ql3("import", "--database-url", "postgresql://nobody@127.0.0.1:1/none", "--name",
+              "b2", "--scope", "admin", "--token-file", str(path), check=False)
+    assert bad.returncode == 2 and "--token-file: does not hold a ql3 token" in bad.stderr
+    assert "not-a-token-at-all" not in bad.stderr
+    both = ql3("import", "--database-url", url, "--name", "b3", "--scope", "admin",
+               "--token-file", str(path), "--sha256", "0" * 64, check=False)
+    assert both.returncode == 2 and "exactly one of" in both.stderr
+
+
+def test_import_ensure_is_idempotent_and_rotates_a_changed_secret(
+        api: ApiWorld, tmp_path: Path) -> None:
+    """What the chart's migration Job runs at every install and upgrade: the same Secret
+    again changes nothing (same id, outcome unchanged); a rotated Secret revokes the old
+    token and records the new one; a hash file (a Secret holding only the hash) works too;
+    a revoked token is never revived (exit 1, nothing changed)."""
+    url = api.pg_db.url
+    first, second = "ql3_" + "a" * 43, "ql3_" + "b" * 43
+    path = tmp_path / "token"
+
+    def ensure(*extra: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return ql3("import", "--database-url", url, "--name", "pool-default", "--scope",
+                   "worker", "--pool", "default", "--pool-labels", "zone=a", "--ensure",
+                   "--json", *extra, check=check)
+
+    path.write_text(first)
+    made = json.loads(ensure("--token-file", str(path)).stdout)
+    again = json.loads(ensure("--token-file", str(path)).stdout)
+    assert made["outcome"] == "created"
+    assert again == {"id": made["id"], "outcome": "unchanged"}
+    path.write_text(second)
+    rotated = json.loads(ensure("--token-file", str(path)).stdout)
+    assert rotated["outcome"] == "replaced" and rotated["id"] != made["id"]
+    assert api.sql("SELECT id::text, revoked_at IS NOT NULL FROM api_tokens"
+                   " WHERE name = 'pool-default' ORDER BY created_at, id") == [
+        (made["id"], True), (rotated["id"], False)]
+    hash_file = tmp_path / "sha256"
+    hash_file.write_text(hashlib.sha256(second.encode()).hexdigest().upper() + "\n")
+    by_hash = json.loads(ensure("--sha256-file", str(hash_file)).stdout)
+    assert by_hash == {"id": rotated["id"], "outcome": "unchanged"}
+    path.write_text(first)  # rolling back to the revoked token
+    revived = ensure("--token-file", str(path), check=False)
+    assert revived.returncode == 1 and "never revived" in revived.stderr, revived.stderr
+    assert api.sql("SELECT count(*) FROM api_tokens WHERE revoked_at IS NULL"
+                   " AND name = 'pool-default'") == [(1,)]
+    assert api.sql("SELECT id::text FROM api_tokens WHERE revoked_at IS NULL"
+                   " AND name = 'pool-default'") == [(rotated["id"],)]

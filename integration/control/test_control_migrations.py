@@ -135,3 +135,49 @@ def test_readiness_names_pending_migrations(empty_db: PgDb) -> None:
     with empty_db.pooled() as engine:
         verdict = readiness(engine, runtime_role=empty_db.runtime_role)
     assert (verdict.ready, verdict.reason) == (False, "migration_pending")
+
+
+# An expand step of a newer release may grant the runtime role more on an existing table
+# (DESIGN.md §4.1): this code accepts it only while the ledger is ahead by additive files,
+# never for a privilege no release grants, and never a missing grant.
+EXPAND_GRANT = "GRANT UPDATE ON worker_pools TO \"{role}\""
+
+
+def _verdict(pg_db: PgDb, *statements: str, ahead: bool) -> tuple[bool, str | None, str]:
+    with pg_db.connect() as conn, pg_db.pooled() as engine:
+        if ahead:
+            _append_ledger(conn, EXPAND, True)
+        for statement in statements:
+            conn.execute(statement.format(role=pg_db.runtime_role))
+        verdict = readiness(engine, runtime_role=pg_db.runtime_role)
+    return verdict.ready, verdict.reason, verdict.detail or ""
+
+
+def test_an_expand_grant_on_an_existing_table_is_accepted_while_the_schema_is_ahead(
+        pg_db: PgDb) -> None:
+    grant_column = 'GRANT UPDATE (name) ON api_tokens TO "{role}"'  # column-level too
+    assert _verdict(pg_db, EXPAND_GRANT, grant_column, ahead=True) == (True, None, "")
+
+
+def test_the_same_grant_without_a_newer_migration_is_refused(pg_db: PgDb) -> None:
+    ready, reason, detail = _verdict(pg_db, EXPAND_GRANT, ahead=False)
+    assert (ready, reason) == (False, "runtime_role_invalid")
+    assert "extra UPDATE on worker_pools" in detail
+
+
+@pytest.mark.parametrize(("statement", "problem"), [
+    ('GRANT UPDATE ON run_attempt_log_artifact_tombstones TO "{role}"',
+     "extra UPDATE on run_attempt_log_artifact_tombstones"),
+    ('GRANT UPDATE (outcome) ON run_attempt_log_artifact_tombstones TO "{role}"',
+     "extra column-level UPDATE on run_attempt_log_artifact_tombstones"),
+    (f'GRANT INSERT ON {m.LEDGER_TABLE} TO "{{role}}"', f"extra INSERT on {m.LEDGER_TABLE}"),
+    ('GRANT TRUNCATE ON runs TO "{role}"', "extra TRUNCATE on runs"),
+    ('CREATE TABLE future (x int); GRANT TRIGGER ON future TO "{role}"',
+     "extra TRIGGER on future"),
+    ('REVOKE SELECT ON tasks FROM "{role}"', "missing SELECT on tasks"),
+])
+def test_a_schema_ahead_never_excuses_a_forbidden_or_missing_grant(
+        pg_db: PgDb, statement: str, problem: str) -> None:
+    ready, reason, detail = _verdict(pg_db, EXPAND_GRANT, statement, ahead=True)
+    assert (ready, reason) == (False, "runtime_role_invalid")
+    assert problem in detail.split("; ")

@@ -67,6 +67,13 @@ FORBIDDEN = [
     "DELETE FROM api_tokens",
     "TRUNCATE occurrences",
     "ALTER TABLE tasks ADD COLUMN evil int",
+    # 0006, script bundles: a record is immutable (a new digest is a new row), never truncated
+    "UPDATE script_bundles SET size_bytes = 1",
+    "UPDATE script_bundles SET members = '[]'",
+    "TRUNCATE script_bundles",
+    "ALTER TABLE script_bundles ADD COLUMN evil int",
+    "ALTER TABLE tasks DROP CONSTRAINT tasks_bundle_digest_fkey",
+    "DROP INDEX tasks_bundle_digest_idx",
 ]
 
 

@@ -5,11 +5,13 @@ the worker endpoints included — reached with a 2xx at least once (the test fai
 Seeding, before each generated case, of what the operation needs:
 
 - Viewer/operator/admin endpoints (called with the admin token): a task ``backup``, a queued
-  run with one attempt and a token; the log read aims at an uploaded log in moto.
+  run with one attempt, a token and an unused script bundle; the log read aims at an
+  uploaded log in moto; an aimed bundle push sends a valid gzip tar.
 - Worker endpoints (called with a worker-pool token of pool ``pool-a``, labels
   ``zone=a``): an incarnation of that pool registered and, for the lease writes (started,
   heartbeat, log-upload, complete), a queued run of task ``fuzz-worker`` (labels ``zone=a``)
-  claimed through ``dispatch.claims.claim_attempts``, so a live lease exists.
+  claimed through ``dispatch.claims.claim_attempts``, so a live lease exists (for the bundle
+  grant, a run of task ``fuzz-bundle``, which names a pushed bundle).
 
 About half the cases are *aimed*: their path parameters point at the seeded objects and,
 for the worker endpoints, the generated body's fence fields (``lease``, ``incarnation_id``,
@@ -21,8 +23,10 @@ the database and S3 signing on a live lease. The other half keep schemathesis' o
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import tarfile
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -42,7 +46,10 @@ from qinglong.shared.ids import uuid7
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 schemathesis = pytest.importorskip("schemathesis")
+# a bundle push sends the gzip tar's bytes as they are
+schemathesis.serializer.alias("application/gzip", "application/octet-stream")
 LOG_READ = ("GET", "/v1/attempts/{attempt_id}/log")
+PUSH = ("POST", "/v1/scripts")
 WORKER = "/v1/worker/"
 EXAMPLES = int(os.environ.get("QL3_FUZZ_EXAMPLES", "25"))  # more for a local hunt
 POOL_LABELS = {"zone": "a"}
@@ -53,6 +60,7 @@ WORKER_OPS: dict[str, tuple[type[wire._Wire], frozenset[str], bool]] = {
     "/v1/worker/started": (wire.StartedReport, frozenset({"lease"}), True),
     "/v1/worker/heartbeat": (wire.HeartbeatReport, frozenset({"lease"}), True),
     "/v1/worker/log-upload": (wire.LogUploadRequest, frozenset({"lease"}), True),
+    "/v1/worker/bundle": (wire.BundleRequest, frozenset({"lease", "digest"}), True),
     "/v1/worker/complete": (wire.CompletionReport, frozenset({"lease", "log"}), True),
     "/v1/worker/stopped": (wire.WorkerStopped, frozenset({"incarnation_id"}), False),
 }
@@ -79,7 +87,27 @@ def seed(api: ApiWorld, log_attempt: str) -> dict[str, str]:
     token = api.client.post("/v1/tokens", json={"name": f"fuzz-{uuid7()}", "scope": "viewer"},
                             headers=api.as_("admin")).json()["id"]
     return {"name": "backup", "run_id": run_id, "attempt_id": attempt_id, "token_id": token,
-            "log_attempt": log_attempt}
+            "log_attempt": log_attempt, "digest": push_bundle(api), "ref": run_id}
+
+
+def tiny_bundle() -> bytes:
+    """A valid gzip tar with one unique file (a new digest each call)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        data = f"echo {uuid7()}\n".encode()
+        info = tarfile.TarInfo("run.sh")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def push_bundle(api: ApiWorld) -> str:
+    """A new unused bundle pushed through the API (so a removal of it answers 204)."""
+    answer = api.client.post("/v1/scripts", content=tiny_bundle(),
+                             headers={"Content-Type": "application/gzip", **api.as_("admin")})
+    assert answer.status_code == 201, answer.text
+    digest: str = answer.json()["digest"]
+    return digest
 
 
 class WorkerSeed:
@@ -95,6 +123,14 @@ class WorkerSeed:
         api.sql("INSERT INTO tasks (id, project_id, name, log_retention_s, shell, labels)"
                 " VALUES (%(t)s, %(p)s, 'fuzz-worker', 0, 'true', %(l)s)",
                 {"t": self.task_id, "p": api.ctx.project_id, "l": json.dumps(POOL_LABELS)})
+        # a task running a script bundle, for the bundle grant
+        self.bundle_digest = push_bundle(api)
+        self.bundle_task_id = uuid7()
+        api.sql("INSERT INTO tasks (id, project_id, name, log_retention_s, labels,"
+                " bundle_digest, entry_point) VALUES (%(t)s, %(p)s, 'fuzz-bundle', 0, %(l)s,"
+                " %(d)s, 'run.sh')",
+                {"t": self.bundle_task_id, "p": api.ctx.project_id,
+                 "l": json.dumps(POOL_LABELS), "d": self.bundle_digest})
 
     def incarnation(self) -> str:
         return register_incarnation(
@@ -102,10 +138,11 @@ class WorkerSeed:
             registration=wire.WorkerRegistration("fuzz-w", dict(POOL_LABELS), 2)
         ).incarnation_id
 
-    def queued_run(self) -> None:
+    def queued_run(self, task_id: str | None = None) -> None:
         self.api.sql("INSERT INTO runs (id, project_id, task_id, owner, status, trigger)"
                      " VALUES (%(r)s, %(p)s, %(t)s, 'runtime', 'queued', 'manual')",
-                     {"r": uuid7(), "p": self.api.ctx.project_id, "t": self.task_id})
+                     {"r": uuid7(), "p": self.api.ctx.project_id,
+                      "t": task_id or self.task_id})
 
     def canonical(self, path: str) -> dict[str, Any]:
         """A valid body for ``path`` on freshly seeded objects (a live lease for the lease
@@ -120,6 +157,13 @@ class WorkerSeed:
                 return {"incarnation_id": inc, "max_attempts": 1}
             return {"incarnation_id": inc}
         assert leased
+        if path == "/v1/worker/bundle":  # a live lease on an attempt running the bundle
+            claim_attempts(self.api.engine, self.config, pool_id=self.pool_id,
+                           request=wire.ClaimRequest(inc, wire.MAX_CLAIM))  # older runs
+            self.queued_run(self.bundle_task_id)
+            (attempt,) = claim_attempts(self.api.engine, self.config, pool_id=self.pool_id,
+                                        request=wire.ClaimRequest(inc, 1)).attempts
+            return {"lease": attempt.lease.to_json(), "digest": self.bundle_digest}
         self.queued_run()
         (attempt,) = claim_attempts(self.api.engine, self.config, pool_id=self.pool_id,
                                     request=wire.ClaimRequest(inc, 1)).attempts
@@ -175,9 +219,13 @@ def fuzz_one(api: ApiWorld, workers: WorkerSeed, operation: Any,
             objects = seed(api, log_attempt)
             if key == LOG_READ:
                 objects["attempt_id"] = objects["log_attempt"]
+            if key == PUSH and aim:
+                case.body = tiny_bundle()
             if aim and case.path_parameters:
                 case.path_parameters = {k: objects.get(k, v)
                                         for k, v in case.path_parameters.items()}
+            if aim and case.query:  # GET /v1/runs/resolve?ref=: the seeded run's id
+                case.query = {k: objects.get(k, v) for k, v in case.query.items()}
         response = case.call(headers=headers)
         statuses[key].add(response.status_code)
         if response.status_code >= 500 and not (

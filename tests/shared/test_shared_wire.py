@@ -58,3 +58,35 @@ def test_the_largest_single_put_and_a_parameterized_content_type_are_accepted() 
         "sha256": SHA, "size_bytes": MAX_LOG_BYTES,
         "content_type": "text/plain; charset=utf-8"}})
     assert request.log.size_bytes == MAX_LOG_BYTES
+
+
+def _claimed(**fields: Any) -> dict[str, Any]:
+    return {"lease": LEASE, "run_id": "01a23028-f318-702c-af3a-669f40844db3",
+            "task_id": "01a23028-f318-702c-af3a-669f40844db4", "task_name": "t",
+            "run_number": 1, "attempt_number": 1, "argv": None, "shell": None, "env": {},
+            "cwd": None, "timeout_ms": None, "log_limit_bytes": 1, "lease_ms": 3000,
+            "heartbeat_ms": 1000, **fields}
+
+
+def test_a_bundle_attempt_may_have_no_command_but_names_its_entry_point() -> None:
+    from qinglong.shared.wire import ClaimedAttempt
+
+    ok = ClaimedAttempt.from_json(_claimed(bundle_digest=SHA, entry_point="bin/run.sh"))
+    assert (ok.argv, ok.shell, ok.entry_point) == (None, None, "bin/run.sh")
+    for broken in (_claimed(), _claimed(bundle_digest=SHA),
+                   _claimed(argv=["a"], shell="b", bundle_digest=SHA, entry_point="r"),
+                   *(_claimed(bundle_digest=SHA, entry_point=bad)
+                     for bad in ("/etc/x", "../x", "a//b", "./a", "a\nb"))):
+        with pytest.raises(WireFormatError):
+            ClaimedAttempt.from_json(broken)
+
+
+def test_a_bundle_grant_is_bounded_and_names_a_digest() -> None:
+    from qinglong.shared.wire import BundleGrant
+
+    good = {"digest": SHA, "url": "http://s3/b?sig", "size_bytes": 10, "expires_in_s": 60}
+    assert BundleGrant.from_json(good).size_bytes == 10
+    for key, value in (("digest", "x"), ("url", "file:///etc/passwd"), ("size_bytes", 0),
+                       ("expires_in_s", 10**9)):
+        with pytest.raises(WireFormatError):
+            BundleGrant.from_json({**good, key: value})

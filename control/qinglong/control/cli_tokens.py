@@ -7,10 +7,14 @@ role that cannot create objects in schema public, such as the replicas' runtime 
 name already held by a live token is refused (exit 2) until that token is revoked.
 
 ``create`` prints the new token once on stdout and nowhere else (never logged, never stored:
-the database keeps its SHA-256). ``import`` records a token known only by its hash (a
-Kubernetes Secret's value hashed elsewhere), so the token itself never passes through this
-command. A ``--pool`` is created when missing, with ``--pool-labels``; an existing pool whose
-labels differ from given ``--pool-labels`` is refused (exit 2) rather than silently changed.
+the database keeps its SHA-256). ``import`` records a token known by its hash: given
+(``--sha256``), read from a file (``--sha256-file``), or computed here from a file holding the
+token (``--token-file``, e.g. a mounted Kubernetes Secret); the token is never printed, logged
+or stored. ``--ensure`` makes ``import`` idempotent for a hook that runs at every install and
+upgrade (the Helm chart's migration Job): the same token again changes nothing, a changed one
+(a rotated Secret) replaces the live token of that name. A ``--pool`` is created when missing,
+with ``--pool-labels``; an existing pool whose labels differ from given ``--pool-labels`` is
+refused (exit 2) rather than silently changed.
 """
 
 from __future__ import annotations
@@ -95,8 +99,10 @@ def _pool_id(conn: Any, pool: str, labels: dict[str, str] | None) -> str:
 
 
 def _record(database_url: str, name: str, scope: str, sha256: str, pool: str | None,
-            pool_labels: str | None) -> str:
-    from qinglong.control.auth.tokens import insert_token
+            pool_labels: str | None, *, ensure: bool = False) -> tuple[str, str]:
+    """Record the token in one transaction as the schema owner: (token id, outcome), the
+    outcome ``created`` unless ``ensure`` (then ``auth.tokens.ensure_token``'s)."""
+    from qinglong.control.auth.tokens import ensure_token, insert_token
     from qinglong.control.db.engine import create_engine
     from qinglong.shared.errors import ValidationError
 
@@ -114,9 +120,15 @@ def _record(database_url: str, name: str, scope: str, sha256: str, pool: str | N
         with engine.begin() as conn:
             _refuse_non_owner(conn)
             pool_id = _pool_id(conn, pool, labels) if pool is not None else None
-            return insert_token(conn, name=name, scope=scope, sha256=sha256, pool_id=pool_id)
+            if ensure:
+                return ensure_token(conn, name=name, scope=scope, sha256=sha256,
+                                    pool_id=pool_id)
+            token_id = insert_token(conn, name=name, scope=scope, sha256=sha256,
+                                    pool_id=pool_id)
+            return token_id, "created"
     except IntegrityError:
-        raise ConflictError("a token with this SHA-256 is already recorded") from None
+        raise ConflictError("a token with this SHA-256 is already recorded (under another "
+                            "name, or revoked: a revoked token is never revived)") from None
     finally:
         engine.dispose()
 
@@ -139,11 +151,60 @@ def create(database_url: str, name: str, scope: str, pool: str | None,
     from qinglong.control.auth.tokens import new_token, token_hash
 
     secret = new_token()
-    token_id = _record(database_url, name, scope, token_hash(secret), pool, pool_labels)
+    token_id, _ = _record(database_url, name, scope, token_hash(secret), pool, pool_labels)
     if as_json:
         click.echo(json.dumps({"id": token_id, "token": secret}, sort_keys=True))
     else:
         click.echo(f"id {token_id}\ntoken {secret}\n(shown once: store it now)")
+
+
+MAX_FILE_BYTES = 4096
+
+
+def _read_small_file(path: str, option: str) -> str:
+    """The text of ``path`` (at most 4 KiB, surrounding whitespace stripped). Raises
+    ValidationError naming ``option`` when it cannot be read, is too large or empty; the
+    message never holds the file's content."""
+    from qinglong.shared.errors import ValidationError
+
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ValidationError(option, f"cannot be read ({exc.strerror})") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise ValidationError(option, "is too large for a token or its hash")
+    text = data.decode("utf-8", errors="replace").strip()
+    if not text:
+        raise ValidationError(option, "is empty")
+    return text
+
+
+def imported_hash(digest: str | None, sha256_file: str | None, token_file: str | None) -> str:
+    """The hex SHA-256 to record, from exactly one of ``--sha256``, ``--sha256-file`` (a
+    file holding the hex digest) and ``--token-file`` (a file holding the token itself,
+    hashed here; it must have the shape ``ql3 control token create`` gives, or it could
+    never authenticate). ValidationError (exit 2) otherwise; never echoes a token."""
+    from qinglong.control.auth.tokens import check_hash, looks_like_token, token_hash
+    from qinglong.shared.errors import ValidationError
+
+    given = [v for v in (digest, sha256_file, token_file) if v is not None]
+    if len(given) != 1:
+        raise ValidationError("--sha256", "give exactly one of --sha256, --sha256-file and "
+                                          "--token-file")
+    if token_file is not None:
+        token = _read_small_file(token_file, "--token-file")
+        if not looks_like_token(token):
+            raise ValidationError("--token-file", "does not hold a ql3 token (ql3_ and 43 "
+                                                  "URL-safe base64 characters)")
+        return token_hash(token)
+    if sha256_file is not None:
+        text = _read_small_file(sha256_file, "--sha256-file").lower()
+        try:
+            return check_hash(text)
+        except ValidationError:
+            raise ValidationError("--sha256-file", "must hold 64 hex digits") from None
+    return check_hash((digest or "").strip().lower())
 
 
 @token.command(name="import")
@@ -152,11 +213,30 @@ def create(database_url: str, name: str, scope: str, pool: str | None,
 @_scope
 @_pool
 @click.option("--pool-labels", default=None, help="k=v,... labels of a new pool.")
-@click.option("--sha256", "digest", required=True, help="Hex SHA-256 of the token.")
+@click.option("--sha256", "digest", default=None, help="Hex SHA-256 of the token.")
+@click.option("--sha256-file", default=None,
+              help="File holding the token's hex SHA-256 (e.g. a mounted Secret).")
+@click.option("--token-file", default=None,
+              help="File holding the token itself (e.g. a mounted Secret): hashed here, "
+                   "never printed or stored.")
+@click.option("--ensure", is_flag=True,
+              help="Idempotent: a live token of this name with this hash, scope and pool "
+                   "is left as it is; one that differs (a rotated Secret) is revoked and "
+                   "this one recorded, in one transaction.")
+@_json
 def import_(database_url: str, name: str, scope: str, pool: str | None,
-            pool_labels: str | None, digest: str) -> None:
-    """Record a token by its SHA-256 (e.g. from a Kubernetes Secret); prints its id."""
-    click.echo(_record(database_url, name, scope, digest.strip().lower(), pool, pool_labels))
+            pool_labels: str | None, digest: str | None, sha256_file: str | None,
+            token_file: str | None, ensure: bool, as_json: bool) -> None:
+    """Record a token by its SHA-256 (e.g. from a Kubernetes Secret); prints its id
+    (--json: id and outcome, created, unchanged or replaced). Give exactly one of --sha256,
+    --sha256-file and --token-file."""
+    sha256 = imported_hash(digest, sha256_file, token_file)
+    token_id, outcome = _record(database_url, name, scope, sha256, pool, pool_labels,
+                                ensure=ensure)
+    if as_json:
+        click.echo(json.dumps({"id": token_id, "outcome": outcome}, sort_keys=True))
+    else:
+        click.echo(token_id)
 
 
 @token.command(name="list")

@@ -3,9 +3,11 @@
 Answers ready, or one named reason: ``migration_pending`` (ledger behind the code),
 ``migration_checksum_mismatch`` (a recorded file differs from ours), ``schema_newer_than_code``
 (a non-additive migration we do not know), ``runtime_role_invalid`` (grants not exactly the
-reviewed set), ``runtime_login_privileged`` (asked by ``serve`` only: the session's login is,
-or is a member of, a superuser, the schema owner or ``pg_write_all_data``), or the reason of
-an injected capability probe that is ``unavailable`` (e.g. ``object_store_unavailable``).
+reviewed set; a schema ahead by additive migrations may also hold a newer release's extra
+grants, ``roles.runtime_role_problems``), ``runtime_login_privileged`` (asked by ``serve``
+only: the session's login is, or is a member of, a superuser, the schema owner or
+``pg_write_all_data``), or the reason of an injected capability probe that is
+``unavailable`` (e.g. ``object_store_unavailable``).
 Degraded capabilities (e.g. ``object_store_unsafe``) are listed and do not fail readiness.
 """
 
@@ -119,7 +121,7 @@ def readiness(
         if not schema.ready:
             return schema
         ahead = schema.ahead
-        problems = runtime_role_problems(conn, runtime_role, tolerate_unknown_tables=bool(ahead))
+        problems = runtime_role_problems(conn, runtime_role, schema_ahead=bool(ahead))
     if problems:
         shown = "; ".join(problems[:MAX_PROBLEMS_SHOWN])
         more = len(problems) - MAX_PROBLEMS_SHOWN

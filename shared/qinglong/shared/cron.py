@@ -151,6 +151,20 @@ class Schedule:
         first = self._next_after(t_ms // 1000)
         return None if first is None else first * 1000
 
+    def next_slots(self, after_ms: int, count: int) -> list[int]:
+        """The next ``count`` slot instants (Unix ms) strictly after ``after_ms``,
+        increasing (what ``task next`` shows, in both profiles); fewer when the schedule
+        runs out, none for boot/once schedules."""
+        slots: list[int] = []
+        at = after_ms
+        while len(slots) < count:
+            nxt = self.next_slot_after(at)
+            if nxt is None:
+                break
+            slots.append(nxt)
+            at = nxt
+        return slots
+
     def slots_between(self, after_ms: int, until_ms: int) -> Iterator[int]:
         """Yield the slot instants (Unix ms) in (``after_ms``, ``until_ms``], increasing.
 

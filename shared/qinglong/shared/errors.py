@@ -196,3 +196,10 @@ class LocalApplicationStartupRecoveryRequiredError(QinglongError):
         self.candidates = candidates
         self.active_attempts = active_attempts
         self.truncated = truncated
+
+
+class RunNotSucceededError(QinglongError):
+    """A command waited for a run (``ql3 local run --wait``, ``ql3 cluster run --wait``,
+    ``cancel --wait``) that ended other than it asked: exit 1, the line names the status."""
+
+    code = "run_not_succeeded"

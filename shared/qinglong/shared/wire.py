@@ -14,6 +14,7 @@ version) triple fences every write after the claim — a mismatch is 409 ``lease
 - ``POST /v1/worker/started``            StartedReport -> Ack
 - ``POST /v1/worker/heartbeat``          HeartbeatReport -> HeartbeatAnswer
 - ``POST /v1/worker/log-upload``         LogUploadRequest -> LogUploadGrant
+- ``POST /v1/worker/bundle``             BundleRequest -> BundleGrant (a presigned GET)
 - ``POST /v1/worker/complete``           CompletionReport -> Ack
 - ``POST /v1/worker/stopped``            WorkerStopped -> Ack (drain finished)
 """
@@ -72,8 +73,7 @@ class _Wire:
     @classmethod
     def from_json(cls: type[T], data: Any) -> T:
         _check(isinstance(data, dict), cls.__name__, "must be a JSON object")
-        hints = typing.get_type_hints(cls)
-        fields = {f.name: f for f in dataclasses.fields(cls)}
+        hints, fields = _shape(cls)
         unknown = set(data) - set(fields)
         _check(not unknown, cls.__name__, "has unknown fields")
         values: dict[str, Any] = {}
@@ -97,6 +97,21 @@ class _Wire:
                     validate_uuid7(value)
                 except ValidationError:
                     raise WireFormatError(name, "must be a UUIDv7") from None
+
+
+_Shape = tuple[dict[str, Any], dict[str, "dataclasses.Field[Any]"]]
+_SHAPES: dict[type, _Shape] = {}
+
+
+def _shape(cls: type) -> _Shape:
+    """(type hints, fields by name) of a wire class, resolved once per class: resolving the
+    hints evaluates every annotation string, the costliest step of a decode. Two threads
+    may both resolve a class the first time; they store equal values."""
+    shape = _SHAPES.get(cls)
+    if shape is None:
+        shape = typing.get_type_hints(cls), {f.name: f for f in dataclasses.fields(cls)}
+        _SHAPES[cls] = shape
+    return shape
 
 
 def _decode(hint: Any, value: Any, name: str) -> Any:
@@ -195,10 +210,13 @@ class ClaimRequest(_Wire):
 class ClaimedAttempt(_Wire):
     """One attempt leased to the worker, with everything it needs to run it.
 
-    Exactly one of ``argv`` / ``shell``; ``env`` is the task's full environment (secrets
-    included: the worker is trusted with them and never logs them); ``timeout_ms`` None means
-    none; ``log_limit_bytes`` caps the spool; ``bundle_digest``/``entry_point`` name a script
-    bundle (a later issue)."""
+    At most one of ``argv`` / ``shell``, and exactly one unless the attempt runs a script
+    bundle: ``bundle_digest`` (hex SHA-256 of the bundle) with ``entry_point`` (a relative
+    path inside it; both or neither) — the command then runs in the extracted bundle, and
+    with neither argv nor shell the entry point itself is run (docs/protocols.md §4.7).
+    ``env`` is the task's full environment (secrets included: the worker is trusted with
+    them and never logs them); ``timeout_ms`` None means none; ``log_limit_bytes`` caps the
+    spool."""
 
     lease: LeaseRef
     run_id: str
@@ -220,7 +238,11 @@ class ClaimedAttempt(_Wire):
 
     def validate(self) -> None:
         super().validate()
-        _check((self.argv is None) != (self.shell is None), "argv", "exactly one of argv, shell")
+        _check(self.argv is None or self.shell is None, "argv", "at most one of argv, shell")
+        _check((self.bundle_digest is None) == (self.entry_point is None), "entry_point",
+               "bundle_digest and entry_point go together")
+        _check(self.bundle_digest is not None or self.argv is not None
+               or self.shell is not None, "argv", "exactly one of argv, shell")
         if self.argv is not None:
             _check(bool(self.argv), "argv", "must not be empty")
         _check(self.timeout_ms is None or self.timeout_ms > 0, "timeout_ms", "must be > 0")
@@ -228,6 +250,46 @@ class ClaimedAttempt(_Wire):
         check_lease_timing(self.lease_ms, self.heartbeat_ms)
         if self.bundle_digest is not None:
             _check(bool(_HEX64.match(self.bundle_digest)), "bundle_digest", "must be hex SHA-256")
+        if self.entry_point is not None:
+            _check(_relative_path(self.entry_point), "entry_point",
+                   "must be a relative path inside the bundle")
+
+
+def _relative_path(path: str) -> bool:
+    """A normalized relative path: no leading ``/``, no empty, ``.`` or ``..`` component,
+    no control character, at most 1024 characters."""
+    parts = path.split("/")
+    return (0 < len(path) <= 1024 and not any(p in ("", ".", "..") for p in parts)
+            and not any(ord(c) < 0x20 or ord(c) == 0x7F for c in path))
+
+
+@dataclass(frozen=True)
+class BundleRequest(_Wire):
+    """Ask for a presigned GET of the bundle ``digest`` that the leased attempt runs."""
+
+    lease: LeaseRef
+    digest: str
+
+    def validate(self) -> None:
+        _check(bool(_HEX64.match(self.digest)), "digest", "must be hex SHA-256")
+
+
+@dataclass(frozen=True)
+class BundleGrant(_Wire):
+    """A presigned GET of the bundle: fetch ``url`` (no other header, never the worker's
+    token) before ``expires_in_s`` seconds; the body must be exactly ``size_bytes`` bytes
+    whose SHA-256 is ``digest`` — the worker verifies both and refuses anything else."""
+
+    digest: str
+    url: str
+    size_bytes: int
+    expires_in_s: int
+
+    def validate(self) -> None:
+        _check(bool(_HEX64.match(self.digest)), "digest", "must be hex SHA-256")
+        _check(self.url.startswith(("http://", "https://")), "url", "must be http(s)")
+        _check(0 < self.size_bytes <= 1024**3, "size_bytes", "must be 1 byte – 1 GiB")
+        _check(0 < self.expires_in_s <= 604_800, "expires_in_s", "must be 1–604800")
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,8 @@
 """Running one claimed attempt end to end (docs/protocols.md §4.2, issue 11 items 4 and 6).
 
-Order: spool file -> spawn the group behind the wrapper, holding the attempt lock -> report
+Order: [a script bundle: fetch, verify, extract into a fresh private directory —
+``bundles.py``; a failure completes the attempt ``failed`` with its class and nothing runs] ->
+spool file -> spawn the group behind the wrapper, holding the attempt lock -> report
 ``started`` -> heartbeat and supervise (timeout, cancel, drain, lease loss, self-fence) -> stop
 the group -> stop the leftovers (lock holders and group members; case C18) -> release the
 wrapper -> hash the spool -> ask a log-upload grant -> PUT -> complete. An attempt whose
@@ -17,11 +19,12 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from qinglong.shared import wire
 from qinglong.worker import clock
+from qinglong.worker.bundles import BundleFailure, BundleStore, Checkout
 from qinglong.worker.client import ControlClient
 from qinglong.worker.environment import attempt_environment, default_cwd
 from qinglong.worker.errors import LeaseLostError, SpoolError, WorkerError
@@ -29,7 +32,7 @@ from qinglong.worker.fencing import LeaseFence
 from qinglong.worker.heartbeat import Heartbeater
 from qinglong.worker.process import AttemptProcess, CwdMissingError, decode_status, spawn_attempt
 from qinglong.worker.spool import CappedCopier, open_spool_file, spool_facts
-from qinglong.worker.upload import put_spool
+from qinglong.worker.upload import SpoolUploader
 
 log = logging.getLogger("qinglong.worker")
 SUPERVISE_S = 0.05
@@ -40,11 +43,15 @@ class RunnerConfig:
     """``spool_dir`` a prepared private directory; ``grace_s`` seconds between TERM and KILL
     when stopping a group for timeout, cancel or drain; ``worker_env`` the source of HOME and
     LANG (None: os.environ); HOME is also the working directory of a task without cwd
-    (``/`` when HOME is unset or not a directory)."""
+    (``/`` when HOME is unset or not a directory); ``uploader`` puts every attempt's log
+    through one connection pool (the owner closes it). ``bundles`` fetches and checks out
+    script bundles (None: an attempt naming one fails ``bundle_unavailable``)."""
 
     spool_dir: Path
     grace_s: float = 5.0
     worker_env: Mapping[str, str] | None = None
+    uploader: SpoolUploader = field(default_factory=SpoolUploader)
+    bundles: BundleStore | None = None
 
 
 class _Forget(Exception):  # noqa: N818  (control flow, never escapes this module)
@@ -114,8 +121,57 @@ class AttemptRunner:
 
     def _run(self) -> None:
         a = self.attempt
-        command = list(a.argv) if a.argv is not None else ["/bin/sh", "-c", a.shell or ""]
-        env = attempt_environment(a.env, self._config.worker_env)
+        beats = Heartbeater(self._client, a.lease, self._fence, self._claim_sent_at,
+                            a.heartbeat_ms, lambda: self.request_stop("cancel_requested"),
+                            self._lost.set)
+        beats.start()  # before a bundle is fetched: the lease lives on through a download
+        checkout: Checkout | None = None
+        try:
+            if a.bundle_digest is not None:
+                checkout = self._checkout()
+                if checkout is None:
+                    return None
+            self._launch(checkout, beats)
+        finally:
+            beats.stop()
+            if checkout is not None and self._config.bundles is not None:
+                self._config.bundles.release(checkout)
+        return None
+
+    def _checkout(self) -> Checkout | None:
+        """The attempt's private copy of its bundle (docs/protocols.md §4.7), or None after
+        completing the attempt ``failed`` with the failure class: nothing runs. Raises
+        _Forget when the lease is lost meanwhile."""
+        a = self.attempt
+        store = self._config.bundles
+        assert a.bundle_digest is not None
+        try:
+            if store is None:
+                raise BundleFailure("bundle_unavailable", "this worker has no bundle store")
+            checkout = store.checkout(a, lambda: self._client.bundle(
+                wire.BundleRequest(lease=a.lease, digest=a.bundle_digest or ""),
+                deadline=self._fence.deadline), self._fence.deadline)
+        except LeaseLostError:
+            self._lost.set()
+            raise _Forget from None
+        except BundleFailure as exc:
+            log.error("attempt %s: not started: %s: %s", self.attempt_id, exc.reason, exc)
+            self._complete("failed", (None, None), None, exc.reason)
+            return None
+        if self._lost.is_set() or self._fence.expired():
+            store.release(checkout)
+            raise _Forget
+        return checkout
+
+    def _launch(self, checkout: Checkout | None, beats: Heartbeater) -> None:
+        a = self.attempt
+        if checkout is not None:
+            command = checkout.command
+            env = attempt_environment({**a.env, "QL3_BUNDLE_DIR": str(checkout.directory)},
+                                      self._config.worker_env)
+        else:
+            command = list(a.argv) if a.argv is not None else ["/bin/sh", "-c", a.shell or ""]
+            env = attempt_environment(a.env, self._config.worker_env)
         try:
             spool_path, spool_fd = open_spool_file(self._config.spool_dir, self.attempt_id)
         except SpoolError as exc:
@@ -123,7 +179,10 @@ class AttemptRunner:
             return self._complete("failed", (None, None), None, "spool_unavailable")
         pipe_r, pipe_w = os.pipe()
         try:
-            cwd = a.cwd if a.cwd is not None else default_cwd(self._config.worker_env)
+            if checkout is not None:
+                cwd = str(checkout.directory)
+            else:
+                cwd = a.cwd if a.cwd is not None else default_cwd(self._config.worker_env)
             proc = spawn_attempt(command, env, cwd, pipe_w,
                                  self._config.spool_dir / f"{self.attempt_id}.lock")
         except (CwdMissingError, OSError, ValueError) as exc:
@@ -137,11 +196,7 @@ class AttemptRunner:
         self._fence.subscribe(proc.set_deadline)  # the wrapper fences a frozen worker (C21)
         copier = CappedCopier(pipe_r, spool_fd, a.log_limit_bytes)
         copier.start()
-        beats = Heartbeater(self._client, a.lease, self._fence, self._claim_sent_at,
-                            a.heartbeat_ms, lambda: self.request_stop("cancel_requested"),
-                            self._lost.set)
         try:
-            beats.start()
             self._report_started(proc)
             verdict, why, code = self._supervise(proc)
             copier.finish()
@@ -219,7 +274,7 @@ class AttemptRunner:
             grant = self._client.log_upload(
                 wire.LogUploadRequest(lease=self.attempt.lease, log=log_facts),
                 deadline=self._fence.deadline)
-            put_spool(grant, spool_path, deadline=self._fence.deadline)
+            self._config.uploader.put(grant, spool_path, deadline=self._fence.deadline)
         except LeaseLostError:
             self._lost.set()
             return None

@@ -15,6 +15,7 @@ from types import FrameType
 
 import click
 
+from qinglong.shared.control_urls import parse_control_urls
 from qinglong.shared.errors import ValidationError
 from qinglong.shared.wire import MAX_CLAIM, WireFormatError, check_labels
 
@@ -33,23 +34,9 @@ def _labels(text: str) -> dict[str, str]:
 
 
 def _control_urls(text: str) -> list[str]:
-    """``--control-url``: one or more base URLs separated by commas, in the order tried.
-
-    Raises ValidationError (exit 2) for an empty list, a URL that is not http(s)://host..., or
-    one ending in ``/v1`` (the worker adds the API path itself).
-    """
-    urls = [u.strip() for u in text.split(",") if u.strip()]
-    if not urls:
-        raise ValidationError("--control-url", "give at least one http(s):// base URL")
-    for url in urls:
-        if not url.startswith(("http://", "https://")) or len(url) < 10:
-            raise ValidationError("--control-url", f"must be an http(s):// URL: {url!r}")
-        if url.rstrip("/").endswith("/v1"):
-            raise ValidationError("--control-url", f"{url!r} ends in /v1: give the control "
-                                  "base URL, without /v1 (e.g. http://host:8080)")
-    if len({u.rstrip("/") for u in urls}) != len(urls):
-        raise ValidationError("--control-url", "a base URL is given twice")
-    return urls
+    """``--control-url``: one or more base URLs separated by commas, in the order tried
+    (``qinglong.shared.control_urls``; ValidationError, exit 2, for a bad list)."""
+    return parse_control_urls(text)
 
 
 def _default_spool_dir() -> Path:
@@ -82,8 +69,9 @@ def worker() -> None:
 @click.option("--token-file", default=None, type=str,
               help="File holding the worker token (mode 0600). Default: env QL3_WORKER_TOKEN.")
 @click.option("--spool-dir", default=None, type=str,
-              help="Private (0700) directory for output spools [default: "
-                   "$TMPDIR/ql3-worker-<uid>/spool].")
+              help="Private (0700) directory for output spools, the verified script-bundle "
+                   "cache (bundles/) and each bundle attempt's private copy (work/) "
+                   "[default: $TMPDIR/ql3-worker-<uid>/spool].")
 @click.option("--drain-budget", type=float, default=30.0, show_default=True,
               help="Seconds running attempts get to finish after SIGTERM/SIGINT before their "
                    "groups are stopped and reported failed (reason worker_drain; the task's "
@@ -119,6 +107,7 @@ def run(control_url: str, concurrency: int, labels: str, name: str | None,
     worker_name = name or socket.gethostname().split(".")[0]
 
     from qinglong.worker.attempt import RunnerConfig
+    from qinglong.worker.bundles import BundleStore
     from qinglong.worker.client import ControlClient
     from qinglong.worker.errors import SpoolError
     from qinglong.worker.loop import WorkerConfig, WorkerLoop
@@ -141,9 +130,14 @@ def run(control_url: str, concurrency: int, labels: str, name: str | None,
     # included: never in our log
     for noisy in ("httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        bundles = BundleStore(spool)
+    except SpoolError as exc:
+        raise ValidationError("--spool-dir", str(exc)) from None
     config = WorkerConfig(name=worker_name, labels=declared, concurrency=concurrency,
                           drain_budget_s=drain_budget, control_url=",".join(urls),
-                          runner=RunnerConfig(spool_dir=spool, grace_s=grace))
+                          runner=RunnerConfig(spool_dir=spool, grace_s=grace,
+                                              bundles=bundles))
     client = ControlClient(urls, token)
     loop = WorkerLoop(client, config)
 
@@ -156,3 +150,4 @@ def run(control_url: str, concurrency: int, labels: str, name: str | None,
         return loop.run()
     finally:
         client.close()
+        config.runner.uploader.close()

@@ -54,6 +54,7 @@ ROUTES = {
     "started": "/v1/worker/started",
     "heartbeat": "/v1/worker/heartbeat",
     "log_upload": "/v1/worker/log-upload",
+    "bundle": "/v1/worker/bundle",
     "complete": "/v1/worker/complete",
     "stopped": "/v1/worker/stopped",
 }
@@ -169,6 +170,11 @@ class ControlClient:
     def log_upload(self, msg: wire.LogUploadRequest, deadline: float) -> wire.LogUploadGrant:
         """POST /v1/worker/log-upload: a presigned PUT for the attempt's log object."""
         return self._call("log_upload", msg, wire.LogUploadGrant, deadline)
+
+    def bundle(self, msg: wire.BundleRequest, deadline: float) -> wire.BundleGrant:
+        """POST /v1/worker/bundle: a presigned GET of the attempt's script bundle (404
+        ``bundle_not_found`` => ControlRejectedError)."""
+        return self._call("bundle", msg, wire.BundleGrant, deadline)
 
     def complete(self, msg: wire.CompletionReport, deadline: float) -> wire.Ack:
         """POST /v1/worker/complete."""

@@ -12,7 +12,8 @@ A worker killed with SIGKILL leaves ``<attempt_id>.log`` and ``<attempt_id>.lock
 live worker uses the directory, so no file there belongs to a running attempt) removes the
 files of attempts whose lock no process holds (an escaped process of a killed worker may still
 hold one: those files are kept). Only regular files are touched; symlinks are never followed
-nor removed.
+nor removed. The same goes for the private bundle directories ``work/<attempt_id>`` of
+attempts whose lock is free (``bundles.remove_stale_checkouts``).
 """
 
 from __future__ import annotations
@@ -77,7 +78,9 @@ def adopt_spool_dir(directory: Path) -> tuple[int, int | None]:
         except BlockingIOError:
             fcntl.flock(fd, fcntl.LOCK_SH)  # another worker is here: share, touch nothing
             return fd, None
-        removed = remove_stale_spool_files(directory)
+        from qinglong.worker.bundles import remove_stale_checkouts
+
+        removed = remove_stale_checkouts(directory) + remove_stale_spool_files(directory)
         fcntl.flock(fd, fcntl.LOCK_SH)
     except OSError as exc:
         os.close(fd)

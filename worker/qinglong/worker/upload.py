@@ -8,6 +8,7 @@ name it); never the worker's bearer token, nor httpx's default Accept/User-Agent
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import httpx
@@ -23,8 +24,6 @@ from qinglong.shared.wire import LogUploadGrant
 from qinglong.worker import clock
 from qinglong.worker.errors import ControlRejectedError, ControlUnavailableError
 
-_DEFAULT_HEADERS = ("accept", "accept-encoding", "connection", "user-agent")
-
 
 class _RetryableError(Exception):
     def __init__(self, cause: str) -> None:
@@ -32,30 +31,63 @@ class _RetryableError(Exception):
         self.cause = cause
 
 
-def put_spool(grant: LogUploadGrant, path: Path, deadline: float,
-              transport: httpx.BaseTransport | None = None) -> None:
-    """PUT the bytes of ``path`` to ``grant.url`` with exactly ``grant.headers``.
+class SpoolUploader:
+    """PUTs spools to presigned URLs through one shared connection pool (thread-safe).
 
-    Retries connection errors and 5xx with backoff, never past ``deadline`` (monotonic s) nor
-    past the grant's ``expires_in_s``. Raises ControlUnavailableError when out of time and
-    ControlRejectedError on a 4xx from the object store (e.g. 403: signature mismatch).
+    One ``httpx.Client`` for the worker's life, made on first use: building a client builds
+    a TLS context (tens of ms of CPU), which a client per upload paid on every attempt. Each
+    request is built on its own (``httpx.Request``), never from the client's defaults or
+    cookie jar, so it carries exactly the granted headers. ``close()`` ends the pool
+    (idempotent). ``transport`` lets tests route the PUTs.
     """
-    data = path.read_bytes()
-    deadline = min(deadline, clock.now() + grant.expires_in_s)
-    with httpx.Client(timeout=30.0, follow_redirects=False, transport=transport) as http:
-        for name in _DEFAULT_HEADERS:
-            http.headers.pop(name, None)
+
+    def __init__(self, transport: httpx.BaseTransport | None = None) -> None:
+        self._transport = transport
+        self._http: httpx.Client | None = None
+        self._lock = threading.Lock()
+
+    def _client(self) -> httpx.Client:
+        with self._lock:
+            if self._http is None:
+                self._http = httpx.Client(timeout=30.0, follow_redirects=False,
+                                          transport=self._transport)
+            return self._http
+
+    def close(self) -> None:
+        """Close the connection pool (a later put opens a new one)."""
+        with self._lock:
+            http, self._http = self._http, None
+        if http is not None:
+            http.close()
+
+    def put(self, grant: LogUploadGrant, path: Path, deadline: float) -> None:
+        """PUT the bytes of ``path`` to ``grant.url`` with exactly ``grant.headers``.
+
+        Retries connection errors and 5xx with backoff, never past ``deadline`` (monotonic
+        s) nor past the grant's ``expires_in_s``. Raises ControlUnavailableError when out of
+        time and ControlRejectedError on a 4xx from the object store (e.g. 403: signature
+        mismatch).
+        """
+        data = path.read_bytes()
+        deadline = min(deadline, clock.now() + grant.expires_in_s)
+        http = self._client()
 
         def once() -> None:
             left = deadline - clock.now()
             if left <= 0:
                 raise _RetryableError("deadline passed")
-            request = http.build_request("PUT", grant.url, content=data,
-                                         headers=grant.headers, timeout=min(30.0, left))
+            # built alone: no default headers, no cookies (httpx adds Host and, when the
+            # grant names none, Content-Length)
+            request = httpx.Request("PUT", grant.url, content=data, headers=grant.headers,
+                                    extensions={"timeout": httpx.Timeout(
+                                        min(30.0, left)).as_dict()})
             try:
                 response = http.send(request)
+                response.close()
             except httpx.TransportError as exc:
                 raise _RetryableError(type(exc).__name__) from None
+            finally:
+                http.cookies.clear()  # never kept: nothing of one upload reaches another
             if response.status_code >= 500:
                 raise _RetryableError(f"HTTP {response.status_code}")
             if response.status_code >= 300:
@@ -71,3 +103,13 @@ def put_spool(grant: LogUploadGrant, path: Path, deadline: float,
             retrying(once)
         except _RetryableError as exc:
             raise ControlUnavailableError(f"log upload: {exc.cause}") from None
+
+
+def put_spool(grant: LogUploadGrant, path: Path, deadline: float,
+              transport: httpx.BaseTransport | None = None) -> None:
+    """One PUT through a client of its own (``SpoolUploader.put``'s rules), closed after."""
+    uploader = SpoolUploader(transport)
+    try:
+        uploader.put(grant, path, deadline)
+    finally:
+        uploader.close()

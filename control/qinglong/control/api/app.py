@@ -15,10 +15,13 @@ from qinglong.control.api import (
     health,
     logs,
     metrics,
+    run_resolve,
     runs,
+    scripts,
     tasks,
     token_routes,
     worker_routes,
+    workers,
 )
 from qinglong.control.api.errors import install_error_handlers
 from qinglong.control.metrics import Metrics
@@ -38,7 +41,9 @@ def build_app(ctx: ApiContext) -> FastAPI:
                   openapi_url="/openapi.json", docs_url=None, redoc_url=None)
     app.state.ctx = ctx
     install_error_handlers(app)
-    for module in (health, metrics, tasks, runs, logs, token_routes, worker_routes):
+    # run_resolve before runs: /v1/runs/resolve is not a /v1/runs/{run_id}
+    for module in (health, metrics, tasks, run_resolve, runs, logs, scripts, token_routes,
+                   worker_routes, workers):
         app.include_router(module.router)
     app.add_middleware(metrics.LatencyMiddleware, metrics=ctx.metrics)
     return app

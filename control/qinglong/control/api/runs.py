@@ -43,7 +43,8 @@ Viewer = Annotated[Principal, Depends(require("viewer"))]
 Operator = Annotated[Principal, Depends(require("operator"))]
 
 
-def _runs(project_id: str) -> Select[Any]:
+def runs_with_task(project_id: str) -> Select[Any]:
+    """Runs of the project joined with their task's name (``task_name``)."""
     return (select(*runs.c, tasks.c.name.label("task_name"))
             .join(tasks, tasks.c.id == runs.c.task_id)
             .where(runs.c.project_id == project_id))
@@ -83,7 +84,7 @@ def get_runs(
     """Runs newest first, filtered by task name, status and creation time
     (``created_after`` ≤ created_at < ``created_before``); keyset pages."""
     ctx = get_context(request)
-    query = _runs(ctx.project_id)
+    query = runs_with_task(ctx.project_id)
     if task is not None:
         query = query.where(tasks.c.name == task)
     if status is not None:
@@ -101,7 +102,7 @@ def get_runs(
 
 
 def _run(conn: Any, project_id: str, run_id: UUID, *, lock: bool = False) -> RowMapping:
-    query = _runs(project_id).where(runs.c.id == str(run_id))
+    query = runs_with_task(project_id).where(runs.c.id == str(run_id))
     if lock:
         query = query.with_for_update(of=runs)
     row: RowMapping | None = conn.execute(query).mappings().first()

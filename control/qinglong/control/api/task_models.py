@@ -9,8 +9,10 @@ the log fails). Types are strict: a number given as a string (``"timeout_s": "5"
 boolean as a number is refused. Text never holds NUL or lone surrogates (PostgreSQL
 cannot store them): refused as 422 like any other invalid field. Env names match
 ``[A-Za-z_][A-Za-z0-9_]*``; labels follow ``qinglong.shared.wire.check_labels``. Exactly one
-of ``argv`` and ``shell`` (a task created by this API always has a command). Secret env
-values are write-only: answers carry ``{"secret": true, "value": null}``.
+of ``argv`` and ``shell`` (a task created by this API always has a command) — unless the task
+runs a script bundle (``bundle_digest`` with ``entry_point``, docs/protocols.md §4.7): then
+at most one, none meaning "run the entry point", and no ``cwd``. Secret env values are
+write-only: answers carry ``{"secret": true, "value": null}``.
 """
 
 from __future__ import annotations
@@ -56,6 +58,9 @@ ScheduleText = Annotated[str, StringConstraints(min_length=1, max_length=200, pa
 ZoneText = Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=_PLAIN),
                      AfterValidator(_storable)]
 Policy = Literal["forbid", "allow", "replace"]
+BundleDigest = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+EntryPointText = Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=_PLAIN),
+                           AfterValidator(_storable)]
 
 
 class EnvValueIn(BaseModel):
@@ -112,11 +117,14 @@ class TaskCreate(BaseModel):
     log_limit_bytes: Annotated[int, Field(ge=1, le=INT64_MAX)] = 16 * 1024 * 1024
     log_retention_s: Annotated[int, Field(ge=0, le=MAX_LOG_RETENTION_S)] = 7 * 86_400
     enabled: bool = True
+    bundle_digest: BundleDigest | None = None
+    entry_point: EntryPointText | None = None
 
 
 class TaskPatch(BaseModel):
     """``PATCH /v1/tasks/{name}``: only the fields present change. Setting ``argv`` clears
-    ``shell`` and the reverse (giving both is refused). ``env`` replaces the whole map;
+    ``shell`` and the reverse (giving both is refused); setting ``bundle_digest`` clears
+    ``cwd``, clearing it clears ``entry_point``. ``env`` replaces the whole map;
     an entry with a null value keeps that entry's current value. Nullable in the answer
     means clearable here (``schedule``, ``cwd``, ``timeout_s``); null for any other field
     is refused."""
@@ -139,9 +147,12 @@ class TaskPatch(BaseModel):
     log_limit_bytes: Annotated[int, Field(ge=1, le=INT64_MAX)] | None = None
     log_retention_s: Annotated[int, Field(ge=0, le=MAX_LOG_RETENTION_S)] | None = None
     enabled: bool | None = None
+    bundle_digest: BundleDigest | None = None
+    entry_point: EntryPointText | None = None
 
 
-NULLABLE_ON_EDIT = frozenset({"argv", "shell", "schedule", "cwd", "timeout_s"})
+NULLABLE_ON_EDIT = frozenset({"argv", "shell", "schedule", "cwd", "timeout_s",
+                              "bundle_digest", "entry_point"})
 
 
 class TaskEventOut(BaseModel):
@@ -175,6 +186,8 @@ class TaskOut(BaseModel):
     log_limit_bytes: int
     log_retention_s: int
     enabled: bool
+    bundle_digest: str | None
+    entry_point: str | None
     next_fire_at: datetime | None
     version: int
     created_at: datetime

@@ -25,6 +25,7 @@ from sqlalchemy.exc import IntegrityError
 
 from qinglong.control.api.errors import ApiError
 from qinglong.control.db.tables import runs, task_events, tasks
+from qinglong.shared.bundles import BundleError, normalize_entry_point
 from qinglong.shared.cron import parse_schedule
 from qinglong.shared.errors import ValidationError
 from qinglong.shared.ids import uuid7
@@ -60,10 +61,24 @@ def invalid(field: str, reason: str | None = None) -> ApiError:
 
 
 def check_definition(values: dict[str, Any]) -> None:
-    """Validate the cross-field rules of a whole definition: exactly one of argv/shell, the
-    schedule and time zone (shared cron module), the labels. Raises ApiError 422."""
-    if (values.get("argv") is None) == (values.get("shell") is None):
-        raise ApiError(422, "invalid_request", "give exactly one of argv and shell")
+    """Validate the cross-field rules of a whole definition: exactly one of argv/shell (at
+    most one for a bundle task, which has no cwd; ``bundle_digest`` and ``entry_point``
+    together, the entry point normalized in ``values``), the schedule and time zone (shared
+    cron module), the labels. Raises ApiError 422."""
+    if (values.get("bundle_digest") is None) != (values.get("entry_point") is None):
+        raise ApiError(422, "invalid_request", "give bundle_digest and entry_point together")
+    if values.get("bundle_digest") is None:
+        if (values.get("argv") is None) == (values.get("shell") is None):
+            raise ApiError(422, "invalid_request", "give exactly one of argv and shell")
+    else:
+        if values.get("argv") is not None and values.get("shell") is not None:
+            raise ApiError(422, "invalid_request", "give at most one of argv and shell")
+        if values.get("cwd") is not None:
+            raise invalid("cwd", "a bundle task runs in its extracted bundle: no cwd")
+        try:
+            values["entry_point"] = normalize_entry_point(values["entry_point"])
+        except BundleError:
+            raise invalid("entry_point", "not a relative path inside the bundle") from None
     try:
         if values.get("schedule") is not None:
             parse_schedule(values["schedule"], values["timezone"])
@@ -83,6 +98,33 @@ def next_fire_at(conn: Connection, values: dict[str, Any]) -> datetime | None:
     now: datetime = conn.execute(text("SELECT now()")).scalar_one()
     slot = schedule.next_slot_after(int(now.timestamp() * 1000))
     return None if slot is None else datetime.fromtimestamp(slot / 1000, UTC)
+
+
+def check_bundle(conn: Connection, values: dict[str, Any]) -> None:
+    """A named bundle must be recorded and its entry point a regular file of it: 422
+    ``bundle_not_found`` / ``entry_point_not_found`` (docs/protocols.md §4.7)."""
+    from qinglong.control.bundles.errors import EntryPointNotFoundError, UnknownBundleError
+    from qinglong.control.bundles.records import require_entry_point
+
+    if values.get("bundle_digest") is None:
+        return
+    try:
+        require_entry_point(conn, values["bundle_digest"], values["entry_point"])
+    except UnknownBundleError:
+        raise ApiError(422, "bundle_not_found", "no bundle has this digest: push it "
+                       "first") from None
+    except EntryPointNotFoundError:
+        raise ApiError(422, "entry_point_not_found",
+                       "the entry point is not a regular file of the bundle") from None
+
+
+def _integrity(exc: IntegrityError) -> ApiError | None:
+    """The answer for a constraint a concurrent change broke, or None."""
+    if "tasks_live_name_idx" in str(exc.orig):
+        return ApiError(409, "task_exists", "a live task has this name")
+    if "tasks_bundle_digest_fkey" in str(exc.orig):  # removed meanwhile
+        return ApiError(422, "bundle_not_found", "no bundle has this digest: push it first")
+    return None
 
 
 def record_event(conn: Connection, task_id: str, kind: str, **detail: Any) -> None:
@@ -109,6 +151,7 @@ def create_task(conn: Connection, project_id: str, values: dict[str, Any], by: s
     """Insert a task from validated ``values`` (TaskCreate's fields); 409 ``task_exists``
     when a live task has the name."""
     check_definition(values)
+    check_bundle(conn, values)
     task_id = uuid7()
     row = dict(values, id=task_id, project_id=project_id,
                next_fire_at=next_fire_at(conn, values), schedule_version=1)
@@ -116,8 +159,9 @@ def create_task(conn: Connection, project_id: str, values: dict[str, Any], by: s
         with conn.begin_nested():
             conn.execute(tasks.insert().values(**_sql_nulls(row)))
     except IntegrityError as exc:
-        if "tasks_live_name_idx" in str(exc.orig):
-            raise ApiError(409, "task_exists", "a live task has this name") from None
+        answer = _integrity(exc)
+        if answer is not None:
+            raise answer from None
         raise
     record_event(conn, task_id, "created", by=by)
     return conn.execute(select(tasks).where(tasks.c.id == task_id)).mappings().one()
@@ -152,19 +196,34 @@ def edit_task(conn: Connection, project_id: str, name: str, patch: dict[str, Any
         patch.setdefault("shell", None)
     if patch.get("shell") is not None:
         patch.setdefault("argv", None)
+    if patch.get("bundle_digest") is not None:
+        patch.setdefault("cwd", None)  # a bundle task runs in its extracted bundle
+    if "bundle_digest" in patch and patch["bundle_digest"] is None:
+        patch.setdefault("entry_point", None)
     if "env" in patch:
         patch["env"] = _merged_env(dict(old["env"]), patch["env"])
     merged = {**dict(old), **patch}
     check_definition(merged)
+    if "entry_point" in patch:
+        patch["entry_point"] = merged["entry_point"]  # normalized
     changed = sorted(f for f, v in patch.items() if old[f] != v)
     if not changed:
         return old
+    if {"bundle_digest", "entry_point"} & set(changed):
+        check_bundle(conn, merged)
     values: dict[str, Any] = _sql_nulls({f: patch[f] for f in changed})
     if SCHEDULE_FIELDS & set(changed):
         values["next_fire_at"] = next_fire_at(conn, merged)
         values["schedule_version"] = tasks.c.schedule_version + 1
-    conn.execute(update(tasks).where(tasks.c.id == old["id"]).values(
-        **values, version=tasks.c.version + 1, updated_at=func.now()))
+    try:
+        with conn.begin_nested():
+            conn.execute(update(tasks).where(tasks.c.id == old["id"]).values(
+                **values, version=tasks.c.version + 1, updated_at=func.now()))
+    except IntegrityError as exc:
+        answer = _integrity(exc)
+        if answer is not None:
+            raise answer from None
+        raise
     if "enabled" in changed and patch["enabled"] and not old["enabled"]:
         _record_disabled_gap(conn, str(old["id"]))
     record_event(conn, old["id"], "edited", fields=changed, by=by)

@@ -27,6 +27,7 @@ from qinglong.control.api.context import ApiContext, get_context
 from qinglong.control.api.errors import ApiError
 from qinglong.control.api.security import require
 from qinglong.control.auth.tokens import Principal
+from qinglong.control.dispatch.bundle_grant import grant_bundle_fetch
 from qinglong.control.dispatch.claims import claim_attempts
 from qinglong.control.dispatch.completion import complete_attempt
 from qinglong.control.dispatch.config import DispatchConfig
@@ -73,6 +74,7 @@ def _doc(body: type[Any], answer: type[Any]) -> dict[str, Any]:
         "openapi_extra": {"requestBody": {"required": True, "content": {
             "application/json": {"schema": schema_of(body)}}}},
         "responses": {200: {"content": {"application/json": {"schema": schema_of(answer)}}},
+                      404: {"description": "bundle_not_found"},
                       409: {"description": "lease_lost, completion_conflict, log_mismatch, "
                                            "unknown_incarnation"},
                       403: {"description": "forbidden, labels_outside_pool"},
@@ -166,6 +168,17 @@ async def log_upload(request: Request, principal: WorkerPrincipal) -> dict[str, 
     body = await _decode(request, wire.LogUploadRequest)
     ctx = get_context(request)
     return await _call(ctx, lambda: grant_log_upload(
+        ctx.engine, _config(ctx), s3=ctx.s3, bucket=ctx.bucket, pool_id=_pool(principal),
+        request=body))
+
+
+@router.post("/bundle", **_doc(wire.BundleRequest, wire.BundleGrant))
+async def bundle(request: Request, principal: WorkerPrincipal) -> dict[str, Any]:
+    """A presigned GET of the script bundle the leased attempt runs (404
+    ``bundle_not_found``; 503 ``log_store_unavailable`` without a bucket)."""
+    body = await _decode(request, wire.BundleRequest)
+    ctx = get_context(request)
+    return await _call(ctx, lambda: grant_bundle_fetch(
         ctx.engine, _config(ctx), s3=ctx.s3, bucket=ctx.bucket, pool_id=_pool(principal),
         request=body))
 

@@ -126,6 +126,33 @@ def insert_token(conn: Connection, *, name: str, scope: str, sha256: str,
     return token_id
 
 
+def ensure_token(conn: Connection, *, name: str, scope: str, sha256: str,
+                 pool_id: str | None) -> tuple[str, str]:
+    """Make the live token named ``name`` the one whose hash is ``sha256``, with ``scope`` and
+    ``pool_id``, inside the caller's transaction; returns (token id, outcome).
+
+    Outcomes: ``unchanged`` (a live token of this name already has this hash, scope and
+    pool: nothing is written, so a hook that runs at every upgrade is idempotent),
+    ``replaced`` (the live token of this name differs, e.g. its Secret was rotated: it is
+    revoked and this one recorded, both in this transaction) or ``created``. Raises what
+    ``insert_token`` raises; a hash already recorded under another name, or revoked, raises
+    the driver's UniqueViolation (a revoked token is never revived).
+    """
+    check_scope(scope)
+    check_hash(sha256)
+    conn.exec_driver_sql("SELECT pg_advisory_xact_lock(hashtextextended("
+                         "'ql3.api_tokens.name:' || %(name)s, 0))", {"name": name})
+    live = conn.exec_driver_sql(
+        "SELECT id::text, token_sha256, scope, pool_id::text FROM api_tokens"
+        " WHERE name = %(name)s AND revoked_at IS NULL", {"name": name}).first()
+    if live is not None and (live[1], live[2], live[3]) == (sha256, scope, pool_id):
+        return str(live[0]), "unchanged"
+    if live is not None:
+        revoke_token(conn, str(live[0]))
+    token_id = insert_token(conn, name=name, scope=scope, sha256=sha256, pool_id=pool_id)
+    return token_id, "created" if live is None else "replaced"
+
+
 def revoke_token(conn: Connection, token_id: str) -> bool:
     """Revoke token ``token_id`` (its next request is refused); False when unknown or
     already revoked."""

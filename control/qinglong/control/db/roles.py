@@ -40,6 +40,8 @@ RUNTIME_GRANTS: dict[str, frozenset[str]] = {
     "worker_pools": frozenset({"SELECT"}),  # created by the schema owner (ql3 control token)
     "worker_incarnations": frozenset({"SELECT", "INSERT", "UPDATE"}),
     "api_tokens": frozenset({"SELECT", "INSERT", "UPDATE"}),  # admin scope manages tokens
+    # 0006, script bundles (docs/protocols.md §4.7): immutable rows, pushed and removed
+    "script_bundles": frozenset({"SELECT", "INSERT", "DELETE"}),
 }
 
 
@@ -139,15 +141,32 @@ def apply_runtime_grants(conn: Connection, role: str) -> None:
             f"GRANT {', '.join(sorted(privileges))} ON TABLE {quote(table)} TO {ident}")
 
 
+def never_granted(table: str, privilege: str) -> bool:
+    """True for a privilege no release grants the runtime role, so a schema ahead of the
+    code never excuses it (DESIGN.md §4.1): TRUNCATE or TRIGGER on anything (they bypass row
+    evidence or run code on the owner's tables), any privilege but SELECT on the migration
+    ledger, anything but SELECT/INSERT on tombstones (immutable evidence, ADR-0379 §2)."""
+    if privilege in ("TRUNCATE", "TRIGGER"):
+        return True
+    if table == "ql3_migration_ledger":
+        return privilege != "SELECT"
+    if table == "run_attempt_log_artifact_tombstones":
+        return privilege not in ("SELECT", "INSERT")
+    return False
+
+
 def runtime_role_problems(
-    conn: Connection, role: str, *, tolerate_unknown_tables: bool = False
+    conn: Connection, role: str, *, schema_ahead: bool = False
 ) -> list[str]:
     """Every way the role's effective privileges differ from the reviewed set (empty: valid).
 
     Checks attributes (no superuser, createrole, createdb, bypassrls), no CREATE on the
-    schema, and each privilege on every table of ``public``, so a grant left on a new table
-    counts as a problem too — unless ``tolerate_unknown_tables`` (the schema is ahead of this
-    code by additive migrations, whose tables the newer release grants).
+    schema, and each privilege (table- and column-level) on every table of ``public``, so a
+    grant left on a new table counts as a problem too. With ``schema_ahead`` (the ledger is
+    ahead of this code by additive migrations only) a privilege beyond the reviewed set is
+    a newer release's expand grant and is tolerated, on new and existing tables alike,
+    unless ``never_granted``; a missing privilege or table is a problem either way (an
+    expand step never revokes: removing a grant is a contract step).
     """
     if not _ROLE_NAME.match(role):
         return [f"invalid role name {role!r}"]
@@ -163,6 +182,10 @@ def runtime_role_problems(
     if run_named(conn, "SELECT has_schema_privilege(%(role)s, 'public', 'CREATE')",
                  {"role": role}).scalar_one():
         problems.append("CREATE on schema public")
+
+    def tolerated(table: str, priv: str) -> bool:
+        return schema_ahead and not never_granted(table, priv)
+
     rows = run_named(
         conn,
         "SELECT c.relname, p.priv, has_table_privilege(%(role)s, c.oid, p.priv)"
@@ -175,13 +198,14 @@ def runtime_role_problems(
     extra: set[tuple[str, str]] = set()
     for table, priv, held in rows:
         seen.add(table)
-        if tolerate_unknown_tables and table not in RUNTIME_GRANTS:
-            continue
         expected = priv in RUNTIME_GRANTS.get(table, frozenset())
-        if held != expected:
-            problems.append(f"{'extra' if held else 'missing'} {priv} on {table}")
-            if held:
-                extra.add((table, priv))
+        if held == expected:
+            continue
+        if held:
+            extra.add((table, priv))
+            if tolerated(table, priv):
+                continue
+        problems.append(f"{'extra' if held else 'missing'} {priv} on {table}")
     problems.extend(f"missing table {t}" for t in sorted(set(RUNTIME_GRANTS) - seen))
     # a column-level grant (GRANT UPDATE (evidence) ON tombstones) is invisible to
     # has_table_privilege; has_any_column_privilege sees table- and column-level grants
@@ -194,9 +218,7 @@ def runtime_role_problems(
         {"role": role, "privs": list(COLUMN_PRIVILEGES)},
     ).all()
     for table, priv, held in columns:
-        if tolerate_unknown_tables and table not in RUNTIME_GRANTS:
-            continue
         if (held and priv not in RUNTIME_GRANTS.get(table, frozenset())
-                and (table, priv) not in extra):
+                and (table, priv) not in extra and not tolerated(table, priv)):
             problems.append(f"extra column-level {priv} on {table}")
     return problems

@@ -32,6 +32,18 @@ def _uuid() -> UUID[str]:
     return UUID(as_uuid=False)
 
 
+script_bundles = Table(
+    "script_bundles", metadata,
+    Column("digest", Text, primary_key=True),
+    Column("object_key", Text, nullable=False),
+    Column("size_bytes", BigInteger, nullable=False),
+    Column("member_count", Integer, nullable=False),
+    Column("unpacked_bytes", BigInteger, nullable=False),
+    Column("members", JSONB, nullable=False),
+    Column("created_by", Text),
+    Column("created_at", _TS, nullable=False),
+)
+
 tasks = Table(
     "tasks", metadata,
     Column("id", _uuid(), primary_key=True),
@@ -54,7 +66,7 @@ tasks = Table(
     Column("labels", JSONB, nullable=False),
     Column("log_limit_bytes", BigInteger, nullable=False),
     Column("enabled", Boolean, nullable=False),
-    Column("bundle_digest", Text),
+    Column("bundle_digest", Text, ForeignKey("script_bundles.digest")),
     Column("entry_point", Text),
     Column("next_fire_at", _TS),
     Column("schedule_version", BigInteger, nullable=False),
@@ -127,6 +139,7 @@ attempts = Table(
     Column("reason", Text),
     Column("completion", JSONB),
     Column("updated_at", _TS, nullable=False),
+    Column("bundle_digest", Text),
 )
 
 events = Table(

@@ -10,6 +10,7 @@ from qinglong.shared.wire import MAX_CLAIM
 LEASE_MS_DEFAULT = 30_000
 HEARTBEAT_MS_DEFAULT = 10_000
 UPLOAD_URL_TTL_S_DEFAULT = 900
+BUNDLE_URL_TTL_S_DEFAULT = 300
 
 
 class InvalidDispatchConfigError(ValidationError):
@@ -27,14 +28,16 @@ class DispatchConfig:
     database clock (1 s – 1 h). ``heartbeat_ms``: the period a worker renews at; at most a
     third of the lease, so two renewals can be lost before expiry. ``max_claim``: the most
     attempts one claim call hands out (1–64). ``upload_url_ttl_s``: lifetime of a presigned
-    log PUT (60 s – 7 days). Raises InvalidDispatchConfigError (a ValidationError) naming both
-    numbers when the heartbeat is above a third of the lease.
+    log PUT (60 s – 7 days). ``bundle_url_ttl_s``: lifetime of a presigned bundle GET
+    (60 s – 1 h; docs/protocols.md §4.7). Raises InvalidDispatchConfigError (a
+    ValidationError) naming both numbers when the heartbeat is above a third of the lease.
     """
 
     lease_ms: int = LEASE_MS_DEFAULT
     heartbeat_ms: int = HEARTBEAT_MS_DEFAULT
     max_claim: int = MAX_CLAIM
     upload_url_ttl_s: int = UPLOAD_URL_TTL_S_DEFAULT
+    bundle_url_ttl_s: int = BUNDLE_URL_TTL_S_DEFAULT
 
     def __post_init__(self) -> None:
         if not 1_000 <= self.lease_ms <= 3_600_000:
@@ -49,3 +52,5 @@ class DispatchConfig:
             raise InvalidDispatchConfigError("max_claim", f"must be 1–{MAX_CLAIM}")
         if not 60 <= self.upload_url_ttl_s <= 604_800:
             raise InvalidDispatchConfigError("upload_url_ttl_s", "must be 60–604800 seconds")
+        if not 60 <= self.bundle_url_ttl_s <= 3600:
+            raise InvalidDispatchConfigError("bundle_url_ttl_s", "must be 60–3600 seconds")

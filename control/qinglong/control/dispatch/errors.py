@@ -60,3 +60,11 @@ class LogStoreUnavailableError(DispatchError):
 
     code = "log_store_unavailable"
     status = 503
+
+
+class BundleNotFoundError(DispatchError):
+    """The requested bundle is not the one the live lease's attempt was claimed with, or it
+    is no longer recorded (docs/protocols.md §4.7): the attempt fails ``bundle_unavailable``."""
+
+    code = "bundle_not_found"
+    status = 404

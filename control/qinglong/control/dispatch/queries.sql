@@ -35,7 +35,8 @@ WITH inc AS MATERIALIZED (
     JOIN tasks t ON t.id = r.task_id
     CROSS JOIN inc
     WHERE r.status = 'queued' AND r.not_before <= now() AND r.owner = 'runtime'
-      AND t.deleted_at IS NULL AND (t.argv IS NOT NULL OR t.shell IS NOT NULL)
+      AND t.deleted_at IS NULL
+      AND (t.argv IS NOT NULL OR t.shell IS NOT NULL OR t.bundle_digest IS NOT NULL)
       AND t.labels <@ inc.labels AND t.labels <@ inc.pool_labels
       AND (t.concurrency_policy <> 'replace' OR NOT EXISTS (
             SELECT 1 FROM runs o
@@ -70,10 +71,11 @@ WITH run AS (
               t.cwd, t.timeout_s, t.log_limit_bytes, t.bundle_digest, t.entry_point
 ), attempt AS (
     INSERT INTO attempts (id, run_id, number, executor, status, worker_incarnation_id,
-                          lease_token, lease_version, lease_expires_at, claimed_at)
+                          lease_token, lease_version, lease_expires_at, claimed_at,
+                          bundle_digest)
     SELECT CAST(%(attempt_id)s AS uuid), run.id, run.attempt_count, 'remote_worker', 'claimed',
            CAST(%(incarnation_id)s AS uuid), gen_random_uuid(), 1,
-           now() + make_interval(secs => %(lease_s)s), now()
+           now() + make_interval(secs => %(lease_s)s), now(), run.bundle_digest
     FROM run
     RETURNING id, lease_token, lease_version, number
 ), events AS (
@@ -90,6 +92,18 @@ SELECT attempt.id::text AS attempt_id, attempt.lease_token::text AS lease_token,
        run.argv, run.shell, run.env, run.cwd, run.timeout_s, run.log_limit_bytes,
        run.bundle_digest, run.entry_point
 FROM run, attempt
+
+-- lease_bundle --
+-- The bundle a live lease of the caller's pool was claimed with, and its object (none when
+-- the lease is not live, the attempt names no bundle, or the bundle was removed)
+SELECT b.digest, b.object_key, b.size_bytes
+FROM attempts a
+JOIN worker_incarnations i ON i.id = a.worker_incarnation_id
+JOIN script_bundles b ON b.digest = a.bundle_digest
+WHERE a.id = CAST(%(attempt_id)s AS uuid) AND a.lease_token = CAST(%(lease_token)s AS uuid)
+  AND a.lease_version = %(lease_version)s AND i.pool_id = CAST(%(pool_id)s AS uuid)
+  AND a.status IN ('claimed', 'starting', 'running') AND a.lease_expires_at > now()
+  AND a.bundle_digest = %(digest)s
 
 -- lease_state --
 -- The attempt behind a lease triple of the caller's pool, whatever its status

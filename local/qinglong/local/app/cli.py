@@ -12,12 +12,16 @@ import sys
 import click
 
 from qinglong.local.app.cli_common import (
-    RunNotSucceededError,
     data_dir_option,
     datadir_of,
     os_error_message,
 )
-from qinglong.shared.errors import NotFoundError, QinglongError, ValidationError
+from qinglong.shared.errors import (
+    NotFoundError,
+    QinglongError,
+    RunNotSucceededError,
+    ValidationError,
+)
 
 
 class _LazyGroup(click.Group):
@@ -26,7 +30,8 @@ class _LazyGroup(click.Group):
     ``ql3 local ...`` never imports them, and import-linter sees no local -> control import.
     """
 
-    lazy = {"control": "qinglong.control.cli", "worker": "qinglong.worker.cli"}
+    lazy = {"control": "qinglong.control.cli", "worker": "qinglong.worker.cli",
+            "cluster": "qinglong.client.cli"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         """Own commands plus the cluster ones whose package is installed (found, not imported)."""

@@ -12,15 +12,8 @@ import click
 
 from qinglong.local.app import output
 from qinglong.local.app.datadir import ENV_DATA_DIR, DataDir, default_data_dir
-from qinglong.shared.errors import QinglongError
 
 STATUS_POLL_S = 0.3
-
-
-class RunNotSucceededError(QinglongError):
-    """``ql3 local run`` waited for a run that ended other than ``succeeded`` (exit 1)."""
-
-    code = "run_not_succeeded"
 
 
 def os_error_message(exc: OSError) -> str:

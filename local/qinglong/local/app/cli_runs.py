@@ -11,7 +11,6 @@ import click
 from qinglong.local.app import output
 from qinglong.local.app.backend import BUSY_WAIT_S, open_backend
 from qinglong.local.app.cli_common import (
-    RunNotSucceededError,
     data_dir_option,
     datadir_of,
     json_option,
@@ -20,7 +19,7 @@ from qinglong.local.app.cli_common import (
 )
 from qinglong.local.app.client import ServerUnavailableError, SocketBackend
 from qinglong.local.app.display import display_options
-from qinglong.shared.errors import DataDirectoryBusyError
+from qinglong.shared.errors import DataDirectoryBusyError, RunNotSucceededError
 from qinglong.shared.statuses import RunStatus
 
 FOLLOW_POLL_S = 0.3

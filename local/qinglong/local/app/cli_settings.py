@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import click
 
+from qinglong.local.app import output
 from qinglong.local.app import settings as keys
 from qinglong.local.app.backend import open_backend
 from qinglong.local.app.cli_common import (
@@ -106,7 +108,8 @@ def notify_test(data_dir: str | None, as_json: bool) -> None:
         print_json(view)
     else:
         for done in view["deliveries"]:
-            extra = ", ".join(f"{k} {v}" for k, v in done.items() if k not in ("channel", "ok"))
+            extra = output.event_detail(json.dumps(
+                {k: v for k, v in done.items() if k not in ("channel", "ok")}))
             click.echo(f"{done['channel']}: {'ok' if done['ok'] else 'FAILED'} ({extra})")
     if not view["configured"]:
         fail("no notifier configured (ql3 local settings set notify_command|notify_webhook)")

@@ -15,8 +15,7 @@ from qinglong.local.app import display
 from qinglong.local.app.backend import open_backend
 from qinglong.local.app.cli_common import data_dir_option, datadir_of, json_option, print_json
 from qinglong.shared.errors import ValidationError
-
-SECRET_MAX_BYTES = 128 * 1024  # the launcher's limit of one variable (MAX_ARG_STRLEN)
+from qinglong.shared.secret_text import SECRET_MAX_BYTES, decode_secret
 
 
 def read_secret(what: str, from_file: str | None = None) -> str:
@@ -33,19 +32,7 @@ def read_secret(what: str, from_file: str | None = None) -> str:
         data = click.prompt(f"value of {what}", hide_input=True, err=True).encode()
     else:
         data = sys.stdin.buffer.read(SECRET_MAX_BYTES + 1)
-    if len(data) > SECRET_MAX_BYTES:
-        raise ValidationError(what, f"the value exceeds {SECRET_MAX_BYTES} bytes")
-    if data.endswith(b"\r\n"):
-        data = data[:-2]
-    elif data.endswith(b"\n"):
-        data = data[:-1]
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ValidationError(what, "the value is not UTF-8 text") from None
-    if "\x00" in text:
-        raise ValidationError(what, "the value contains a NUL byte")
-    return text
+    return decode_secret(data, what)
 
 
 secret_env_option = click.option(
@@ -103,15 +90,22 @@ def vars_list(data_dir: str | None, as_json: bool) -> None:
 
 @vars_group.command("set")
 @click.argument("name")
+# a value typed after NAME is taken only to be refused: click would echo it back in its
+# "unexpected extra argument" error, and a secret must never be printed
+@click.argument("argv_value", nargs=-1, metavar="")
 @click.option("--from-file", default=None, metavar="FILE",
               help="Read the value from FILE instead of stdin.")
 @data_dir_option
 @json_option
-def vars_set(name: str, from_file: str | None, data_dir: str | None, as_json: bool) -> None:
+def vars_set(name: str, argv_value: tuple[str, ...], from_file: str | None,
+             data_dir: str | None, as_json: bool) -> None:
     """Set global variable NAME; its value is read from stdin (or --from-file), never argv.
 
     Example: printf %s "$TOKEN" | ql3 local vars set PUSH_TOKEN
     """
+    if argv_value:
+        raise ValidationError(f"variable {name}", "a value is never taken from the command "
+                              "line (shell history, ps): pipe it on stdin or use --from-file")
     value = read_secret(f"variable {name}", from_file)
     with open_backend(datadir_of(data_dir), "vars set") as backend:
         view = backend.call("vars_set", name=name, value=value)

@@ -94,8 +94,9 @@ class DataDir:
     def require_initialised(self) -> None:
         """Raise NotInitialisedError unless ``ql3 local init`` ran here."""
         if not self.initialised():
-            raise NotInitialisedError(
-                "the data directory is not initialised; run `ql3 local init` first"
+            raise NotInitialisedError(  # named: QL3_DATA_DIR or --data-dir may hold a typo
+                f"the data directory {self.root} is not initialised; run `ql3 local init` "
+                "first"
             )
 
 

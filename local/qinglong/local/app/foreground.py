@@ -116,8 +116,9 @@ def run_in_foreground(
             receipts=stack.receipts))
         server.start()  # docs/protocols.md §3.8: the owner serves the socket
         queued = service.run_now(name)
-        say(f"no `ql3 local serve` is running: supervising run {queued['id']} in the "
-            "foreground until it ends (Ctrl-C cancels it)")
+        name_of_run = (f"{queued['task']}#{queued['number']}" if queued.get("number")
+                       else f"run {queued['id']}")
+        say(f"no `ql3 local serve` is running: running {name_of_run} here (Ctrl-C cancels it)")
         streamer = None if stream is None else _LogStreamer(
             DirectBackend(service), queued["id"], stream)
         supervised = threading.Event()

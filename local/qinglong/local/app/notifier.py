@@ -94,6 +94,13 @@ class Delivery:
         """JSON shape: ``{"channel", "ok", **detail}``."""
         return {"channel": self.channel, "ok": self.ok, **self.detail}
 
+    def text(self) -> str:
+        """For ``serve``'s log, as ``inspect`` shows the event: ``channel=command ok=no
+        error=timed out timed_out=yes duration=2.003s`` (yes/no, never a Python repr)."""
+        from qinglong.local.app.output import event_detail
+
+        return event_detail(json.dumps(self.view()))
+
 
 def run_facts(run: Run, *, test: bool = False) -> dict[str, Any]:
     """What a notification says about a run (JSON-able; never a secret, a command line, an
@@ -284,8 +291,7 @@ class Notifier:
         for done in deliveries:
             kind = "notify_sent" if done.ok else "notify_failed"
             (log.info if done.ok else log.warning)(
-                "run %s of task %s: %s %s", run.id, run.task_name, kind,
-                " ".join(f"{k}={v}" for k, v in done.view().items()))
+                "run %s of task %s: %s %s", run.id, run.task_name, kind, done.text())
             try:
                 self.repo.run_event(run.task_id, run.id, kind, done.view())
             except QinglongError as exc:

@@ -9,6 +9,7 @@ import click
 
 from qinglong.local.app import display
 from qinglong.local.app.views import iso
+from qinglong.shared import display as shared_display
 
 TERMINAL = frozenset({"succeeded", "failed", "cancelled", "timed_out", "lost"})
 
@@ -120,7 +121,7 @@ def _next_fire(task: dict[str, Any]) -> str:
 
 
 def _last(last: dict[str, Any] | None) -> str:
-    """``succeeded 2026-12-01 03:00:05 +01:00 (5.0s)`` for a table; empty: never ran."""
+    """``succeeded 2026-12-01 03:00:05 +01:00 (5s)`` for a table; empty: never ran."""
     if not last:
         return ""
     text = f"{last['status']} {zoned(last.get('finished_at'))}".rstrip()
@@ -274,31 +275,14 @@ def describe_slot_event(event: dict[str, Any]) -> str | None:
 
 def zoned(value: object, zone: str | None = None) -> str:
     """An ISO UTC time from a view in ``zone`` (an IANA name; None: the viewer's local
-    zone) with its offset: ``2026-12-01 09:09:01 +08:00``; ``""`` for None."""
-    import datetime as dt
-
-    from qinglong.shared.cron import load_zone
-
-    if value is None:
-        return ""
-    if zone is None:  # the viewer's zone, or UTC after --utc (display.py)
-        return display.when(str(value))
-    stamp = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    local = stamp.astimezone(load_zone(zone)) if zone else stamp.astimezone()
-    offset = local.strftime("%z")
-    return local.strftime("%Y-%m-%d %H:%M:%S ") + f"{offset[:3]}:{offset[3:]}"
+    zone) with its offset: ``2026-12-01 09:09:01 +08:00``; ``""`` for None
+    (``qinglong.shared.display.zoned``)."""
+    return shared_display.zoned(value, zone)
 
 
 def duration(seconds: float | None) -> str:
-    """``1m 05s``, ``2h 03m``, ``0.4s``; ``""`` for None."""
-    if seconds is None:
-        return ""
-    if seconds < 10:
-        return f"{seconds:.1f}s"
-    whole = int(seconds)
-    if whole < 3600:
-        return f"{whole // 60}m {whole % 60:02d}s" if whole >= 60 else f"{whole}s"
-    return f"{whole // 3600}h {whole % 3600 // 60:02d}m"
+    """``display.duration`` (``45s``, ``1m 05s``, ``2h 03m``), with ``""`` for None."""
+    return "" if seconds is None else display.duration(seconds)
 
 
 def describe_last_run(last: dict[str, Any] | None) -> str:
@@ -328,7 +312,8 @@ def describe_task_event(event: dict[str, Any]) -> str:
         for name in detail.get("changed", []):
             change = detail.get(name)
             if isinstance(change, dict):
-                parts.append(f"{name} {change.get('from')!s} -> {change.get('to')!s}")
+                parts.append(f"{name} {_edited_value(name, change.get('from'))} -> "
+                             f"{_edited_value(name, change.get('to'))}")
             elif name in ("env", "secret_env"):  # names only: values are never in an event
                 names = [*(f"set {n}" for n in detail.get(f"{name}_set", [])),
                          *(f"unset {n}" for n in detail.get(f"{name}_unset", []))]
@@ -337,6 +322,19 @@ def describe_task_event(event: dict[str, Any]) -> str:
                 parts.append(name)
         line = "edited: " + "; ".join(parts)
     return f"{zoned(event['at'])}  {line or event['kind'].replace('_', ' ')}"
+
+
+def _edited_value(name: str, item: object) -> str:
+    """An old or new value of a ``task_edited`` event for people: ``-`` for none (no
+    timeout, the default cwd), ``timeout_s`` as a duration, text shell-quoted when it has
+    spaces (``'0 3 * * *'``); never a Python repr such as ``None`` or ``600.0``."""
+    import shlex
+
+    if item is None:
+        return "-"
+    if name == "timeout_s" and isinstance(item, int | float) and not isinstance(item, bool):
+        return display.duration(item)
+    return shlex.quote(item) if isinstance(item, str) else _s(item)
 
 
 def describe_next_slots(view: dict[str, Any]) -> list[str]:

@@ -22,6 +22,7 @@ from qinglong.local.recovery.manual import resolve_run
 from qinglong.local.scheduling.slot_policy import admit_manual
 from qinglong.local.storage.repository import LocalRunRepository
 from qinglong.local.storage.secrets import SecretEntry, TaskSecretStore, masked
+from qinglong.shared.domain import Task
 from qinglong.shared.errors import NotFoundError, QinglongError, ValidationError
 from qinglong.shared.ids import validate_uuid7
 from qinglong.shared.statuses import ATTEMPT_ACTIVE, RUN_TERMINAL, AttemptStatus
@@ -147,7 +148,7 @@ class LocalService:
             next_fire, pending, last_id = overview.get(task.id, (None, None, None))
             view = self._task_view(task, refs.get(task.id, {}))
             view["next_fire"] = iso(next_fire) if task.enabled and pending is None else None
-            view["next_fire_pending"] = task.enabled and pending is not None
+            view["next_fire_pending"] = _awaits_next_fire(task, pending)
             view["last_run"] = last_run_view(self.repo.get_run(last_id)) if last_id else None
             views.append(view)
         return views
@@ -171,7 +172,7 @@ class LocalService:
         view = self._task_view(task)
         next_fire, pending = self.repo.next_fire_of(task.id)
         view["next_fire"] = iso(next_fire) if task.enabled and not pending else None
-        view["next_fire_pending"] = task.enabled and pending is not None
+        view["next_fire_pending"] = _awaits_next_fire(task, pending)
         recent = self.repo.list_runs(task_id=task.id, limit=5)
         view["recent_runs"] = self._run_views(recent)
         view["last_run"] = last_run_view(recent[0]) if recent else None
@@ -556,3 +557,11 @@ def _read_log(path: str, offset: int, size: int) -> bytes | None:
         return os.pread(fd, size, max(0, offset))
     finally:
         os.close(fd)
+
+
+def _awaits_next_fire(task: Task, pending: object) -> bool:
+    """True while a running ``serve`` has still to compute the task's next fire time: an
+    enabled cron task marked pending. ``@boot`` and ``@once`` tasks never have one, so they
+    are never ``pending`` (the mark the store sets on every new task clears at ``serve``)."""
+    manual = task.schedule.strip().lower() in ("@boot", "@once")
+    return task.enabled and pending is not None and not manual

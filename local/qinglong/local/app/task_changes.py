@@ -99,15 +99,4 @@ def upcoming_slots(task: Task, after_ms: int, count: int) -> list[int]:
     outside 1-100 or a schedule that no longer parses."""
     if not 1 <= count <= MAX_NEXT:
         raise ValidationError("count", f"must be between 1 and {MAX_NEXT}")
-    schedule = parse_schedule(task.schedule, task.timezone)
-    if schedule.kind != "cron":
-        return []
-    slots: list[int] = []
-    at = after_ms
-    while len(slots) < count:
-        nxt = schedule.next_slot_after(at)
-        if nxt is None:
-            break
-        slots.append(nxt)
-        at = nxt
-    return slots
+    return parse_schedule(task.schedule, task.timezone).next_slots(after_ms, count)

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from typing import Any
 
+from qinglong.shared.display import iso_utc
 from qinglong.shared.domain import Attempt, Event, Run, Task
 from qinglong.shared.statuses import RUN_ACTIVE
 
 
 def iso(ms: int | None) -> str | None:
-    """Unix ms as ISO-8601 UTC with milliseconds (``2026-11-29T20:40:25.123Z``), or None."""
-    if ms is None:
-        return None
-    stamp = dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
-    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+    """Unix ms as ISO-8601 UTC with milliseconds (``2026-11-29T20:40:25.123Z``), or None
+    (``qinglong.shared.display.iso_utc``)."""
+    return iso_utc(ms)
 
 
 def task_view(task: Task) -> dict[str, Any]:

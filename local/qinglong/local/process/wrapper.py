@@ -258,6 +258,18 @@ def _start(argv: list[str], env: dict[bytes, bytes], out_w: int = -1) -> int:
     return _spawn(["/bin/sh", _on_path(argv[0]), *argv[1:]], env, out_w)
 
 
+def _cannot_execute(name: str, exc: OSError, missing: bool) -> bytes:
+    """The log line naming the command that could not start and why: not found in PATH
+    (a bare name), the OS error for a path, and a hint when the file is there (its ``#!``
+    interpreter is missing)."""
+    why = exc.strerror or str(exc)
+    if missing and "/" not in name:
+        why = f"not found in PATH={os.environ.get('PATH', '')}"
+    elif missing and os.path.lexists(name):
+        why += " (the file exists: is the interpreter of its #! line missing?)"
+    return f"ql3-wrapper: cannot execute '{name}': {why}\n".encode("utf-8", "surrogateescape")
+
+
 def _log_cap() -> int:
     """The log cap in bytes, or 0 (no cap, or no pidfd support: output goes straight in)."""
     text = os.environ.get(ENV_LOG_CAP, "")
@@ -380,7 +392,7 @@ def main() -> int:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
         missing = isinstance(exc, FileNotFoundError | NotADirectoryError)
         code = EXIT_NOT_FOUND if missing else EXIT_CANNOT_EXECUTE
-        os.write(2, f"ql3-wrapper: cannot execute command: {exc.strerror}\n".encode())
+        os.write(2, _cannot_execute(sys.argv[1] if len(sys.argv) > 1 else "", exc, missing))
         publish(shard_fd, run_id, attempt_id, "exited", code, None)
         return code
     _phase = "running"

@@ -6,4 +6,4 @@ a reviewed change in two places, and ``tests/process`` fails while they disagree
 
 from __future__ import annotations
 
-WRAPPER_SHA256 = "08cc4f8f01217927fedba17a7ea618ff861a77524c3b34d7646d883cc930d4c8"
+WRAPPER_SHA256 = "ec03fc75e127a96fde46c22b533def0b77bc4d8145dbb620e256b33b63549fab"

@@ -1,0 +1,213 @@
+"""``ql3 cluster``: drive a cluster through its control API (docs/protocols.md §4.5; issue 13
+item 2). HTTP only: no database, bucket or worker code is imported (import-linter holds it).
+
+Same conventions as ``ql3 local``: 80-column tables (``COLUMNS``; ``--wide``), local times
+with offsets (``--utc``), runs named ``TASK#N``, ``TASK@last`` or by the last 6+ hex digits
+of their id, ``--json`` in ISO-8601 UTC. Exit codes: 0 success; 2 usage error, bad input or
+an unknown task or run; 1 any other error (control unreachable, token refused, a scope
+missing, a conflict, a retired log, control not ready), each one line on stderr, never a
+traceback and never the token. ``run --wait`` and ``cancel --wait`` exit 1 when the run ended
+otherwise than asked.
+
+Resolved lazily by ``ql3`` (``local/app/cli.py``), so ``ql3 local`` never loads httpx.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from qinglong.client import output
+from qinglong.client.cli_common import (
+    connection,
+    display_options,
+    json_option,
+    print_json,
+    resolve_run,
+    segment,
+    wait_terminal,
+)
+from qinglong.client.errors import ControlNotFoundError, LogRetiredError
+from qinglong.client.http import ControlClient
+from qinglong.shared.display import when
+from qinglong.shared.errors import RunNotSucceededError
+
+RUN_STATUSES = ("queued", "dispatching", "running", "succeeded", "failed", "cancelled",
+                "timed_out", "lost")
+RUN_HELP = "RUN is a run id, TASK#N, TASK@last, or the last 6+ hex digits of a run id."
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def cluster() -> None:
+    """The cluster through its control API: tasks, runs, logs, workers.
+
+    Give control's base URL with --control-url or QL3_CONTROL_URL (several replicas:
+    comma-separated) and a token in QL3_TOKEN (`ql3 control token create`): viewer reads,
+    operator runs, cancels, enables and disables, admin adds, edits and removes tasks.
+    """
+
+
+@cluster.command("run")
+@click.argument("name")
+@click.option("--wait", is_flag=True, help="Return when the run has ended; exit 0 only if it "
+                                           "succeeded.")
+@json_option
+@connection
+def run(name: str, wait: bool, as_json: bool, client: ControlClient) -> None:
+    """Queue a run of task NAME now (its concurrency policy applies: a forbid task with a
+    run active refuses). With --wait, wait for the run's end: the exit code is the run's
+    outcome, so `ql3 cluster run X --wait && next` works. Ctrl-C stops waiting, not the run."""
+    _, created = client.send("POST", f"/v1/tasks/{segment(name)}/run", task=name)
+    line = f"queued run {name}#{created['number']} ({created['id']})"
+    if not wait:
+        print_json(created) if as_json else click.echo(line)
+        return
+    click.echo(line + "; waiting for it to end", err=True)
+    view = wait_terminal(client, created["id"])
+    print_json(view) if as_json else click.echo(output.describe_run(view))
+    if view["status"] != "succeeded":
+        raise RunNotSucceededError(f"the run ended {view['status']}")
+
+
+@cluster.command("runs")
+@click.option("--task", "task_name", default=None, metavar="NAME", help="Only this task's runs "
+              "(also of a task removed and added again under the name).")
+@click.option("--status", type=click.Choice(RUN_STATUSES), default=None,
+              help="Only runs in this status.")
+@click.option("--limit", type=click.IntRange(1, 1000), default=20, show_default=True)
+@display_options
+@json_option
+@connection
+def runs(task_name: str | None, status: str | None, limit: int, as_json: bool,
+         client: ControlClient) -> None:
+    """List runs, newest first: TASK#N, short id, status, exit code, start, duration."""
+    items = client.items("/v1/runs", {"task": task_name, "status": status}, limit=limit)
+    print_json(items) if as_json else output.print_runs(items)
+
+
+@cluster.command("inspect", epilog=RUN_HELP)
+@click.argument("ref", metavar="RUN")
+@display_options
+@json_option
+@connection
+def inspect(ref: str, as_json: bool, client: ControlClient) -> None:
+    """Show run RUN: its attempts (worker, exit, reason) and its event history."""
+    view = client.get(f"/v1/runs/{resolve_run(client, ref)['id']}", run=ref)
+    if as_json:
+        print_json(view)
+        return
+    click.echo(output.describe_run(view))
+    if view["attempts"]:
+        click.echo("attempts:")
+        output.print_attempts(view["attempts"])
+    if view["events"]:
+        click.echo("events:")
+        output.print_events(view["events"])
+
+
+@cluster.command("logs", epilog=RUN_HELP)
+@click.argument("ref", metavar="RUN")
+@click.option("--tail", type=click.IntRange(1, 100_000), default=None, metavar="N",
+              help="Only the last N lines of the newest attempt.")
+@display_options
+@connection
+def logs(ref: str, tail: int | None, client: ControlClient) -> None:
+    """Print the output of run RUN, every attempt's in order (a worker uploads an attempt's
+    log when the attempt ends). A log retired by retention is named with when it was retired,
+    and the exit code is then 1."""
+    view = client.get(f"/v1/runs/{resolve_run(client, ref)['id']}", run=ref)
+    attempts: list[dict[str, Any]] = view["attempts"]
+    if not attempts:
+        click.echo(f"run {output.ref(view)} has no attempt yet ({view['status']})", err=True)
+        return
+    retired: LogRetiredError | None = None
+    for attempt in attempts[-1:] if tail is not None else attempts:
+        number = attempt["number"]
+        if len(attempts) > 1:
+            click.echo(f"== attempt {number} ==", err=True)
+        try:
+            data = client.request("GET", f"/v1/attempts/{attempt['id']}/log").content
+        except LogRetiredError as exc:
+            retired = LogRetiredError(f"the log of attempt {number} was retired by retention "
+                                      f"at {when(exc.retired_at)} ({exc.outcome})",
+                                      exc.retired_at, exc.outcome)
+            click.echo(f"the log of attempt {number} is gone (retired at "
+                       f"{when(exc.retired_at)})", err=True)
+            continue
+        except ControlNotFoundError as exc:
+            if exc.error_code == "log_pending":
+                click.echo(f"attempt {number} is {attempt['status']}: its log is uploaded when "
+                           "it ends", err=True)
+                continue
+            if exc.error_code == "log_not_found":
+                click.echo(f"attempt {number} left no log ({attempt['status']}"
+                           f"{', ' + attempt['reason'] if attempt.get('reason') else ''})",
+                           err=True)
+                continue
+            raise
+        if tail is not None:
+            data = b"".join(data.splitlines(keepends=True)[-tail:])
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+    if retired is not None:
+        raise retired
+
+
+@cluster.command("cancel", epilog=RUN_HELP)
+@click.argument("ref", metavar="RUN")
+@click.option("--wait", is_flag=True, help="Wait until the run has ended (exit 0 only if it "
+                                           "ended cancelled).")
+@json_option
+@connection
+def cancel(ref: str, wait: bool, as_json: bool, client: ControlClient) -> None:
+    """Cancel run RUN: a queued run ends cancelled at once; a running one is asked to stop
+    (its worker learns it at its next heartbeat: TERM, grace, KILL to the process group).
+    A finished run is refused (exit 1)."""
+    target = resolve_run(client, ref)
+    status, view = client.send("POST", f"/v1/runs/{target['id']}/cancel", run=ref)
+    done = "cancelled" if status == 200 else "cancel requested"
+    line = output.line(f"{done}: {output.describe_run(view)}")
+    if not wait:
+        print_json(view) if as_json else click.echo(line)
+        return
+    click.echo(line, err=True)
+    view = wait_terminal(client, target["id"])
+    print_json(view) if as_json else click.echo(output.describe_run(view))
+    if view["status"] != "cancelled":
+        raise RunNotSucceededError(f"the run ended {view['status']}, not cancelled")
+
+
+@cluster.command("occurrences")
+@click.argument("name")
+@click.option("--limit", type=click.IntRange(1, 1000), default=20, show_default=True)
+@display_options
+@json_option
+@connection
+def occurrences(name: str, limit: int, as_json: bool, client: ControlClient) -> None:
+    """What became of each slot of task NAME, newest first: run_created (its run) or why no
+    run was created (skipped_active, backlog_full, skipped_downtime, skipped_disabled);
+    consecutive equal skips are one line."""
+    items = client.items(f"/v1/tasks/{segment(name)}/occurrences", limit=limit, task=name)
+    print_json(items) if as_json else output.print_occurrences(items)
+
+
+@cluster.command("workers")
+@click.option("--state", type=click.Choice(["live", "silent", "stopped"]), default=None,
+              help="live: heard from within a lease; silent: not since (killed or cut off); "
+                   "stopped: drained and gone.")
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+@display_options
+@json_option
+@connection
+def workers(state: str | None, limit: int, as_json: bool, client: ControlClient) -> None:
+    """Worker incarnations, newest first (one per worker process start): name, id, state,
+    when control last heard from it, attempts it holds now, labels."""
+    items = client.items("/v1/workers", {"state": state}, limit=limit)
+    print_json(items) if as_json else output.print_workers(items)
+
+
+from qinglong.client import cli_tasks  # noqa: E402
+
+cluster.add_command(cli_tasks.task)

@@ -1,0 +1,215 @@
+"""What ``ql3 cluster`` prints for people, in ``ql3 local``'s conventions
+(``qinglong.shared.display``): tables that fit ``COLUMNS``/80 (``--wide``: everything), times
+in the viewer's zone with its offset (``--utc``: UTC), durations as ``1m 05s``, runs named
+``TASK#N``. The shapes printed are the control API's answers (``control/api/*_models.py``);
+``--json`` does not come through here."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from qinglong.shared import display
+
+TERMINAL = frozenset({"succeeded", "failed", "cancelled", "timed_out", "lost"})
+
+
+def table(columns: list[str], rows: list[list[str]], *, flexible: tuple[str, ...] = (),
+          indent: str = "") -> None:
+    """Print rows as a table that fits the terminal (``display.fit_table``), each line after
+    ``indent``."""
+    width = display.terminal_width() - len(indent)
+    for line in display.fit_table(columns, rows, flexible=flexible, width=width):
+        click.echo(indent + line)
+
+
+def line(text: str) -> str:
+    """``text`` shortened to the terminal's width with ``…`` (whole with ``--wide``)."""
+    return text if display.DISPLAY.wide else display.shorten(text, display.terminal_width())
+
+
+def t(value: object) -> str:
+    """An ISO time of an answer for people (``2026-11-29 21:57:50 +01:00``); ``-`` if None."""
+    return display.when(None if value is None else str(value))
+
+
+def ref(run: dict[str, Any]) -> str:
+    """How a run is named to people: ``backup#42`` (the short id if it has no number)."""
+    number = run.get("number")
+    return (f"{run['task_name']}#{number}" if number is not None
+            else display.short_id(run["id"]))
+
+
+def task_command(task: dict[str, Any]) -> str:
+    """A task's command as typed: argv shell-quoted, or its shell line as given."""
+    if task.get("argv"):
+        return display.command(task["argv"])
+    return str(task.get("shell") or "-")
+
+
+def schedule(task: dict[str, Any]) -> str:
+    """``0 3 * * * (Asia/Shanghai)``; the zone only when not UTC; ``-`` for manual only."""
+    zone = "" if task["timezone"] == "UTC" else f" ({task['timezone']})"
+    return f"{task.get('schedule') or '-'}{zone}"
+
+
+def labels(values: dict[str, str]) -> str:
+    """``k=v,k2=v2`` (sorted), or ``-``."""
+    return ",".join(f"{k}={v}" for k, v in sorted(values.items())) or "-"
+
+
+def print_tasks(tasks: list[dict[str, Any]]) -> None:
+    """Tasks by name: schedule, next fire time (``disabled``), command; ``--wide`` adds the
+    enabled flag, policy, attempts and labels."""
+    if display.DISPLAY.wide:
+        table(["name", "schedule", "enabled", "policy", "attempts", "next", "labels",
+               "command"],
+              [[x["name"], schedule(x), display.value(x["enabled"]), x["concurrency_policy"],
+                str(x["max_attempts"]), t(x["next_fire_at"]), labels(x["labels"]),
+                task_command(x)] for x in tasks])
+        return
+    table(["name", "schedule", "next", "command"],
+          [[x["name"], schedule(x), t(x["next_fire_at"]) if x["enabled"] else "disabled",
+            task_command(x)] for x in tasks], flexible=("command", "schedule", "name"))
+
+
+def exit_text(run: dict[str, Any]) -> str:
+    return display.value(run.get("exit_code"))
+
+
+def run_duration(run: dict[str, Any]) -> str:
+    """From the run's start to its end (``1m 05s``); ``-`` until both."""
+    return display.span(run.get("started_at"), run.get("finished_at"))
+
+
+def print_runs(runs: list[dict[str, Any]], indent: str = "") -> None:
+    """Runs newest first: ``backup#42``, the id's last 8 hex digits, status, exit code,
+    start (or creation) time, duration. ``--wide``: full ids and every time."""
+    if display.DISPLAY.wide:
+        table(["run", "id", "status", "exit", "attempts", "trigger", "created", "started",
+               "finished", "duration"],
+              [[ref(r), r["id"], r["status"], exit_text(r), str(r["attempt_count"]),
+                r["trigger"], t(r["created_at"]), t(r["started_at"]), t(r["finished_at"]),
+                run_duration(r)] for r in runs], indent=indent)
+        return
+    table(["run", "id", "status", "exit", "started", "duration"],
+          [[ref(r), display.short_id(r["id"]), r["status"], exit_text(r),
+            t(r["started_at"] or r["created_at"]), run_duration(r)] for r in runs],
+          flexible=("run",), indent=indent)
+
+
+def describe_run(run: dict[str, Any]) -> str:
+    """``run backup#42 (<id>): <status> (exit N)``, cut to the terminal's width (whole with
+    ``--wide``; ``inspect`` shows when a cancel was requested, among the events)."""
+    text = f"run {ref(run)} ({run['id']}): {run['status']}"
+    if run.get("exit_code") is not None:
+        text += f" (exit {run['exit_code']})"
+    return line(text)
+
+
+def print_attempts(attempts: list[dict[str, Any]], indent: str = "  ") -> None:
+    """``inspect``'s attempts as a table: number, status, exit (``sig N``), start, duration,
+    the worker incarnation (short id; whole with ``--wide``) and the reason it ended so."""
+    def worker(attempt: dict[str, Any]) -> str:
+        ident = attempt.get("worker_incarnation_id")
+        if not ident:
+            return "-"
+        return str(ident) if display.DISPLAY.wide else display.short_id(ident)
+
+    def ended(attempt: dict[str, Any]) -> str:
+        if attempt.get("signal") is not None:
+            return f"sig {attempt['signal']}"
+        return display.value(attempt.get("exit_code"))
+
+    table(["attempt", "status", "exit", "started", "took", "worker", "reason"],
+          [[str(a["number"]), a["status"], ended(a), t(a.get("started_at")),
+            display.span(a.get("started_at"), a.get("finished_at")), worker(a),
+            a.get("reason") or "-"] for a in attempts], flexible=("reason",), indent=indent)
+
+
+def detail_text(detail: dict[str, Any] | None) -> str:
+    """An event's detail as ``key=value`` pairs (null pairs left out, booleans yes/no,
+    nested values as JSON)."""
+    parts = []
+    for key, item in (detail or {}).items():
+        if item is None:
+            continue
+        text = item if isinstance(item, str) else (
+            display.value(item) if isinstance(item, bool | int | float) else json.dumps(item))
+        parts.append(f"{key}={text}")
+    return " ".join(parts)
+
+
+def print_events(events: list[dict[str, Any]], indent: str = "  ") -> None:
+    """``inspect``'s event history, oldest first: time, kind, status change, detail."""
+    table(["at", "event", "status", "detail"],
+          [[t(e["at"]), e["kind"], f"{display.value(e.get('from_status'))} -> "
+            f"{e['to_status']}", detail_text(e.get("detail")) or "-"] for e in events],
+          flexible=("detail", "event", "status"), indent=indent)
+
+
+def describe_task_event(event: dict[str, Any]) -> str:
+    """One line of ``task show``: time, kind, the fields an edit changed (never values) and
+    who did it."""
+    detail = dict(event.get("detail") or {})
+    fields = detail.pop("fields", None)
+    by = detail.pop("by", None)
+    text = f"{t(event['at'])}  {event['kind'].replace('_', ' ')}"
+    if fields:
+        text += ": " + ", ".join(fields)
+    if by:
+        text += f" (by {by})"
+    return text
+
+
+def field(key: str, item: object) -> str:
+    """One ``task show`` line, ``{key:>13}: value``: times for people (keys ending ``_at``),
+    ``timeout_s`` as a duration, yes/no, ``-`` for None; cut to the terminal's width with
+    ``…`` (whole with ``--wide``)."""
+    if item is not None and key.endswith("_at"):
+        text = t(item)
+    elif key == "timeout_s" and isinstance(item, int) and not isinstance(item, bool):
+        text = display.duration(item)
+    else:
+        text = display.value(item)
+    return line(f"{key:>13}: {text}")
+
+
+def next_slots_lines(view: dict[str, Any]) -> list[str]:
+    """Lines for ``task next``: each slot in the task's zone and in the viewer's."""
+    head = f"next slots of {view['task']} ({view['schedule'] or 'no schedule'}, " \
+           f"{view['timezone']})"
+    lines = [head + ("" if view["enabled"] else " — the task is disabled: none of them fires")]
+    if not view["slots"]:
+        lines.append("  none: the task runs only when asked (`ql3 cluster run`)")
+    for slot in view["slots"]:
+        lines.append(f"  {display.zoned(slot, view['timezone'])}  "
+                     f"(here: {display.zoned(slot)})")
+    return lines
+
+
+def print_occurrences(items: list[dict[str, Any]]) -> None:
+    """The occurrence ledger, newest first: outcome, first and last slot, count, run."""
+    table(["outcome", "first slot", "last slot", "slots", "run"],
+          [[o["outcome"], t(o["first_slot"]),
+            t(o["last_slot"]) if o["slot_count"] > 1 else "", str(o["slot_count"]),
+            display.short_id(o["run_id"]) if o.get("run_id") else ""] for o in items],
+          flexible=("outcome",))
+
+
+def print_workers(workers: list[dict[str, Any]]) -> None:
+    """Worker incarnations newest first: name, short id, state, last seen, attempts held,
+    labels; ``--wide`` adds the pool, concurrency, start and stop times and full ids."""
+    if display.DISPLAY.wide:
+        table(["name", "incarnation", "pool", "state", "last seen", "held", "concurrency",
+               "started", "stopped", "labels"],
+              [[w["name"], w["id"], w["pool"], w["state"], t(w["last_seen_at"]),
+                str(w["attempts_held"]), str(w["concurrency"]), t(w["started_at"]),
+                t(w["stopped_at"]), labels(w["labels"])] for w in workers])
+        return
+    table(["name", "id", "state", "last seen", "held", "labels"],
+          [[w["name"], display.short_id(w["id"]), w["state"], t(w["last_seen_at"]),
+            str(w["attempts_held"]), labels(w["labels"])] for w in workers],
+          flexible=("labels", "name"))

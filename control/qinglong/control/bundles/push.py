@@ -1,0 +1,50 @@
+"""Pushing a bundle (docs/protocols.md §4.7): check, store, record — idempotent by digest.
+
+1. hash the body (SHA-256) and check every member with the shared checker
+   (``qinglong.shared.bundles.scan``, the worker's own) — a refused archive changes nothing;
+2. a digest already recorded answers its row (after putting the object back if the bucket
+   lost it);
+3. otherwise PUT the object (no transaction open), then insert the row
+   (``ON CONFLICT DO NOTHING``: a concurrent push of the same bytes answers the same row).
+"""
+
+from __future__ import annotations
+
+import io
+from typing import TYPE_CHECKING, Any
+
+from qinglong.control.bundles import records
+from qinglong.control.bundles.errors import BundleStoreError
+from qinglong.control.bundles.objects import bundle_present, put_bundle
+from qinglong.shared.bundles import DEFAULT_LIMITS, BundleLimits, scan
+from qinglong.shared.digest import sha256_hex
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine, RowMapping
+
+
+def push_bundle(engine: Engine, s3: Any, bucket: str | None, data: bytes, by: str,
+                limits: BundleLimits = DEFAULT_LIMITS) -> tuple[RowMapping, bool]:
+    """Record the bundle ``data`` (gzip tar bytes) pushed by token ``by``; returns (its
+    summary row with ``used_by``, True when it was new).
+
+    Raises BundleError / BundleTooLargeError (nothing stored) for a refused archive and
+    BundleStoreError when no bucket is configured or it cannot be reached.
+    """
+    if s3 is None or not bucket:
+        raise BundleStoreError("no bucket is configured")
+    digest = sha256_hex(data)
+    manifest = scan(io.BytesIO(data), limits)
+    with engine.connect() as conn:
+        existing = records.find(conn, digest)
+    if existing is not None:
+        if not bundle_present(s3, bucket, digest):
+            put_bundle(s3, bucket, digest, data)
+        return existing, False
+    put_bundle(s3, bucket, digest, data)
+    with engine.begin() as conn:
+        created = records.record(conn, digest, len(data), manifest, by)
+        row = records.find(conn, digest)
+    if row is None:  # removed by a concurrent rm between the two pushes' inserts
+        raise BundleStoreError("a concurrent removal; push again")
+    return row, created

@@ -1,0 +1,172 @@
+{{/* Names, labels and the pieces every workload shares. */}}
+
+{{- define "qinglong.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "qinglong.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "qinglong.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "qinglong.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{/* Selector labels of one component: include "qinglong.selectorLabels" (list $ "control") */}}
+{{- define "qinglong.selectorLabels" -}}
+{{- $root := index . 0 -}}
+app.kubernetes.io/name: {{ include "qinglong.name" $root }}
+app.kubernetes.io/instance: {{ $root.Release.Name }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{- define "qinglong.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "qinglong.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "qinglong.controlName" -}}
+{{- printf "%s-control" (include "qinglong.fullname" .) -}}
+{{- end -}}
+
+{{/* The workers' (and the helm test's) base URL of control: the Service. */}}
+{{- define "qinglong.controlUrl" -}}
+{{- printf "http://%s:%d" (include "qinglong.controlName" .) (int .Values.control.service.port) -}}
+{{- end -}}
+
+{{/* image reference: include "qinglong.image" (list $ .Values.image.control) */}}
+{{- define "qinglong.image" -}}
+{{- $root := index . 0 -}}
+{{- $image := index . 1 -}}
+{{- printf "%s:%s" $image.repository (default $root.Chart.AppVersion $image.tag) -}}
+{{- end -}}
+
+{{- define "qinglong.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: {{ .Values.runAsUser }}
+runAsGroup: {{ .Values.runAsGroup }}
+fsGroup: {{ .Values.runAsGroup }}
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- define "qinglong.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+capabilities:
+  drop: ["ALL"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/* Env of a schema-owner command (migration Job): the owner's URL and the runtime role. */}}
+{{- define "qinglong.migrationEnv" -}}
+- name: QL3_DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.database.migration.existingSecret }}
+      key: {{ .Values.database.migration.key }}
+- name: QL3_RUNTIME_ROLE
+  value: {{ .Values.database.runtimeRole | quote }}
+{{- end -}}
+
+{{/* The bucket's settings and credentials (control replicas only). */}}
+{{- define "qinglong.bucketEnv" -}}
+- name: QL3_LOG_BUCKET
+  value: {{ .Values.logs.bucket | quote }}
+{{- with .Values.logs.s3Endpoint }}
+- name: QL3_S3_ENDPOINT
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.logs.region }}
+- name: AWS_DEFAULT_REGION
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.logs.credentials.existingSecret }}
+- name: AWS_ACCESS_KEY_ID
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ $.Values.logs.credentials.accessKeyIdKey }}
+- name: AWS_SECRET_ACCESS_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ $.Values.logs.credentials.secretAccessKeyKey }}
+{{- end }}
+{{- end -}}
+
+{{/* Settings a rendering cannot go on without. */}}
+{{- define "qinglong.required" -}}
+{{- $_ := required "database.runtime.existingSecret: the Secret holding the control replicas' database URL" .Values.database.runtime.existingSecret -}}
+{{- $_ := required "database.migration.existingSecret: the Secret holding the schema owner's database URL" .Values.database.migration.existingSecret -}}
+{{- $_ := required "logs.bucket: the bucket of the workers' logs" .Values.logs.bucket -}}
+{{- $seen := dict -}}
+{{- $defaults := omit .Values.worker "pools" -}}
+{{- range $p := .Values.worker.pools -}}
+{{- $w := merge (deepCopy $p) (deepCopy $defaults) -}}
+{{- $_ := required (printf "worker.pools[%s].token.existingSecret: the Secret holding the pool's worker token" $w.name) $w.token.existingSecret -}}
+{{- if hasKey $seen $w.name -}}
+{{- fail (printf "worker.pools: the pool name %q is given twice" $w.name) -}}
+{{- end -}}
+{{- $_ := set $seen $w.name true -}}
+{{- if and $w.autoscaling.enabled (gt (int $w.autoscaling.minReplicas) (int $w.autoscaling.maxReplicas)) -}}
+{{- fail (printf "worker.pools[%s].autoscaling: minReplicas is above maxReplicas" $w.name) -}}
+{{- end -}}
+{{- end -}}
+{{- if gt (mul 3 (int .Values.control.heartbeatMs)) (int .Values.control.leaseMs) -}}
+{{- fail "control.heartbeatMs must be at most a third of control.leaseMs" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The helm test's token Secret and key: tests.token, else the bootstrap admin's Secret
+when it holds the token itself (not only its hash); empty: no helm test is rendered. */}}
+{{- define "qinglong.testTokenSecret" -}}
+{{- if .Values.tests.token.existingSecret -}}
+{{- .Values.tests.token.existingSecret -}}
+{{- else if not .Values.bootstrapAdmin.sha256Key -}}
+{{- .Values.bootstrapAdmin.existingSecret -}}
+{{- end -}}
+{{- end -}}
+{{- define "qinglong.testTokenKey" -}}
+{{- if .Values.tests.token.existingSecret -}}{{ .Values.tests.token.key }}{{- else -}}{{ .Values.bootstrapAdmin.tokenKey }}{{- end -}}
+{{- end -}}
+
+{{/* A label map as k=v,k2=v2 in key order (the `--labels` and `--pool-labels` form). */}}
+{{- define "qinglong.labelList" -}}
+{{- $pairs := list -}}
+{{- range $k, $v := . -}}
+{{- $pairs = append $pairs (printf "%s=%s" $k $v) -}}
+{{- end -}}
+{{- join "," $pairs -}}
+{{- end -}}
+
+{{/* One NetworkPolicy egress rule: (list peers ports); no peers: any destination on these
+ports. */}}
+{{- define "qinglong.egressRule" -}}
+- {{- with index . 0 }}
+  to:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  ports:
+    {{- range index . 1 }}
+    - {port: {{ . }}, protocol: TCP}
+    {{- end }}
+{{- end -}}

@@ -1,0 +1,199 @@
+"""Text for people, shared by ``ql3 local`` and ``ql3 cluster`` (issue 12 items 3 and 4):
+times, durations, commands and tables that fit. Stdlib only (and ``shared/cron.py`` for a
+task's zone): the click options that set :data:`DISPLAY` live with each command line.
+
+- Times: the viewer's local zone with its offset (``2026-12-01 09:09:01 +08:00``), or UTC
+  (``+00:00``) after ``--utc``. The zone is the process's (``TZ``, else the system's).
+- Durations: ``0s``, ``45s``, ``1m 05s``, ``2h 03m``, ``3d 04h``.
+- Commands: shell-quoted (``shlex.join``) so what is shown can be pasted back.
+- Tables: plain columns two spaces apart, one line per row, never wider than the terminal
+  (``COLUMNS`` when set, so piped output honours it, else the terminal's size, else 80):
+  flexible columns (a command, a note) are shortened first with ``…``, never wrapped; with
+  ``--wide`` nothing is shortened.
+
+``--json`` never goes through here: it keeps ISO-8601 UTC.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shlex
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+ELLIPSIS = "…"
+DEFAULT_WIDTH = 80
+MIN_FLEX_WIDTH = 8  # a shortened flexible column keeps at least this many characters
+GAP = "  "
+
+
+@dataclass(slots=True)
+class Display:
+    """How this process prints: ``utc`` (times in UTC instead of the local zone) and
+    ``wide`` (tables show everything, unshortened). Set once by the command's options."""
+
+    utc: bool = False
+    wide: bool = False
+
+
+DISPLAY = Display()
+
+
+def iso_utc(ms: int | None) -> str | None:
+    """Unix ms as ISO-8601 UTC with milliseconds (``2026-11-29T20:40:25.123Z``), or None:
+    the form ``--json`` prints."""
+    if ms is None:
+        return None
+    stamp = dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def _moment(value: str | int | float | dt.datetime) -> dt.datetime:
+    if isinstance(value, dt.datetime):
+        stamp = value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+    elif isinstance(value, str):
+        stamp = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        stamp = stamp if stamp.tzinfo else stamp.replace(tzinfo=dt.UTC)
+    else:
+        stamp = dt.datetime.fromtimestamp(float(value), tz=dt.UTC)
+    return stamp.astimezone(dt.UTC) if DISPLAY.utc else stamp.astimezone()
+
+
+def offset_text(delta: dt.timedelta | None) -> str:
+    """A UTC offset as ``+08:00`` / ``-03:30`` (``+00:00`` for None or zero)."""
+    minutes = int((delta or dt.timedelta()).total_seconds()) // 60
+    sign = "-" if minutes < 0 else "+"
+    return f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
+def when(value: str | int | float | dt.datetime | None) -> str:
+    """A time for people: ``2026-12-01 09:09:01 +08:00`` (local zone, or UTC after --utc).
+
+    ``value``: an ISO-8601 string as views carry (``2026-12-01T01:09:01.123Z``), Unix
+    *seconds* (int or float), or a datetime (naive means UTC). None gives ``-``.
+    Raises ValueError for a string that is not ISO-8601.
+    """
+    if value is None:
+        return "-"
+    stamp = _moment(value)
+    return stamp.strftime("%Y-%m-%d %H:%M:%S ") + offset_text(stamp.utcoffset())
+
+
+def duration(seconds: float | None) -> str:
+    """A length of time for people: ``0s``, ``45s``, ``1m 05s``, ``2h 03m``, ``3d 04h``
+    (truncated to whole seconds; negative counts as 0). None gives ``-``."""
+    if seconds is None:
+        return "-"
+    total = max(0, int(seconds))
+    days, rest = divmod(total, 86_400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours:02d}h"
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    if minutes:
+        return f"{minutes}m {secs:02d}s"
+    return f"{secs}s"
+
+
+def span(start_iso: str | None, end_iso: str | None) -> str:
+    """The duration between two ISO times of a view (``-`` when either is missing)."""
+    if start_iso is None or end_iso is None:
+        return "-"
+    return duration((_moment(end_iso) - _moment(start_iso)).total_seconds())
+
+
+def command(argv: Sequence[str]) -> str:
+    """A command line as a shell would take it back: ``sh -c 'echo hi'``."""
+    return shlex.join(argv)
+
+
+def value(item: object) -> str:
+    """A scalar for text output: ``yes``/``no`` for booleans, ``-`` for None, else str()."""
+    if item is None:
+        return "-"
+    if isinstance(item, bool):
+        return "yes" if item else "no"
+    return str(item)
+
+
+def short_id(run_id: str) -> str:
+    """The last 8 hex digits of an id (its random end; ``logs``/``inspect`` accept any unique
+    suffix of 6 or more)."""
+    return run_id[-8:]
+
+
+def terminal_width() -> int:
+    """``COLUMNS`` when set (piped output too), else the terminal's width, else 80."""
+    return max(20, shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns)
+
+
+def shorten(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters, the last one ``…`` when something was cut."""
+    if len(text) <= width:
+        return text
+    return text[: max(0, width - 1)] + ELLIPSIS if width > 0 else ""
+
+
+def fit_table(
+    columns: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    width: int | None = None,
+    flexible: Sequence[str] = (),
+    wide: bool | None = None,
+) -> list[str]:
+    """Lay out a table as lines no longer than ``width`` (default :func:`terminal_width`).
+
+    Columns are separated by two spaces, headers upper-cased, cells on one line each
+    (newlines shown as spaces). When the table is too wide, the ``flexible`` columns shrink
+    first, in the order given (the first listed gives up its width first), down to 8
+    characters (or their header), then the other columns, widest first, down to their
+    header's width, then any column; shortened cells end in ``…``. Nothing is
+    shortened when ``wide`` (default: ``--wide`` was given). The last column is not padded.
+    """
+    wide = DISPLAY.wide if wide is None else wide
+    limit = terminal_width() if width is None else width
+    cells = [[" ".join(str(c).splitlines()) for c in row] for row in rows]
+    heads = [c.upper() for c in columns]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(heads)]
+    if not wide:
+        excess = sum(widths) + len(GAP) * (len(widths) - 1) - limit
+        flex = [columns.index(c) for c in flexible if c in columns]  # in priority order
+        for i in flex:  # first listed shrinks first, down to 8 (or its header)
+            cut = min(max(excess, 0), widths[i] - max(MIN_FLEX_WIDTH, len(heads[i])))
+            if cut > 0:
+                widths[i] -= cut
+                excess -= cut
+        rest = [i for i in range(len(columns)) if i not in flex]
+        for group in (rest, list(range(len(columns)))):  # then any column, to its header
+            while excess > 0:
+                shrinkable = [i for i in group if widths[i] > len(heads[i])]
+                if not shrinkable:
+                    break
+                widest = max(shrinkable, key=lambda i: widths[i])
+                widths[widest] -= 1
+                excess -= 1
+    lines = []
+    for row in [heads, *cells]:
+        parts = [shorten(cell, widths[i]).ljust(widths[i]) for i, cell in enumerate(row)]
+        lines.append(GAP.join(parts).rstrip())
+    return lines
+
+
+def zoned(value: object, zone: str | None = None) -> str:
+    """An ISO UTC time in ``zone`` (an IANA name; None: the viewer's local zone, or UTC
+    after ``--utc``) with its offset: ``2026-12-01 09:09:01 +08:00``; ``""`` for None.
+    Raises TimeZoneNotFoundError (``shared/cron.py``) for a zone this machine lacks."""
+    from qinglong.shared.cron import load_zone
+
+    if value is None:
+        return ""
+    if zone is None:  # the viewer's zone, or UTC after --utc
+        return when(str(value))
+    stamp = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    local = stamp.astimezone(load_zone(zone)) if zone else stamp.astimezone()
+    offset = local.strftime("%z")
+    return local.strftime("%Y-%m-%d %H:%M:%S ") + f"{offset[:3]}:{offset[3:]}"
