@@ -2,7 +2,8 @@
 item 3). Run it through ``bash scripts/cluster-demo``, which installs the venv first.
 
 It starts moto's S3 server, a fresh database on the local PostgreSQL, two control replicas
-and two workers (``cluster_demo_stage.py``); registers example tasks through ``ql3 cluster``;
+and two workers (``cluster_demo_stage.py``); registers example tasks through ``ql3 cluster``,
+one of them a script bundle pushed from ``examples/cluster_report``;
 shows runs on both workers; SIGKILLs the worker running a slow task mid-run, then the control
 replica the other worker talks to first; and checks, from the database and through
 ``ql3 cluster``, that:
@@ -14,8 +15,8 @@ replica the other worker talks to first; and checks, from the database and throu
 - after the replica's SIGKILL the surviving worker moves to the other replica, scheduled runs
   go on succeeding, and ``ql3 cluster`` (given the dead replica first) answers through the
   other;
-- once the schedules are disabled every run ends terminal, and ``ql3 cluster logs`` prints
-  each sampled run's output.
+- once the schedules are disabled every run ends terminal, ``ql3 cluster logs`` prints each
+  sampled run's output, and every attempt of the bundle task ran the pushed bundle.
 
 Then it stops everything it started (also on a failed check or Ctrl-C) and prints the
 elapsed time. Exit 0 when every check held, 1 on the first that did not (named), 130 on
@@ -37,16 +38,20 @@ from typing import Any, NoReturn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import cluster_demo_http
+import httpx
 from cluster_demo_stage import (
     ACTIVE,
     QL3,
+    ROOT,
     Stage,
     StageError,
     marked_pids,
     wait_for,
 )
 
+from qinglong.shared.bundles import pack
+
+BUNDLE = ROOT / "examples" / "cluster_report"  # report.sh sources lib/measure.sh
 FINISHED = ("succeeded", "failed", "cancelled", "timed_out", "lost")
 KILL_GONE_S = 2.0  # the killed attempt's processes must be gone this soon after the SIGKILL
 
@@ -84,20 +89,14 @@ class Cli:
     def __init__(self, stage: Stage) -> None:
         self.stage = stage
         self.urls = stage.control_urls()
-        self.http = subprocess.run([QL3, "cluster", "--help"], capture_output=True,
-                                   timeout=60, check=False).returncode != 0
 
     def __call__(self, *args: str, show: bool = True) -> str:
-        if self.http:  # this build has no `ql3 cluster` yet
-            code, output = cluster_demo_http.run(self.stage, self.urls, args)
-        else:
-            env = self.stage.cluster.env(QL3_CONTROL_URL=self.urls,
-                                         QL3_TOKEN=self.stage.admin_token, COLUMNS="80",
-                                         PYTHONUNBUFFERED="1")  # stdout and stderr in order
-            out = subprocess.run([QL3, "cluster", *args], env=env, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, text=True, timeout=60,
-                                 check=False)
-            code, output = out.returncode, out.stdout
+        env = self.stage.cluster.env(QL3_CONTROL_URL=self.urls,
+                                     QL3_TOKEN=self.stage.admin_token, COLUMNS="80",
+                                     PYTHONUNBUFFERED="1")  # stdout and stderr in order
+        out = subprocess.run([QL3, "cluster", *args], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, timeout=60, check=False)
+        code, output = out.returncode, out.stdout
         if show:
             print(f"  $ ql3 cluster {shlex.join(args)}")
             for line in output.rstrip("\n").splitlines():
@@ -115,11 +114,10 @@ class Story:
         self.say = say
         self.cli = Cli(stage)
         self.marker = stage.marker()
+        self.digest = ""  # the pushed bundle's
 
     def run(self) -> None:
         self.say.step(f"export QL3_CONTROL_URL={self.cli.urls} QL3_TOKEN=<the admin token>")
-        if self.cli.http:
-            self.say.step("this build has no `ql3 cluster` yet: its commands go over HTTP")
         self.register()
         self.on_both_workers()
         run_id, victim, pids = self.slow_run_started()
@@ -132,15 +130,39 @@ class Story:
         self.logs()
 
     def register(self) -> None:
-        self.say.step("register example tasks through `ql3 cluster task add`")
+        self.say.step("register example tasks, one of them a pushed script bundle")
         self.cli("task", "add", "hello", "--schedule", "*/3 * * * * *", "--shell",
                  'echo "hello from the cluster at $(date -u +%T) UTC"; sleep 1')
-        self.cli("task", "add", "report", "--schedule", "*/3 * * * * *", "--shell",
-                 'echo "load average: $(cut -d " " -f 1-3 /proc/loadavg)"; sleep 1')
+        self.digest = self.push_bundle("report", BUNDLE, "report.sh", "*/3 * * * * *")
         m = self.marker  # in the command line of each of its processes, for /proc
         self.cli("task", "add", "slow", "--schedule", "@once", "--max-attempts", "2",
                  "--shell", f'echo "slow: started"; sleep 5.{m} & sleep 6.{m} & wait; '
                             'echo "slow: done"')
+
+    def push_bundle(self, name: str, root: Path, entry_point: str, schedule: str) -> str:
+        """Push directory ``root`` as a script bundle and add task ``name`` running its
+        ``entry_point`` on ``schedule``; the bundle's digest. Over HTTP, shown as the
+        requests, until ``ql3 cluster`` can push bundles."""
+        data = pack(root)
+        print(f"  (HTTP) POST /v1/scripts  <- {root.relative_to(ROOT)}/ packed: "
+              f"{len(data)} bytes of gzip tar")
+        with httpx.Client(base_url=str(self.stage.controls["c1"].url), timeout=30, headers={
+                "Authorization": f"Bearer {self.stage.admin_token}"}) as api:
+            answer = api.post("/v1/scripts", content=data,
+                              headers={"Content-Type": "application/gzip"})
+            check(answer.status_code == 201, f"bundle push answered {answer.status_code}: "
+                                             f"{answer.text[:300]}")
+            digest = str(answer.json()["digest"])
+            print(f"    bundle sha256:{digest} ({answer.json()['member_count']} members)")
+            print(f"  (HTTP) POST /v1/tasks  {name}: bundle {digest[:12]}…, entry point "
+                  f"{entry_point}, schedule {schedule!r}")
+            answer = api.post("/v1/tasks", json={"name": name, "bundle_digest": digest,
+                                                 "entry_point": entry_point,
+                                                 "schedule": schedule})
+            check(answer.status_code == 201, f"adding task {name} answered "
+                                             f"{answer.status_code}: {answer.text[:300]}")
+        print(f"    added task {name} ({answer.json()['id']})")
+        return digest
 
     def on_both_workers(self) -> None:
         self.say.step("wait for scheduled runs to succeed on both workers")
@@ -242,11 +264,14 @@ class Story:
     def logs(self) -> None:
         self.say.step("read the logs of sampled runs through `ql3 cluster logs`")
         for ref, text in (("hello@last", "hello from the cluster"),
-                          ("report@last", "load average:"),
+                          ("report@last", "report: bundle files: ./lib/measure.sh ./report.sh"),
                           ("slow#1", "slow: done")):
             out = self.cli("logs", ref)
             check(text in out, f"`ql3 cluster logs {ref}` does not show {text!r}")
         self.say.ok("each sampled run's output was read back from S3")
+        ran = {a["bundle_digest"] for a in self.stage.attempts("report")}
+        check(ran == {self.digest}, f"report's attempts ran bundles {ran}, not {self.digest}")
+        self.say.ok(f"every attempt of report ran the pushed bundle sha256:{self.digest[:12]}…")
 
 
 def _interrupted(signum: int, _frame: object) -> NoReturn:

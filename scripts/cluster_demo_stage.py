@@ -36,7 +36,7 @@ from s3_services import CREDS, moto_server, new_bucket  # noqa: E402
 LEASE_MS, HEARTBEAT_MS = 3000, 1000  # a SIGKILLed worker's lease is recovered within seconds
 ACTIVE = ("queued", "dispatching", "running")
 
-__all__ = ["ACTIVE", "QL3", "Proc", "Stage", "StageError", "marked_pids", "wait_for"]
+__all__ = ["ACTIVE", "QL3", "ROOT", "Proc", "Stage", "StageError", "marked_pids", "wait_for"]
 
 
 class StageError(RuntimeError):
@@ -176,11 +176,12 @@ class Stage:
         return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
 
     def attempts(self, task: str | None = None) -> list[dict[str, Any]]:
-        """Every attempt (of ``task``'s runs) with its run, task, number, status, reason and
-        worker name, oldest first."""
+        """Every attempt (of ``task``'s runs) with its run, task, number, status, reason,
+        bundle digest and worker name, oldest first."""
         return self.rows(
             "SELECT a.id::text AS id, a.run_id::text AS run_id, t.name AS task, r.number "
             "AS run_number, a.number, a.status, a.reason, r.status AS run_status, "
+            "a.bundle_digest, "
             "i.name AS worker FROM attempts a JOIN runs r ON r.id = a.run_id "
             "JOIN tasks t ON t.id = r.task_id "
             "LEFT JOIN worker_incarnations i ON i.id = a.worker_incarnation_id "
