@@ -90,20 +90,20 @@ class Cli:
         self.stage = stage
         self.urls = stage.control_urls()
 
-    def __call__(self, *args: str, show: bool = True) -> str:
+    def __call__(self, *args: str) -> str:
+        """Run, show, and return the output (stdout and stderr in the order written);
+        CheckFailedError when the command exits non-zero."""
         env = self.stage.cluster.env(QL3_CONTROL_URL=self.urls,
                                      QL3_TOKEN=self.stage.admin_token, COLUMNS="80",
                                      PYTHONUNBUFFERED="1")  # stdout and stderr in order
         out = subprocess.run([QL3, "cluster", *args], env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, timeout=60, check=False)
-        code, output = out.returncode, out.stdout
-        if show:
-            print(f"  $ ql3 cluster {shlex.join(args)}")
-            for line in output.rstrip("\n").splitlines():
-                print(f"    {line}")
-        check(code == 0, f"`ql3 cluster {shlex.join(args)}` exited {code}: "
-                         f"{output.strip()[-500:]}")
-        return output
+        print(f"  $ ql3 cluster {shlex.join(args)}")
+        for line in out.stdout.rstrip("\n").splitlines():
+            print(f"    {line}")
+        check(out.returncode == 0, f"`ql3 cluster {shlex.join(args)}` exited "
+                                   f"{out.returncode}: {out.stdout.strip()[-500:]}")
+        return out.stdout
 
 
 class Story:
