@@ -26,6 +26,7 @@ Ctrl-C.
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 import signal
 import subprocess
@@ -38,7 +39,6 @@ from typing import Any, NoReturn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import httpx
 from cluster_demo_stage import (
     ACTIVE,
     QL3,
@@ -48,8 +48,6 @@ from cluster_demo_stage import (
     marked_pids,
     wait_for,
 )
-
-from qinglong.shared.bundles import pack
 
 BUNDLE = ROOT / "examples" / "cluster_report"  # report.sh sources lib/measure.sh
 FINISHED = ("succeeded", "failed", "cancelled", "timed_out", "lost")
@@ -97,7 +95,8 @@ class Cli:
                                      QL3_TOKEN=self.stage.admin_token, COLUMNS="80",
                                      PYTHONUNBUFFERED="1")  # stdout and stderr in order
         out = subprocess.run([QL3, "cluster", *args], env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True, timeout=60, check=False)
+                             stderr=subprocess.STDOUT, text=True, timeout=60, check=False,
+                             cwd=ROOT)  # paths shown relative to the clone
         print(f"  $ ql3 cluster {shlex.join(args)}")
         for line in out.stdout.rstrip("\n").splitlines():
             print(f"    {line}")
@@ -140,28 +139,15 @@ class Story:
                             'echo "slow: done"')
 
     def push_bundle(self, name: str, root: Path, entry_point: str, schedule: str) -> str:
-        """Push directory ``root`` as a script bundle and add task ``name`` running its
-        ``entry_point`` on ``schedule``; the bundle's digest. Over HTTP, shown as the
-        requests, until ``ql3 cluster`` can push bundles."""
-        data = pack(root)
-        print(f"  (HTTP) POST /v1/scripts  <- {root.relative_to(ROOT)}/ packed: "
-              f"{len(data)} bytes of gzip tar")
-        with httpx.Client(base_url=str(self.stage.controls["c1"].url), timeout=30, headers={
-                "Authorization": f"Bearer {self.stage.admin_token}"}) as api:
-            answer = api.post("/v1/scripts", content=data,
-                              headers={"Content-Type": "application/gzip"})
-            check(answer.status_code == 201, f"bundle push answered {answer.status_code}: "
-                                             f"{answer.text[:300]}")
-            digest = str(answer.json()["digest"])
-            print(f"    bundle sha256:{digest} ({answer.json()['member_count']} members)")
-            print(f"  (HTTP) POST /v1/tasks  {name}: bundle {digest[:12]}…, entry point "
-                  f"{entry_point}, schedule {schedule!r}")
-            answer = api.post("/v1/tasks", json={"name": name, "bundle_digest": digest,
-                                                 "entry_point": entry_point,
-                                                 "schedule": schedule})
-            check(answer.status_code == 201, f"adding task {name} answered "
-                                             f"{answer.status_code}: {answer.text[:300]}")
-        print(f"    added task {name} ({answer.json()['id']})")
+        """Push directory ``root`` as a script bundle with ``ql3 cluster script push`` and add
+        task ``name`` running its ``entry_point`` on ``schedule``; the bundle's digest."""
+        pushed = self.cli("script", "push", str(root.relative_to(ROOT)))
+        found = re.search(r"\b[0-9a-f]{64}\b", pushed)
+        check(found is not None, "`ql3 cluster script push` printed no digest")
+        assert found is not None
+        digest = found.group(0)
+        self.cli("task", "add", name, "--schedule", schedule, "--bundle", digest[:12],
+                 "--entry-point", entry_point)
         return digest
 
     def on_both_workers(self) -> None:
