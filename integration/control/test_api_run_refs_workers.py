@@ -140,3 +140,18 @@ def test_workers_list_incarnations_with_state_pool_and_attempts_held(api: ApiWor
     assert seen == [live, silent, stopped]
     assert api.client.get("/v1/workers", params={"state": "gone"},
                           headers=api.as_("viewer")).status_code == 422
+
+
+def test_an_attempt_names_the_worker_that_claimed_it(api: ApiWorld) -> None:
+    incarnation = make_incarnation(api, "w-named")
+    run_id = make_run(api, make_task(api), 1, status="running")
+    claimed, unclaimed = uuid7(), uuid7()
+    api.sql("INSERT INTO attempts (id, run_id, number, executor, status, worker_incarnation_id)"
+            " VALUES (%(a)s, %(r)s, 1, 'remote_worker', 'failed', %(i)s),"
+            " (%(b)s, %(r)s, 2, 'remote_worker', 'lost', NULL)",
+            {"a": claimed, "b": unclaimed, "r": run_id, "i": incarnation})
+    detail = api.client.get(f"/v1/runs/{run_id}", headers=api.as_("viewer")).json()
+    assert [(a["worker_incarnation_id"], a["worker_name"]) for a in detail["attempts"]] == [
+        (incarnation, "w-named"), (None, None)]
+    one = api.client.get(f"/v1/attempts/{claimed}", headers=api.as_("viewer")).json()
+    assert one["worker_name"] == "w-named"

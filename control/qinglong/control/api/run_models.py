@@ -39,7 +39,8 @@ class RunOut(BaseModel):
 
 class AttemptOut(BaseModel):
     """One attempt; ``has_log`` says a log object was recorded (read it at
-    ``/v1/attempts/{id}/log``)."""
+    ``/v1/attempts/{id}/log``); ``worker_name`` is the name the claiming worker incarnation
+    gave (``ql3 worker run --name``; null until a worker claimed it)."""
 
     id: str
     run_id: str
@@ -47,6 +48,7 @@ class AttemptOut(BaseModel):
     executor: str
     status: str
     worker_incarnation_id: str | None
+    worker_name: str | None
     lease_expires_at: datetime | None
     claimed_at: datetime | None
     started_at: datetime | None

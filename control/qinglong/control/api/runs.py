@@ -35,7 +35,14 @@ from qinglong.control.api.run_models import (
 from qinglong.control.api.security import require
 from qinglong.control.api.task_models import NAME_PATTERN
 from qinglong.control.auth.tokens import Principal
-from qinglong.control.db.tables import attempts, events, run_attempt_log_artifacts, runs, tasks
+from qinglong.control.db.tables import (
+    attempts,
+    events,
+    run_attempt_log_artifacts,
+    runs,
+    tasks,
+    worker_incarnations,
+)
 from qinglong.shared.ids import uuid7
 
 router = APIRouter(tags=["runs"], responses=ERRORS)
@@ -57,9 +64,14 @@ def run_out(row: RowMapping) -> RunOut:
 
 
 def _attempts(project_id: str) -> Select[Any]:
+    """Attempts of the project's runs with ``has_log`` and ``worker_name`` (the name of the
+    incarnation that claimed it; NULL when none did)."""
     has_log = exists().where(run_attempt_log_artifacts.c.attempt_id == attempts.c.id)
-    return (select(*attempts.c, has_log.label("has_log"))
+    return (select(*attempts.c, has_log.label("has_log"),
+                   worker_incarnations.c.name.label("worker_name"))
             .join(runs, runs.c.id == attempts.c.run_id)
+            .outerjoin(worker_incarnations,
+                       worker_incarnations.c.id == attempts.c.worker_incarnation_id)
             .where(runs.c.project_id == project_id))
 
 

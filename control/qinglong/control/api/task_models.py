@@ -194,8 +194,26 @@ class TaskOut(BaseModel):
     updated_at: datetime
 
 
-class TaskDetail(TaskOut):
-    """A task with its latest history rows (newest first, at most 100)."""
+class LastRunOut(BaseModel):
+    """A task's newest run (by creation, whatever its status; issue 12 item 2): ``number``
+    (``backup#42``), ``status``, ``finished_at`` (null while active) and ``duration_s``:
+    seconds from its start to its end, or to now while active; null before it started."""
+
+    id: str
+    number: int | None
+    status: str
+    finished_at: datetime | None
+    duration_s: float | None
+
+
+class TaskItem(TaskOut):
+    """A task as listed and shown: with its ``last_run`` (null: it never ran)."""
+
+    last_run: LastRunOut | None
+
+
+class TaskDetail(TaskItem):
+    """A task with its last run and its latest history rows (newest first, at most 100)."""
 
     history: list[TaskEventOut]
 
@@ -203,7 +221,7 @@ class TaskDetail(TaskOut):
 class TaskPage(BaseModel):
     """A page of live tasks by name; ``next_cursor``: the name to pass as ``cursor``."""
 
-    items: list[TaskOut]
+    items: list[TaskItem]
     next_cursor: str | None
 
 

@@ -17,6 +17,7 @@ from qinglong.control.api.context import get_context
 from qinglong.control.api.errors import ApiError
 from qinglong.control.api.models_common import ERRORS, ErrorBody, RunRef
 from qinglong.control.api.security import require
+from qinglong.control.api.task_last_run import last_run_of, last_run_out, with_last_run
 from qinglong.control.api.task_models import (
     NAME_PATTERN,
     NULLABLE_ON_EDIT,
@@ -26,6 +27,7 @@ from qinglong.control.api.task_models import (
     TaskCreate,
     TaskDetail,
     TaskEventOut,
+    TaskItem,
     TaskOut,
     TaskPage,
     TaskPatch,
@@ -61,9 +63,11 @@ def task_out(row: RowMapping) -> TaskOut:
 
 
 def _detail(conn: Any, row: RowMapping) -> TaskDetail:
+    """A task row with its last run and its history (two indexed queries)."""
     events = [TaskEventOut(kind=e["kind"], detail=dict(e["detail"]), at=e["at"])
               for e in history(conn, str(row["id"]))]
-    return TaskDetail(**task_out(row).model_dump(), history=events)
+    return TaskDetail(**task_out(row).model_dump(), last_run=last_run_of(conn, str(row["id"])),
+                      history=events)
 
 
 @router.post("/v1/tasks", status_code=201, response_model=TaskDetail)
@@ -78,21 +82,22 @@ def post_task(body: TaskCreate, request: Request, who: Admin) -> TaskDetail:
 @router.get("/v1/tasks", response_model=TaskPage)
 def get_tasks(request: Request, _who: Viewer, cursor: TaskNameParam | None = None,
               limit: Limit = 50) -> TaskPage:
-    """Live tasks ordered by name; keyset pages (``cursor``: the last name seen)."""
+    """Live tasks ordered by name, each with its last run (one query per page:
+    ``task_last_run.py``); keyset pages (``cursor``: the last name seen)."""
     ctx = get_context(request)
-    query = select(tasks).where(tasks.c.project_id == ctx.project_id,
+    query = with_last_run(select(tasks)).where(tasks.c.project_id == ctx.project_id,
                                 tasks.c.deleted_at.is_(None))
     if cursor is not None:
         query = query.where(tasks.c.name > cursor)
     with ctx.engine.connect() as conn:
         rows = list(conn.execute(query.order_by(tasks.c.name).limit(limit)).mappings())
-    items = [task_out(r) for r in rows]
+    items = [TaskItem(**task_out(r).model_dump(), last_run=last_run_out(r)) for r in rows]
     return TaskPage(items=items, next_cursor=items[-1].name if len(items) == limit else None)
 
 
 @router.get("/v1/tasks/{name}", response_model=TaskDetail)
 def get_task(name: TaskName, request: Request, _who: Viewer) -> TaskDetail:
-    """One live task with its history (newest first)."""
+    """One live task with its last run and its history (newest first)."""
     ctx = get_context(request)
     with ctx.engine.connect() as conn:
         return _detail(conn, live_task(conn, ctx.project_id, name))
