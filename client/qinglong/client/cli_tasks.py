@@ -21,7 +21,7 @@ from qinglong.client.cli_common import (
 from qinglong.client.cli_scripts import resolve_digest
 from qinglong.client.http import ControlClient
 from qinglong.shared.cron import parse_schedule
-from qinglong.shared.display import iso_utc
+from qinglong.shared.display import describe_last_run, iso_utc
 from qinglong.shared.errors import ValidationError
 from qinglong.shared.secret_text import SECRET_MAX_BYTES, decode_secret
 
@@ -297,7 +297,8 @@ def task_edit(name: str, schedule: str | None, timezone: str | None, timeout: st
 @json_option
 @connection
 def task_list(as_json: bool, client: ControlClient) -> None:
-    """List the live tasks by name: schedule, next fire time, command."""
+    """List the live tasks by name: schedule, next fire time, last run (status and
+    duration; --wide adds its finish time), command."""
     items = client.items("/v1/tasks")
     if as_json:
         print_json(items)
@@ -333,6 +334,7 @@ def task_show(name: str, as_json: bool, client: ControlClient) -> None:
         click.echo(output.field("next_fire_at", view["next_fire_at"]))
     else:
         click.echo(f"{'next_fire_at':>13}: disabled")
+    click.echo(output.field("last_run", describe_last_run(view.get("last_run"))))
     if recent:
         click.echo("recent runs:")
         output.print_runs(recent, indent="  ")

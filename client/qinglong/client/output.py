@@ -66,18 +66,23 @@ def labels(values: dict[str, str]) -> str:
 
 
 def print_tasks(tasks: list[dict[str, Any]]) -> None:
-    """Tasks by name: schedule, next fire time (``disabled``), command; ``--wide`` adds the
-    enabled flag, policy, attempts and labels."""
+    """Tasks by name, as ``ql3 local task list`` prints them: schedule, next fire time
+    (``disabled``), last run as status and duration (``succeeded 1m 05s``), command; the
+    command, then the schedule, then the name are shortened to fit, never the next fire time
+    or the last run. ``--wide`` adds the enabled flag, policy, attempts, labels and the last
+    run's finish time."""
     if display.DISPLAY.wide:
-        table(["name", "schedule", "enabled", "policy", "attempts", "next", "labels",
-               "command"],
+        table(["name", "schedule", "enabled", "policy", "attempts", "next", "last run",
+               "labels", "command"],
               [[x["name"], schedule(x), display.value(x["enabled"]), x["concurrency_policy"],
-                str(x["max_attempts"]), t(x["next_fire_at"]), labels(x["labels"]),
+                str(x["max_attempts"]), t(x["next_fire_at"]),
+                display.last_run_wide(x.get("last_run")), labels(x["labels"]),
                 task_command(x)] for x in tasks])
         return
-    table(["name", "schedule", "next", "command"],
+    table(["name", "schedule", "next", "last run", "command"],
           [[x["name"], schedule(x), t(x["next_fire_at"]) if x["enabled"] else "disabled",
-            task_command(x)] for x in tasks], flexible=("command", "schedule", "name"))
+            display.last_run_short(x.get("last_run")), task_command(x)] for x in tasks],
+          flexible=("command", "schedule", "name"))
 
 
 def exit_text(run: dict[str, Any]) -> str:
@@ -116,22 +121,28 @@ def describe_run(run: dict[str, Any]) -> str:
 
 def print_attempts(attempts: list[dict[str, Any]], indent: str = "  ") -> None:
     """``inspect``'s attempts as a table: number, status, exit (``sig N``), start, duration,
-    the worker incarnation (short id; whole with ``--wide``) and the reason it ended so."""
+    the worker by its name (``w1``; the incarnation's short id when the answer has no name)
+    and the reason it ended so. ``--wide`` adds the incarnation's full id."""
     def worker(attempt: dict[str, Any]) -> str:
         ident = attempt.get("worker_incarnation_id")
-        if not ident:
-            return "-"
-        return str(ident) if display.DISPLAY.wide else display.short_id(ident)
+        if attempt.get("worker_name"):
+            return str(attempt["worker_name"])
+        return display.short_id(ident) if ident else "-"
 
     def ended(attempt: dict[str, Any]) -> str:
         if attempt.get("signal") is not None:
             return f"sig {attempt['signal']}"
         return display.value(attempt.get("exit_code"))
 
-    table(["attempt", "status", "exit", "started", "took", "worker", "reason"],
-          [[str(a["number"]), a["status"], ended(a), t(a.get("started_at")),
-            display.span(a.get("started_at"), a.get("finished_at")), worker(a),
-            a.get("reason") or "-"] for a in attempts], flexible=("reason",), indent=indent)
+    columns = ["attempt", "status", "exit", "started", "took", "worker", "reason"]
+    rows = [[str(a["number"]), a["status"], ended(a), t(a.get("started_at")),
+             display.span(a.get("started_at"), a.get("finished_at")), worker(a),
+             a.get("reason") or "-"] for a in attempts]
+    if display.DISPLAY.wide:
+        columns.insert(6, "incarnation")
+        for row, attempt in zip(rows, attempts, strict=True):
+            row.insert(6, attempt.get("worker_incarnation_id") or "-")
+    table(columns, rows, flexible=("reason",), indent=indent)
 
 
 def detail_text(detail: dict[str, Any] | None) -> str:

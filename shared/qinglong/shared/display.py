@@ -6,6 +6,9 @@ task's zone): the click options that set :data:`DISPLAY` live with each command 
   (``+00:00``) after ``--utc``. The zone is the process's (``TZ``, else the system's).
 - Durations: ``0s``, ``45s``, ``1m 05s``, ``2h 03m``, ``3d 04h``.
 - Commands: shell-quoted (``shlex.join``) so what is shown can be pasted back.
+- A task's last run (issue 12 item 2): ``succeeded 1m 05s`` in an 80-column table,
+  ``succeeded 2026-12-01 03:00:05 +01:00 (5s)`` with ``--wide``, and
+  ``succeeded, finished 2026-12-01 03:00:05 +01:00, took 5s`` in ``task show``.
 - Tables: plain columns two spaces apart, one line per row, never wider than the terminal
   (``COLUMNS`` when set, so piped output honours it, else the terminal's size, else 80):
   flexible columns (a command, a note) are shortened first with ``…``, never wrapped; with
@@ -19,8 +22,9 @@ from __future__ import annotations
 import datetime as dt
 import shlex
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 ELLIPSIS = "…"
 DEFAULT_WIDTH = 80
@@ -197,3 +201,42 @@ def zoned(value: object, zone: str | None = None) -> str:
     local = stamp.astimezone(load_zone(zone)) if zone else stamp.astimezone()
     offset = local.strftime("%z")
     return local.strftime("%Y-%m-%d %H:%M:%S ") + f"{offset[:3]}:{offset[3:]}"
+
+
+def last_run_short(last: Mapping[str, Any] | None) -> str:
+    """A task's last run for an 80-column table: its status and how long it took
+    (``succeeded 1m 05s``; the status alone before it started); ``""``: it never ran.
+    ``last``: ``{"status", "duration_s"}`` (seconds or None), more keys ignored."""
+    if not last:
+        return ""
+    took = last.get("duration_s")
+    status = str(last["status"])
+    return f"{status} {duration(took)}" if took is not None else status
+
+
+def last_run_wide(last: Mapping[str, Any] | None) -> str:
+    """A task's last run for a ``--wide`` table: status, finish time with its offset and
+    duration (``succeeded 2026-12-01 03:00:05 +01:00 (5s)``); ``""``: it never ran.
+    ``last``: ``{"status", "finished_at"`` (ISO or None), ``"duration_s"}``."""
+    if not last:
+        return ""
+    text = f"{last['status']} {zoned(last.get('finished_at'))}".rstrip()
+    took = last.get("duration_s")
+    return text + (f" ({duration(took)})" if took is not None else "")
+
+
+def describe_last_run(last: Mapping[str, Any] | None) -> str:
+    """A task's last run for ``task show``: ``succeeded, finished 2026-12-01 03:00:05
+    +01:00, took 5s`` (``started <time>`` while it runs, when the view gives
+    ``started_at``), or ``never ran``."""
+    if not last:
+        return "never ran"
+    text = str(last["status"])
+    if last.get("finished_at"):
+        text += f", finished {zoned(last['finished_at'])}"
+    elif last.get("started_at"):
+        text += f", started {zoned(last['started_at'])}"
+    took = last.get("duration_s")
+    if took is not None:
+        text += f", took {duration(took)}"
+    return text

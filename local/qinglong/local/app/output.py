@@ -87,7 +87,7 @@ def print_tasks(tasks: list[dict[str, Any]]) -> None:
                 _s(t["enabled"]),
                 t["concurrency"],
                 _next_fire(t),
-                _last(t.get("last_run")),
+                shared_display.last_run_wide(t.get("last_run")),
                 display.command(t["argv"]),
             ]
             for t in tasks
@@ -99,7 +99,7 @@ def print_tasks(tasks: list[dict[str, Any]]) -> None:
             t["name"],
             _schedule(t),
             _next_fire(t) if t["enabled"] else "disabled",
-            _last_short(t.get("last_run")),
+            shared_display.last_run_short(t.get("last_run")),
             display.command(t["argv"]),
         ]
         for t in tasks
@@ -118,23 +118,6 @@ def _next_fire(task: dict[str, Any]) -> str:
     if task.get("next_fire_pending"):
         return "pending"
     return zoned(task.get("next_fire"))
-
-
-def _last(last: dict[str, Any] | None) -> str:
-    """``succeeded 2026-12-01 03:00:05 +01:00 (5s)`` for a table; empty: never ran."""
-    if not last:
-        return ""
-    text = f"{last['status']} {zoned(last.get('finished_at'))}".rstrip()
-    return text + (f" ({duration(last['duration_s'])})" if last.get("duration_s") is not None
-                   else "")
-
-
-def _last_short(last: dict[str, Any] | None) -> str:
-    """``succeeded 1m 05s`` (status and duration) for an 80-column table; empty: never ran."""
-    if not last:
-        return ""
-    took = last.get("duration_s")
-    return f"{last['status']} {display.duration(took)}" if took is not None else last["status"]
 
 
 def _natural_width(columns: list[str], rows: list[list[str]]) -> int:
@@ -285,18 +268,7 @@ def duration(seconds: float | None) -> str:
     return "" if seconds is None else display.duration(seconds)
 
 
-def describe_last_run(last: dict[str, Any] | None) -> str:
-    """``succeeded, finished 2026-12-01 03:00:05 +01:00, took 5.0s`` or ``never ran``."""
-    if not last:
-        return "never ran"
-    text = str(last["status"])
-    if last.get("finished_at"):
-        text += f", finished {zoned(last['finished_at'])}"
-    elif last.get("started_at"):
-        text += f", started {zoned(last['started_at'])}"
-    if last.get("duration_s") is not None:
-        text += f", took {duration(last['duration_s'])}"
-    return text
+describe_last_run = shared_display.describe_last_run
 
 
 def describe_task_event(event: dict[str, Any]) -> str:

@@ -1,0 +1,94 @@
+"""What ``ql3 cluster task list``/``show`` and ``inspect`` print for people (issue 12 item
+2, issue 13 item 2): the last run as ``ql3 local`` prints it (``qinglong.shared.display``),
+tables within 80 columns, the worker by its name."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from qinglong.client import output
+from qinglong.shared import display
+
+
+@pytest.fixture
+def shanghai(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The viewer is in Asia/Shanghai (UTC+8), at 80 columns, without ``--wide``/``--utc``."""
+    monkeypatch.setenv("TZ", "Asia/Shanghai")
+    monkeypatch.setenv("COLUMNS", "80")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+    display.DISPLAY.wide = display.DISPLAY.utc = False
+
+
+def a_task(name: str, last_run: dict[str, Any] | None, **over: Any) -> dict[str, Any]:
+    task = {"name": name, "schedule": "*/5 * * * *", "timezone": "Asia/Shanghai",
+            "enabled": True, "concurrency_policy": "forbid", "max_attempts": 1,
+            "next_fire_at": "2026-12-02T01:30:00Z", "labels": {},
+            "argv": ["/usr/bin/python3", "/srv/jobs/nightly-report.py", "--all", "--verbose"],
+            "shell": None, "bundle_digest": None, "entry_point": None, "last_run": last_run}
+    task.update(over)
+    return task
+
+
+DONE = {"id": "0190", "number": 3, "status": "succeeded",
+        "finished_at": "2026-12-01T19:00:05Z", "duration_s": 65.4}
+
+
+def test_shared_last_run_texts_are_status_duration_and_finish_time(shanghai: None) -> None:
+    assert display.last_run_short(DONE) == "succeeded 1m 05s"
+    assert display.last_run_short({**DONE, "status": "queued", "duration_s": None}) == "queued"
+    assert display.last_run_short(None) == ""
+    assert display.last_run_wide(DONE) == "succeeded 2026-12-02 03:00:05 +08:00 (1m 05s)"
+    assert display.describe_last_run(DONE) == (
+        "succeeded, finished 2026-12-02 03:00:05 +08:00, took 1m 05s")
+    running = {**DONE, "status": "running", "finished_at": None, "duration_s": 12}
+    assert display.describe_last_run(running) == "running, took 12s"
+    assert display.describe_last_run(None) == "never ran"
+
+
+def test_task_list_at_80_columns_keeps_next_and_last_run_whole_and_cuts_the_command(
+        shanghai: None, capsys: pytest.CaptureFixture[str]) -> None:
+    output.print_tasks([a_task("nightly-report", DONE), a_task("fresh", None),
+                        a_task("off", {**DONE, "status": "failed"}, enabled=False)])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["NAME", "SCHEDULE", "NEXT", "LAST", "RUN", "COMMAND"]
+    assert all(len(line) <= 80 for line in lines), lines
+    assert "2026-12-02 09:30:00 +08:00" in lines[1] and "succeeded 1m 05s" in lines[1]
+    assert "…" in lines[1]  # the command gave way
+    assert "succeeded" not in lines[2] and "failed 1m 05s" in lines[3]
+    assert "disabled" in lines[3]
+
+
+def test_task_list_wide_adds_the_last_run_s_finish_time(
+        shanghai: None, capsys: pytest.CaptureFixture[str]) -> None:
+    display.DISPLAY.wide = True
+    output.print_tasks([a_task("nightly-report", DONE)])
+    out = capsys.readouterr().out
+    assert "succeeded 2026-12-02 03:00:05 +08:00 (1m 05s)" in out
+    assert "/srv/jobs/nightly-report.py --all --verbose" in out
+
+
+def test_inspect_names_the_worker_and_wide_adds_its_incarnation(
+        shanghai: None, capsys: pytest.CaptureFixture[str]) -> None:
+    incarnation = "0190a000-0000-7000-8000-0000c0ffee42"
+    attempts = [{"number": 1, "status": "succeeded", "exit_code": 0, "signal": None,
+                 "started_at": "2026-12-01T19:00:00Z", "finished_at": "2026-12-01T19:00:05Z",
+                 "worker_incarnation_id": incarnation, "worker_name": "w1", "reason": None},
+                {"number": 2, "status": "lost", "exit_code": None, "signal": None,
+                 "started_at": None, "finished_at": None,
+                 "worker_incarnation_id": incarnation, "reason": "lease_expired"}]
+    output.print_attempts(attempts)
+    rows = capsys.readouterr().out.splitlines()[1:]
+    assert rows[0].split()[-2:] == ["w1", "-"]
+    assert rows[1].split()[-2] == "c0ffee42"  # an answer without a name: the short id
+    display.DISPLAY.wide = True
+    output.print_attempts(attempts[:1])
+    assert incarnation in capsys.readouterr().out
+    assert os.environ["COLUMNS"] == "80"
