@@ -1,8 +1,9 @@
 """``ql3 cluster`` through the real ``ql3`` binary against real control replicas, a real worker,
 PostgreSQL and moto (issue 13 item 2; docs/protocols.md §4.5): a scripted session at
 COLUMNS=80 in a zone with an offset (add, edit, next, run --wait, runs, inspect by
-``TASK#1`` and ``TASK@last``, logs --tail, cancel of a running run, occurrences, workers,
-list, show, rm), every line at most 80 columns; then each error class as one line with its
+``TASK#1`` and ``TASK@last`` naming the worker, logs --tail, cancel of a running run,
+occurrences, workers, list and show with the last run as ``ql3 local`` prints it, rm), every
+line at most 80 columns; then each error class as one line with its
 exit code: control unreachable, a bad token, a viewer token writing, an unknown task and run,
 a conflict, a log retired by retention, and a replica whose database is gone (503 with the
 readiness reason). Never a traceback, never the token."""
@@ -26,7 +27,8 @@ def cli(cluster: Cluster, url: str, token: str, *args: str, stdin: str = "",
         code: int | None = 0) -> subprocess.CompletedProcess[str]:
     """``ql3 cluster ARGS`` at COLUMNS=80 in ``ZONE``; asserts the exit code (None: any), no
     traceback, the token nowhere in the output, and, for a success, no line wider than 80
-    columns (an error line names URLs and is as long as they are)."""
+    columns (an error line names URLs and is as long as they are; ``--wide`` shortens
+    nothing)."""
     env = cluster.env(QL3_CONTROL_URL=url, QL3_TOKEN=token, COLUMNS="80", TZ=ZONE)
     out = subprocess.run([QL3, "cluster", *args], env=env, input=stdin, capture_output=True,
                          text=True, timeout=90, check=False)
@@ -35,7 +37,7 @@ def cli(cluster: Cluster, url: str, token: str, *args: str, stdin: str = "",
         assert out.returncode == code, (args, out.returncode, out.stdout, out.stderr)
     assert "Traceback" not in shown, (args, shown)
     assert not token or token not in shown, (args, shown)
-    if "--json" not in args and "logs" not in args and out.returncode == 0:
+    if not {"--json", "--wide", "logs"} & set(args) and out.returncode == 0:
         wide = [line for line in shown.splitlines() if len(line) > 80]
         assert wide == [], (args, wide)
     return out
@@ -105,7 +107,8 @@ def test_a_scripted_session_at_80_columns(cluster: Cluster) -> None:
         f"run hello#1 ({run_id}): succeeded (exit 0)"
     assert by_number[1] == "attempts:" and by_number[2].split() == [
         "ATTEMPT", "STATUS", "EXIT", "STARTED", "TOOK", "WORKER", "REASON"]
-    assert re.fullmatch(rf"  1        succeeded  0     {STAMP}  \d+s\s+[0-9a-f]{{8}}  -",
+    # the worker by the name it was started with, not its incarnation's id
+    assert re.fullmatch(rf"  1        succeeded  0     {STAMP}  \d+s\s+w1\s+-",
                         by_number[3]), by_number
     assert by_number[4] == "events:" and by_number[5].split()[:4] == [
         "AT", "EVENT", "STATUS", "DETAIL"]
@@ -124,6 +127,8 @@ def test_a_scripted_session_at_80_columns(cluster: Cluster) -> None:
     assert "     schedule: 30 2 * * *\n" in show and "       labels: zone=a\n" in show
     assert "recent runs:\n" in show and "  hello#1  " in show
     assert re.search(r"edited: env, schedule \(by admin-", show), show
+    # the last run as `ql3 local task show` gives it: status, finish time with its offset
+    assert re.search(rf"\n     last_run: succeeded, finished {STAMP}, took \d+s\n", show), show
 
     cli(cluster, url, admin, "task", "add", "sleeper", "--schedule", "@once", "--label",
         "zone=a", "--", "sleep", "120")
@@ -156,12 +161,17 @@ def test_a_scripted_session_at_80_columns(cluster: Cluster) -> None:
                for row in ledger[1:]), ledger
 
     listing = cli(cluster, url, tokens["viewer"], "task", "list").stdout.splitlines()
-    assert listing[0].split() == ["NAME", "SCHEDULE", "NEXT", "COMMAND"]
+    assert listing[0].split() == ["NAME", "SCHEDULE", "NEXT", "LAST", "RUN", "COMMAND"]
     rows = {row.split()[0]: row for row in listing[1:]}
     assert set(rows) == {"hello", "sleeper", "tick"}
-    assert re.match(rf"hello\s+30 2 \* \* \* \({ZONE}\)\s+{STAMP}\s+sh -c 'echo", rows["hello"]), \
-        listing
+    # at 80 columns the next fire time and the last run (status and duration, as
+    # `ql3 local task list`) stay whole; the schedule and the command give way
+    assert re.match(rf"hello\s+30 2 \* \* \*.*\s{STAMP}\s+succeeded \d+s\s+sh -c ",
+                    rows["hello"]), listing
+    assert re.search(r"\s+cancelled \d+s\s+sleep ", rows["sleeper"]), listing
     assert " disabled " in rows["tick"]
+    wide = cli(cluster, url, tokens["viewer"], "task", "list", "--wide").stdout
+    assert re.search(rf"  succeeded {STAMP} \(\d+s\)  ", wide), wide  # adds the finish time
 
     assert cli(cluster, url, admin, "task", "rm", "hello").stdout == "removed task hello\n"
     out = cli(cluster, url, tokens["viewer"], "task", "show", "hello", code=2)
@@ -243,7 +253,8 @@ def test_a_replica_whose_database_is_gone_answers_with_its_readiness_reason(
     cluster = private_cluster
     url = cluster.start_control("c1").url or ""
     viewer = cluster.token("viewer")
-    assert cli(cluster, url, viewer, "task", "list").stdout == "NAME  SCHEDULE  NEXT  COMMAND\n"
+    assert cli(cluster, url, viewer, "task", "list").stdout == (
+        "NAME  SCHEDULE  NEXT  LAST RUN  COMMAND\n")
     private_pg.stop("fast")
     out = cli(cluster, url, viewer, "task", "list", code=1)
     assert one_error_line(out) == (f"ql3: error: control at {url} is not ready: "
