@@ -158,8 +158,11 @@ class WorkerSeed:
             return {"incarnation_id": inc}
         assert leased
         if path == "/v1/worker/bundle":  # a live lease on an attempt running the bundle
-            claim_attempts(self.api.engine, self.config, pool_id=self.pool_id,
-                           request=wire.ClaimRequest(inc, wire.MAX_CLAIM))  # older runs
+            # every older claimable run first (the seeding of the other operations queues
+            # many more than one claim takes), so the next claim is the bundle task's
+            while claim_attempts(self.api.engine, self.config, pool_id=self.pool_id,
+                                 request=wire.ClaimRequest(inc, wire.MAX_CLAIM)).attempts:
+                pass
             self.queued_run(self.bundle_task_id)
             (attempt,) = claim_attempts(self.api.engine, self.config, pool_id=self.pool_id,
                                         request=wire.ClaimRequest(inc, 1)).attempts
