@@ -1,5 +1,6 @@
-"""Processes that leave the attempt's group (case C18; docs/protocols.md §3.3 attempt lock, §4.2;
-issue 11 items 4 and 6): a real `ql3 worker run`, real `setsid` escapees, real signals."""
+"""Processes left behind by the attempt's command, in its group or out of it (case C18;
+docs/protocols.md §3.3 attempt lock, §4.2; issue 11 items 4 and 6): a real `ql3 worker run`,
+real `setsid` escapees, real signals."""
 
 from __future__ import annotations
 
@@ -15,16 +16,18 @@ pytestmark = pytest.mark.integration
 
 @pytest.mark.parametrize("pause", ["", "sleep 0.3; "],
                          ids=["as_in_c18", "escaped_before_the_leader_exits"])
-def test_c18_setsid_escapee_is_stopped_and_the_attempt_fails_leftover_processes(
+def test_c18_setsid_escapee_is_stopped_and_recorded_the_exit_code_decides(
         control, start_worker, tmp_path, pause):
+    """Case C18, as locally: the leftovers are stopped and recorded (reason
+    ``leftovers_stopped``, never a silent success); the outcome is the exit code's, so a
+    script that succeeded is not retried (its side effects would happen twice)."""
     naptime = unique_sleep()
     # with the pause, setsid has certainly run before the leader exits: out of the group
     control.queue.append(make_attempt(f"setsid sleep {naptime} & {pause}exit 0"))
     start_worker()
     done = control.wait_for("complete", timeout_s=10.0)[0]
-    assert done["outcome"] == "failed"
-    assert done["reason"] == "leftover_processes"
-    assert done["exit_code"] == 0  # the leader's own exit stays recorded
+    assert (done["outcome"], done["reason"], done["exit_code"]) == (
+        "succeeded", "leftovers_stopped", 0)
     assert pids_running(["sleep", naptime]) == []  # stopped before the completion was sent
     assert list((tmp_path / "spool").glob("*.lock")) == []  # lock free, file discarded
 
@@ -32,11 +35,26 @@ def test_c18_setsid_escapee_is_stopped_and_the_attempt_fails_leftover_processes(
 def test_escapee_ignoring_term_is_killed_after_the_grace(control, start_worker):
     naptime = unique_sleep()
     control.queue.append(make_attempt(
-        f"trap '' TERM; setsid sleep {naptime} & exit 0"))
+        f"trap '' TERM; setsid sleep {naptime} & exit 3"))
     start_worker()  # --grace 0.5
     wait_until(lambda: bool(pids_running(["sleep", naptime])), 5.0, "escapee started")
     done = control.wait_for("complete", timeout_s=10.0)[0]
-    assert (done["outcome"], done["reason"]) == ("failed", "leftover_processes")
+    assert (done["outcome"], done["reason"], done["exit_code"]) == (
+        "failed", "leftovers_stopped", 3)
+    assert pids_running(["sleep", naptime]) == []
+
+
+def test_a_background_child_in_the_group_is_stopped_and_a_success_stays_a_success(
+        control, start_worker):
+    """A Qinglong-style script that leaves ``nohup … &`` behind and exits 0: the child is
+    stopped, the attempt succeeds with the leftovers recorded (not failed, so not retried)."""
+    naptime = unique_sleep()
+    control.queue.append(make_attempt(
+        f"nohup sleep {naptime} >/dev/null 2>&1 & echo started"))
+    start_worker()
+    done = control.wait_for("complete", timeout_s=10.0)[0]
+    assert (done["outcome"], done["reason"], done["exit_code"]) == (
+        "succeeded", "leftovers_stopped", 0)
     assert pids_running(["sleep", naptime]) == []
 
 

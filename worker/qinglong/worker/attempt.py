@@ -6,11 +6,14 @@ spool file -> spawn the group behind the wrapper, holding the attempt lock -> re
 ``started`` -> heartbeat and supervise (timeout, cancel, drain, lease loss, self-fence) -> stop
 the group -> stop the leftovers (lock holders and group members; case C18) -> release the
 wrapper -> hash the spool -> ask a log-upload grant -> PUT -> complete. An attempt whose
-command ended by itself but left processes behind completes ``failed`` with reason
-``leftover_processes``, never ``succeeded``; a timed-out or cancelled one keeps that outcome
-(the leftovers are stopped and logged). A 409 on any write, or a fence deadline passed
-without renewal, kills the group and every lock holder at once and forgets the attempt: it is
-never completed by this worker (case C21).
+command ended by itself but left processes behind keeps the outcome its exit code gives (a
+retry of a script that succeeded would repeat its side effects), with reason
+``leftovers_stopped`` once they are all stopped (TERM, grace, KILL) — never a silent
+``succeeded`` (case C18); when lock holders remain that it cannot find (another PID
+namespace), it completes ``failed`` with reason ``leftover_processes``. A timed-out or
+cancelled attempt keeps that outcome and reason (the leftovers are stopped and logged).
+A 409 on any write, or a fence deadline passed without renewal, kills the group and every
+lock holder at once and forgets the attempt: it is never completed by this worker (case C21).
 """
 
 from __future__ import annotations
@@ -262,8 +265,10 @@ class AttemptRunner:
         report = proc.clear_leftovers(self._config.grace_s)
         if report.found or report.unresolved:
             log.warning("attempt %s: %s", self.attempt_id, report.describe())
-            if verdict is None:  # never a silent "succeeded" (case C18)
+            if verdict is None and report.unresolved:  # holders it cannot stop (case C18)
                 verdict, why = "failed", "leftover_processes"
+            elif why is None:  # stopped: the exit code decides, as locally; recorded
+                why = "leftovers_stopped"
         proc.release()
         return verdict, why, code
 
