@@ -56,3 +56,20 @@ def test_serve_started_while_the_database_is_down_is_never_ready_with_the_owner_
     runtime = cluster.start_control("c-runtime")  # same database, the runtime login: ready
     assert runtime.alive()
     assert proc.terminate() == 0, proc.log()[-3000:]
+
+
+def test_a_replica_says_in_its_log_why_it_is_not_ready_and_when_it_is(
+        cluster: Cluster) -> None:
+    """A replica that is up but never ready (here: ``--runtime-role`` naming a role the
+    grants were not made to) says so in its own log with the reason, once — not only on
+    ``/readyz``; a healthy replica logs ``ready``."""
+    wrong = cluster.start_control("c-wrong-role", "--runtime-role", "ql3_no_such_role",
+                                  wait=False)
+    assert wait_for(lambda: "not ready: runtime_role_invalid" in wrong.log()
+                    or not wrong.alive(), 30, 0.2), wrong.log()[-3000:]
+    assert wrong.alive(), wrong.log()[-3000:]
+    wait_for(lambda: False, 5, 0.5)  # a few more readiness periods (2 s each)
+    assert wrong.log().count("not ready: runtime_role_invalid") == 1, wrong.log()[-3000:]
+    good = cluster.start_control("c-good")
+    assert wait_for(lambda: "INFO qinglong.control.serve: ready" in good.log(), 10, 0.2), \
+        good.log()[-3000:]

@@ -70,7 +70,9 @@ class ReadinessCache:
     than per request (a probe storm never reaches the database). Until the first check, and
     after a check that could not reach the database, the answer is not ready with
     ``database_unavailable``; a lifecycle whose ticks keep failing adds
-    ``<name>_failing``."""
+    ``<name>_failing``. Each change of the answer is one line of the replica's log (a
+    warning naming the reasons when it becomes not ready, info when ready again), so a
+    replica that never becomes ready says why without anyone probing ``/readyz``."""
 
     def __init__(self, engine: Engine, runtime_role: str, capabilities: list[Any],
                  supervisor: Supervisor) -> None:
@@ -80,6 +82,7 @@ class ReadinessCache:
         self._supervisor = supervisor
         self._lock = threading.Lock()
         self._answer: tuple[bool, list[str], list[str]] = (False, ["database_unavailable"], [])
+        self._checked = False  # the first answer is logged whatever it is
 
     def refresh(self) -> None:
         """One check; a database error becomes ``database_unavailable`` (then re-raised so
@@ -90,13 +93,23 @@ class ReadinessCache:
             verdict = readiness(self._engine, runtime_role=self._role,
                                 capabilities=self._capabilities, refuse_privileged=True)
         except Exception:
-            with self._lock:
-                self._answer = (False, ["database_unavailable"], [])
+            self._set((False, ["database_unavailable"], []))
             raise
         degraded = [f"{c.name}: {c.reason}" for c in verdict.degraded]
+        self._set((verdict.ready, [verdict.reason] if verdict.reason else [], degraded))
+
+    def _set(self, answer: tuple[bool, list[str], list[str]]) -> None:
         with self._lock:
-            self._answer = (verdict.ready, [verdict.reason] if verdict.reason else [],
-                            degraded)
+            before, self._answer = self._answer, answer
+            first = not self._checked
+            self._checked = True
+        if answer == before and not first:
+            return
+        ready, reasons, degraded = answer
+        if ready:
+            _log.info("ready%s", f" (degraded: {'; '.join(degraded)})" if degraded else "")
+        else:  # docs/operations.md §4 says what to do about each reason
+            _log.warning("not ready: %s (docs/operations.md §4)", ", ".join(reasons))
 
     def __call__(self) -> tuple[bool, list[str], list[str]]:
         with self._lock:
