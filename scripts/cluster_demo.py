@@ -269,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
     say = Narrator()
     signal.signal(signal.SIGTERM, _interrupted)
+    # also when started with SIGINT ignored (a background job of a non-interactive shell
+    # inherits that, and Python then installs no KeyboardInterrupt handler of its own)
+    signal.signal(signal.SIGINT, _interrupted)
     stage: Stage | None = None
     stack = ExitStack()
     code = 0
