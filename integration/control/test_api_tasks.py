@@ -121,6 +121,20 @@ def test_invalid_definitions_are_422_without_echoing_input(api: ApiWorld, field:
     assert api.sql("SELECT count(*) FROM tasks") == [(0,)]
 
 
+def test_boot_is_refused_in_the_cluster_with_what_to_use_instead(api: ApiWorld) -> None:
+    """``@boot`` (one run per start of the local ``serve``) has no meaning in the cluster:
+    it was accepted and never fired; now a 422 that says what to use, for add and edit."""
+    answer = api.client.post("/v1/tasks", json=task(schedule="@boot"), headers=api.as_("admin"))
+    assert answer.status_code == 422, answer.text
+    assert "@boot runs once per start of `ql3 local serve`" in answer.json()["error"]["message"]
+    assert api.sql("SELECT count(*) FROM tasks") == [(0,)]
+    assert api.client.post("/v1/tasks", json=task(), headers=api.as_("admin")
+                           ).status_code == 201
+    edit = api.client.patch("/v1/tasks/backup", json={"schedule": "@boot"},
+                            headers=api.as_("admin"))
+    assert (edit.status_code, edit.json()["error"]["code"]) == (422, "invalid_request")
+
+
 def test_tasks_and_the_ledger_page_by_keyset(api: ApiWorld) -> None:
     for n in range(5):
         api.client.post("/v1/tasks", json=task(f"t{n}"), headers=api.as_("admin"))

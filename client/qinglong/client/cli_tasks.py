@@ -102,7 +102,8 @@ def _command(argv: tuple[str, ...], shell: str | None) -> dict[str, Any]:
 @task.command("add")
 @click.argument("name")
 @click.option("--schedule", required=True, metavar="CRON",
-              help="5-field cron, 6 fields with seconds first, or @once (manual runs only).")
+              help="5-field cron, 6 fields with seconds first, an @ alias such as @daily, "
+                   "or @once (manual runs only; the cluster has no @boot).")
 @click.option("--timezone", default="UTC", show_default=True, metavar="TZ",
               help="IANA time zone the schedule is read in.")
 @click.option("--timeout", type=click.IntRange(1, 2**31 - 1), default=None, metavar="SECONDS",

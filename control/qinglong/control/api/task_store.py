@@ -81,7 +81,10 @@ def check_definition(values: dict[str, Any]) -> None:
             raise invalid("entry_point", "not a relative path inside the bundle") from None
     try:
         if values.get("schedule") is not None:
-            parse_schedule(values["schedule"], values["timezone"])
+            if parse_schedule(values["schedule"], values["timezone"]).kind == "boot":
+                # no one machine boots a cluster: accepted, it would never fire
+                raise invalid("schedule", "@boot runs once per start of `ql3 local serve`; "
+                              "the cluster has none: use a cron schedule, or @once and run it")
         else:
             parse_schedule("@once", values["timezone"])  # the zone alone
         check_labels(values.get("labels", {}))
