@@ -97,6 +97,20 @@ def test_a_variable_value_given_on_the_command_line_is_refused_without_echoing_i
     assert "TOKEN" not in ql3.run("local", "vars", "list").stdout
 
 
+def test_an_empty_secret_on_stdin_is_refused_and_nothing_is_stored(ql3: Ql3) -> None:
+    """`< /dev/null` (or a command that printed nothing) gives no value: refused, exit 2,
+    for a variable and for a task's secret alike; nothing is stored."""
+    for argv in (["vars", "set", "TOKEN"],
+                 ["task", "add", "sec", "--schedule", "@once", "--secret-env", "API_KEY",
+                  "--", "true"]):
+        proc = subprocess.run([QL3, "local", *argv], env=ql3.env, capture_output=True,
+                              text=True, timeout=60, stdin=subprocess.DEVNULL, check=False)
+        assert proc.returncode == 2, proc
+        assert "the value is empty" in proc.stderr, proc.stderr
+    assert "TOKEN" not in ql3.run("local", "vars", "list").stdout
+    assert "sec" not in ql3.run("local", "task", "list").stdout.split()
+
+
 def test_an_uninitialised_data_directory_is_named(ql3: Ql3, tmp_path: Path) -> None:
     typo = tmp_path / "ql3-dta"
     for args in (("status",), ("task", "list"), ("runs",)):

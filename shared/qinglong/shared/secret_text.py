@@ -14,7 +14,8 @@ def decode_secret(data: bytes, what: str, max_bytes: int = SECRET_MAX_BYTES) -> 
     """The text of ``data`` read for ``what`` (at most ``max_bytes`` + 1 bytes read, so too
     long is detectable), one trailing newline dropped (``echo x | ...`` gives ``x``).
 
-    Raises ValidationError(what, ...) when it is larger than ``max_bytes``, not UTF-8 or
+    Raises ValidationError(what, ...) when it is empty (nothing on stdin: ``< /dev/null``,
+    a pipe from a command that printed nothing), larger than ``max_bytes``, not UTF-8 or
     holds NUL; the message never quotes the value.
     """
     if len(data) > max_bytes:
@@ -23,6 +24,8 @@ def decode_secret(data: bytes, what: str, max_bytes: int = SECRET_MAX_BYTES) -> 
         data = data[:-2]
     elif data.endswith(b"\n"):
         data = data[:-1]
+    if not data:
+        raise ValidationError(what, "the value is empty: give it on stdin or with --from-file")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
