@@ -113,15 +113,36 @@ seccompProfile:
 {{- end }}
 {{- end -}}
 
+{{/* One pool's values: the worker defaults (worker without pools) with each key the pool
+gives replacing the default's, even 0, false, {} or [] (sprig merge would drop those); token
+and autoscaling are merged one level deeper, every other key (labels too) is replaced whole.
+include "qinglong.poolValues" (list $ $pool) | fromJson (numbers come back as floats). */}}
+{{- define "qinglong.poolValues" -}}
+{{- $root := index . 0 -}}
+{{- $pool := index . 1 -}}
+{{- $w := deepCopy (omit $root.Values.worker "pools") -}}
+{{- range $key, $value := $pool -}}
+{{- if and (has $key (list "token" "autoscaling")) (kindIs "map" $value) -}}
+{{- $nested := deepCopy (get $w $key | default dict) -}}
+{{- range $k, $v := $value -}}
+{{- $_ := set $nested $k $v -}}
+{{- end -}}
+{{- $_ := set $w $key $nested -}}
+{{- else -}}
+{{- $_ := set $w $key $value -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $w -}}
+{{- end -}}
+
 {{/* Settings a rendering cannot go on without. */}}
 {{- define "qinglong.required" -}}
 {{- $_ := required "database.runtime.existingSecret: the Secret holding the control replicas' database URL" .Values.database.runtime.existingSecret -}}
 {{- $_ := required "database.migration.existingSecret: the Secret holding the schema owner's database URL" .Values.database.migration.existingSecret -}}
 {{- $_ := required "logs.bucket: the bucket of the workers' logs" .Values.logs.bucket -}}
 {{- $seen := dict -}}
-{{- $defaults := omit .Values.worker "pools" -}}
 {{- range $p := .Values.worker.pools -}}
-{{- $w := merge (deepCopy $p) (deepCopy $defaults) -}}
+{{- $w := include "qinglong.poolValues" (list $ $p) | fromJson -}}
 {{- $_ := required (printf "worker.pools[%s].token.existingSecret: the Secret holding the pool's worker token" $w.name) $w.token.existingSecret -}}
 {{- if hasKey $seen $w.name -}}
 {{- fail (printf "worker.pools: the pool name %q is given twice" $w.name) -}}
