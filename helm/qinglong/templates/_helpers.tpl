@@ -41,6 +41,17 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end -}}
 {{- end -}}
 
+{{/* The workers' and the helm test's ServiceAccount: never the control one, which may carry
+the bucket role (IRSA / Workload Identity annotations) that user task code must not get. */}}
+{{- define "qinglong.workerServiceAccountName" -}}
+{{- $sa := .Values.serviceAccount.worker -}}
+{{- if $sa.create -}}
+{{- default (printf "%s-worker" (include "qinglong.fullname" .)) $sa.name -}}
+{{- else -}}
+{{- default "default" $sa.name -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "qinglong.controlName" -}}
 {{- printf "%s-control" (include "qinglong.fullname" .) -}}
 {{- end -}}
