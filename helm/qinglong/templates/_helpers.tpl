@@ -61,11 +61,17 @@ the bucket role (IRSA / Workload Identity annotations) that user task code must 
 {{- printf "http://%s:%d" (include "qinglong.controlName" .) (int .Values.control.service.port) -}}
 {{- end -}}
 
-{{/* image reference: include "qinglong.image" (list $ .Values.image.control) */}}
+{{/* Image reference: include "qinglong.image" (list $ .Values.image.control). With a digest
+(sha256:<64 hex>) repository@digest, the tag ignored; else repository:tag, the tag
+defaulting to the chart's appVersion. */}}
 {{- define "qinglong.image" -}}
 {{- $root := index . 0 -}}
 {{- $image := index . 1 -}}
+{{- if $image.digest -}}
+{{- printf "%s@%s" $image.repository $image.digest -}}
+{{- else -}}
 {{- printf "%s:%s" $image.repository (default $root.Chart.AppVersion $image.tag) -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "qinglong.podSecurityContext" -}}
