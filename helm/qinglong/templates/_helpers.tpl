@@ -152,6 +152,26 @@ include "qinglong.poolValues" (list $ $pool) | fromJson (numbers come back as fl
 {{- toJson $w -}}
 {{- end -}}
 
+{{/* A hook pod's (migration Job, helm test) nodeSelector, tolerations and affinity: its own
+values (migration.* or tests.*), each one falling back to control's when empty.
+include "qinglong.hookPlacement" (list $ .Values.migration) */}}
+{{- define "qinglong.hookPlacement" -}}
+{{- $c := (index . 0).Values.control -}}
+{{- $own := index . 1 -}}
+{{- with default $c.nodeSelector $own.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with default $c.tolerations $own.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with default $c.affinity $own.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
 {{/* Settings a rendering cannot go on without. */}}
 {{- define "qinglong.required" -}}
 {{- $_ := required "database.runtime.existingSecret: the Secret holding the control replicas' database URL" .Values.database.runtime.existingSecret -}}
