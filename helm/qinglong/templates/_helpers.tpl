@@ -178,6 +178,13 @@ affinity:
 {{- $_ := required "database.migration.existingSecret: the Secret holding the schema owner's database URL" .Values.database.migration.existingSecret -}}
 {{- $_ := required "logs.bucket: the bucket of the workers' logs" .Values.logs.bucket -}}
 {{- $seen := dict -}}
+{{- /* Secret/key -> who imports it: one token under two names fails the hook on the
+unique hash, so each pool (and the bootstrap admin) needs its own. */ -}}
+{{- $tokens := dict -}}
+{{- $admin := .Values.bootstrapAdmin -}}
+{{- if $admin.existingSecret -}}
+{{- $_ := set $tokens (printf "%s/%s" $admin.existingSecret (default $admin.tokenKey $admin.sha256Key)) "bootstrapAdmin" -}}
+{{- end -}}
 {{- range $p := .Values.worker.pools -}}
 {{- $w := include "qinglong.poolValues" (list $ $p) | fromJson -}}
 {{- $_ := required (printf "worker.pools[%s].token.existingSecret: the Secret holding the pool's worker token" $w.name) $w.token.existingSecret -}}
@@ -185,6 +192,11 @@ affinity:
 {{- fail (printf "worker.pools: the pool name %q is given twice" $w.name) -}}
 {{- end -}}
 {{- $_ := set $seen $w.name true -}}
+{{- $token := printf "%s/%s" $w.token.existingSecret $w.token.key -}}
+{{- if hasKey $tokens $token -}}
+{{- fail (printf "worker.pools[%s].token uses the Secret key %s of %s: each pool needs its own token Secret (one token cannot be imported under two names)" $w.name $token (get $tokens $token)) -}}
+{{- end -}}
+{{- $_ := set $tokens $token (printf "worker.pools[%s].token" $w.name) -}}
 {{- if and $w.autoscaling.enabled (gt (int $w.autoscaling.minReplicas) (int $w.autoscaling.maxReplicas)) -}}
 {{- fail (printf "worker.pools[%s].autoscaling: minReplicas is above maxReplicas" $w.name) -}}
 {{- end -}}
