@@ -25,6 +25,7 @@ def test_workers_and_the_test_pod_do_not_get_the_control_role(full: Rendered) ->
         "Deployment/ql3-qinglong-control": "ql3-qinglong",
         "Deployment/ql3-qinglong-worker-default": "ql3-qinglong-worker",
         "Deployment/ql3-qinglong-worker-gpu": "ql3-qinglong-worker",
+        "Deployment/ql3-qinglong-worker-spare": "ql3-qinglong-worker",
         "Job/ql3-qinglong-migrate": "ql3-qinglong-migrate",
         "Pod/ql3-qinglong-test": "ql3-qinglong-worker",
     }

@@ -118,3 +118,16 @@ def test_notes_give_each_pools_own_replicas_and_drain_budget() -> None:
     assert "ql3-qinglong-worker-slow: 3-6 (HPA) replicas x 2 attempts, labels zone=a, " \
            "drain budget 600 s" in rendered.notes
 
+
+
+def test_the_full_ci_values_keep_a_pool_at_zero_outside_the_global_autoscaling(
+        full: Rendered) -> None:
+    """ci/full-values.yaml: autoscaling on for every pool but default (3) and spare (0)."""
+    hpas = [h["spec"]["scaleTargetRef"]["name"] for h in full.kinds("HorizontalPodAutoscaler")]
+    assert hpas == ["ql3-qinglong-worker-gpu"]
+    spare, spec = _worker(full, "spare")
+    assert spare["spec"]["replicas"] == 0
+    assert _flags(spec["containers"][0]["args"])["--drain-budget"] == "0"
+    assert _worker(full, "default")[0]["spec"]["replicas"] == 3
+    assert "ql3-qinglong-worker-spare: 0 replicas x 4 attempts, labels (none), " \
+           "drain budget 0 s" in full.notes
