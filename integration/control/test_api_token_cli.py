@@ -180,3 +180,39 @@ def test_import_ensure_is_idempotent_and_rotates_a_changed_secret(
                    " AND name = 'pool-default'") == [(1,)]
     assert api.sql("SELECT id::text FROM api_tokens WHERE revoked_at IS NULL"
                    " AND name = 'pool-default'") == [(rotated["id"],)]
+
+
+def test_import_ensure_updates_a_pools_changed_labels(api: ApiWorld, tmp_path: Path) -> None:
+    """The chart's migration Job after a pool's labels changed in values: ``--ensure`` sets
+    the pool's labels to the given ones and says so in one line on stderr (stdout stays
+    the JSON answer); the same labels again say nothing; without ``--ensure`` other labels
+    are still refused (exit 2) and nothing changes."""
+    url = api.pg_db.url
+    path = tmp_path / "token"
+    path.write_text("ql3_" + "l" * 43)
+
+    def ensure(labels: str) -> subprocess.CompletedProcess[str]:
+        return ql3("import", "--database-url", url, "--name", "pool-gpu", "--scope", "worker",
+                   "--pool", "gpu", f"--pool-labels={labels}", "--token-file", str(path),
+                   "--ensure", "--json")
+
+    def labels() -> object:
+        return api.sql("SELECT labels FROM worker_pools WHERE name = 'gpu'")
+
+    made = ensure("zone=a")
+    assert made.stderr == "" and labels() == [({"zone": "a"},)]
+    moved = ensure("zone=b,gpu=yes")
+    assert json.loads(moved.stdout) == {"id": json.loads(made.stdout)["id"],
+                                        "outcome": "unchanged"}
+    assert moved.stderr == "pool gpu: labels changed from zone=a to gpu=yes,zone=b\n"
+    assert labels() == [({"zone": "b", "gpu": "yes"},)]
+    assert ensure("gpu=yes,zone=b").stderr == ""
+    cleared = ensure("")
+    assert cleared.stderr == "pool gpu: labels changed from gpu=yes,zone=b to (none)\n"
+    assert labels() == [({},)]
+    refused = ql3("import", "--database-url", url, "--name", "pool-gpu-2", "--scope",
+                  "worker", "--pool", "gpu", "--pool-labels", "zone=c", "--sha256",
+                  "0" * 64, check=False)
+    assert refused.returncode == 2 and "other labels" in refused.stderr, refused.stderr
+    assert labels() == [({},)]
+    assert api.sql("SELECT count(*) FROM api_tokens WHERE name = 'pool-gpu-2'") == [(0,)]

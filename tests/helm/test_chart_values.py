@@ -1,6 +1,7 @@
 """values.schema.json refuses bad values before anything renders, and the templates refuse
 what a schema cannot express (a setting required at install, a heartbeat longer than a third
-of the lease, a pool given twice), each with a message naming the setting."""
+of the lease, a pool given twice, one token Secret key shared by two pools or a pool and the
+bootstrap admin), each with a message naming the setting."""
 
 from __future__ import annotations
 
@@ -69,6 +70,18 @@ def test_the_defaults_alone_do_not_render() -> None:
                             "autoscaling": {"enabled": True, "minReplicas": 5,
                                             "maxReplicas": 2}}]}},
      "minReplicas is above maxReplicas"),
+    ({"worker": {"pools": [{"name": "a", "token": {"existingSecret": "s1"}},
+                           {"name": "b", "token": {"existingSecret": "s2"}},
+                           {"name": "c", "token": {"existingSecret": "s1", "key": "token"}}]}},
+     "worker.pools[c].token uses the Secret key s1/token of worker.pools[a].token: each "
+     "pool needs its own token Secret"),
+    ({"worker": {"token": {"key": "TOKEN"},
+                 "pools": [{"name": "a", "token": {"existingSecret": "s1"}},
+                           {"name": "b", "token": {"existingSecret": "s1", "key": "TOKEN"}}]}},
+     "worker.pools[b].token uses the Secret key s1/TOKEN of worker.pools[a].token"),
+    ({"bootstrapAdmin": {"existingSecret": "shared"},
+      "worker": {"pools": [{"name": "a", "token": {"existingSecret": "shared"}}]}},
+     "worker.pools[a].token uses the Secret key shared/token of bootstrapAdmin"),
 ])
 def test_the_templates_refuse_what_the_schema_cannot_express(extra: dict, message: str) -> None:
     with pytest.raises(helm_python.HelmRenderError) as caught:

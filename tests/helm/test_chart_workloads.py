@@ -139,7 +139,7 @@ def test_the_migration_job_is_a_hook_that_migrates_then_imports_tokens(
     spec = job["spec"]["template"]["spec"]
     steps = [c["name"] for c in containers(spec)]
     assert steps == ["migrate", "token-bootstrap-admin", "token-pool-default",
-                     "token-pool-gpu", "readiness"]
+                     "token-pool-gpu", "token-pool-spare", "readiness"]
     for container in containers(spec):
         url = _env(container)["QL3_DATABASE_URL"]["valueFrom"]["secretKeyRef"]
         assert url == {"name": "ql3-db-owner", "key": "DATABASE_URL"}

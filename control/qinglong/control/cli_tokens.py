@@ -13,8 +13,10 @@ token (``--token-file``, e.g. a mounted Kubernetes Secret); the token is never p
 or stored. ``--ensure`` makes ``import`` idempotent for a hook that runs at every install and
 upgrade (the Helm chart's migration Job): the same token again changes nothing, a changed one
 (a rotated Secret) replaces the live token of that name. A ``--pool`` is created when missing,
-with ``--pool-labels``; an existing pool whose labels differ from given ``--pool-labels`` is
-refused (exit 2) rather than silently changed.
+with ``--pool-labels``. An existing pool whose labels differ from given ``--pool-labels`` is
+refused (exit 2) by ``create`` and by ``import`` without ``--ensure``; with ``--ensure`` (the
+labels in the chart's values are the wanted state) its labels are set to the given ones, in
+the same transaction, and one line on stderr says they changed from what to what.
 """
 
 from __future__ import annotations
@@ -78,8 +80,17 @@ def parse_labels(text: str | None) -> dict[str, str]:
                                                " (≤ 63 chars), at most 32 pairs") from None
 
 
-def _pool_id(conn: Any, pool: str, labels: dict[str, str] | None) -> str:
-    """The id of pool ``pool``, created with ``labels`` (or none) when missing."""
+def label_text(labels: dict[str, str]) -> str:
+    """A label map as ``k=v,k2=v2`` in key order, ``(none)`` when empty (for messages)."""
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items())) or "(none)"
+
+
+def _pool_id(conn: Any, pool: str, labels: dict[str, str] | None, *,
+             relabel: bool = False) -> tuple[str, dict[str, str] | None]:
+    """(id, previous labels) of pool ``pool``, created with ``labels`` (or none) when
+    missing. When it exists with labels other than given ``labels``: with ``relabel`` they
+    are set to ``labels`` and the previous ones returned (else None: nothing changed);
+    without it ValidationError (exit 2) naming ``--pool-labels``."""
     import re
 
     from qinglong.shared.errors import ValidationError
@@ -91,17 +102,23 @@ def _pool_id(conn: Any, pool: str, labels: dict[str, str] | None) -> str:
         "INSERT INTO worker_pools (id, name, labels) VALUES (%(id)s, %(name)s, %(labels)s)"
         " ON CONFLICT (name) DO NOTHING",
         {"id": uuid7(), "name": pool, "labels": json.dumps(labels or {})})
-    row = conn.exec_driver_sql("SELECT id::text, labels FROM worker_pools WHERE name = %(n)s",
-                               {"n": pool}).one()
-    if labels is not None and dict(row[1]) != labels:
+    row = conn.exec_driver_sql("SELECT id::text, labels FROM worker_pools WHERE name = %(n)s"
+                               " FOR UPDATE", {"n": pool}).one()
+    if labels is None or dict(row[1]) == labels:
+        return str(row[0]), None
+    if not relabel:
         raise ValidationError("--pool-labels", "the pool exists with other labels")
-    return str(row[0])
+    conn.exec_driver_sql("UPDATE worker_pools SET labels = %(labels)s WHERE id = %(id)s",
+                         {"labels": json.dumps(labels), "id": row[0]})
+    return str(row[0]), dict(row[1])
 
 
 def _record(database_url: str, name: str, scope: str, sha256: str, pool: str | None,
             pool_labels: str | None, *, ensure: bool = False) -> tuple[str, str]:
     """Record the token in one transaction as the schema owner: (token id, outcome), the
-    outcome ``created`` unless ``ensure`` (then ``auth.tokens.ensure_token``'s)."""
+    outcome ``created`` unless ``ensure`` (then ``auth.tokens.ensure_token``'s). With
+    ``ensure`` a pool's differing labels are set to ``pool_labels``; once committed, one
+    line on stderr says from what to what."""
     from qinglong.control.auth.tokens import ensure_token, insert_token
     from qinglong.control.db.engine import create_engine
     from qinglong.shared.errors import ValidationError
@@ -116,21 +133,27 @@ def _record(database_url: str, name: str, scope: str, sha256: str, pool: str | N
     from qinglong.shared.errors import ConflictError
 
     engine = create_engine(database_url, pool_size=1, max_overflow=0)
+    pool_id, before = None, None
     try:
         with engine.begin() as conn:
             _refuse_non_owner(conn)
-            pool_id = _pool_id(conn, pool, labels) if pool is not None else None
+            if pool is not None:
+                pool_id, before = _pool_id(conn, pool, labels, relabel=ensure)
             if ensure:
-                return ensure_token(conn, name=name, scope=scope, sha256=sha256,
-                                    pool_id=pool_id)
-            token_id = insert_token(conn, name=name, scope=scope, sha256=sha256,
-                                    pool_id=pool_id)
-            return token_id, "created"
+                result = ensure_token(conn, name=name, scope=scope, sha256=sha256,
+                                      pool_id=pool_id)
+            else:
+                result = insert_token(conn, name=name, scope=scope, sha256=sha256,
+                                      pool_id=pool_id), "created"
     except IntegrityError:
         raise ConflictError("a token with this SHA-256 is already recorded (under another "
                             "name, or revoked: a revoked token is never revived)") from None
     finally:
         engine.dispose()
+    if before is not None and labels is not None:
+        click.echo(f"pool {pool}: labels changed from {label_text(before)} to "
+                   f"{label_text(labels)}", err=True)
+    return result
 
 
 @click.group()
@@ -212,7 +235,9 @@ def imported_hash(digest: str | None, sha256_file: str | None, token_file: str |
 @_name
 @_scope
 @_pool
-@click.option("--pool-labels", default=None, help="k=v,... labels of a new pool.")
+@click.option("--pool-labels", default=None,
+              help="k=v,... labels of a new pool; with --ensure also the labels an existing "
+                   "pool is set to (without it, other labels are refused).")
 @click.option("--sha256", "digest", default=None, help="Hex SHA-256 of the token.")
 @click.option("--sha256-file", default=None,
               help="File holding the token's hex SHA-256 (e.g. a mounted Secret).")
@@ -222,7 +247,8 @@ def imported_hash(digest: str | None, sha256_file: str | None, token_file: str |
 @click.option("--ensure", is_flag=True,
               help="Idempotent: a live token of this name with this hash, scope and pool "
                    "is left as it is; one that differs (a rotated Secret) is revoked and "
-                   "this one recorded, in one transaction.")
+                   "this one recorded, in one transaction. An existing pool's labels are "
+                   "set to --pool-labels (one line on stderr when they change).")
 @_json
 def import_(database_url: str, name: str, scope: str, pool: str | None,
             pool_labels: str | None, digest: str | None, sha256_file: str | None,

@@ -41,6 +41,17 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end -}}
 {{- end -}}
 
+{{/* The workers' and the helm test's ServiceAccount: never the control one, which may carry
+the bucket role (IRSA / Workload Identity annotations) that user task code must not get. */}}
+{{- define "qinglong.workerServiceAccountName" -}}
+{{- $sa := .Values.serviceAccount.worker -}}
+{{- if $sa.create -}}
+{{- default (printf "%s-worker" (include "qinglong.fullname" .)) $sa.name -}}
+{{- else -}}
+{{- default "default" $sa.name -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "qinglong.controlName" -}}
 {{- printf "%s-control" (include "qinglong.fullname" .) -}}
 {{- end -}}
@@ -50,11 +61,17 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- printf "http://%s:%d" (include "qinglong.controlName" .) (int .Values.control.service.port) -}}
 {{- end -}}
 
-{{/* image reference: include "qinglong.image" (list $ .Values.image.control) */}}
+{{/* Image reference: include "qinglong.image" (list $ .Values.image.control). With a digest
+(sha256:<64 hex>) repository@digest, the tag ignored; else repository:tag, the tag
+defaulting to the chart's appVersion. */}}
 {{- define "qinglong.image" -}}
 {{- $root := index . 0 -}}
 {{- $image := index . 1 -}}
+{{- if $image.digest -}}
+{{- printf "%s@%s" $image.repository $image.digest -}}
+{{- else -}}
 {{- printf "%s:%s" $image.repository (default $root.Chart.AppVersion $image.tag) -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "qinglong.podSecurityContext" -}}
@@ -113,20 +130,73 @@ seccompProfile:
 {{- end }}
 {{- end -}}
 
+{{/* One pool's values: the worker defaults (worker without pools) with each key the pool
+gives replacing the default's, even 0, false, {} or [] (sprig merge would drop those); token
+and autoscaling are merged one level deeper, every other key (labels too) is replaced whole.
+include "qinglong.poolValues" (list $ $pool) | fromJson (numbers come back as floats). */}}
+{{- define "qinglong.poolValues" -}}
+{{- $root := index . 0 -}}
+{{- $pool := index . 1 -}}
+{{- $w := deepCopy (omit $root.Values.worker "pools") -}}
+{{- range $key, $value := $pool -}}
+{{- if and (has $key (list "token" "autoscaling")) (kindIs "map" $value) -}}
+{{- $nested := deepCopy (get $w $key | default dict) -}}
+{{- range $k, $v := $value -}}
+{{- $_ := set $nested $k $v -}}
+{{- end -}}
+{{- $_ := set $w $key $nested -}}
+{{- else -}}
+{{- $_ := set $w $key $value -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $w -}}
+{{- end -}}
+
+{{/* A hook pod's (migration Job, helm test) nodeSelector, tolerations and affinity: its own
+values (migration.* or tests.*), each one falling back to control's when empty.
+include "qinglong.hookPlacement" (list $ .Values.migration) */}}
+{{- define "qinglong.hookPlacement" -}}
+{{- $c := (index . 0).Values.control -}}
+{{- $own := index . 1 -}}
+{{- with default $c.nodeSelector $own.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with default $c.tolerations $own.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with default $c.affinity $own.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
 {{/* Settings a rendering cannot go on without. */}}
 {{- define "qinglong.required" -}}
 {{- $_ := required "database.runtime.existingSecret: the Secret holding the control replicas' database URL" .Values.database.runtime.existingSecret -}}
 {{- $_ := required "database.migration.existingSecret: the Secret holding the schema owner's database URL" .Values.database.migration.existingSecret -}}
 {{- $_ := required "logs.bucket: the bucket of the workers' logs" .Values.logs.bucket -}}
 {{- $seen := dict -}}
-{{- $defaults := omit .Values.worker "pools" -}}
+{{- /* Secret/key -> who imports it: one token under two names fails the hook on the
+unique hash, so each pool (and the bootstrap admin) needs its own. */ -}}
+{{- $tokens := dict -}}
+{{- $admin := .Values.bootstrapAdmin -}}
+{{- if $admin.existingSecret -}}
+{{- $_ := set $tokens (printf "%s/%s" $admin.existingSecret (default $admin.tokenKey $admin.sha256Key)) "bootstrapAdmin" -}}
+{{- end -}}
 {{- range $p := .Values.worker.pools -}}
-{{- $w := merge (deepCopy $p) (deepCopy $defaults) -}}
+{{- $w := include "qinglong.poolValues" (list $ $p) | fromJson -}}
 {{- $_ := required (printf "worker.pools[%s].token.existingSecret: the Secret holding the pool's worker token" $w.name) $w.token.existingSecret -}}
 {{- if hasKey $seen $w.name -}}
 {{- fail (printf "worker.pools: the pool name %q is given twice" $w.name) -}}
 {{- end -}}
 {{- $_ := set $seen $w.name true -}}
+{{- $token := printf "%s/%s" $w.token.existingSecret $w.token.key -}}
+{{- if hasKey $tokens $token -}}
+{{- fail (printf "worker.pools[%s].token uses the Secret key %s of %s: each pool needs its own token Secret (one token cannot be imported under two names)" $w.name $token (get $tokens $token)) -}}
+{{- end -}}
+{{- $_ := set $tokens $token (printf "worker.pools[%s].token" $w.name) -}}
 {{- if and $w.autoscaling.enabled (gt (int $w.autoscaling.minReplicas) (int $w.autoscaling.maxReplicas)) -}}
 {{- fail (printf "worker.pools[%s].autoscaling: minReplicas is above maxReplicas" $w.name) -}}
 {{- end -}}
