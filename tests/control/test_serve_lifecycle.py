@@ -68,3 +68,25 @@ def test_a_full_batch_runs_again_at_once_up_to_the_burst() -> None:
     finally:
         service.stop()
     assert counter["n"] == 5  # the 5th tick said "no more": the loop waits its period
+
+
+def test_the_supervisor_asks_every_service_to_stop_before_waiting_for_any() -> None:
+    """A tick in flight in service ``late`` (stopped first: reverse order) ends only once
+    ``early`` was asked to stop. Stopping one by one, ``late``'s wait would run out its whole
+    budget with ``early`` not yet asked, and ``stop`` would answer False."""
+    holder: list[PeriodicService] = []
+    in_tick = threading.Event()
+
+    def blocking_tick() -> None:
+        in_tick.set()
+        early = holder[0]
+        early._stop.wait(5)  # released when the supervisor asks ``early`` to stop
+
+    early = PeriodicService("early", lambda: None, period_s=0.05, stop_budget_s=0.5)
+    late = PeriodicService("late", blocking_tick, period_s=0.05, stop_budget_s=0.5)
+    holder.append(early)
+    supervisor = Supervisor([early, late])
+    supervisor.start()
+    assert in_tick.wait(5)
+    assert supervisor.stop() is True
+    assert [h.name for h in supervisor.health()] == ["early", "late"]

@@ -123,6 +123,11 @@ class PeriodicService:
                     break
             self._stop.wait(self.pause_s())
 
+    def request_stop(self) -> None:
+        """Ask the loop to end without waiting (``Supervisor.stop`` asks every service
+        first, so their ticks in flight end together). Idempotent."""
+        self._stop.set()
+
     def stop(self) -> bool:
         """Ask the loop to end and wait up to the stop budget for a tick in flight; True
         when the thread ended (or never started). Idempotent."""
@@ -145,7 +150,12 @@ class Supervisor:
             service.start()
 
     def stop(self) -> bool:
-        """Stop every service (reverse order); True when all ended within their budgets."""
+        """Stop every service (reverse order); True when all ended within their budgets.
+        Every service is asked first and then waited for, so a replica's stop takes the
+        longest tick in flight, not the sum of them (the pod's termination grace,
+        helm/qinglong, counts on it)."""
+        for service in reversed(self.services):
+            service.request_stop()
         deadline_ok = True
         for service in reversed(self.services):
             deadline_ok = service.stop() and deadline_ok
