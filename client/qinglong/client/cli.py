@@ -65,7 +65,7 @@ def run(name: str, wait: bool, as_json: bool, client: ControlClient) -> None:
     if not wait:
         print_json(created) if as_json else click.echo(line)
         return
-    click.echo(output.line(line + "; waiting for it to end"), err=True)
+    click.echo(line + "; waiting for it to end", err=True)
     view = wait_terminal(client, created["id"])
     print_json(view) if as_json else click.echo(output.describe_run(view))
     if view["status"] != "succeeded":
@@ -169,7 +169,7 @@ def cancel(ref: str, wait: bool, as_json: bool, client: ControlClient) -> None:
     target = resolve_run(client, ref)
     status, view = client.send("POST", f"/v1/runs/{target['id']}/cancel", run=ref)
     done = "cancelled" if status == 200 else "cancel requested"
-    line = output.line(f"{done}: {output.describe_run(view)}")
+    line = f"{done}: {output.describe_run(view)}"
     if not wait:
         print_json(view) if as_json else click.echo(line)
         return

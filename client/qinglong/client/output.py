@@ -26,7 +26,9 @@ def table(columns: list[str], rows: list[list[str]], *, flexible: tuple[str, ...
 
 
 def line(text: str) -> str:
-    """``text`` shortened to the terminal's width with ``…`` (whole with ``--wide``)."""
+    """A ``key: value`` line of ``task show``/``script push`` shortened to the terminal's
+    width with ``…`` (whole with ``--wide``). Messages — status lines, errors — never go
+    through here: they print whole whatever the width."""
     return text if display.DISPLAY.wide else display.shorten(text, display.terminal_width())
 
 
@@ -111,12 +113,12 @@ def print_runs(runs: list[dict[str, Any]], indent: str = "") -> None:
 
 
 def describe_run(run: dict[str, Any]) -> str:
-    """``run backup#42 (<id>): <status> (exit N)``, cut to the terminal's width (whole with
-    ``--wide``; ``inspect`` shows when a cancel was requested, among the events)."""
+    """``run backup#42 (<id>): <status> (exit N)``, whole at any width: a message, not a
+    table row (``inspect`` shows when a cancel was requested, among the events)."""
     text = f"run {ref(run)} ({run['id']}): {run['status']}"
     if run.get("exit_code") is not None:
         text += f" (exit {run['exit_code']})"
-    return line(text)
+    return text
 
 
 def print_attempts(attempts: list[dict[str, Any]], indent: str = "  ") -> None:

@@ -1,0 +1,83 @@
+"""``ql3 cluster`` commands end to end through ``ql3``'s own entry point (``run_main``) against
+a fake control (``httpx.MockTransport``) at COLUMNS=80: messages print whole, tables fit 80
+columns and keep what the command is for, errors are one line with their exit code."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from qinglong.client import cli_common
+from qinglong.client.http import ControlClient
+from qinglong.local.app.cli import run_main
+from qinglong.shared import display
+
+Route = Callable[[httpx.Request], httpx.Response]
+RUN_ID = "01a2333f-0000-7000-8000-00000000c0de"
+LONG = "jd-daily-sign-in-backup"
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Route]]:
+    """Routes of a fake control (``"GET /v1/runs"`` → handler); every ``ql3 cluster``
+    command talks to it. The viewer is at 80 columns in Asia/Shanghai."""
+    routes: dict[str, Route] = {}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        key = f"{request.method} {request.url.path}"
+        if key not in routes:
+            return httpx.Response(404, json={"error": {"code": "not_found",
+                                                       "message": "not found"}})
+        return routes[key](request)
+
+    def make(urls: Any, token: str | None, **kwargs: Any) -> ControlClient:
+        return ControlClient(urls, token, timeout_s=kwargs.get("timeout_s", 2),
+                             transport=httpx.MockTransport(handler))
+
+    monkeypatch.setattr(cli_common, "ControlClient", make)
+    monkeypatch.setattr(cli_common, "WAIT_POLL_S", 0)
+    monkeypatch.setenv("QL3_CONTROL_URL", "http://c1:8080")
+    monkeypatch.setenv("QL3_TOKEN", "ql3_" + "t" * 43)
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv("TZ", "Asia/Shanghai")
+    time.tzset()
+    yield routes
+    monkeypatch.undo()
+    time.tzset()
+    display.DISPLAY.wide = display.DISPLAY.utc = False
+
+
+def ql3(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = run_main(["cluster", *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def json_answer(body: Any, status: int = 200) -> Route:
+    return lambda _request: httpx.Response(status, json=body)
+
+
+def a_run(status: str, **over: Any) -> dict[str, Any]:
+    run = {"id": RUN_ID, "task_name": LONG, "number": 4, "status": status,
+           "exit_code": None, "attempt_count": 1, "trigger": "manual",
+           "created_at": "2026-12-01T19:00:00Z", "started_at": "2026-12-01T19:00:01Z",
+           "finished_at": None, "attempts": [], "events": []}
+    run.update(over)
+    return run
+
+
+def test_run_wait_prints_its_status_lines_whole_at_80_columns(
+        fake: dict[str, Route], capsys: pytest.CaptureFixture[str]) -> None:
+    fake[f"POST /v1/tasks/{LONG}/run"] = json_answer(a_run("queued"), 201)
+    fake[f"GET /v1/runs/{RUN_ID}"] = json_answer(
+        a_run("failed", exit_code=3, finished_at="2026-12-01T19:00:09Z"))
+    code, out, err = ql3(capsys, "run", LONG, "--wait")
+    assert code == 1
+    assert out == f"run {LONG}#4 ({RUN_ID}): failed (exit 3)\n"  # 82 columns, not cut
+    assert err.splitlines() == [f"queued run {LONG}#4 ({RUN_ID}); waiting for it to end",
+                                "ql3: the run ended failed"]
