@@ -17,11 +17,12 @@ TERMINAL = frozenset({"succeeded", "failed", "cancelled", "timed_out", "lost"})
 
 
 def table(columns: list[str], rows: list[list[str]], *, flexible: tuple[str, ...] = (),
-          indent: str = "") -> None:
-    """Print rows as a table that fits the terminal (``display.fit_table``), each line after
-    ``indent``."""
+          indent: str = "", share: bool = False, refs: tuple[str, ...] = ()) -> None:
+    """Print rows as a table that fits the terminal (``display.fit_table``: ``share`` and
+    ``refs`` as there), each line after ``indent``."""
     width = display.terminal_width() - len(indent)
-    for line in display.fit_table(columns, rows, flexible=flexible, width=width):
+    for line in display.fit_table(columns, rows, flexible=flexible, width=width, share=share,
+                                  refs=refs):
         click.echo(indent + line)
 
 
@@ -84,7 +85,7 @@ def print_tasks(tasks: list[dict[str, Any]]) -> None:
     table(["name", "schedule", "next", "last run", "command"],
           [[x["name"], schedule(x), t(x["next_fire_at"]) if x["enabled"] else "disabled",
             display.last_run_short(x.get("last_run")), task_command(x)] for x in tasks],
-          flexible=("command", "schedule", "name"))
+          flexible=("command", "schedule", "name"), share=True)
 
 
 def exit_text(run: dict[str, Any]) -> str:
@@ -98,7 +99,8 @@ def run_duration(run: dict[str, Any]) -> str:
 
 def print_runs(runs: list[dict[str, Any]], indent: str = "") -> None:
     """Runs newest first: ``backup#42``, the id's last 8 hex digits, status, exit code,
-    start (or creation) time, duration. ``--wide``: full ids and every time."""
+    start (or creation) time, duration; a reference too long is cut in its task name,
+    keeping ``#N`` (``jd-daily-si…#4``). ``--wide``: full ids and every time."""
     if display.DISPLAY.wide:
         table(["run", "id", "status", "exit", "attempts", "trigger", "created", "started",
                "finished", "duration"],
@@ -109,7 +111,7 @@ def print_runs(runs: list[dict[str, Any]], indent: str = "") -> None:
     table(["run", "id", "status", "exit", "started", "duration"],
           [[ref(r), display.short_id(r["id"]), r["status"], exit_text(r),
             t(r["started_at"] or r["created_at"]), run_duration(r)] for r in runs],
-          flexible=("run",), indent=indent)
+          flexible=("run",), indent=indent, refs=("run",))
 
 
 def describe_run(run: dict[str, Any]) -> str:
