@@ -140,3 +140,24 @@ def test_task_list_gives_the_command_its_share_of_what_the_fixed_columns_leave(
     command = lines[1].split("  ")[-1]
     assert all(len(line) <= 80 for line in lines), lines
     assert len(command) >= 10 and command.startswith("/usr/bin/"), lines
+
+
+def test_occurrences_at_80_columns_keep_the_outcome_and_both_slot_times_whole(
+        shanghai: None, capsys: pytest.CaptureFixture[str]) -> None:
+    items = [{"outcome": outcome, "first_slot": "2026-12-01T19:00:00Z",
+              "last_slot": "2026-12-01T19:58:00Z", "slot_count": count, "run_id": run}
+             for outcome, count, run in (
+                 ("skipped_downtime", 30, None), ("skipped_active", 2, None),
+                 ("run_created", 1, "01a2333f-0000-7000-8000-00000000c0de"))]
+    output.print_occurrences(items)
+    lines = capsys.readouterr().out.splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    assert lines[0].split() == ["OUTCOME", "FIRST", "SLOT", "(+08:00)", "LAST", "SLOT",
+                                "(+08:00)", "SLOTS", "RUN"]
+    assert lines[1].split() == ["skipped_downtime", "2026-12-02", "03:00:00", "2026-12-02",
+                                "03:58:00", "30"]
+    assert lines[2].split()[0] == "skipped_active" and "03:58:00" in lines[2]
+    assert lines[3].split() == ["run_created", "2026-12-02", "03:00:00", "1", "0000c0de"]
+    display.DISPLAY.wide = True  # room enough: every time with its offset
+    output.print_occurrences(items)
+    assert "2026-12-02 03:58:00 +08:00" in capsys.readouterr().out

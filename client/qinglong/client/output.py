@@ -211,12 +211,24 @@ def next_slots_lines(view: dict[str, Any]) -> list[str]:
 
 
 def print_occurrences(items: list[dict[str, Any]]) -> None:
-    """The occurrence ledger, newest first: outcome, first and last slot, count, run."""
-    table(["outcome", "first slot", "last slot", "slots", "run"],
-          [[o["outcome"], t(o["first_slot"]),
-            t(o["last_slot"]) if o["slot_count"] > 1 else "", str(o["slot_count"]),
-            display.short_id(o["run_id"]) if o.get("run_id") else ""] for o in items],
-          flexible=("outcome",))
+    """The occurrence ledger, newest first: outcome, first and last slot, count, run. The
+    outcome (``skipped_downtime``) is what the command is for: never shortened. When the
+    table does not fit, the slots' shared offset moves into the headers
+    (``FIRST SLOT (+08:00)``, cells ``2026-12-02 09:30:00``; ``UTC`` if they have several)."""
+    def rows(first: list[str], last: list[str]) -> list[list[str]]:
+        return [[o["outcome"], first[i], last[i] if o["slot_count"] > 1 else "",
+                 str(o["slot_count"]), display.short_id(o["run_id"]) if o.get("run_id") else ""]
+                for i, o in enumerate(items)]
+
+    columns = ["outcome", "first slot", "last slot", "slots", "run"]
+    cells = rows([t(o["first_slot"]) for o in items], [t(o["last_slot"]) for o in items])
+    if not display.DISPLAY.wide and display.table_width(columns, cells) > \
+            display.terminal_width():
+        slots = [o["first_slot"] for o in items] + [o["last_slot"] for o in items]
+        zone, texts = display.compact_times(slots, keep_date=True)
+        columns[1:3] = [f"first slot ({zone})", f"last slot ({zone})"]
+        cells = rows(texts[:len(items)], texts[len(items):])
+    table(columns, cells, flexible=("run", columns[2], columns[1]))
 
 
 def print_workers(workers: list[dict[str, Any]]) -> None:
