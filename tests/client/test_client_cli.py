@@ -4,7 +4,6 @@ columns and keep what the command is for, errors are one line with their exit co
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -81,3 +80,47 @@ def test_run_wait_prints_its_status_lines_whole_at_80_columns(
     assert out == f"run {LONG}#4 ({RUN_ID}): failed (exit 3)\n"  # 82 columns, not cut
     assert err.splitlines() == [f"queued run {LONG}#4 ({RUN_ID}); waiting for it to end",
                                 "ql3: the run ended failed"]
+
+
+def test_inspect_at_80_columns_keeps_event_names_reasons_and_details_whole(
+        fake: dict[str, Route], capsys: pytest.CaptureFixture[str]) -> None:
+    run_id = RUN_ID
+
+    def event(at: str, kind: str, before: str | None, after: str,
+              **detail: object) -> dict[str, Any]:
+        return {"at": f"2026-12-01T19:00:{at}Z", "kind": kind, "from_status": before,
+                "to_status": after, "detail": detail}
+
+    view = {"id": run_id, "task_name": "jd-daily-sign-in-backup", "number": 4,
+            "status": "cancelled", "exit_code": None, "attempts": [
+                {"number": 1, "status": "lost", "exit_code": None, "signal": None,
+                 "started_at": "2026-12-01T19:00:01Z", "finished_at": "2026-12-01T19:00:09Z",
+                 "worker_incarnation_id": run_id, "worker_name": "worker-east-1",
+                 "reason": "worker_drained"},
+                {"number": 2, "status": "cancelled", "exit_code": None, "signal": 15,
+                 "started_at": "2026-12-01T19:00:10Z", "finished_at": "2026-12-01T19:00:15Z",
+                 "worker_incarnation_id": run_id, "worker_name": "w2",
+                 "reason": "cancel_requested"}],
+            "events": [event("00", "run_created", None, "queued", trigger="manual"),
+                       event("01", "run_dispatching", "queued", "dispatching"),
+                       event("09", "attempt_completed", "running", "queued", attempt=1),
+                       event("12", "cancel_requested", "running", "running", by="admin"),
+                       event("15", "cancelled", "running", "cancelled")]}
+    fake["GET /v1/runs/resolve"] = json_answer({"id": run_id})
+    fake[f"GET /v1/runs/{run_id}"] = json_answer(view)
+    code, out, _ = ql3(capsys, "inspect", "jd-daily-sign-in-backup#4")
+    lines = out.splitlines()
+    assert code == 0
+    assert all(len(line) <= 80 for line in lines), lines
+    assert lines[0] == f"run jd-daily-sign-in-backup#4 ({run_id}): cancelled"
+    shown = "\n".join(lines)
+    for word in ("worker_drained", "cancel_requested", "attempt_completed", "trigger=manual",
+                 "attempt=1", "queued -> dispatching", "by=admin"):
+        assert word in shown, lines
+    assert lines[1] == "attempts (2026-12-02 +08:00):"  # the shared date and offset, once
+    assert lines[3].split()[-1] == "worker_drained" and " 03:00:01 " in lines[3]
+    assert lines[4].split()[-1] == "cancel_requested" and "sig 15" in lines[4]
+    assert lines[5] == "events (2026-12-02 +08:00):"
+    assert lines[9].split()[:2] == ["03:00:09", "attempt_completed"]
+    wide = ql3(capsys, "inspect", "jd-daily-sign-in-backup#4", "--wide")[1].splitlines()
+    assert wide[1] == "attempts:" and "2026-12-02 03:00:09 +08:00" in "\n".join(wide)

@@ -161,3 +161,4 @@ def test_occurrences_at_80_columns_keep_the_outcome_and_both_slot_times_whole(
     display.DISPLAY.wide = True  # room enough: every time with its offset
     output.print_occurrences(items)
     assert "2026-12-02 03:58:00 +08:00" in capsys.readouterr().out
+

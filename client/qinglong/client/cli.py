@@ -99,13 +99,7 @@ def inspect(ref: str, as_json: bool, client: ControlClient) -> None:
     if as_json:
         print_json(view)
         return
-    click.echo(output.describe_run(view))
-    if view["attempts"]:
-        click.echo("attempts:")
-        output.print_attempts(view["attempts"])
-    if view["events"]:
-        click.echo("events:")
-        output.print_events(view["events"])
+    output.print_inspect(view)
 
 
 @cluster.command("logs", epilog=RUN_HELP)

@@ -123,30 +123,43 @@ def describe_run(run: dict[str, Any]) -> str:
     return text
 
 
-def print_attempts(attempts: list[dict[str, Any]], indent: str = "  ") -> None:
+def _worker(attempt: dict[str, Any]) -> str:
+    """The worker by its name (``w1``); the incarnation's short id when the answer has no
+    name."""
+    ident = attempt.get("worker_incarnation_id")
+    if attempt.get("worker_name"):
+        return str(attempt["worker_name"])
+    return display.short_id(ident) if ident else "-"
+
+
+def _ended(attempt: dict[str, Any]) -> str:
+    if attempt.get("signal") is not None:
+        return f"sig {attempt['signal']}"
+    return display.value(attempt.get("exit_code"))
+
+
+def attempt_rows(attempts: list[dict[str, Any]], started: list[str] | None = None
+                 ) -> tuple[list[str], list[list[str]]]:
+    """The attempts table's columns and rows; ``started``: the start times as shown
+    (``display.compact_times``), else each in full."""
+    starts = started or [t(a.get("started_at")) for a in attempts]
+    return (["attempt", "status", "exit", "started", "took", "worker", "reason"],
+            [[str(a["number"]), a["status"], _ended(a), starts[i],
+              display.span(a.get("started_at"), a.get("finished_at")), _worker(a),
+              a.get("reason") or "-"] for i, a in enumerate(attempts)])
+
+
+def print_attempts(attempts: list[dict[str, Any]], indent: str = "  ",
+                   started: list[str] | None = None) -> None:
     """``inspect``'s attempts as a table: number, status, exit (``sig N``), start, duration,
-    the worker by its name (``w1``; the incarnation's short id when the answer has no name)
-    and the reason it ended so. ``--wide`` adds the incarnation's full id."""
-    def worker(attempt: dict[str, Any]) -> str:
-        ident = attempt.get("worker_incarnation_id")
-        if attempt.get("worker_name"):
-            return str(attempt["worker_name"])
-        return display.short_id(ident) if ident else "-"
-
-    def ended(attempt: dict[str, Any]) -> str:
-        if attempt.get("signal") is not None:
-            return f"sig {attempt['signal']}"
-        return display.value(attempt.get("exit_code"))
-
-    columns = ["attempt", "status", "exit", "started", "took", "worker", "reason"]
-    rows = [[str(a["number"]), a["status"], ended(a), t(a.get("started_at")),
-             display.span(a.get("started_at"), a.get("finished_at")), worker(a),
-             a.get("reason") or "-"] for a in attempts]
+    the worker by its name and the reason it ended so — never shortened (the worker's name,
+    then the start, give way first). ``--wide`` adds the incarnation's full id."""
+    columns, rows = attempt_rows(attempts, started)
     if display.DISPLAY.wide:
         columns.insert(6, "incarnation")
         for row, attempt in zip(rows, attempts, strict=True):
             row.insert(6, attempt.get("worker_incarnation_id") or "-")
-    table(columns, rows, flexible=("reason",), indent=indent)
+    table(columns, rows, flexible=("worker", "started"), indent=indent)
 
 
 def detail_text(detail: dict[str, Any] | None) -> str:
@@ -162,12 +175,47 @@ def detail_text(detail: dict[str, Any] | None) -> str:
     return " ".join(parts)
 
 
-def print_events(events: list[dict[str, Any]], indent: str = "  ") -> None:
-    """``inspect``'s event history, oldest first: time, kind, status change, detail."""
-    table(["at", "event", "status", "detail"],
-          [[t(e["at"]), e["kind"], f"{display.value(e.get('from_status'))} -> "
-            f"{e['to_status']}", detail_text(e.get("detail")) or "-"] for e in events],
-          flexible=("detail", "event", "status"), indent=indent)
+def event_rows(events: list[dict[str, Any]], at: list[str] | None = None
+               ) -> tuple[list[str], list[list[str]]]:
+    """The events table's columns and rows: time (``at``: as shown, else in full), kind,
+    status change, detail."""
+    times = at or [t(e["at"]) for e in events]
+    return (["at", "event", "status", "detail"],
+            [[times[i], e["kind"], f"{display.value(e.get('from_status'))} -> "
+              f"{e['to_status']}", detail_text(e.get("detail")) or "-"]
+             for i, e in enumerate(events)])
+
+
+def print_events(events: list[dict[str, Any]], indent: str = "  ",
+                 at: list[str] | None = None) -> None:
+    """``inspect``'s event history, oldest first: time, kind (never shortened), status
+    change, detail (which gives way first)."""
+    columns, rows = event_rows(events, at)
+    table(columns, rows, flexible=("detail", "status"), indent=indent)
+
+
+def print_inspect(view: dict[str, Any], indent: str = "  ") -> None:
+    """``inspect``: the run's line, its attempts and its events. When either table would not
+    fit in full, their times lose what they share — said once in the titles
+    (``attempts (2026-12-02 +08:00):``, times ``09:30:00``) — so that event names and
+    reasons stay whole at 80 columns."""
+    click.echo(describe_run(view))
+    attempts, events = view["attempts"], view["events"]
+    room = display.terminal_width() - len(indent)
+    started = at = None
+    note = ""
+    if not display.DISPLAY.wide and max(display.table_width(*attempt_rows(attempts)),
+                                         display.table_width(*event_rows(events))) > room:
+        zone, texts = display.compact_times([a.get("started_at") for a in attempts]
+                                            + [e["at"] for e in events])
+        started, at = texts[:len(attempts)], texts[len(attempts):]
+        note = f" ({zone})"
+    if attempts:
+        click.echo(f"attempts{note}:")
+        print_attempts(attempts, indent, started)
+    if events:
+        click.echo(f"events{note}:")
+        print_events(events, indent, at)
 
 
 def describe_task_event(event: dict[str, Any]) -> str:
