@@ -124,3 +124,30 @@ def test_inspect_at_80_columns_keeps_event_names_reasons_and_details_whole(
     assert lines[9].split()[:2] == ["03:00:09", "attempt_completed"]
     wide = ql3(capsys, "inspect", "jd-daily-sign-in-backup#4", "--wide")[1].splitlines()
     assert wide[1] == "attempts:" and "2026-12-02 03:00:09 +08:00" in "\n".join(wide)
+
+
+def test_runs_of_an_unknown_task_is_no_such_task_but_a_removed_task_s_runs_list(
+        fake: dict[str, Route], capsys: pytest.CaptureFixture[str]) -> None:
+    history = {"gone": [a_run("succeeded", task_name="gone", number=1, exit_code=0,
+                              finished_at="2026-12-01T19:00:09Z")], "idle": []}
+
+    def runs(request: httpx.Request) -> httpx.Response:  # control: an empty page, not 404
+        items = history.get(request.url.params["task"], [])
+        wanted = request.url.params.get("status")
+        return httpx.Response(200, json={"items": [r for r in items if wanted in (
+            None, r["status"])], "next_cursor": None})
+
+    fake["GET /v1/runs"] = runs
+    fake["GET /v1/tasks/idle"] = json_answer({"name": "idle"})  # live, never ran
+    for name in ("nosuch", "gone", "idle"):
+        fake.setdefault(f"GET /v1/tasks/{name}", json_answer(
+            {"error": {"code": "task_not_found", "message": "no live task"}}, 404))
+    assert ql3(capsys, "runs", "--task", "nosuch") == (
+        2, "", "ql3: error: no such task 'nosuch'\n")
+    assert ql3(capsys, "runs", "--task", "nosuch", "--status", "failed")[0] == 2
+    code, out, _ = ql3(capsys, "runs", "--task", "gone")  # removed, its history stays
+    assert code == 0 and out.splitlines()[1].split()[0] == "gone#1"
+    code, out, _ = ql3(capsys, "runs", "--task", "gone", "--status", "failed")
+    assert (code, out.split()) == (0, ["RUN", "ID", "STATUS", "EXIT", "STARTED", "DURATION"])
+    assert ql3(capsys, "runs", "--task", "idle")[:2] == (
+        0, "RUN  ID  STATUS  EXIT  STARTED  DURATION\n")
