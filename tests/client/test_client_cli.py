@@ -151,3 +151,22 @@ def test_runs_of_an_unknown_task_is_no_such_task_but_a_removed_task_s_runs_list(
     assert (code, out.split()) == (0, ["RUN", "ID", "STATUS", "EXIT", "STARTED", "DURATION"])
     assert ql3(capsys, "runs", "--task", "idle")[:2] == (
         0, "RUN  ID  STATUS  EXIT  STARTED  DURATION\n")
+
+
+def test_an_attempt_without_a_log_says_how_it_ended_once(
+        fake: dict[str, Route], capsys: pytest.CaptureFixture[str]) -> None:
+    def attempt(number: int, status: str, reason: str | None) -> dict[str, Any]:
+        return {"id": f"a{number}", "number": number, "status": status, "reason": reason}
+
+    fake["GET /v1/runs/resolve"] = json_answer({"id": RUN_ID})
+    fake[f"GET /v1/runs/{RUN_ID}"] = json_answer(a_run("lost", attempts=[
+        attempt(1, "lost", "lease_expired"), attempt(2, "lost", "lost"),
+        attempt(3, "failed", None)]))
+    for number in (1, 2, 3):
+        fake[f"GET /v1/attempts/a{number}/log"] = json_answer(
+            {"error": {"code": "log_not_found", "message": "no log"}}, 404)
+    code, out, err = ql3(capsys, "logs", f"{LONG}#4")
+    assert (code, out) == (0, "")
+    assert err.splitlines() == ["== attempt 1 ==", "attempt 1 left no log (lost: lease_expired)",
+                                "== attempt 2 ==", "attempt 2 left no log (lost)",
+                                "== attempt 3 ==", "attempt 3 left no log (failed)"]

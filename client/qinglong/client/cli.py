@@ -143,9 +143,10 @@ def logs(ref: str, tail: int | None, client: ControlClient) -> None:
                            "it ends", err=True)
                 continue
             if exc.error_code == "log_not_found":
-                click.echo(f"attempt {number} left no log ({attempt['status']}"
-                           f"{', ' + attempt['reason'] if attempt.get('reason') else ''})",
-                           err=True)
+                why = attempt.get("reason")  # a lost attempt's reason may be "lost" again
+                ended = attempt["status"] + (f": {why}" if why and why != attempt["status"]
+                                             else "")
+                click.echo(f"attempt {number} left no log ({ended})", err=True)
                 continue
             raise
         if tail is not None:
