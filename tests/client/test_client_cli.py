@@ -170,3 +170,23 @@ def test_an_attempt_without_a_log_says_how_it_ended_once(
     assert err.splitlines() == ["== attempt 1 ==", "attempt 1 left no log (lost: lease_expired)",
                                 "== attempt 2 ==", "attempt 2 left no log (lost)",
                                 "== attempt 3 ==", "attempt 3 left no log (failed)"]
+
+
+def test_task_show_aligns_every_key(fake: dict[str, Route],
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    view = {"name": LONG, "id": RUN_ID, "schedule": "0 3 * * *", "timezone": "Asia/Shanghai",
+            "enabled": False, "concurrency_policy": "forbid", "timeout_s": 600,
+            "max_attempts": 3, "cwd": None, "created_at": "2026-12-01T19:00:00Z",
+            "updated_at": "2026-12-01T19:00:00Z", "bundle_digest": "ab" * 32,
+            "entry_point": "run.sh", "argv": None, "shell": "echo hi",
+            "env": {"MODE": {"value": "full", "secret": False},
+                    "KEY": {"value": None, "secret": True}},
+            "labels": {"zone": "a"}, "next_fire_at": None, "last_run": None, "history": []}
+    fake[f"GET /v1/tasks/{LONG}"] = json_answer(view)
+    fake["GET /v1/runs"] = json_answer({"items": [], "next_cursor": None})
+    code, out, _ = ql3(capsys, "task", "show", LONG)
+    lines = out.splitlines()
+    assert code == 0 and all(len(line) <= 80 for line in lines), lines
+    assert {line.index(": ") for line in lines} == {13}, lines  # one key column
+    assert "  concurrency: forbid" in lines and " next_fire_at: disabled" in lines
+    assert "   secret_env: KEY=********" in lines and "    timeout_s: 10m 00s" in lines

@@ -232,17 +232,35 @@ def describe_task_event(event: dict[str, Any]) -> str:
     return text
 
 
-def field(key: str, item: object) -> str:
-    """One ``task show`` line, ``{key:>13}: value``: times for people (keys ending ``_at``),
-    ``timeout_s`` as a duration, yes/no, ``-`` for None; cut to the terminal's width with
-    ``…`` (whole with ``--wide``)."""
-    if item is not None and key.endswith("_at"):
+KEY_WIDTH = 13  # ``bundle_digest``: the longest key ``task show`` and ``script push`` print
+
+
+def field(key: str, item: object, width: int = KEY_WIDTH) -> str:
+    """One ``task show`` line, ``{key:>width}: value``: times for people (keys ending
+    ``_at``), ``timeout_s`` as a duration, yes/no, ``-`` for None; cut to the terminal's width
+    with ``…`` (whole with ``--wide``)."""
+    if isinstance(item, Shown):
+        text = str(item)
+    elif item is not None and key.endswith("_at"):
         text = t(item)
     elif key == "timeout_s" and isinstance(item, int) and not isinstance(item, bool):
         text = display.duration(item)
     else:
         text = display.value(item)
-    return line(f"{key:>13}: {text}")
+    return line(f"{key:>{width}}: {text}")
+
+
+class Shown(str):
+    """A :func:`field` value already worded for people (``disabled``), shown as it is."""
+
+    __slots__ = ()
+
+
+def print_fields(pairs: list[tuple[str, object]]) -> None:
+    """``task show``'s ``key: value`` lines, the keys right-aligned on the longest."""
+    width = max([KEY_WIDTH, *(len(key) for key, _ in pairs)])
+    for key, item in pairs:
+        click.echo(field(key, item, width))
 
 
 def next_slots_lines(view: dict[str, Any]) -> list[str]:
