@@ -233,9 +233,14 @@ def test_each_error_class_is_one_line_with_its_exit_code(cluster: Cluster) -> No
     assert one_error_line(out) == "ql3: error: task 'job' already exists"
     out = cli(cluster, url, admin, "task", "add", "bad", "--schedule", "61 * * * *", "--",
               "true", code=2)
-    assert one_error_line(out) == ("ql3: error: control refused the request: invalid fields: "
-                                   "body.schedule: not a valid cron expression (5 fields, or "
-                                   "6 with seconds first, or an @ alias such as @daily)")
+    assert one_error_line(out) == ("ql3: error: control refused the request: --schedule: not "
+                                   "a valid cron expression (5 fields, or 6 with seconds "
+                                   "first, or an @ alias such as @daily)")
+    out = cli(cluster, url, admin, "task", "add", "京东签到", "--schedule", "@once", "--",
+              "true", code=2)  # said in words, by the name the user typed it as, not echoed
+    assert one_error_line(out) == ("ql3: error: control refused the request: task name: use "
+                                   "1-128 ASCII letters, digits, '.', '_' or '-', starting "
+                                   "with a letter or digit")
     out = cli(cluster, url, admin, "task", "add", "leak", "--schedule", "@once",
               "--secret-env", "K=plain", "--", "true", code=2)
     assert "plain" not in out.stderr
