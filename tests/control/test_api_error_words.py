@@ -10,9 +10,9 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-from qinglong.control.api.app import build_app  # noqa: E402
-from qinglong.control.api.context import ApiContext  # noqa: E402
-from qinglong.control.api.errors import reason  # noqa: E402
+from qinglong.control.api.app import build_app
+from qinglong.control.api.context import ApiContext
+from qinglong.control.api.errors import reason
 
 
 def declared_patterns(node: Any) -> set[str]:

@@ -86,11 +86,11 @@ def runs(task_name: str | None, status: str | None, limit: int, as_json: bool,
     """List runs, newest first: TASK#N, short id, status, exit code, start, duration.
     --task of a name that is no live task and has no runs is refused (exit 2)."""
     items = client.items("/v1/runs", {"task": task_name, "status": status}, limit=limit)
-    if not items and task_name is not None:
-        # control answers an empty page for a name it has no runs of: the name is known if
-        # a live task has it or a run (of a task since removed) does, in any status
-        if status is None or not client.items("/v1/runs", {"task": task_name}, limit=1):
-            client.get(f"/v1/tasks/{segment(task_name)}", task=task_name)  # 404: no such task
+    # control answers an empty page for a name it has no runs of: the name is known if a
+    # live task has it or a run (of a task since removed) does, in any status
+    if not items and task_name is not None and (
+            status is None or not client.items("/v1/runs", {"task": task_name}, limit=1)):
+        client.get(f"/v1/tasks/{segment(task_name)}", task=task_name)  # 404: no such task
     print_json(items) if as_json else output.print_runs(items)
 
 
