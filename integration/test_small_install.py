@@ -84,8 +84,9 @@ def test_the_base_install_brings_no_rich_tzdata_or_cluster_library(install: Inst
 def test_the_base_install_is_under_four_mib(install: Install) -> None:
     """With the cluster code in its own distribution (cluster/pyproject.toml), the cluster's
     contracts in `qinglong.shared` (wire, bundles, control URLs) shipped by it and a short
-    package description: measured 3.92 MiB (4,106,872 bytes), of which click, python-dateutil and croniter (its wheel carries its own tests,
-    0.5 MiB) are about 2.5 MB byte-compiled."""
+    package description: measured 3.92 MiB (4,106,872 bytes), of which click,
+    python-dateutil and croniter (its wheel carries its own tests, 0.5 MiB) are about 2.5 MB
+    byte-compiled."""
     assert install.bytes < MAX_BYTES, f"{install.bytes} bytes"
 
 
