@@ -284,7 +284,9 @@ def test_enable_records_the_slots_missed_while_disabled_in_the_ledger(api: ApiWo
     ({"concurrency_policy": "MARK"},
      "body.concurrency_policy: not one of 'forbid', 'allow' or 'replace'"),
     ({"env": {"1MARK": {"value": "x"}}},
-     "body.env.* (key): does not match ^[A-Za-z_][A-Za-z0-9_]{0,127}$"),
+     "body.env.* (key): use 1-128 ASCII letters, digits or '_', not starting with a digit"),
+    ({"name": "备份MARK"}, "body.name: use 1-128 ASCII letters, digits, '.', '_' or '-', "
+     "starting with a letter or digit"),
     ({"env": {"MARK": {"value": "x", "MARKED": True}}},
      "body.env.*: unknown field (accepted: secret, value)"),
     ({"timout_s": 5, "MARK": 1}, "body: unknown field (accepted: argv, bundle_digest, "
@@ -292,7 +294,7 @@ def test_enable_records_the_slots_missed_while_disabled_in_the_ledger(api: ApiWo
      "log_limit_bytes, log_retention_s, max_attempts, name, retry_backoff_cap_ms, "
      "retry_backoff_ms, schedule, shell, timeout_s, timezone)"),
 ], ids=["cron", "zone", "number-as-string", "range", "bool-as-int", "policy", "env-name",
-        "env-entry-unknown", "unknown-field"])
+        "task-name", "env-entry-unknown", "unknown-field"])
 def test_a_422_names_each_field_with_its_reason_and_never_the_input(
         api: ApiWorld, over: dict[str, Any], message: str) -> None:
     """Each error: the field's location (client-chosen keys as ``*``) and a reason from a

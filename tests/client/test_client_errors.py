@@ -110,12 +110,28 @@ def test_410_says_when_the_log_was_retired() -> None:
 def test_422_is_bad_input_and_run_reference_codes_keep_the_local_wording() -> None:
     error = failure(422, "invalid_request", "invalid fields: body.schedule: not a valid cron")
     assert isinstance(error, ControlRejectedError) and isinstance(error, ValidationError)
-    assert str(error) == "control refused the request: invalid fields: body.schedule: not a " \
-                         "valid cron"
+    assert str(error) == "control refused the request: --schedule: not a valid cron"
     ambiguous = failure(422, "ambiguous_run", "several", run="abc123")
     assert isinstance(ambiguous, AmbiguousRunError)
     invalid = failure(422, "invalid_run_ref", "not a run reference", run="zz")
     assert isinstance(invalid, NoSuchRunError) and "TASK#N" in str(invalid)
+
+
+def test_a_422_names_each_field_as_the_command_line_does() -> None:
+    words = "use 1-128 ASCII letters, digits, '.', '_' or '-', starting with a letter or digit"
+    error = failure(422, "invalid_request", f"invalid fields: body.name: {words}")
+    assert str(error) == f"control refused the request: task name: {words}"
+    error = failure(422, "invalid_request", "invalid fields: body.argv.1: contains NUL; "
+                    "body.env.* (key): use 1-128 ASCII letters; body.env.*.value: too long; "
+                    "body.labels.*: use 1-63; body.timeout_s: not an integer; "
+                    "query.task: use 1-128; body.enabled: not a boolean")
+    assert str(error) == (
+        "control refused the request: the command: contains NUL; --env/--secret-env name: "
+        "use 1-128 ASCII letters; --env/--secret-env value: too long; --label value: use "
+        "1-63; --timeout: not an integer; --task: use 1-128; body.enabled: not a boolean")
+    other = failure(422, "invalid_request", "give bundle_digest and entry_point together")
+    assert str(other) == ("control refused the request: give bundle_digest and entry_point "
+                          "together")
 
 
 def test_503_names_the_readiness_reason() -> None:

@@ -92,3 +92,73 @@ def test_inspect_names_the_worker_and_wide_adds_its_incarnation(
     output.print_attempts(attempts[:1])
     assert incarnation in capsys.readouterr().out
     assert os.environ["COLUMNS"] == "80"
+
+
+def a_run(task: str, number: int) -> dict[str, Any]:
+    return {"id": "01a2333f-0000-7000-8000-00000000c0de", "task_name": task, "number": number,
+            "status": "succeeded", "exit_code": 0, "attempt_count": 1, "trigger": "manual",
+            "created_at": "2026-12-01T19:00:00Z", "started_at": "2026-12-01T19:00:00Z",
+            "finished_at": "2026-12-01T19:01:05Z"}
+
+
+def test_runs_at_80_columns_cut_a_long_reference_in_its_task_name_and_keep_its_number(
+        shanghai: None, capsys: pytest.CaptureFixture[str]) -> None:
+    output.print_runs([a_run("jd-daily-sign-in-backup", 4), a_run("backup", 12)])
+    lines = capsys.readouterr().out.splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    first = lines[1].split()[0]
+    assert first.endswith("…#4") and first.startswith("jd-daily-s"), lines
+    assert lines[2].split()[0] == "backup#12"
+    assert display.shorten_ref("jd-daily-sign-in-backup#4", 13) == "jd-daily-s…#4"
+    assert display.shorten_ref("no reference at all", 8) == "no refe…"
+
+
+def test_local_runs_keep_the_number_of_a_long_reference_too(
+        shanghai: None, capsys: pytest.CaptureFixture[str]) -> None:
+    from qinglong.local.app import output as local_output
+
+    run = {"id": "01a2333f-0000-7000-8000-00000000c0de", "task": "jd-daily-sign-in-backup-full",
+           "number": 12, "status": "succeeded", "exit_code": 0, "signal": None,
+           "trigger": "manual", "created_at": "2026-12-01T19:00:00Z",
+           "finished_at": "2026-12-01T19:01:05Z",
+           "attempts": [{"started_at": "2026-12-01T19:00:00Z"}]}
+    local_output.print_runs([run])
+    lines = capsys.readouterr().out.splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    assert lines[1].split()[0].endswith("…#12"), lines
+
+
+def test_task_list_gives_the_command_its_share_of_what_the_fixed_columns_leave(
+        shanghai: None, capsys: pytest.CaptureFixture[str]) -> None:
+    output.print_tasks([a_task("backup", DONE, argv=["/bin/echo", "hi"],
+                               schedule="*/5 * * * * *")])
+    lines = capsys.readouterr().out.splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    assert lines[1].endswith("  /bin/echo hi"), lines  # whole: the long schedule gave way
+    output.print_tasks([a_task("jd-daily-sign-in-backup", DONE)])
+    lines = capsys.readouterr().out.splitlines()
+    command = lines[1].split("  ")[-1]
+    assert all(len(line) <= 80 for line in lines), lines
+    assert len(command) >= 10 and command.startswith("/usr/bin/"), lines
+
+
+def test_occurrences_at_80_columns_keep_the_outcome_and_both_slot_times_whole(
+        shanghai: None, capsys: pytest.CaptureFixture[str]) -> None:
+    items = [{"outcome": outcome, "first_slot": "2026-12-01T19:00:00Z",
+              "last_slot": "2026-12-01T19:58:00Z", "slot_count": count, "run_id": run}
+             for outcome, count, run in (
+                 ("skipped_downtime", 30, None), ("skipped_active", 2, None),
+                 ("run_created", 1, "01a2333f-0000-7000-8000-00000000c0de"))]
+    output.print_occurrences(items)
+    lines = capsys.readouterr().out.splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    assert lines[0].split() == ["OUTCOME", "FIRST", "SLOT", "(+08:00)", "LAST", "SLOT",
+                                "(+08:00)", "SLOTS", "RUN"]
+    assert lines[1].split() == ["skipped_downtime", "2026-12-02", "03:00:00", "2026-12-02",
+                                "03:58:00", "30"]
+    assert lines[2].split()[0] == "skipped_active" and "03:58:00" in lines[2]
+    assert lines[3].split() == ["run_created", "2026-12-02", "03:00:00", "1", "0000c0de"]
+    display.DISPLAY.wide = True  # room enough: every time with its offset
+    output.print_occurrences(items)
+    assert "2026-12-02 03:58:00 +08:00" in capsys.readouterr().out
+

@@ -65,7 +65,7 @@ def run(name: str, wait: bool, as_json: bool, client: ControlClient) -> None:
     if not wait:
         print_json(created) if as_json else click.echo(line)
         return
-    click.echo(output.line(line + "; waiting for it to end"), err=True)
+    click.echo(line + "; waiting for it to end", err=True)
     view = wait_terminal(client, created["id"])
     print_json(view) if as_json else click.echo(output.describe_run(view))
     if view["status"] != "succeeded":
@@ -83,8 +83,14 @@ def run(name: str, wait: bool, as_json: bool, client: ControlClient) -> None:
 @connection
 def runs(task_name: str | None, status: str | None, limit: int, as_json: bool,
          client: ControlClient) -> None:
-    """List runs, newest first: TASK#N, short id, status, exit code, start, duration."""
+    """List runs, newest first: TASK#N, short id, status, exit code, start, duration.
+    --task of a name that is no live task and has no runs is refused (exit 2)."""
     items = client.items("/v1/runs", {"task": task_name, "status": status}, limit=limit)
+    # control answers an empty page for a name it has no runs of: the name is known if a
+    # live task has it or a run (of a task since removed) does, in any status
+    if not items and task_name is not None and (
+            status is None or not client.items("/v1/runs", {"task": task_name}, limit=1)):
+        client.get(f"/v1/tasks/{segment(task_name)}", task=task_name)  # 404: no such task
     print_json(items) if as_json else output.print_runs(items)
 
 
@@ -99,13 +105,7 @@ def inspect(ref: str, as_json: bool, client: ControlClient) -> None:
     if as_json:
         print_json(view)
         return
-    click.echo(output.describe_run(view))
-    if view["attempts"]:
-        click.echo("attempts:")
-        output.print_attempts(view["attempts"])
-    if view["events"]:
-        click.echo("events:")
-        output.print_events(view["events"])
+    output.print_inspect(view)
 
 
 @cluster.command("logs", epilog=RUN_HELP)
@@ -143,9 +143,10 @@ def logs(ref: str, tail: int | None, client: ControlClient) -> None:
                            "it ends", err=True)
                 continue
             if exc.error_code == "log_not_found":
-                click.echo(f"attempt {number} left no log ({attempt['status']}"
-                           f"{', ' + attempt['reason'] if attempt.get('reason') else ''})",
-                           err=True)
+                why = attempt.get("reason")  # a lost attempt's reason may be "lost" again
+                ended = attempt["status"] + (f": {why}" if why and why != attempt["status"]
+                                             else "")
+                click.echo(f"attempt {number} left no log ({ended})", err=True)
                 continue
             raise
         if tail is not None:
@@ -169,7 +170,7 @@ def cancel(ref: str, wait: bool, as_json: bool, client: ControlClient) -> None:
     target = resolve_run(client, ref)
     status, view = client.send("POST", f"/v1/runs/{target['id']}/cancel", run=ref)
     done = "cancelled" if status == 200 else "cancel requested"
-    line = output.line(f"{done}: {output.describe_run(view)}")
+    line = f"{done}: {output.describe_run(view)}"
     if not wait:
         print_json(view) if as_json else click.echo(line)
         return

@@ -320,22 +320,24 @@ def task_show(name: str, as_json: bool, client: ControlClient) -> None:
     if as_json:
         print_json({**view, "recent_runs": recent})
         return
-    for key in ("name", "id", "schedule", "timezone", "enabled", "concurrency_policy",
-                "timeout_s", "max_attempts", "cwd", "created_at", "updated_at"):
-        click.echo(output.field(key, view[key]))
+    # the keys as `ql3 local task show` names them (``concurrency``, as the flag), aligned
+    shown = {"concurrency_policy": "concurrency"}
+    pairs: list[tuple[str, object]] = [
+        (shown.get(key, key), view[key]) for key in (
+            "name", "id", "schedule", "timezone", "enabled", "concurrency_policy",
+            "timeout_s", "max_attempts", "cwd", "created_at", "updated_at")]
     if view.get("bundle_digest"):
-        click.echo(output.field("bundle_digest", view["bundle_digest"]))
-        click.echo(output.field("entry_point", view["entry_point"]))
-    click.echo(output.field("command", output.task_command(view)))
+        pairs += [("bundle_digest", view["bundle_digest"]),
+                  ("entry_point", view["entry_point"])]
+    pairs.append(("command", output.task_command(view)))
     for key, entry in sorted(view["env"].items()):
-        shown = MASK if entry["secret"] else entry["value"]
-        click.echo(output.field("secret_env" if entry["secret"] else "env", f"{key}={shown}"))
-    click.echo(output.field("labels", output.labels(view["labels"])))
-    if view["enabled"]:
-        click.echo(output.field("next_fire_at", view["next_fire_at"]))
-    else:
-        click.echo(f"{'next_fire_at':>13}: disabled")
-    click.echo(output.field("last_run", describe_last_run(view.get("last_run"))))
+        shown_value = MASK if entry["secret"] else entry["value"]
+        pairs.append(("secret_env" if entry["secret"] else "env", f"{key}={shown_value}"))
+    pairs.append(("labels", output.labels(view["labels"])))
+    pairs.append(("next_fire_at", view["next_fire_at"] if view["enabled"]
+                  else output.Shown("disabled")))
+    pairs.append(("last_run", describe_last_run(view.get("last_run"))))
+    output.print_fields(pairs)
     if recent:
         click.echo("recent runs:")
         output.print_runs(recent, indent="  ")

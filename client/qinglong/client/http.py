@@ -22,7 +22,8 @@ stable ``error.code``:
  410   LogRetiredError, with when and how the log was retired
  413,  ControlRejectedError (exit 2), with a refused bundle's ``reason``;
  422   ``ambiguous_run`` → AmbiguousRunError, ``invalid_run_ref`` → NoSuchRunError
-       with the forms' hint
+       with the forms' hint; ``invalid_request`` names each field as the command line
+       does (``body.name`` → ``task name``, ``body.schedule`` → ``--schedule``)
  503   ControlNotReadyError, with ``/readyz``'s named reasons (``database_unavailable``…)
  5xx   ControlFailedError
 =====  ==========================================================================
@@ -266,6 +267,8 @@ class ControlClient:
         if code in ("bundle_invalid", "bundle_too_large"):
             return ControlRejectedError(f"control refused the bundle: {message} "
                                         f"({error.get('reason') or code})")
+        if status == 422 and code == "invalid_request":
+            return ControlRejectedError(f"control refused the request: {refused(message)}")
         if 400 <= status < 500:
             return ControlRejectedError(f"control refused the request: {message}")
         if status == 503:
@@ -302,6 +305,49 @@ class ControlClient:
         why = ", ".join(reasons) or code or "HTTP 503"
         return ControlNotReadyError(f"control at {url} is not ready: {why}; retry later",
                                     url, reasons)
+
+
+# The API's field paths of a 422 (``invalid fields: body.name: <reason>; …``) as the
+# command line names them; a path not listed is said as control says it.
+FIELD_NAMES = {
+    "body.name": "task name", "path.name": "task name", "query.task": "--task",
+    "body.schedule": "--schedule", "body.timezone": "--timezone", "body.timeout_s": "--timeout",
+    "body.max_attempts": "--max-attempts", "body.concurrency_policy": "--concurrency",
+    "body.cwd": "--cwd", "body.shell": "--shell", "body.argv": "the command",
+    "body.env": "--env/--secret-env", "body.env.* (key)": "--env/--secret-env name",
+    "body.env.*.value": "--env/--secret-env value",
+    "body.labels": "--label", "body.labels.* (key)": "--label key",
+    "body.labels.*": "--label value", "body.bundle_digest": "--bundle",
+    "body.entry_point": "--entry-point", "query.status": "--status", "query.limit": "--limit",
+    "query.state": "--state",
+}
+INVALID_FIELDS = "invalid fields: "
+
+
+def field_name(path: str) -> str:
+    """An API field path as the command line names it: ``body.name`` → ``task name``,
+    ``body.env.* (key)`` → ``--env/--secret-env name``, ``body.argv.2`` → ``the command``;
+    the longest listed prefix wins (``body.env.*.secret`` → ``--env/--secret-env``)."""
+    key = " ".join(".".join(p for p in part.split(".") if not p.isdigit())
+                   for part in path.split(" "))
+    parts = key.split(".")
+    for end in range(len(parts), 0, -1):
+        name = FIELD_NAMES.get(".".join(parts[:end]))
+        if name is not None:
+            return name
+    return path
+
+
+def refused(message: str) -> str:
+    """Control's 422 message with each field path as the command line names it
+    (``task name: use 1-128 ASCII letters, …``); other messages as they are."""
+    if not message.startswith(INVALID_FIELDS):
+        return message
+    entries = []
+    for entry in message[len(INVALID_FIELDS):].split("; "):
+        path, sep, why = entry.partition(": ")
+        entries.append(f"{field_name(path)}: {why}" if sep else entry)
+    return "; ".join(entries)
 
 
 def _conflict(code: str, message: str, *, task: str | None, run: str | None,

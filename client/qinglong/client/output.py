@@ -17,16 +17,19 @@ TERMINAL = frozenset({"succeeded", "failed", "cancelled", "timed_out", "lost"})
 
 
 def table(columns: list[str], rows: list[list[str]], *, flexible: tuple[str, ...] = (),
-          indent: str = "") -> None:
-    """Print rows as a table that fits the terminal (``display.fit_table``), each line after
-    ``indent``."""
+          indent: str = "", share: bool = False, refs: tuple[str, ...] = ()) -> None:
+    """Print rows as a table that fits the terminal (``display.fit_table``: ``share`` and
+    ``refs`` as there), each line after ``indent``."""
     width = display.terminal_width() - len(indent)
-    for line in display.fit_table(columns, rows, flexible=flexible, width=width):
+    for line in display.fit_table(columns, rows, flexible=flexible, width=width, share=share,
+                                  refs=refs):
         click.echo(indent + line)
 
 
 def line(text: str) -> str:
-    """``text`` shortened to the terminal's width with ``…`` (whole with ``--wide``)."""
+    """A ``key: value`` line of ``task show``/``script push`` shortened to the terminal's
+    width with ``…`` (whole with ``--wide``). Messages — status lines, errors — never go
+    through here: they print whole whatever the width."""
     return text if display.DISPLAY.wide else display.shorten(text, display.terminal_width())
 
 
@@ -82,7 +85,7 @@ def print_tasks(tasks: list[dict[str, Any]]) -> None:
     table(["name", "schedule", "next", "last run", "command"],
           [[x["name"], schedule(x), t(x["next_fire_at"]) if x["enabled"] else "disabled",
             display.last_run_short(x.get("last_run")), task_command(x)] for x in tasks],
-          flexible=("command", "schedule", "name"))
+          flexible=("command", "schedule", "name"), share=True)
 
 
 def exit_text(run: dict[str, Any]) -> str:
@@ -96,7 +99,8 @@ def run_duration(run: dict[str, Any]) -> str:
 
 def print_runs(runs: list[dict[str, Any]], indent: str = "") -> None:
     """Runs newest first: ``backup#42``, the id's last 8 hex digits, status, exit code,
-    start (or creation) time, duration. ``--wide``: full ids and every time."""
+    start (or creation) time, duration; a reference too long is cut in its task name,
+    keeping ``#N`` (``jd-daily-si…#4``). ``--wide``: full ids and every time."""
     if display.DISPLAY.wide:
         table(["run", "id", "status", "exit", "attempts", "trigger", "created", "started",
                "finished", "duration"],
@@ -107,42 +111,55 @@ def print_runs(runs: list[dict[str, Any]], indent: str = "") -> None:
     table(["run", "id", "status", "exit", "started", "duration"],
           [[ref(r), display.short_id(r["id"]), r["status"], exit_text(r),
             t(r["started_at"] or r["created_at"]), run_duration(r)] for r in runs],
-          flexible=("run",), indent=indent)
+          flexible=("run",), indent=indent, refs=("run",))
 
 
 def describe_run(run: dict[str, Any]) -> str:
-    """``run backup#42 (<id>): <status> (exit N)``, cut to the terminal's width (whole with
-    ``--wide``; ``inspect`` shows when a cancel was requested, among the events)."""
+    """``run backup#42 (<id>): <status> (exit N)``, whole at any width: a message, not a
+    table row (``inspect`` shows when a cancel was requested, among the events)."""
     text = f"run {ref(run)} ({run['id']}): {run['status']}"
     if run.get("exit_code") is not None:
         text += f" (exit {run['exit_code']})"
-    return line(text)
+    return text
 
 
-def print_attempts(attempts: list[dict[str, Any]], indent: str = "  ") -> None:
+def _worker(attempt: dict[str, Any]) -> str:
+    """The worker by its name (``w1``); the incarnation's short id when the answer has no
+    name."""
+    ident = attempt.get("worker_incarnation_id")
+    if attempt.get("worker_name"):
+        return str(attempt["worker_name"])
+    return display.short_id(ident) if ident else "-"
+
+
+def _ended(attempt: dict[str, Any]) -> str:
+    if attempt.get("signal") is not None:
+        return f"sig {attempt['signal']}"
+    return display.value(attempt.get("exit_code"))
+
+
+def attempt_rows(attempts: list[dict[str, Any]], started: list[str] | None = None
+                 ) -> tuple[list[str], list[list[str]]]:
+    """The attempts table's columns and rows; ``started``: the start times as shown
+    (``display.compact_times``), else each in full."""
+    starts = started or [t(a.get("started_at")) for a in attempts]
+    return (["attempt", "status", "exit", "started", "took", "worker", "reason"],
+            [[str(a["number"]), a["status"], _ended(a), starts[i],
+              display.span(a.get("started_at"), a.get("finished_at")), _worker(a),
+              a.get("reason") or "-"] for i, a in enumerate(attempts)])
+
+
+def print_attempts(attempts: list[dict[str, Any]], indent: str = "  ",
+                   started: list[str] | None = None) -> None:
     """``inspect``'s attempts as a table: number, status, exit (``sig N``), start, duration,
-    the worker by its name (``w1``; the incarnation's short id when the answer has no name)
-    and the reason it ended so. ``--wide`` adds the incarnation's full id."""
-    def worker(attempt: dict[str, Any]) -> str:
-        ident = attempt.get("worker_incarnation_id")
-        if attempt.get("worker_name"):
-            return str(attempt["worker_name"])
-        return display.short_id(ident) if ident else "-"
-
-    def ended(attempt: dict[str, Any]) -> str:
-        if attempt.get("signal") is not None:
-            return f"sig {attempt['signal']}"
-        return display.value(attempt.get("exit_code"))
-
-    columns = ["attempt", "status", "exit", "started", "took", "worker", "reason"]
-    rows = [[str(a["number"]), a["status"], ended(a), t(a.get("started_at")),
-             display.span(a.get("started_at"), a.get("finished_at")), worker(a),
-             a.get("reason") or "-"] for a in attempts]
+    the worker by its name and the reason it ended so — never shortened (the worker's name,
+    then the start, give way first). ``--wide`` adds the incarnation's full id."""
+    columns, rows = attempt_rows(attempts, started)
     if display.DISPLAY.wide:
         columns.insert(6, "incarnation")
         for row, attempt in zip(rows, attempts, strict=True):
             row.insert(6, attempt.get("worker_incarnation_id") or "-")
-    table(columns, rows, flexible=("reason",), indent=indent)
+    table(columns, rows, flexible=("worker", "started"), indent=indent)
 
 
 def detail_text(detail: dict[str, Any] | None) -> str:
@@ -158,12 +175,47 @@ def detail_text(detail: dict[str, Any] | None) -> str:
     return " ".join(parts)
 
 
-def print_events(events: list[dict[str, Any]], indent: str = "  ") -> None:
-    """``inspect``'s event history, oldest first: time, kind, status change, detail."""
-    table(["at", "event", "status", "detail"],
-          [[t(e["at"]), e["kind"], f"{display.value(e.get('from_status'))} -> "
-            f"{e['to_status']}", detail_text(e.get("detail")) or "-"] for e in events],
-          flexible=("detail", "event", "status"), indent=indent)
+def event_rows(events: list[dict[str, Any]], at: list[str] | None = None
+               ) -> tuple[list[str], list[list[str]]]:
+    """The events table's columns and rows: time (``at``: as shown, else in full), kind,
+    status change, detail."""
+    times = at or [t(e["at"]) for e in events]
+    return (["at", "event", "status", "detail"],
+            [[times[i], e["kind"], f"{display.value(e.get('from_status'))} -> "
+              f"{e['to_status']}", detail_text(e.get("detail")) or "-"]
+             for i, e in enumerate(events)])
+
+
+def print_events(events: list[dict[str, Any]], indent: str = "  ",
+                 at: list[str] | None = None) -> None:
+    """``inspect``'s event history, oldest first: time, kind (never shortened), status
+    change, detail (which gives way first)."""
+    columns, rows = event_rows(events, at)
+    table(columns, rows, flexible=("detail", "status"), indent=indent)
+
+
+def print_inspect(view: dict[str, Any], indent: str = "  ") -> None:
+    """``inspect``: the run's line, its attempts and its events. When either table would not
+    fit in full, their times lose what they share — said once in the titles
+    (``attempts (2026-12-02 +08:00):``, times ``09:30:00``) — so that event names and
+    reasons stay whole at 80 columns."""
+    click.echo(describe_run(view))
+    attempts, events = view["attempts"], view["events"]
+    room = display.terminal_width() - len(indent)
+    started = at = None
+    note = ""
+    if not display.DISPLAY.wide and max(display.table_width(*attempt_rows(attempts)),
+                                         display.table_width(*event_rows(events))) > room:
+        zone, texts = display.compact_times([a.get("started_at") for a in attempts]
+                                            + [e["at"] for e in events])
+        started, at = texts[:len(attempts)], texts[len(attempts):]
+        note = f" ({zone})"
+    if attempts:
+        click.echo(f"attempts{note}:")
+        print_attempts(attempts, indent, started)
+    if events:
+        click.echo(f"events{note}:")
+        print_events(events, indent, at)
 
 
 def describe_task_event(event: dict[str, Any]) -> str:
@@ -180,17 +232,35 @@ def describe_task_event(event: dict[str, Any]) -> str:
     return text
 
 
-def field(key: str, item: object) -> str:
-    """One ``task show`` line, ``{key:>13}: value``: times for people (keys ending ``_at``),
-    ``timeout_s`` as a duration, yes/no, ``-`` for None; cut to the terminal's width with
-    ``…`` (whole with ``--wide``)."""
-    if item is not None and key.endswith("_at"):
+KEY_WIDTH = 13  # ``bundle_digest``: the longest key ``task show`` and ``script push`` print
+
+
+def field(key: str, item: object, width: int = KEY_WIDTH) -> str:
+    """One ``task show`` line, ``{key:>width}: value``: times for people (keys ending
+    ``_at``), ``timeout_s`` as a duration, yes/no, ``-`` for None; cut to the terminal's width
+    with ``…`` (whole with ``--wide``)."""
+    if isinstance(item, Shown):
+        text = str(item)
+    elif item is not None and key.endswith("_at"):
         text = t(item)
     elif key == "timeout_s" and isinstance(item, int) and not isinstance(item, bool):
         text = display.duration(item)
     else:
         text = display.value(item)
-    return line(f"{key:>13}: {text}")
+    return line(f"{key:>{width}}: {text}")
+
+
+class Shown(str):
+    """A :func:`field` value already worded for people (``disabled``), shown as it is."""
+
+    __slots__ = ()
+
+
+def print_fields(pairs: list[tuple[str, object]]) -> None:
+    """``task show``'s ``key: value`` lines, the keys right-aligned on the longest."""
+    width = max([KEY_WIDTH, *(len(key) for key, _ in pairs)])
+    for key, item in pairs:
+        click.echo(field(key, item, width))
 
 
 def next_slots_lines(view: dict[str, Any]) -> list[str]:
@@ -207,12 +277,24 @@ def next_slots_lines(view: dict[str, Any]) -> list[str]:
 
 
 def print_occurrences(items: list[dict[str, Any]]) -> None:
-    """The occurrence ledger, newest first: outcome, first and last slot, count, run."""
-    table(["outcome", "first slot", "last slot", "slots", "run"],
-          [[o["outcome"], t(o["first_slot"]),
-            t(o["last_slot"]) if o["slot_count"] > 1 else "", str(o["slot_count"]),
-            display.short_id(o["run_id"]) if o.get("run_id") else ""] for o in items],
-          flexible=("outcome",))
+    """The occurrence ledger, newest first: outcome, first and last slot, count, run. The
+    outcome (``skipped_downtime``) is what the command is for: never shortened. When the
+    table does not fit, the slots' shared offset moves into the headers
+    (``FIRST SLOT (+08:00)``, cells ``2026-12-02 09:30:00``; ``UTC`` if they have several)."""
+    def rows(first: list[str], last: list[str]) -> list[list[str]]:
+        return [[o["outcome"], first[i], last[i] if o["slot_count"] > 1 else "",
+                 str(o["slot_count"]), display.short_id(o["run_id"]) if o.get("run_id") else ""]
+                for i, o in enumerate(items)]
+
+    columns = ["outcome", "first slot", "last slot", "slots", "run"]
+    cells = rows([t(o["first_slot"]) for o in items], [t(o["last_slot"]) for o in items])
+    if not display.DISPLAY.wide and display.table_width(columns, cells) > \
+            display.terminal_width():
+        slots = [o["first_slot"] for o in items] + [o["last_slot"] for o in items]
+        zone, texts = display.compact_times(slots, keep_date=True)
+        columns[1:3] = [f"first slot ({zone})", f"last slot ({zone})"]
+        cells = rows(texts[:len(items)], texts[len(items):])
+    table(columns, cells, flexible=("run", columns[2], columns[1]))
 
 
 def print_workers(workers: list[dict[str, Any]]) -> None:

@@ -12,7 +12,9 @@ task's zone): the click options that set :data:`DISPLAY` live with each command 
 - Tables: plain columns two spaces apart, one line per row, never wider than the terminal
   (``COLUMNS`` when set, so piped output honours it, else the terminal's size, else 80):
   flexible columns (a command, a note) are shortened first with ``…``, never wrapped; with
-  ``--wide`` nothing is shortened.
+  ``--wide`` nothing is shortened. A run reference keeps its ``#N`` when shortened
+  (``jd-daily-s…#4``): that is the part people type.
+- Messages (a run's final status, errors) are never fitted: they print whole at any width.
 
 ``--json`` never goes through here: it keeps ISO-8601 UTC.
 """
@@ -20,6 +22,7 @@ task's zone): the click options that set :data:`DISPLAY` live with each command 
 from __future__ import annotations
 
 import datetime as dt
+import re
 import shlex
 import shutil
 from collections.abc import Mapping, Sequence
@@ -141,6 +144,48 @@ def shorten(text: str, width: int) -> str:
     return text[: max(0, width - 1)] + ELLIPSIS if width > 0 else ""
 
 
+_RUN_REF_END = re.compile(r"(?s)(.+)(#[0-9]+)")
+
+
+def shorten_ref(text: str, width: int) -> str:
+    """A run reference cut to ``width`` keeping its ``#N`` (``jd-daily-s…#4``): the task
+    name gives way, from its end; other text (or too small a width) as :func:`shorten`."""
+    if len(text) <= width:
+        return text
+    match = _RUN_REF_END.fullmatch(text)
+    if match is None or width < len(match.group(2)) + 2:
+        return shorten(text, width)
+    tail = match.group(2)
+    return match.group(1)[: width - len(tail) - 1] + ELLIPSIS + tail
+
+
+def table_width(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> int:
+    """How wide :func:`fit_table` lays the table out when nothing is shortened."""
+    widths = [max([len(c), *(len(" ".join(str(r[i]).splitlines())) for r in rows)])
+              for i, c in enumerate(columns)]
+    return sum(widths) + len(GAP) * (len(widths) - 1)
+
+
+def compact_times(values: Sequence[str | None], *, keep_date: bool = False
+                  ) -> tuple[str, list[str]]:
+    """ISO times for a narrow table: the part they share said once, for a header or a
+    title, and what is left of each. ``(zone, texts)``: times of one offset give
+    ``("+08:00", ["2026-12-01 09:09:01", …])``; on one date too (unless ``keep_date``)
+    ``("2026-12-01 +08:00", ["09:09:01", …])``. Times of several offsets (a DST change
+    among them) are said in UTC (``"UTC"``), so none is ambiguous. None gives ``-``."""
+    stamps = [None if v is None else _moment(v) for v in values]
+    offsets = {s.utcoffset() for s in stamps if s is not None}
+    zone = offset_text(next(iter(offsets), None))
+    if len(offsets) > 1:
+        stamps = [None if s is None else s.astimezone(dt.UTC) for s in stamps]
+        zone = "UTC"
+    dates = {s.date() for s in stamps if s is not None}
+    if len(dates) == 1 and not keep_date:
+        return (f"{dates.pop().isoformat()} {zone}",
+                ["-" if s is None else s.strftime("%H:%M:%S") for s in stamps])
+    return zone, ["-" if s is None else s.strftime("%Y-%m-%d %H:%M:%S") for s in stamps]
+
+
 def fit_table(
     columns: Sequence[str],
     rows: Sequence[Sequence[str]],
@@ -148,15 +193,21 @@ def fit_table(
     width: int | None = None,
     flexible: Sequence[str] = (),
     wide: bool | None = None,
+    share: bool = False,
+    refs: Sequence[str] = (),
 ) -> list[str]:
     """Lay out a table as lines no longer than ``width`` (default :func:`terminal_width`).
 
     Columns are separated by two spaces, headers upper-cased, cells on one line each
     (newlines shown as spaces). When the table is too wide, the ``flexible`` columns shrink
     first, in the order given (the first listed gives up its width first), down to 8
-    characters (or their header), then the other columns, widest first, down to their
-    header's width, then any column; shortened cells end in ``…``. Nothing is
-    shortened when ``wide`` (default: ``--wide`` was given). The last column is not padded.
+    characters (or their header) — with ``share``, together instead: the widest of them
+    gives way first (the first listed on a tie), so a short one stays whole and the long
+    ones end up with equal shares of the room the others leave — then the other columns,
+    widest first, down to their header's width, then any column; shortened cells end in
+    ``…``, and those of the ``refs`` columns (run references) keep their ``#N``
+    (:func:`shorten_ref`). Nothing is shortened when ``wide`` (default: ``--wide`` was
+    given). The last column is not padded.
     """
     wide = DISPLAY.wide if wide is None else wide
     limit = terminal_width() if width is None else width
@@ -166,8 +217,16 @@ def fit_table(
     if not wide:
         excess = sum(widths) + len(GAP) * (len(widths) - 1) - limit
         flex = [columns.index(c) for c in flexible if c in columns]  # in priority order
+        floor = {i: max(MIN_FLEX_WIDTH, len(heads[i])) for i in flex}
+        while share and excess > 0:  # the widest flexible column gives way, one at a time
+            shrinkable = [i for i in flex if widths[i] > floor[i]]
+            if not shrinkable:
+                break
+            widest = max(shrinkable, key=lambda i: (widths[i], -flex.index(i)))
+            widths[widest] -= 1
+            excess -= 1
         for i in flex:  # first listed shrinks first, down to 8 (or its header)
-            cut = min(max(excess, 0), widths[i] - max(MIN_FLEX_WIDTH, len(heads[i])))
+            cut = min(max(excess, 0), widths[i] - floor[i])
             if cut > 0:
                 widths[i] -= cut
                 excess -= cut
@@ -180,9 +239,11 @@ def fit_table(
                 widest = max(shrinkable, key=lambda i: widths[i])
                 widths[widest] -= 1
                 excess -= 1
+    keep_end = {columns.index(c) for c in refs if c in columns}
     lines = []
     for row in [heads, *cells]:
-        parts = [shorten(cell, widths[i]).ljust(widths[i]) for i, cell in enumerate(row)]
+        parts = [(shorten_ref if i in keep_end and row is not heads else shorten)(
+            cell, widths[i]).ljust(widths[i]) for i, cell in enumerate(row)]
         lines.append(GAP.join(parts).rstrip())
     return lines
 

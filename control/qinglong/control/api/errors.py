@@ -83,23 +83,47 @@ REASONS = {
     "greater_than": "not greater than {gt}",
     "less_than_equal": "greater than the maximum {le}",
     "less_than": "not less than {lt}",
-    "string_pattern_mismatch": "does not match {pattern}",
+    "string_pattern_mismatch": "contains characters that are not allowed here",  # see below
     "literal_error": "not one of {expected}", "enum": "not one of {expected}",
     "uuid_type": "not a UUID", "uuid_parsing": "not a UUID",
     "json_invalid": "not valid JSON", "json_type": "not valid JSON",
     "string_unicode": "not valid Unicode",
 }
+# The patterns of our own schema in words, for ``string_pattern_mismatch`` (people read the
+# message: a regular expression tells them little; tests/control/test_api_error_words.py
+# holds every pattern the models declare to an entry here). Another pattern reads
+# "contains characters that are not allowed here".
+PATTERN_WORDS = {
+    r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$":  # task names (task_models.NAME_PATTERN)
+        "use 1-128 ASCII letters, digits, '.', '_' or '-', starting with a letter or digit",
+    r"^[A-Za-z_][A-Za-z0-9_]{0,127}$":  # env names (task_models.ENV_NAME_PATTERN)
+        "use 1-128 ASCII letters, digits or '_', not starting with a digit",
+    r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$":  # labels (task_models.LABEL_PATTERN)
+        "use 1-63 ASCII letters, digits, '_', '.' or '-', starting with a letter or digit",
+    r"^[a-z0-9][a-z0-9_.-]{0,62}$":  # worker pools (token_routes.POOL_PATTERN)
+        "use 1-63 lowercase ASCII letters, digits, '_', '.' or '-', starting with a letter "
+        "or digit",
+    r"^[0-9a-f]{64}$":  # bundle digests (script_models.DIGEST_PATTERN)
+        "use the 64 lowercase hex digits of a bundle digest",
+    r"^[^\x00-\x1f\x7f]+$": "contains control characters",  # token names
+    r"^[^\x00]*$": "contains NUL",  # any text (task_models._PLAIN)
+}
+NOT_ALLOWED = REASONS["string_pattern_mismatch"]
+
 # messages our own validators raise (``ValueError`` in an AfterValidator) that may be shown
 OWN_MESSAGES = frozenset({"contains NUL", "is not valid Unicode"})
 
 
 def reason(kind: str, ctx: Any) -> str:
     """The words for a pydantic error of type ``kind`` (``REASONS``; ``ctx`` fills the
-    schema's limits), our own validator's message when it is one of ``OWN_MESSAGES``, else
-    "invalid value". Never the input."""
+    schema's limits; a pattern is said in words, ``PATTERN_WORDS``), our own validator's
+    message when it is one of ``OWN_MESSAGES``, else "invalid value". Never the input."""
     if kind == "value_error" and isinstance(ctx, dict):
         message = str(ctx.get("error", ""))
         return message if message in OWN_MESSAGES else "invalid value"
+    if kind == "string_pattern_mismatch":  # the pattern in words, never the regex itself
+        pattern = ctx.get("pattern") if isinstance(ctx, dict) else None
+        return PATTERN_WORDS.get(str(pattern), NOT_ALLOWED)
     template = REASONS.get(kind)
     if template is None:
         return "invalid value"

@@ -48,8 +48,8 @@ DEFINITION_REASONS = {
     "schedule": "not a valid cron expression (5 fields, or 6 with seconds first, or an "
                 "@ alias such as @daily)",
     "timezone": "not an IANA time zone name (e.g. Asia/Shanghai)",
-    "labels": "keys and values are [A-Za-z0-9][A-Za-z0-9_.-]* (at most 63 characters), at "
-              "most 32 pairs",
+    "labels": "keys and values: 1-63 ASCII letters, digits, '_', '.' or '-', starting with "
+              "a letter or digit; at most 32 pairs",
 }
 
 

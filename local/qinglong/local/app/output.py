@@ -15,12 +15,14 @@ TERMINAL = frozenset({"succeeded", "failed", "cancelled", "timed_out", "lost"})
 
 
 def _table(columns: list[str], rows: list[list[str]], *, flexible: tuple[str, ...] = (),
-           notes: list[str] | None = None, indent: str = "") -> None:
-    """Print a table that fits the terminal (``display.fit_table``), each line after
-    ``indent``; ``notes[i]``, when not empty, follows row i on its own indented line,
-    shortened to the width too."""
+           notes: list[str] | None = None, indent: str = "", share: bool = False,
+           refs: tuple[str, ...] = ()) -> None:
+    """Print a table that fits the terminal (``display.fit_table``: ``share`` and ``refs``
+    as there), each line after ``indent``; ``notes[i]``, when not empty, follows row i on
+    its own indented line, shortened to the width too."""
     width = display.terminal_width() - len(indent)
-    lines = display.fit_table(columns, rows, flexible=flexible, width=width)
+    lines = display.fit_table(columns, rows, flexible=flexible, width=width, share=share,
+                              refs=refs)
     click.echo(indent + lines[0])
     for index, line in enumerate(lines[1:]):
         click.echo(indent + line)
@@ -105,7 +107,7 @@ def print_tasks(tasks: list[dict[str, Any]]) -> None:
         for t in tasks
     ]
     _table(["name", "schedule", "next", "last run", "command"], rows,
-           flexible=("command", "schedule", "name"))
+           flexible=("command", "schedule", "name"), share=True)
 
 
 def _schedule(task: dict[str, Any]) -> str:
@@ -118,12 +120,6 @@ def _next_fire(task: dict[str, Any]) -> str:
     if task.get("next_fire_pending"):
         return "pending"
     return zoned(task.get("next_fire"))
-
-
-def _natural_width(columns: list[str], rows: list[list[str]]) -> int:
-    """The width a table takes unshortened (``display.fit_table``'s layout)."""
-    widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
-    return sum(widths) + len(display.GAP) * (len(widths) - 1)
 
 
 def print_runs(runs: list[dict[str, Any]], indent: str = "") -> None:
@@ -142,15 +138,16 @@ def print_runs(runs: list[dict[str, Any]], indent: str = "") -> None:
     columns = ["run", "id", "status", "exit", "started", "duration"]
     room = display.terminal_width() - len(indent)
     without_id = [row[:1] + row[2:] for row in rows]
-    if _natural_width(columns, rows) > room >= _natural_width(columns[:1] + columns[2:],
-                                                              without_id):
+    if shared_display.table_width(columns, rows) > room >= shared_display.table_width(
+            columns[:1] + columns[2:], without_id):
         # a run reference is what people copy: rather than cut `backup-database#12`, leave
         # out the short id (a second name for the same run; `--wide` shows the full one);
-        # when even that would not fit, the short id stays as the whole handle on the row
+        # when even that would not fit, the short id stays as the whole handle on the row,
+        # and the reference is cut in its task name, keeping `#N` (`jd-daily-si…#4`)
         columns.pop(1)
         rows = without_id
     notes = [f"    note: {_note(r)}" if _note(r) else "" for r in runs]
-    _table(columns, rows, flexible=("run",), notes=notes, indent=indent)
+    _table(columns, rows, flexible=("run",), notes=notes, indent=indent, refs=("run",))
 
 
 def describe_run(run: dict[str, Any]) -> str:

@@ -1,0 +1,43 @@
+"""A 422 says what a field allows in words, never as the schema's regular expression
+(``control/api/errors.py``: ``PATTERN_WORDS``): every pattern the API declares has words of
+its own, and none of them quotes a regex."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip("fastapi")
+
+from qinglong.control.api.app import build_app
+from qinglong.control.api.context import ApiContext
+from qinglong.control.api.errors import reason
+
+
+def declared_patterns(node: Any) -> set[str]:
+    if isinstance(node, dict):
+        found = {str(node["pattern"])} if isinstance(node.get("pattern"), str) else set()
+        return found.union(*(declared_patterns(v) for v in node.values()))
+    if isinstance(node, list):
+        return set().union(*(declared_patterns(v) for v in node))
+    return set()
+
+
+def test_every_declared_pattern_is_said_in_words() -> None:
+    document = build_app(ApiContext(engine=None, project_id="p")).openapi()  # type: ignore[arg-type]
+    patterns = declared_patterns(document)
+    assert r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$" in patterns  # task names, at least
+    for pattern in patterns:
+        words = reason("string_pattern_mismatch", {"pattern": pattern})
+        assert words != reason("string_pattern_mismatch", {"pattern": "^x+$"}), pattern
+        assert not any(mark in words for mark in ("^", "$", "[", "{", "\\")), words
+
+
+def test_a_task_name_reads_as_what_is_allowed() -> None:
+    assert reason("string_pattern_mismatch", {"pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"}
+                  ) == ("use 1-128 ASCII letters, digits, '.', '_' or '-', starting with a "
+                        "letter or digit")
+    unknown = "contains characters that are not allowed here"  # a pattern without words
+    assert reason("string_pattern_mismatch", {"pattern": "^x+$"}) == unknown
+    assert reason("string_pattern_mismatch", None) == unknown
