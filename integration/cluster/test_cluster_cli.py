@@ -230,6 +230,25 @@ def test_long_names_piped_and_at_80_columns(cluster: Cluster) -> None:
         ledger
 
 
+def test_a_run_no_live_worker_can_take_says_why_it_waits(cluster: Cluster) -> None:
+    """The only worker declares zone=a: a run of a zone=b task is queued and a warning says
+    no live worker has its labels; ``inspect`` of the queued run says why it waits. A
+    zone=a task gets no warning."""
+    urls, tokens = started_cluster(cluster, replicas=1)
+    url, admin = urls[0], tokens["admin"]
+    for name, zone in (("in-b", "zone=b"), ("in-a", "zone=a")):
+        cli(cluster, url, admin, "task", "add", name, "--schedule", "@once", "--label", zone,
+            "--", "true")
+    queued = cli(cluster, url, tokens["operator"], "run", "in-b")
+    assert queued.stderr == ("warning: no live worker has the labels zone=b: the run waits "
+                             "for one\n")
+    shown = cli(cluster, url, tokens["viewer"], "inspect", "in-b@last").stdout
+    assert "waiting: no live worker has the labels zone=b" in shown, shown
+    assert cli(cluster, url, tokens["operator"], "run", "in-a", "--wait").stderr.startswith(
+        "queued run in-a#1 ") and "warning" not in cli(
+        cluster, url, tokens["operator"], "run", "in-a").stderr
+
+
 def test_each_error_class_is_one_line_with_its_exit_code(cluster: Cluster) -> None:
     urls, tokens = started_cluster(cluster, replicas=1)
     url, admin, viewer = urls[0], tokens["admin"], tokens["viewer"]

@@ -190,3 +190,33 @@ def test_task_show_aligns_every_key(fake: dict[str, Route],
     assert {line.index(": ") for line in lines} == {13}, lines  # one key column
     assert "  concurrency: forbid" in lines and " next_fire_at: disabled" in lines
     assert "   secret_env: KEY=********" in lines and "    timeout_s: 10m 00s" in lines
+
+
+def _worker(labels: dict[str, str]) -> dict[str, Any]:
+    return {"id": RUN_ID, "name": "w1", "pool": "default", "labels": labels,
+            "concurrency": 2, "started_at": "2026-12-01T19:00:00Z",
+            "last_seen_at": "2026-12-01T19:00:00Z", "stopped_at": None, "state": "live",
+            "attempts_held": 0}
+
+
+@pytest.mark.parametrize(("workers", "hint"), [
+    ([_worker({"zone": "a"})],
+     "no live worker has the labels zone=b: the run waits for one"),
+    ([], "no worker is live: the run waits until one registers"),
+    ([_worker({"zone": "b", "gpu": "yes"})], None),
+], ids=["labels-unmatched", "no-worker", "matched"])
+def test_a_run_no_live_worker_can_take_says_so_when_queued_and_inspected(
+        fake: dict[str, Route], capsys: pytest.CaptureFixture[str],
+        workers: list[dict[str, Any]], hint: str | None) -> None:
+    fake["POST /v1/tasks/zb/run"] = json_answer(a_run("queued", task_name="zb"), 201)
+    fake["GET /v1/tasks/zb"] = json_answer({"name": "zb", "labels": {"zone": "b"}})
+    fake["GET /v1/workers"] = json_answer({"items": workers, "next_cursor": None})
+    fake["GET /v1/runs/resolve"] = json_answer({"id": RUN_ID})
+    fake[f"GET /v1/runs/{RUN_ID}"] = json_answer(a_run("queued", task_name="zb"))
+    code, out, err = ql3(capsys, "run", "zb")
+    assert (code, out) == (0, f"queued run zb#4 ({RUN_ID})\n")
+    assert err == ("" if hint is None else f"warning: {hint}\n")
+    code, out, _ = ql3(capsys, "inspect", "zb#4")
+    assert code == 0
+    waiting = [line for line in out.splitlines() if line.startswith("waiting: ")]
+    assert waiting == ([] if hint is None else [f"waiting: {hint}"])

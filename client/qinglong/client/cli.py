@@ -32,7 +32,7 @@ from qinglong.client.cli_common import (
 from qinglong.client.errors import ControlNotFoundError, LogRetiredError
 from qinglong.client.http import ControlClient
 from qinglong.shared.display import when
-from qinglong.shared.errors import RunNotSucceededError
+from qinglong.shared.errors import QinglongError, RunNotSucceededError
 
 RUN_STATUSES = ("queued", "dispatching", "running", "succeeded", "failed", "cancelled",
                 "timed_out", "lost")
@@ -62,10 +62,15 @@ def run(name: str, wait: bool, as_json: bool, client: ControlClient) -> None:
     outcome, so `ql3 cluster run X --wait && next` works. Ctrl-C stops waiting, not the run."""
     _, created = client.send("POST", f"/v1/tasks/{segment(name)}/run", task=name)
     line = f"queued run {name}#{created['number']} ({created['id']})"
+    hint = no_worker_hint(client, name)
     if not wait:
         print_json(created) if as_json else click.echo(line)
+        if hint:
+            click.echo(f"warning: {hint}", err=True)
         return
     click.echo(line + "; waiting for it to end", err=True)
+    if hint:
+        click.echo(f"warning: {hint}", err=True)
     view = wait_terminal(client, created["id"])
     print_json(view) if as_json else click.echo(output.describe_run(view))
     if view["status"] != "succeeded":
@@ -106,6 +111,28 @@ def inspect(ref: str, as_json: bool, client: ControlClient) -> None:
         print_json(view)
         return
     output.print_inspect(view)
+    if view["status"] == "queued" and (hint := no_worker_hint(client, view["task_name"])):
+        click.echo(f"waiting: {hint}")
+
+
+def no_worker_hint(client: ControlClient, task_name: str) -> str | None:
+    """Why a queued run of ``task_name`` would wait for ever, in words, or None: no live
+    worker at all, or none declaring the task's labels (a task runs only on workers whose
+    labels include its own; docs/protocols.md §4.2). Reads the task and the live workers
+    (viewer scope). Advisory: a task removed meanwhile, or any error of these reads, gives
+    None (the command's own answer stands)."""
+    try:
+        task = client.get(f"/v1/tasks/{segment(task_name)}", task=task_name)
+        live = client.items("/v1/workers", {"state": "live"}, limit=1000)
+    except QinglongError:
+        return None
+    wanted: dict[str, str] = task.get("labels") or {}
+    if not live:
+        return "no worker is live: the run waits until one registers"
+    if any(wanted.items() <= (w.get("labels") or {}).items() for w in live):
+        return None
+    labels = ",".join(f"{k}={v}" for k, v in sorted(wanted.items()))
+    return f"no live worker has the labels {labels}: the run waits for one"
 
 
 @cluster.command("logs", epilog=RUN_HELP)
