@@ -85,7 +85,7 @@ def test_control_has_probes_a_disruption_budget_and_spreads(full: Rendered) -> N
         assert constraint["labelSelector"]["matchLabels"].items() <= pod_labels.items()
     assert {c["topologyKey"] for c in spec["topologySpreadConstraints"]} == {
         "topology.kubernetes.io/zone", "kubernetes.io/hostname"}
-    (budget,) = full.kinds("PodDisruptionBudget")
+    budget = full.one("PodDisruptionBudget", CONTROL)
     assert budget["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     service = full.one("Service", CONTROL)
     assert service["spec"]["selector"].items() <= pod_labels.items()
