@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from chart_render import Rendered, containers, pod_specs
+import helm_python
+import pytest
+from chart_render import CI_VALUES, Rendered, containers, load_values, pod_specs, render
 
 CONTROL = "ql3-qinglong-control"
+MINIMAL = next(p for p in CI_VALUES if p.name == "minimal-values.yaml")
 
 
 def _env(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -192,3 +195,44 @@ def test_notes_name_the_service_the_pools_and_the_test(full: Rendered) -> None:
     assert "http://ql3-qinglong-control:8080" in full.notes
     assert "ql3-qinglong-worker-gpu: 1-4 (HPA) replicas x 1 attempts" in full.notes
     assert "helm test ql3 -n tasks --logs" in full.notes
+
+
+def _spread(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    rendered = render(values)
+    spec = rendered.one("Deployment", CONTROL)["spec"]["template"]["spec"]
+    return {c["topologyKey"]: c for c in spec["topologySpreadConstraints"]}
+
+
+def test_topology_spread_is_set_per_key_and_counts_only_the_current_revision(
+        minimal: Rendered) -> None:
+    """Zone and hostname each take their own whenUnsatisfiable (ScheduleAnyway both by
+    default, as before), so DoNotSchedule across nodes does not leave pods Pending on a
+    cluster without zone labels; matchLabelKeys pod-template-hash keeps a rollout's old
+    pods out of the new ones' count."""
+    spec = minimal.one("Deployment", CONTROL)["spec"]["template"]["spec"]
+    spread = {c["topologyKey"]: c for c in spec["topologySpreadConstraints"]}
+    assert set(spread) == {"topology.kubernetes.io/zone", "kubernetes.io/hostname"}
+    for constraint in spread.values():
+        assert constraint["whenUnsatisfiable"] == "ScheduleAnyway"
+        assert constraint["matchLabelKeys"] == ["pod-template-hash"]
+        assert constraint["maxSkew"] == 1
+    values = load_values(MINIMAL)
+    values["control"] = {"topologySpread": {
+        "maxSkew": 2, "hostname": {"whenUnsatisfiable": "DoNotSchedule"}}}
+    spread = _spread(values)
+    assert spread["kubernetes.io/hostname"]["whenUnsatisfiable"] == "DoNotSchedule"
+    assert spread["topology.kubernetes.io/zone"]["whenUnsatisfiable"] == "ScheduleAnyway"
+    assert {c["maxSkew"] for c in spread.values()} == {2}
+
+
+def test_the_former_shared_when_unsatisfiable_is_refused_with_its_replacement() -> None:
+    """control.topologySpread.whenUnsatisfiable (both keys at once) is no longer read: a
+    values file that still sets it is refused, naming the two settings to use instead,
+    rather than having it silently ignored."""
+    values = load_values(MINIMAL)
+    values["control"] = {"topologySpread": {"whenUnsatisfiable": "DoNotSchedule"}}
+    with pytest.raises(helm_python.HelmRenderError) as caught:
+        render(values)
+    assert ("control.topologySpread.whenUnsatisfiable is replaced by "
+            "control.topologySpread.zone.whenUnsatisfiable and "
+            "control.topologySpread.hostname.whenUnsatisfiable") in str(caught.value)

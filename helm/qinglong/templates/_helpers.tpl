@@ -201,6 +201,9 @@ unique hash, so each pool (and the bootstrap admin) needs its own. */ -}}
 {{- fail (printf "worker.pools[%s].autoscaling: minReplicas is above maxReplicas" $w.name) -}}
 {{- end -}}
 {{- end -}}
+{{- if hasKey .Values.control.topologySpread "whenUnsatisfiable" -}}
+{{- fail "control.topologySpread.whenUnsatisfiable is replaced by control.topologySpread.zone.whenUnsatisfiable and control.topologySpread.hostname.whenUnsatisfiable (each ScheduleAnyway by default): set those instead" -}}
+{{- end -}}
 {{- if gt (mul 3 (int .Values.control.heartbeatMs)) (int .Values.control.leaseMs) -}}
 {{- fail "control.heartbeatMs must be at most a third of control.leaseMs" -}}
 {{- end -}}
