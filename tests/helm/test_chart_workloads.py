@@ -8,8 +8,11 @@ from __future__ import annotations
 from typing import Any
 
 import helm_python
+import kubernetes_validate
 import pytest
 from chart_render import CI_VALUES, Rendered, containers, load_values, pod_specs, render
+from kubernetes_validate.utils import latest_version
+from test_chart_kinds import OLDEST_SUPPORTED
 
 CONTROL = "ql3-qinglong-control"
 MINIMAL = next(p for p in CI_VALUES if p.name == "minimal-values.yaml")
@@ -236,3 +239,41 @@ def test_the_former_shared_when_unsatisfiable_is_refused_with_its_replacement() 
     assert ("control.topologySpread.whenUnsatisfiable is replaced by "
             "control.topologySpread.zone.whenUnsatisfiable and "
             "control.topologySpread.hostname.whenUnsatisfiable") in str(caught.value)
+
+
+def _service(**service: Any) -> dict[str, Any]:
+    values = load_values(MINIMAL)
+    values["control"] = {"service": service}
+    return render(values).one("Service", CONTROL)
+
+
+def test_the_control_service_may_be_an_internal_load_balancer() -> None:
+    """control.service.annotations go on the Service (e.g. an internal load balancer's);
+    loadBalancerSourceRanges are rendered for type LoadBalancer only. The result is valid
+    Kubernetes (strict)."""
+    internal = {"service.beta.kubernetes.io/aws-load-balancer-scheme": "internal",
+                "networking.gke.io/load-balancer-type": "Internal"}
+    ranges = ["10.0.0.0/8", "192.168.10.0/24", "fd00::/8"]
+    service = _service(type="LoadBalancer", annotations=internal,
+                       loadBalancerSourceRanges=ranges)
+    assert service["metadata"]["annotations"] == internal
+    assert service["spec"]["type"] == "LoadBalancer"
+    assert service["spec"]["loadBalancerSourceRanges"] == ranges
+    for version in (OLDEST_SUPPORTED, latest_version()):
+        kubernetes_validate.validate(service, version, strict=True)
+    cluster_ip = _service(loadBalancerSourceRanges=ranges)
+    assert "loadBalancerSourceRanges" not in cluster_ip["spec"]
+    assert "annotations" not in cluster_ip["metadata"]
+
+
+@pytest.mark.parametrize(("service", "expect"), [
+    ({"loadBalancerSourceRanges": ["10.0.0.0"]}, "/control/service/loadBalancerSourceRanges/0"),
+    ({"loadBalancerSourceRanges": ["10.0.0.300/8"]},
+     "/control/service/loadBalancerSourceRanges/0"),
+    ({"loadBalancerSourceRanges": "10.0.0.0/8"}, "/control/service/loadBalancerSourceRanges"),
+    ({"annotations": {"example.com/internal": True}}, "/control/service/annotations"),
+])
+def test_bad_service_settings_are_refused(service: dict[str, Any], expect: str) -> None:
+    with pytest.raises(helm_python.HelmValuesError) as caught:
+        _service(type="LoadBalancer", **service)
+    assert expect in str(caught.value)
