@@ -115,9 +115,9 @@ def test_notes_give_each_pools_own_replicas_and_drain_budget() -> None:
                                  autoscaling={"enabled": False}),
                            _pool("slow", drainBudgetSeconds=600))
     assert "ql3-qinglong-worker-idle: 0 replicas x 2 attempts, labels zone=a, " \
-           "drain budget 0 s" in rendered.notes
-    assert "ql3-qinglong-worker-slow: 3-6 (HPA) replicas x 2 attempts, labels zone=a, " \
-           "drain budget 600 s" in rendered.notes
+           "drain budget 0 s\n" in rendered.notes
+    assert "ql3-qinglong-worker-slow: 3-6 replicas (HPA) x 2 attempts, labels zone=a, " \
+           "drain budget 600 s, at most 1 evicted at a time" in rendered.notes
 
 
 
@@ -131,7 +131,7 @@ def test_the_full_ci_values_keep_a_pool_at_zero_outside_the_global_autoscaling(
     assert _flags(spec["containers"][0]["args"])["--drain-budget"] == "0"
     assert _worker(full, "default")[0]["spec"]["replicas"] == 3
     assert "ql3-qinglong-worker-spare: 0 replicas x 4 attempts, labels (none), " \
-           "drain budget 0 s" in full.notes
+           "drain budget 0 s\n" in full.notes
 
 
 def _requests(rendered: Rendered, pool: str) -> dict[str, Any]:

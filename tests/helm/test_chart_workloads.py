@@ -196,7 +196,7 @@ def test_the_helm_test_checks_readiness_and_runs_a_task(full: Rendered,
 
 def test_notes_name_the_service_the_pools_and_the_test(full: Rendered) -> None:
     assert "http://ql3-qinglong-control:8080" in full.notes
-    assert "ql3-qinglong-worker-gpu: 1-4 (HPA) replicas x 1 attempts" in full.notes
+    assert "ql3-qinglong-worker-gpu: 1-4 replicas (HPA) x 1 attempt," in full.notes
     assert "helm test ql3 -n tasks --logs" in full.notes
 
 

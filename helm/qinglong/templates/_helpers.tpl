@@ -283,3 +283,11 @@ written as Mi, anything else as bytes. include "qinglong.workerResources" $w */}
 {{- end -}}
 {{- toYaml $resources -}}
 {{- end -}}
+
+{{/* "true" when a pool gets a PodDisruptionBudget (enabled, and it may have pods: autoscaled
+or replicas above 0), else empty. include "qinglong.workerHasBudget" $w */}}
+{{- define "qinglong.workerHasBudget" -}}
+{{- if and .podDisruptionBudget.enabled (or .autoscaling.enabled (gt (int .replicas) 0)) -}}
+true
+{{- end -}}
+{{- end -}}
