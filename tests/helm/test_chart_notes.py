@@ -35,13 +35,13 @@ def test_without_a_known_admin_token_the_notes_say_how_to_make_one(
 
 
 def test_the_service_is_named_for_other_namespaces_and_load_balancers(
-        full: Rendered) -> None:
-    assert "http://ql3-qinglong-control.tasks.svc:8080" in full.notes
-    assert "loadBalancer" not in full.notes
-    balanced = _notes(control={"service": {"type": "LoadBalancer"}})
+        full: Rendered, minimal: Rendered) -> None:
+    """full: an internal LoadBalancer, whose address the notes show how to read."""
+    assert "http://ql3-qinglong-control.tasks.svc:8080" in minimal.notes
+    assert "loadBalancer" not in minimal.notes
     assert ("kubectl -n tasks get svc ql3-qinglong-control "
-            "-o jsonpath='{.status.loadBalancer.ingress[0]}'") in balanced
-    assert "/metrics answers without a token" in balanced
+            "-o jsonpath='{.status.loadBalancer.ingress[0]}'") in full.notes
+    assert "/metrics answers without a token" in full.notes
 
 
 def test_counts_are_singular_when_one_and_each_pool_names_its_budget(
