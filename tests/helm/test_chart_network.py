@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from chart_render import Rendered, pod_specs
+import helm_python
+import pytest
+from chart_render import CI_VALUES, Rendered, load_values, pod_specs, render
+
+MINIMAL = next(p for p in CI_VALUES if p.name == "minimal-values.yaml")
 
 DNS_PORTS = [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]
 
@@ -68,3 +72,43 @@ def test_the_helm_test_reaches_only_dns_and_controls_port(full: Rendered) -> Non
 
 def test_no_test_policy_without_a_test_pod(minimal: Rendered) -> None:
     assert minimal.kinds("Pod") == [] and minimal.kinds("NetworkPolicy") == []
+
+
+def _network_values(**np: Any) -> dict[str, Any]:
+    values = load_values(MINIMAL)
+    values["networkPolicy"] = {"enabled": True,
+                               "bucket": {"to": [{"ipBlock": {"cidr": "10.30.1.0/24"}}]},
+                               "postgres": {"to": [{"ipBlock": {"cidr": "10.20.0.0/16"}}]},
+                               **np}
+    return values
+
+
+def test_control_extra_egress_reaches_its_cloud_identity() -> None:
+    """With a restricted bucket.to, control's credentials (IRSA's STS on 443, the instance
+    metadata service on 80) need networkPolicy.controlExtraEgress: appended to control's
+    egress after DNS, PostgreSQL and the bucket, in the order given; the workers' policy
+    does not get them."""
+    extra = [{"to": [{"ipBlock": {"cidr": "169.254.169.254/32"}}],
+              "ports": [{"port": 80, "protocol": "TCP"}]},
+             {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}],
+              "ports": [{"port": 443, "protocol": "TCP"}]}]
+    rendered = render(_network_values(controlExtraEgress=extra))
+    egress = rendered.one("NetworkPolicy", "ql3-qinglong-control")["spec"]["egress"]
+    assert len(egress) == 5 and egress[3:] == extra
+    worker = rendered.one("NetworkPolicy", "ql3-qinglong-worker")["spec"]["egress"]
+    assert not any(rule in worker for rule in extra)
+    default = render(_network_values())
+    assert len(default.one("NetworkPolicy", "ql3-qinglong-control")["spec"]["egress"]) == 3
+
+
+@pytest.mark.parametrize("key", ["controlExtraEgress", "workerExtraEgress"])
+@pytest.mark.parametrize(("rule", "expect"), [
+    ({"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "port": 443}, "'port' not allowed"),
+    ({"ports": [{"port": 443, "protocol": "HTTP"}]}, "protocol"),
+    ({"ports": [{"prot": 443}]}, "'prot' not allowed"),
+])
+def test_a_misspelt_extra_egress_rule_is_refused(key: str, rule: dict[str, Any],
+                                                 expect: str) -> None:
+    with pytest.raises(helm_python.HelmValuesError) as caught:
+        render(_network_values(**{key: [rule]}))
+    assert f"/networkPolicy/{key}/0" in str(caught.value) and expect in str(caught.value)

@@ -1,6 +1,7 @@
 """Per-pool values (helm/qinglong ``qinglong.poolValues``): a pool's own setting replaces the
 default key by key, even when it is 0, false, {} or [] (sprig ``merge`` would drop those);
-``token`` and ``autoscaling`` are merged one level deeper; labels are replaced, never merged.
+``token``, ``autoscaling`` and ``podDisruptionBudget`` are merged one level deeper; labels are
+replaced, never merged.
 Every reader of a pool (worker Deployment, HPA, migration Job, the required checks, NOTES)
 sees the same values."""
 
@@ -114,9 +115,9 @@ def test_notes_give_each_pools_own_replicas_and_drain_budget() -> None:
                                  autoscaling={"enabled": False}),
                            _pool("slow", drainBudgetSeconds=600))
     assert "ql3-qinglong-worker-idle: 0 replicas x 2 attempts, labels zone=a, " \
-           "drain budget 0 s" in rendered.notes
-    assert "ql3-qinglong-worker-slow: 3-6 (HPA) replicas x 2 attempts, labels zone=a, " \
-           "drain budget 600 s" in rendered.notes
+           "drain budget 0 s\n" in rendered.notes
+    assert "ql3-qinglong-worker-slow: 3-6 replicas (HPA) x 2 attempts, labels zone=a, " \
+           "drain budget 600 s, at most 1 evicted at a time" in rendered.notes
 
 
 
@@ -130,4 +131,75 @@ def test_the_full_ci_values_keep_a_pool_at_zero_outside_the_global_autoscaling(
     assert _flags(spec["containers"][0]["args"])["--drain-budget"] == "0"
     assert _worker(full, "default")[0]["spec"]["replicas"] == 3
     assert "ql3-qinglong-worker-spare: 0 replicas x 4 attempts, labels (none), " \
-           "drain budget 0 s" in full.notes
+           "drain budget 0 s\n" in full.notes
+
+
+def _requests(rendered: Rendered, pool: str) -> dict[str, Any]:
+    (container,) = _worker(rendered, pool)[1]["containers"]
+    return container["resources"].get("requests", {})
+
+
+def test_workers_request_the_ephemeral_storage_their_emptydirs_may_fill() -> None:
+    """The worker container requests ephemeral-storage equal to the sum of its pool's
+    emptyDir sizeLimits (work + tmp + spool), so the scheduler places it on a node with that
+    much disk: 1Gi + 256Mi + 512Mi by default; binary and decimal suffixes, fractions and
+    plain byte counts are added exactly (whole Mi as Mi, else bytes). Nothing else in
+    resources changes."""
+    rendered = _with_pools(
+        _pool("std"),
+        _pool("mixed", workSizeLimit="2Gi", tmpSizeLimit="100M", spoolSizeLimit="1.5Gi"),
+        _pool("bytes", workSizeLimit=1048576, tmpSizeLimit="1k", spoolSizeLimit="1Ki"),
+        autoscaling={"enabled": False})
+    assert _requests(rendered, "std") == {"cpu": "100m", "memory": "128Mi",
+                                          "ephemeral-storage": "1792Mi"}
+    (container,) = _worker(rendered, "std")[1]["containers"]
+    assert container["resources"]["limits"] == {"memory": "1Gi"}
+    assert _requests(rendered, "mixed")["ephemeral-storage"] == str(
+        2 * 2**30 + 100 * 10**6 + 3 * 2**29)
+    assert _requests(rendered, "bytes")["ephemeral-storage"] == str(2**20 + 1000 + 1024)
+
+
+def test_a_pools_own_ephemeral_storage_is_left_alone() -> None:
+    """A request given in resources is kept; a limit alone gets no request added (Kubernetes
+    then requests the limit, and a larger request would be refused)."""
+    rendered = _with_pools(
+        _pool("asked", resources={"requests": {"ephemeral-storage": "5Gi"}}),
+        _pool("capped", resources={"limits": {"ephemeral-storage": "1Gi"}}),
+        _pool("none", resources={}),
+        autoscaling={"enabled": False})
+    assert _requests(rendered, "asked") == {"ephemeral-storage": "5Gi"}
+    assert _requests(rendered, "capped") == {}
+    assert _requests(rendered, "none") == {"ephemeral-storage": "1792Mi"}
+
+
+def _budgets(rendered: Rendered) -> dict[str, dict[str, Any]]:
+    return {b["metadata"]["name"]: b["spec"] for b in rendered.kinds("PodDisruptionBudget")}
+
+
+def test_each_worker_pool_has_its_own_disruption_budget(full: Rendered) -> None:
+    """maxUnavailable 1 per pool, selecting that pool's pods only; none for a pool kept at
+    0 replicas without autoscaling (ci/full-values.yaml: spare)."""
+    budgets = _budgets(full)
+    assert set(budgets) == {"ql3-qinglong-control", "ql3-qinglong-worker-default",
+                            "ql3-qinglong-worker-gpu"}
+    for pool in ("default", "gpu"):
+        spec = budgets[f"ql3-qinglong-worker-{pool}"]
+        assert spec["maxUnavailable"] == 1
+        selected = [name for name in ("default", "gpu", "spare") if
+                    spec["selector"]["matchLabels"].items() <=
+                    _worker(full, name)[0]["spec"]["template"]["metadata"]["labels"].items()]
+        assert selected == [pool]
+
+
+def test_a_pool_may_turn_its_disruption_budget_off_or_change_it() -> None:
+    """podDisruptionBudget is merged key by key: a pool naming only maxUnavailable keeps
+    enabled; enabled false (per pool or for all) renders none."""
+    rendered = _with_pools(_pool("half", podDisruptionBudget={"maxUnavailable": "50%"}),
+                           _pool("off", podDisruptionBudget={"enabled": False}),
+                           _pool("scaled", replicas=0))
+    budgets = _budgets(rendered)
+    assert budgets["ql3-qinglong-worker-half"]["maxUnavailable"] == "50%"
+    assert "ql3-qinglong-worker-off" not in budgets
+    assert budgets["ql3-qinglong-worker-scaled"]["maxUnavailable"] == 1  # its HPA's pods
+    none = _with_pools(_pool("a"), podDisruptionBudget={"enabled": False})
+    assert set(_budgets(none)) == {"ql3-qinglong-control"}

@@ -7,9 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from chart_render import Rendered, containers, pod_specs
+import helm_python
+import kubernetes_validate
+import pytest
+from chart_render import CI_VALUES, Rendered, containers, load_values, pod_specs, render
+from kubernetes_validate.utils import latest_version
+from test_chart_kinds import OLDEST_SUPPORTED
 
 CONTROL = "ql3-qinglong-control"
+MINIMAL = next(p for p in CI_VALUES if p.name == "minimal-values.yaml")
 
 
 def _env(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -85,7 +91,7 @@ def test_control_has_probes_a_disruption_budget_and_spreads(full: Rendered) -> N
         assert constraint["labelSelector"]["matchLabels"].items() <= pod_labels.items()
     assert {c["topologyKey"] for c in spec["topologySpreadConstraints"]} == {
         "topology.kubernetes.io/zone", "kubernetes.io/hostname"}
-    (budget,) = full.kinds("PodDisruptionBudget")
+    budget = full.one("PodDisruptionBudget", CONTROL)
     assert budget["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     service = full.one("Service", CONTROL)
     assert service["spec"]["selector"].items() <= pod_labels.items()
@@ -190,5 +196,84 @@ def test_the_helm_test_checks_readiness_and_runs_a_task(full: Rendered,
 
 def test_notes_name_the_service_the_pools_and_the_test(full: Rendered) -> None:
     assert "http://ql3-qinglong-control:8080" in full.notes
-    assert "ql3-qinglong-worker-gpu: 1-4 (HPA) replicas x 1 attempts" in full.notes
+    assert "ql3-qinglong-worker-gpu: 1-4 replicas (HPA) x 1 attempt," in full.notes
     assert "helm test ql3 -n tasks --logs" in full.notes
+
+
+def _spread(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    rendered = render(values)
+    spec = rendered.one("Deployment", CONTROL)["spec"]["template"]["spec"]
+    return {c["topologyKey"]: c for c in spec["topologySpreadConstraints"]}
+
+
+def test_topology_spread_is_set_per_key_and_counts_only_the_current_revision(
+        minimal: Rendered) -> None:
+    """Zone and hostname each take their own whenUnsatisfiable (ScheduleAnyway both by
+    default, as before), so DoNotSchedule across nodes does not leave pods Pending on a
+    cluster without zone labels; matchLabelKeys pod-template-hash keeps a rollout's old
+    pods out of the new ones' count."""
+    spec = minimal.one("Deployment", CONTROL)["spec"]["template"]["spec"]
+    spread = {c["topologyKey"]: c for c in spec["topologySpreadConstraints"]}
+    assert set(spread) == {"topology.kubernetes.io/zone", "kubernetes.io/hostname"}
+    for constraint in spread.values():
+        assert constraint["whenUnsatisfiable"] == "ScheduleAnyway"
+        assert constraint["matchLabelKeys"] == ["pod-template-hash"]
+        assert constraint["maxSkew"] == 1
+    values = load_values(MINIMAL)
+    values["control"] = {"topologySpread": {
+        "maxSkew": 2, "hostname": {"whenUnsatisfiable": "DoNotSchedule"}}}
+    spread = _spread(values)
+    assert spread["kubernetes.io/hostname"]["whenUnsatisfiable"] == "DoNotSchedule"
+    assert spread["topology.kubernetes.io/zone"]["whenUnsatisfiable"] == "ScheduleAnyway"
+    assert {c["maxSkew"] for c in spread.values()} == {2}
+
+
+def test_the_former_shared_when_unsatisfiable_is_refused_with_its_replacement() -> None:
+    """control.topologySpread.whenUnsatisfiable (both keys at once) is no longer read: a
+    values file that still sets it is refused, naming the two settings to use instead,
+    rather than having it silently ignored."""
+    values = load_values(MINIMAL)
+    values["control"] = {"topologySpread": {"whenUnsatisfiable": "DoNotSchedule"}}
+    with pytest.raises(helm_python.HelmRenderError) as caught:
+        render(values)
+    assert ("control.topologySpread.whenUnsatisfiable is replaced by "
+            "control.topologySpread.zone.whenUnsatisfiable and "
+            "control.topologySpread.hostname.whenUnsatisfiable") in str(caught.value)
+
+
+def _service(**service: Any) -> dict[str, Any]:
+    values = load_values(MINIMAL)
+    values["control"] = {"service": service}
+    return render(values).one("Service", CONTROL)
+
+
+def test_the_control_service_may_be_an_internal_load_balancer() -> None:
+    """control.service.annotations go on the Service (e.g. an internal load balancer's);
+    loadBalancerSourceRanges are rendered for type LoadBalancer only. The result is valid
+    Kubernetes (strict)."""
+    internal = {"service.beta.kubernetes.io/aws-load-balancer-scheme": "internal",
+                "networking.gke.io/load-balancer-type": "Internal"}
+    ranges = ["10.0.0.0/8", "192.168.10.0/24", "fd00::/8"]
+    service = _service(type="LoadBalancer", annotations=internal,
+                       loadBalancerSourceRanges=ranges)
+    assert service["metadata"]["annotations"] == internal
+    assert service["spec"]["type"] == "LoadBalancer"
+    assert service["spec"]["loadBalancerSourceRanges"] == ranges
+    for version in (OLDEST_SUPPORTED, latest_version()):
+        kubernetes_validate.validate(service, version, strict=True)
+    cluster_ip = _service(loadBalancerSourceRanges=ranges)
+    assert "loadBalancerSourceRanges" not in cluster_ip["spec"]
+    assert "annotations" not in cluster_ip["metadata"]
+
+
+@pytest.mark.parametrize(("service", "expect"), [
+    ({"loadBalancerSourceRanges": ["10.0.0.0"]}, "/control/service/loadBalancerSourceRanges/0"),
+    ({"loadBalancerSourceRanges": ["10.0.0.300/8"]},
+     "/control/service/loadBalancerSourceRanges/0"),
+    ({"loadBalancerSourceRanges": "10.0.0.0/8"}, "/control/service/loadBalancerSourceRanges"),
+    ({"annotations": {"example.com/internal": True}}, "/control/service/annotations"),
+])
+def test_bad_service_settings_are_refused(service: dict[str, Any], expect: str) -> None:
+    with pytest.raises(helm_python.HelmValuesError) as caught:
+        _service(type="LoadBalancer", **service)
+    assert expect in str(caught.value)

@@ -131,15 +131,15 @@ seccompProfile:
 {{- end -}}
 
 {{/* One pool's values: the worker defaults (worker without pools) with each key the pool
-gives replacing the default's, even 0, false, {} or [] (sprig merge would drop those); token
-and autoscaling are merged one level deeper, every other key (labels too) is replaced whole.
+gives replacing the default's, even 0, false, {} or [] (sprig merge would drop those); token,
+autoscaling and podDisruptionBudget are merged one level deeper, every other key (labels too) is replaced whole.
 include "qinglong.poolValues" (list $ $pool) | fromJson (numbers come back as floats). */}}
 {{- define "qinglong.poolValues" -}}
 {{- $root := index . 0 -}}
 {{- $pool := index . 1 -}}
 {{- $w := deepCopy (omit $root.Values.worker "pools") -}}
 {{- range $key, $value := $pool -}}
-{{- if and (has $key (list "token" "autoscaling")) (kindIs "map" $value) -}}
+{{- if and (has $key (list "token" "autoscaling" "podDisruptionBudget")) (kindIs "map" $value) -}}
 {{- $nested := deepCopy (get $w $key | default dict) -}}
 {{- range $k, $v := $value -}}
 {{- $_ := set $nested $k $v -}}
@@ -201,6 +201,9 @@ unique hash, so each pool (and the bootstrap admin) needs its own. */ -}}
 {{- fail (printf "worker.pools[%s].autoscaling: minReplicas is above maxReplicas" $w.name) -}}
 {{- end -}}
 {{- end -}}
+{{- if hasKey .Values.control.topologySpread "whenUnsatisfiable" -}}
+{{- fail "control.topologySpread.whenUnsatisfiable is replaced by control.topologySpread.zone.whenUnsatisfiable and control.topologySpread.hostname.whenUnsatisfiable (each ScheduleAnyway by default): set those instead" -}}
+{{- end -}}
 {{- if gt (mul 3 (int .Values.control.heartbeatMs)) (int .Values.control.leaseMs) -}}
 {{- fail "control.heartbeatMs must be at most a third of control.leaseMs" -}}
 {{- end -}}
@@ -239,4 +242,52 @@ ports. */}}
     {{- range index . 1 }}
     - {port: {{ . }}, protocol: TCP}
     {{- end }}
+{{- end -}}
+
+{{/* A quantity (values.schema.json's `quantity`: digits, an optional fraction and suffix, or
+a plain number) as a number of bytes, a float: include "qinglong.quantityBytes" "1.5Gi". */}}
+{{- define "qinglong.quantityBytes" -}}
+{{- if kindIs "string" . -}}
+{{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" . -}}
+{{- $suffix := trimPrefix $number . -}}
+{{- $scale := dict "" 1 "m" 0.001 "k" 1e3 "M" 1e6 "G" 1e9 "T" 1e12 "P" 1e15 "E" 1e18 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 "Pi" 1125899906842624 "Ei" 1152921504606846976 -}}
+{{- if not (and $number (hasKey $scale $suffix)) -}}
+{{- fail (printf "%q is not a quantity this chart can add up" .) -}}
+{{- end -}}
+{{- mulf (float64 $number) (get $scale $suffix) -}}
+{{- else -}}
+{{- float64 . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A worker pool's container resources: the pool's, plus an ephemeral-storage request of
+the sum of its emptyDirs' sizeLimits (work, tmp, spool) unless the pool's resources already
+request or limit ephemeral-storage (a limit alone is then also the request). Whole Mi are
+written as Mi, anything else as bytes. include "qinglong.workerResources" $w */}}
+{{- define "qinglong.workerResources" -}}
+{{- $resources := deepCopy (default dict .resources) -}}
+{{- $requests := default dict $resources.requests -}}
+{{- $limits := default dict $resources.limits -}}
+{{- if not (or (hasKey $requests "ephemeral-storage") (hasKey $limits "ephemeral-storage")) -}}
+{{- $sum := 0.0 -}}
+{{- range list .workSizeLimit .tmpSizeLimit .spoolSizeLimit -}}
+{{- $sum = addf $sum (include "qinglong.quantityBytes" .) -}}
+{{- end -}}
+{{- $bytes := ceil $sum | int64 -}}
+{{- if eq (mod $bytes 1048576) 0 -}}
+{{- $_ := set $requests "ephemeral-storage" (printf "%dMi" (div $bytes 1048576)) -}}
+{{- else -}}
+{{- $_ := set $requests "ephemeral-storage" (printf "%d" $bytes) -}}
+{{- end -}}
+{{- $_ := set $resources "requests" $requests -}}
+{{- end -}}
+{{- toYaml $resources -}}
+{{- end -}}
+
+{{/* "true" when a pool gets a PodDisruptionBudget (enabled, and it may have pods: autoscaled
+or replicas above 0), else empty. include "qinglong.workerHasBudget" $w */}}
+{{- define "qinglong.workerHasBudget" -}}
+{{- if and .podDisruptionBudget.enabled (or .autoscaling.enabled (gt (int .replicas) 0)) -}}
+true
+{{- end -}}
 {{- end -}}
