@@ -45,6 +45,7 @@ from qinglong.worker.errors import (
 
 W = TypeVar("W", bound=wire._Wire)  # the shared base of every wire type
 log = logging.getLogger("qinglong.worker")
+FAILOVER_WARN_EVERY_S = 30.0  # at most one failover warning per this many seconds
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_BUDGET_S = 30.0
@@ -110,6 +111,8 @@ class ControlClient:
         ) for u in self.urls]
         self._current = 0
         self._switch = threading.Lock()
+        self._warned_at: float | None = None  # clock.now() of the last failover warning
+        self._quiet_switches = 0  # switches since then, logged at debug only
         self.token_refused = threading.Event()
 
     @property
@@ -132,8 +135,20 @@ class ControlClient:
                 return
             self._current = (failed + 1) % len(self.urls)
             nxt = self.urls[self._current]
-        log.warning("control at %s unreachable (%s); switching to %s",
-                    self.urls[failed], cause, nxt)
+            now = clock.now()
+            loud = self._warned_at is None or now - self._warned_at >= FAILOVER_WARN_EVERY_S
+            quiet = self._quiet_switches
+            if loud:
+                self._warned_at, self._quiet_switches = now, 0
+            else:
+                self._quiet_switches += 1
+        if not loud:  # an outage of every replica would log one line per try
+            log.debug("control at %s unreachable (%s); switching to %s",
+                      self.urls[failed], cause, nxt)
+            return
+        more = f" ({quiet} more switches since the last such line)" if quiet else ""
+        log.warning("control at %s unreachable (%s); switching to %s%s",
+                    self.urls[failed], cause, nxt, more)
 
     def register(self, msg: wire.WorkerRegistration,
                  deadline: float | None = None) -> wire.WorkerRegistered:
