@@ -80,8 +80,8 @@ def run(name: str, wait: bool, as_json: bool, client: ControlClient) -> None:
 @cluster.command("runs")
 @click.option("--task", "task_name", default=None, metavar="NAME", help="Only this task's runs "
               "(also of a task removed and added again under the name).")
-@click.option("--status", type=click.Choice(RUN_STATUSES), default=None,
-              help="Only runs in this status.")
+@click.option("--status", type=click.Choice(RUN_STATUSES), default=None, metavar="STATUS",
+              help=f"Only runs in this status: {', '.join(RUN_STATUSES)}.")
 @click.option("--limit", type=click.IntRange(1, 1000), default=20, show_default=True)
 @display_options
 @json_option

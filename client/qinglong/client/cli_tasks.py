@@ -138,7 +138,8 @@ def task_add(name: str, schedule: str, timezone: str, timeout: int | None, max_a
     \b
     Examples:
     ql3 cluster task add backup --schedule '0 3 * * *' -- /usr/local/bin/backup.sh
-    ql3 cluster task add job --schedule @once --bundle 5d9c0a1e --entry-point run.sh
+    ql3 cluster task add job --schedule @once --bundle 5d9c0a1e \\
+        --entry-point run.sh
     """
     command = _command(argv, shell)
     if (bundle is None) != (entry_point is None):

@@ -163,8 +163,8 @@ def migrate(database_url: str, runtime_role: str, as_json: bool) -> None:
     """Apply pending migrations under an advisory lock and set the runtime role's grants.
 
     Run it as the migration owner. The runtime role must be another, non-superuser role
-    that owns nothing here (exit 2 otherwise). ``--json`` prints
-    ``{"applied": [...], "ahead": [...]}`` (migration names)."""
+    that owns nothing here (exit 2 otherwise). --json prints
+    {"applied": [...], "ahead": [...]} (migration names)."""
     from qinglong.control.db.migrations import migrate as run_migrate
     from qinglong.control.db.roles import validate_role_name
 
@@ -284,8 +284,8 @@ def retry(database_url: str, attempt_ids: tuple[str, ...], as_json: bool) -> Non
     """Make manual (or failed, unleased) controls due now with a reset failure count.
 
     Prints each attempt id it changed; exits 1 naming the ids it left alone (unknown,
-    already retired, or under a live lease). ``--json`` prints
-    ``{"retried": [...], "not_retried": [...]}`` first (same exit codes)."""
+    already retired, or under a live lease). --json prints
+    {"retried": [...], "not_retried": [...]} first (same exit codes)."""
     from qinglong.control.retention.admin import retention_retry
     from qinglong.shared.errors import ValidationError
     from qinglong.shared.ids import validate_uuid7

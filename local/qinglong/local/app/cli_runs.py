@@ -81,7 +81,8 @@ def run(name: str, wait: bool, data_dir: str | None, as_json: bool) -> None:
 @click.option("--task", "task_name", default=None, metavar="NAME", help="Only this task's runs.")
 @click.option("--limit", type=click.IntRange(1, 1000), default=20, show_default=True)
 @click.option("--status", type=click.Choice([s.value for s in RunStatus]), default=None,
-              help="Only runs in this status.")
+              metavar="STATUS",
+              help=f"Only runs in this status: {', '.join(s.value for s in RunStatus)}.")
 @display_options
 @data_dir_option
 @json_option

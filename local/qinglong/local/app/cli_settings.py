@@ -25,12 +25,15 @@ def settings_group() -> None:
     """Data-directory settings: task PATH and run notifications.
 
     \b
-    task_path         PATH of every task (default: systemd's list); a task's --env PATH wins
+    task_path         PATH of every task (default: systemd's list); a task's
+                      --env PATH wins
     notify_command    command run when a run ends in a notify_on status, as one
-                      shell-quoted string; it gets the run's facts as QL3_* variables
-    notify_webhook    http(s) URL that gets the facts as a JSON POST (give "-" to read it
-                      from stdin; shown by host only)
-    notify_on         statuses that notify (default failed,timed_out,lost; add succeeded)
+                      shell-quoted string; it gets the run's facts as QL3_*
+                      variables
+    notify_webhook    http(s) URL that gets the facts as a JSON POST (give "-"
+                      to read it from stdin; shown by host only)
+    notify_on         statuses that notify (default failed,timed_out,lost; add
+                      succeeded)
     notify_timeout_s  seconds each notifier may take, 1-25 (default 10)
     """
 
