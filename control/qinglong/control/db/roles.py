@@ -112,7 +112,7 @@ def refuse_privileged_session(conn: Connection, option: str) -> None:
     if why:
         raise RuntimeRoleRefusedError(
             option, f"logs in or acts as {why}; use a login that is a member of the runtime "
-                    "role and nothing more, not of such a role (e.g. CREATE ROLE ql3_sweeper "
+                    "role and nothing more, not of such a role (e.g. CREATE ROLE ql3_control "
                     "LOGIN PASSWORD '...' IN ROLE ql3_runtime, or the role given to `ql3 "
                     "control migrate --runtime-role`)")
 
