@@ -240,6 +240,53 @@ def test_a_401_marks_the_token_refused_and_a_403_names_its_code():
     assert not client.token_refused.is_set()
 
 
+def test_a_401_reloads_the_token_once_and_sends_the_request_again_with_a_new_one(caplog):
+    """With ``reload_token`` a 401 reads the token again: a new one is used for the retry
+    and every later request; the same one (or an unreadable file) leaves the 401 standing,
+    read once per refused request. The tokens never reach the log."""
+    seen = []
+    valid = {"Bearer new-token"}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers["Authorization"])
+        if request.headers["Authorization"] not in valid:
+            return httpx.Response(401, json={"code": "unauthorized"})
+        return httpx.Response(200, json={"attempts": []})
+
+    reads = []
+
+    def reload() -> str:
+        reads.append(1)
+        return "new-token"
+
+    client = ControlClient("http://control", "old-token", reload_token=reload,
+                           transport=httpx.MockTransport(handler))
+    claim = wire.ClaimRequest(incarnation_id=uuid7(), max_attempts=1)
+    with caplog.at_level("INFO", logger="qinglong.worker"):
+        assert client.claim(claim) == ([], [])
+        assert seen == ["Bearer old-token", "Bearer new-token"] and len(reads) == 1
+        assert client.claim(claim) == ([], [])
+        assert seen[2:] == ["Bearer new-token"] and len(reads) == 1
+        assert not client.token_refused.is_set()
+        valid.clear()  # the new token is refused too, and the file holds it still
+        with pytest.raises(ControlAuthError):
+            client.claim(claim)
+        assert seen[3:] == ["Bearer new-token"] and len(reads) == 2
+        assert client.token_refused.is_set()
+    assert "switching to the new token" in caplog.text
+    assert "holds the same token" in caplog.text
+    assert "old-token" not in caplog.text and "new-token" not in caplog.text
+
+    def unreadable() -> str:
+        raise TokenError("--token-file", "cannot open (No such file or directory)")
+
+    client = ControlClient("http://control", "old-token", reload_token=unreadable,
+                           transport=httpx.MockTransport(handler))
+    with pytest.raises(ControlAuthError):
+        client.claim(claim)
+    assert client.token_refused.is_set()
+
+
 @pytest.mark.parametrize("text", ["http://h:1/v1", "http://h:1/v1/", "http://a:1,http://h:1/v1",
                                   "", " , ", "ftp://host:21", "http://a:1,http://a:1/"])
 def test_control_urls_refuse_v1_suffixes_bad_schemes_empties_and_repeats(text):
