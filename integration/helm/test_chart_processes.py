@@ -8,7 +8,10 @@ The scenario is an install: the migration Job's steps in order (migrate as the o
 the admin and pool tokens from their Secrets, readiness), then again (an upgrade: nothing
 changes); a control replica that answers /readyz as the runtime login; a worker
 of the pool; the chart's helm test pod, which runs one task end to end; a task showing what a
-task may touch inside the worker's pod; SIGTERM to both, which drain and exit 0.
+task may touch inside the worker's pod; a rotation of the pool's token Secret while a task
+runs (the kubelet's in-place update of the worker's Secret volume, then the migration Job of
+the upgrade with a 2 s overlap): the task completes on the same worker, which switched to the
+new token; SIGTERM to both, which drain and exit 0.
 """
 
 from __future__ import annotations
@@ -81,6 +84,7 @@ class Install:
             "control": {"port": port, "service": {"port": port}, "replicas": 1,
                         "drainSeconds": 5},
             "worker": {"concurrency": 2, "drainBudgetSeconds": 10, "graceSeconds": 2,
+                       "tokenRotationOverlapSeconds": 2,
                        "pools": [{"name": "default",
                                   "token": {"existingSecret": SECRET_NAMES["pool"]}}]},
             "tests": {"timeoutSeconds": 90},
@@ -151,25 +155,73 @@ echo "root-home=$(ls -A /root | tr '\\n' ' ')"
 echo "shadow=$(cat /etc/shadow 2>&1)"
 touch "$HOME/written" && echo "home=$HOME writable"
 echo "token-vars=$(env | grep -c QL3_WORKER_TOKEN)"
+echo "token-file=$(test -r /run/secrets/qinglong/token/..data/token && echo readable)"
 exit 0
 """
 
 
+def _api(port: int, token: str) -> httpx.Client:
+    return httpx.Client(base_url=f"http://127.0.0.1:{port}",
+                        headers={"Authorization": f"Bearer {token}"}, timeout=10)
+
+
+def _start_task(api: httpx.Client, name: str, shell: str) -> str:
+    """Create task ``name`` and run it now; the run's id."""
+    made = api.post("/v1/tasks", json={"name": name, "shell": shell})
+    assert made.status_code == 201, made.text
+    return str(api.post(f"/v1/tasks/{name}/run").json()["id"])
+
+
+def _finished(api: httpx.Client, run_id: str, timeout: float = 60) -> dict[str, Any]:
+    detail = wait_for(lambda: (d := api.get(f"/v1/runs/{run_id}").json())["status"]
+                      in ("succeeded", "failed", "timed_out", "lost") and d, timeout, 0.5)
+    assert detail, f"run {run_id} did not finish"
+    return dict(detail)
+
+
 def _run_probe_task(port: int, token: str) -> str:
     """A task whose output says what it may touch inside the worker's pod; its log."""
-    api = httpx.Client(base_url=f"http://127.0.0.1:{port}",
-                       headers={"Authorization": f"Bearer {token}"}, timeout=10)
-    with api:
-        made = api.post("/v1/tasks", json={"name": "sandbox-probe", "shell": PROBE})
-        assert made.status_code == 201, made.text
-        run = api.post("/v1/tasks/sandbox-probe/run").json()
-        detail = wait_for(lambda: (d := api.get(f"/v1/runs/{run['id']}").json())["status"]
-                          in ("succeeded", "failed", "timed_out", "lost") and d, 60, 0.5)
-        assert detail, "the probe task did not finish"
+    with _api(port, token) as api:
+        detail = _finished(api, _start_task(api, "sandbox-probe", PROBE))
         assert detail["status"] == "succeeded", detail
         log = api.get(f"/v1/attempts/{detail['attempts'][-1]['id']}/log")
         assert log.status_code == 200, log.text
         return log.text
+
+
+def _rotate_pool_token_while_a_task_runs(rendered: Rendered, install: Install,
+                                         hosts: list[str], worker_pod: Pod,
+                                         worker: Sandboxed, port: int) -> None:
+    """The operator puts a new token in the pool's Secret; the kubelet updates the worker
+    pod's Secret volume in place; ``helm upgrade`` runs the migration Job, which records the
+    new token and keeps the old one valid for the overlap (2 s here). A task running
+    meanwhile completes, on the same worker process, which switched to the new token at its
+    first refused request; the old token is refused from then on."""
+    old = install.pool_token
+    with _api(port, install.admin_token) as api:
+        run_id = _start_task(api, "across-rotation", "sleep 10; echo rotated-marker")
+        assert wait_for(lambda: api.get(f"/v1/runs/{run_id}").json()["status"] == "running",
+                        30, 0.2), worker.text()
+        pid = worker.main_pid()
+        install.pool_token = "ql3_" + secrets.token_urlsafe(32)
+        worker_pod.update_secret(SECRET_NAMES["pool"], "token", install.pool_token)
+        _run_job(rendered, install, hosts)
+        ((pending,),) = install.sql("SELECT revoked_at > now() FROM api_tokens"
+                                    " WHERE name = 'pool-default' AND revoked_at IS NOT NULL")
+        assert pending, "the old pool token was revoked at once"
+        detail = _finished(api, run_id)
+        assert detail["status"] == "succeeded", (detail, worker.text())
+        assert len(detail["attempts"]) == 1, detail
+        log = api.get(f"/v1/attempts/{detail['attempts'][0]['id']}/log")
+        assert "rotated-marker" in log.text
+    text = worker.text()
+    assert worker.popen.poll() is None and worker.main_pid() == pid, text
+    assert "switching to the new token" in text, text
+    assert "refused (401): revoked or unknown; stopping" not in text
+    assert old not in text and install.pool_token not in text
+    refused = httpx.post(f"http://127.0.0.1:{port}/v1/worker/claim", json={},
+                         headers={"Authorization": f"Bearer {old}"}, timeout=10)
+    assert refused.status_code == 401
 
 
 def test_the_charts_containers_install_serve_and_run_a_task_in_their_sandboxes(
@@ -226,6 +278,12 @@ def test_the_charts_containers_install_serve_and_run_a_task_in_their_sandboxes(
         assert "Permission denied" in seen["shadow"]
         assert seen["home"] == "/var/lib/qinglong/work writable"
         assert seen["token-vars"] == "0"
+        # the cost of a token that can follow a rotated Secret: a task, running as the
+        # worker's uid and group, can read the mounted token file (docs/operations.md §3)
+        assert seen["token-file"] == "readable"
+
+        _rotate_pool_token_while_a_task_runs(rendered, install, hosts, worker_pod, worker,
+                                             port)
 
         # SIGTERM, as the kubelet sends it: both drain and exit 0
         assert worker.stop(timeout=40) == 0, worker.text()

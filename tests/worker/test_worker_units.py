@@ -16,7 +16,7 @@ from qinglong.shared.ids import uuid7
 from qinglong.worker.cli import _control_urls, _labels
 from qinglong.worker.client import ControlClient
 from qinglong.worker.clock import now as clock_now
-from qinglong.worker.credentials import load_token
+from qinglong.worker.credentials import load_token, private_enough
 from qinglong.worker.environment import SYSTEMD_DEFAULT_PATH, attempt_environment
 from qinglong.worker.errors import (
     ControlAuthError,
@@ -131,6 +131,25 @@ def test_token_file_must_be_private_and_the_env_variable_is_removed(tmp_path):
     assert load_token(None, {"QL3_WORKER_TOKEN": "t"}) == "t"
     with pytest.raises(TokenError):
         load_token(None, {})
+
+
+def _status(mode: int, uid: int, gid: int) -> os.stat_result:
+    return os.stat_result((0o100000 | mode, 0, 0, 1, uid, gid, 10, 0, 0, 0))
+
+
+def test_a_secret_volume_file_of_root_readable_by_the_own_group_is_private_enough():
+    """0600/0400 of anyone; root's 0440 whose group is the worker's own (a Kubernetes Secret
+    volume with the pod's fsGroup); never a group other than the worker's, group write or
+    execute, or any permission for others."""
+    me = 10001
+    for mode in (0o600, 0o400, 0o700):
+        assert private_enough(_status(mode, me, me), egid=me)
+    assert private_enough(_status(0o440, 0, me), egid=me)
+    assert private_enough(_status(0o640, 0, me), egid=me)
+    assert not private_enough(_status(0o440, 0, 4242), egid=me)  # another group
+    assert not private_enough(_status(0o440, me, me), egid=me)  # not root's: chmod 600
+    for mode in (0o460, 0o450, 0o444, 0o441, 0o404):
+        assert not private_enough(_status(mode, 0, me), egid=me), oct(mode)
 
 
 def test_exit_status_follows_the_shell_convention():
