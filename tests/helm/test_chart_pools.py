@@ -83,10 +83,8 @@ def test_labels_are_replaced_and_token_and_autoscaling_merge_one_level() -> None
     _, spec = _worker(rendered, "gpu")
     (container,) = spec["containers"]
     assert _flags(container["args"])["--labels"] == "gpu=yes"
-    (token,) = [v for v in spec["volumes"] if v["name"] == "token"]
-    assert token["secret"]["secretName"] == "ql3-pool-gpu"
-    assert token["secret"]["items"] == [{"key": "TOKEN", "path": "TOKEN"}]
-    assert _flags(container["args"])["--token-file"].endswith("/..data/TOKEN")
+    token = {e["name"]: e for e in container["env"]}["QL3_WORKER_TOKEN"]
+    assert token["valueFrom"]["secretKeyRef"] == {"name": "ql3-pool-gpu", "key": "TOKEN"}
     (hpa,) = rendered.kinds("HorizontalPodAutoscaler")
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (3, 9)
     (job,) = rendered.kinds("Job")

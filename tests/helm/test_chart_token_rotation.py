@@ -1,8 +1,9 @@
-"""Seamless rotation of a pool's token (docs/operations.md §3): the worker pods read the
-token from the pool's Secret mounted as a file — the kubelet updates a mounted Secret in
-place, an environment variable never — and the migration Job gives a replaced token
-``worker.tokenRotationOverlapSeconds`` (3600) more seconds of validity, so the running
-workers switch to the new token (at their next 401) instead of dying."""
+"""Seamless rotation of a pool's token (docs/operations.md §3) without exposing it to
+tasks: the worker pods get the token from the pool's Secret as ``QL3_WORKER_TOKEN`` (which
+the worker removes from its environment and guards with PR_SET_DUMPABLE 0), never as a
+mounted file a task could read; the migration Job gives a replaced token
+``worker.tokenRotationOverlapSeconds`` (3600) more seconds of validity, while the pods roll
+to the new token."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from typing import Any
 from chart_render import CI_VALUES, Rendered, containers, load_values, pod_specs, render
 
 MINIMAL = next(p for p in CI_VALUES if p.name == "minimal-values.yaml")
-MOUNT = "/run/secrets/qinglong/token"
 
 
 def _flags(args: list[str]) -> dict[str, str]:
@@ -35,14 +35,11 @@ def _pool_steps(rendered: Rendered) -> dict[str, dict[str, Any]]:
     return {c["name"]: c for c in containers(job["spec"]["template"]["spec"])}
 
 
-def test_worker_pods_read_the_pool_token_from_its_mounted_secret(
+def test_worker_pods_get_the_pool_token_from_its_secret_as_a_variable_never_a_file(
         ci_rendered: Rendered) -> None:
-    """No QL3_WORKER_TOKEN (an env var never changes in a running pod): ``--token-file``
-    names the key's file under the Secret volume's ``..data`` directory (the kubelet swaps
-    that symlink at an update; the file itself is a regular one, which the worker's
-    O_NOFOLLOW open needs), mounted read-only from the pool's own Secret and key. The pod's
-    fsGroup is its runAsGroup: the kubelet makes the file root:fsGroup 0440, which is what
-    the worker accepts besides a 0600 file of its own."""
+    """``QL3_WORKER_TOKEN`` from the very Secret key the migration Job imports for the pool;
+    no ``--token-file``, no Secret volume and nothing mounted under /run/secrets: a task
+    runs as the worker's uid and group and could read a mounted token file."""
     rendered = ci_rendered
     (job,) = rendered.kinds("Job")
     job_volumes = {v["name"]: v for v in job["spec"]["template"]["spec"]["volumes"]}
@@ -51,23 +48,17 @@ def test_worker_pods_read_the_pool_token_from_its_mounted_secret(
     for deployment in workers:
         spec = deployment["spec"]["template"]["spec"]
         (container,) = spec["containers"]
-        names = {e["name"] for e in container.get("env", [])}
-        assert "QL3_WORKER_TOKEN" not in names
-        (volume,) = [v for v in spec["volumes"] if v["name"] == "token"]
-        secret = volume["secret"]
-        (item,) = secret["items"]
-        assert item["key"] == item["path"]
-        assert secret["defaultMode"] == 0o440
-        assert _flags(container["args"])["--token-file"] == f"{MOUNT}/..data/{item['path']}"
-        (mount,) = [m for m in container["volumeMounts"] if m["name"] == "token"]
-        assert mount == {"name": "token", "mountPath": MOUNT, "readOnly": True}
-        # the very Secret key the migration Job imports for this pool
+        assert "--token-file" not in _flags(container["args"])
+        assert not [v for v in spec["volumes"] if "secret" in v or "projected" in v]
+        assert not [v for v in spec["volumes"] if v["name"] == "token"]
+        assert not [m for m in container["volumeMounts"]
+                    if m["mountPath"].startswith("/run/secrets")]
+        env = {e["name"]: e for e in container["env"]}
         pool = deployment["metadata"]["labels"]["qinglong.io/pool"]
-        imported = job_volumes[f"pool-{pool}-token"]["secret"]
-        assert secret["secretName"] == imported["secretName"]
-        assert secret["items"] == imported["items"]
-        context = spec["securityContext"]
-        assert context["fsGroup"] == context["runAsGroup"]
+        (imported,) = job_volumes[f"pool-{pool}-token"]["secret"]["items"]
+        assert env["QL3_WORKER_TOKEN"] == {"name": "QL3_WORKER_TOKEN", "valueFrom": {
+            "secretKeyRef": {"name": job_volumes[f"pool-{pool}-token"]["secret"]["secretName"],
+                             "key": imported["key"]}}}
 
 
 def test_the_migration_job_gives_a_replaced_pool_token_the_overlap() -> None:
@@ -85,13 +76,14 @@ def test_the_migration_job_gives_a_replaced_pool_token_the_overlap() -> None:
     assert _flags(steps["token-pool-b"]["args"])["--overlap"] == "0"
 
 
-def test_only_the_workers_mount_a_pool_token() -> None:
-    """The pool token Secret reaches the worker pods and the migration Job, nothing else
-    (control, the helm test)."""
+def test_only_the_migration_job_mounts_a_pool_token() -> None:
+    """A pool token Secret is mounted in the migration Job's pod only (to import its hash);
+    the worker pods reference it by secretKeyRef, control and the helm test not at all."""
     rendered = _render()
+    mounted = []
     for owner, spec in pod_specs(rendered.docs):
-        kind = owner["kind"]
         secrets = {v["secret"]["secretName"] for v in spec.get("volumes", []) if "secret" in v}
         component = owner["metadata"]["labels"].get("app.kubernetes.io/component")
-        if component not in ("worker", "migrate"):
-            assert not any(s.startswith("ql3-pool") for s in secrets), (kind, secrets)
+        if any(s.startswith("ql3-pool") for s in secrets):
+            mounted.append(component)
+    assert mounted == ["migrate"]

