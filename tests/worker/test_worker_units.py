@@ -4,6 +4,7 @@ deadline, labels, token file, exit status, capped spool, clean environment."""
 from __future__ import annotations
 
 import os
+import stat
 import time
 import uuid
 
@@ -16,7 +17,7 @@ from qinglong.shared.ids import uuid7
 from qinglong.worker.cli import _control_urls, _labels
 from qinglong.worker.client import ControlClient
 from qinglong.worker.clock import now as clock_now
-from qinglong.worker.credentials import load_token, private_enough
+from qinglong.worker.credentials import load_token, read_token_file
 from qinglong.worker.environment import SYSTEMD_DEFAULT_PATH, attempt_environment
 from qinglong.worker.errors import (
     ControlAuthError,
@@ -133,23 +134,28 @@ def test_token_file_must_be_private_and_the_env_variable_is_removed(tmp_path):
         load_token(None, {})
 
 
-def _status(mode: int, uid: int, gid: int) -> os.stat_result:
-    return os.stat_result((0o100000 | mode, 0, 0, 1, uid, gid, 10, 0, 0, 0))
+@pytest.mark.parametrize("mode", [0o440, 0o640, 0o460, 0o444, 0o604], ids=oct)
+def test_a_token_file_readable_by_its_group_is_refused_even_roots_of_the_own_group(
+        tmp_path, monkeypatch, mode):
+    """Owner-only, nothing else: a root-owned file readable by the worker's own group (what
+    a Kubernetes Secret volume with the pod's fsGroup looks like) is refused like any other
+    group-readable file — tasks run with the worker's group — at start and at a reload."""
+    path = tmp_path / "token"
+    path.write_text("secret-token\n")
+    path.chmod(0o600)
+    real_fstat = os.fstat
 
+    def as_secret_volume(fd: int) -> os.stat_result:
+        got = real_fstat(fd)
+        fields = list(got[:10])
+        fields[0], fields[4], fields[5] = stat.S_IFREG | mode, 0, os.getegid()
+        return os.stat_result(fields)
 
-def test_a_secret_volume_file_of_root_readable_by_the_own_group_is_private_enough():
-    """0600/0400 of anyone; root's 0440 whose group is the worker's own (a Kubernetes Secret
-    volume with the pod's fsGroup); never a group other than the worker's, group write or
-    execute, or any permission for others."""
-    me = 10001
-    for mode in (0o600, 0o400, 0o700):
-        assert private_enough(_status(mode, me, me), egid=me)
-    assert private_enough(_status(0o440, 0, me), egid=me)
-    assert private_enough(_status(0o640, 0, me), egid=me)
-    assert not private_enough(_status(0o440, 0, 4242), egid=me)  # another group
-    assert not private_enough(_status(0o440, me, me), egid=me)  # not root's: chmod 600
-    for mode in (0o460, 0o450, 0o444, 0o441, 0o404):
-        assert not private_enough(_status(mode, 0, me), egid=me), oct(mode)
+    monkeypatch.setattr(os, "fstat", as_secret_volume)
+    for read in (lambda: load_token(str(path), {}), lambda: read_token_file(str(path))):
+        with pytest.raises(TokenError, match="chmod 600") as caught:
+            read()
+        assert "secret-token" not in str(caught.value)
 
 
 def test_exit_status_follows_the_shell_convention():

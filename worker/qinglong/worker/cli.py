@@ -68,8 +68,10 @@ def worker() -> None:
               "restart under the same name is a new incarnation.")
 @click.option("--token-file", default=None, type=str,
               help="File holding the worker token (mode 0600). Read again when control "
-                   "refuses the token (401): a new token there (a rotated Secret) is used "
-                   "from then on. Default: env QL3_WORKER_TOKEN (never reloaded).")
+                   "refuses the token (401): a new token there (rotated, the file replaced "
+                   "atomically) is used from then on. Tasks run as this user and can read "
+                   "the file; they cannot read QL3_WORKER_TOKEN. Default: env "
+                   "QL3_WORKER_TOKEN (never reloaded).")
 @click.option("--spool-dir", default=None, type=str,
               help="Private (0700) directory for output spools, the verified script-bundle "
                    "cache (bundles/) and each bundle attempt's private copy (work/) "
@@ -89,7 +91,7 @@ def run(control_url: str, concurrency: int, labels: str, name: str | None,
     environment and the process is made non-dumpable, so tasks cannot read it from /proc.
     A token control refuses (401: revoked or unknown) stops the worker: running attempts are
     stopped, exit 1 — unless the token came from --token-file and the file now holds another
-    token (a rotated Secret): the worker then switches to it and goes on.
+    token (rotated): the worker then switches to it and goes on.
 
     A task without a working directory runs in this worker user's HOME (/ when HOME is
     unset or not a directory), never in the worker's own working directory.

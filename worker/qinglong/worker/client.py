@@ -16,8 +16,8 @@ draining replica) moves the client to the next URL, and the retry goes there wit
 deadline. A 500 is retried on the same URL.
 
 Token rotation: with ``reload_token`` (the worker's token came from ``--token-file``), a 401
-makes the client read the token again, once. A token that changed (a rotated Secret the
-kubelet updated in the mounted file) replaces the old one for every later request and the
+makes the client read the token again, once. A token that changed (the operator replaced
+the file at a rotation) replaces the old one for every later request and the
 refused request is sent again at once with it (control refuses a request before handling
 it, so nothing was applied); an unchanged or unreadable file leaves the 401 as it was
 (``token_refused``). Concurrent requests refused with the old token after another thread

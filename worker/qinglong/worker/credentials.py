@@ -1,18 +1,18 @@
 """The worker's only credential, its token (docs/protocols.md §4.2, §4.5; issue 11 item 6).
 
-Read from ``QL3_WORKER_TOKEN`` or a private file: 0600 (or a Kubernetes Secret volume's
-root-owned file readable by the worker's own group only: ``private_enough``). The variable
-is removed from ``os.environ`` (so no child can inherit it), and the process is made
-non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``): /proc/<pid>/environ and /proc/<pid>/mem then
-belong to root, so a task running under the same uid cannot read the token from the
-worker's initial environment block, which ``unsetenv`` does not erase. A token *file* stays
-readable by whatever runs as the worker's user, tasks included: that is the price of a
-token that can follow a rotated Secret (docs/operations.md §3).
+Read once from ``QL3_WORKER_TOKEN`` or a 0600 file, then removed from ``os.environ`` (so no
+child can inherit it), and the process is made non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``):
+/proc/<pid>/environ and /proc/<pid>/mem then belong to root, so a task running under the same
+uid cannot read the token from the worker's initial environment block, which ``unsetenv`` does
+not erase.
 
-A token from a file may change while the worker runs (a rotated Kubernetes Secret, which the
-kubelet updates in place in a mounted volume): ``read_token_file`` reads it again, with the
-same checks, when control refuses the token (``client.ControlClient``'s ``reload_token``).
-A token from the environment cannot change.
+A token from a file may change while the worker runs (an operator's own 0600 file, replaced
+atomically at a rotation): ``read_token_file`` reads it again, with the same checks, when
+control refuses the token (``client.ControlClient``'s ``reload_token``). A token from the
+environment cannot change. The file must be readable by its owner only (no group or other
+bit), so no other user gets the token; but tasks run as the worker's user and can read a
+file it can, so only ``QL3_WORKER_TOKEN`` keeps the token from them — what the chart's pods
+use (docs/operations.md §3).
 """
 
 from __future__ import annotations
@@ -48,25 +48,10 @@ def load_token(token_file: str | None,
     return from_env.strip()
 
 
-def private_enough(info: os.stat_result, egid: int | None = None) -> bool:
-    """True when a token file with status ``info`` is readable by no one but its owner
-    (0600, 0400: no group or other permission), or is a Kubernetes Secret volume's file in a
-    pod with an fsGroup: owned by root, its group this process's effective group (``egid``,
-    default ``os.getegid()``), group read only (0440) and nothing for others — the kubelet
-    ORs 0440 into a Secret volume's files and gives them the fsGroup, so no other mode can
-    be read by a non-root worker there."""
-    mode = stat.S_IMODE(info.st_mode)
-    if not mode & 0o077:
-        return True
-    own_group = os.getegid() if egid is None else egid
-    return info.st_uid == 0 and info.st_gid == own_group and not mode & 0o037
-
-
 def read_token_file(path: str) -> str:
-    """The token in ``path``: opened with O_NOFOLLOW, a regular file readable only by its
-    owner (or root's, readable by this process's own group only: ``private_enough``),
-    ≤ 4 KiB, surrounding whitespace stripped. TokenError (field ``--token-file``)
-    otherwise; the message never holds the token."""
+    """The token in ``path``: opened with O_NOFOLLOW, a regular file with no group/other
+    permission, ≤ 4 KiB, surrounding whitespace stripped. TokenError (field
+    ``--token-file``) otherwise; the message never holds the token."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
@@ -75,7 +60,7 @@ def read_token_file(path: str) -> str:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise TokenError("--token-file", "must be a regular file")
-        if not private_enough(info):
+        if info.st_mode & 0o077:
             raise TokenError("--token-file",
                              f"must not be readable by group or others (mode "
                              f"{stat.S_IMODE(info.st_mode):04o}; use chmod 600)")
