@@ -103,9 +103,6 @@ class Pod:
     def __post_init__(self) -> None:
         self.uid = int(self.spec["securityContext"]["runAsUser"])
         self.gid = int(self.spec["securityContext"]["runAsGroup"])
-        fs_group = self.spec["securityContext"].get("fsGroup")
-        self.fs_group = None if fs_group is None else int(fs_group)
-        self._generation = 0
         self.root.chmod(0o755)
         self.volumes: dict[str, tuple[Path, bool]] = {}
         for volume in self.spec.get("volumes", []):
@@ -116,8 +113,8 @@ class Pod:
 
     def _lay_out(self, volume: dict[str, Any]) -> tuple[Path, bool]:
         """(host directory, writable) of one volume: an emptyDir is an empty directory the
-        pod's user may write (0777, as a kubelet makes it); a Secret's items as the kubelet
-        writes them (``_write_secret``); a ConfigMap's data files."""
+        pod's user may write (0777, as a kubelet makes it); a Secret's items are files of
+        mode defaultMode owned by root and the pod's fsGroup; a ConfigMap's data files."""
         where = self.root / "volumes" / volume["name"]
         where.mkdir(parents=True)
         if "emptyDir" in volume:
@@ -125,9 +122,12 @@ class Pod:
             return where, True
         where.chmod(0o755)
         if "secret" in volume:
-            self._write_secret(where, volume["secret"])
-            for item in volume["secret"]["items"]:  # the visible names: symlinks
-                (where / item["path"]).symlink_to(f"..data/{item['path']}")
+            secret = volume["secret"]
+            for item in secret["items"]:
+                path = where / item["path"]
+                path.write_text(self.secrets[(secret["secretName"], item["key"])])
+                os.chown(path, 0, self.gid)
+                path.chmod(secret.get("defaultMode", 0o644))
         elif "configMap" in volume:
             for name, text in self.config_maps[volume["configMap"]["name"]].items():
                 (where / name).write_text(text)
@@ -135,43 +135,6 @@ class Pod:
         else:
             raise ValueError(f"volume {volume['name']}: kind not emulated")
         return where, False
-
-    def _write_secret(self, where: Path, secret: dict[str, Any]) -> None:
-        """The kubelet's atomic writer: the items in a new ``..<timestamp>`` directory, as
-        regular files of mode defaultMode — ORed with 0440 and owned by root and the fsGroup
-        when the pod has one (the kubelet's volume ownership for a read-only volume), else
-        root's — then the ``..data`` symlink swapped to it by a rename, and the previous
-        directory removed. What a container sees changes at the rename, at once."""
-        self._generation += 1
-        stamp = f"..2026_01_01_00_00_{self._generation:02d}.000000001"
-        fresh = where / stamp
-        fresh.mkdir()
-        fresh.chmod(0o755)
-        mode = secret.get("defaultMode", 0o644)
-        if self.fs_group is not None:
-            mode |= 0o440
-        for item in secret["items"]:
-            path = fresh / item["path"]
-            path.write_text(self.secrets[(secret["secretName"], item["key"])])
-            os.chown(path, 0, 0 if self.fs_group is None else self.fs_group)
-            path.chmod(mode)
-        data = where / "..data"
-        old = os.readlink(data) if data.is_symlink() else None
-        (where / "..data_tmp").symlink_to(stamp)
-        os.rename(where / "..data_tmp", data)
-        if old is not None:
-            shutil.rmtree(where / old)
-
-    def update_secret(self, name: str, key: str, value: str) -> None:
-        """The Secret ``name``'s ``key`` now holds ``value``: every volume of this pod that
-        mounts it is rewritten as the kubelet does at its next sync (a running container
-        sees the new file; an environment variable from the Secret would not change)."""
-        self.secrets[(name, key)] = value
-        for volume in self.spec.get("volumes", []):
-            secret = volume.get("secret")
-            if secret and secret["secretName"] == name and any(
-                    item["key"] == key for item in secret["items"]):
-                self._write_secret(self.volumes[volume["name"]][0], secret)
 
     def env(self, container: dict[str, Any], image: Image) -> dict[str, str]:
         """The container's environment as the kubelet would build it from the manifest:
