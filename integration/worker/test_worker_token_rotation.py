@@ -1,5 +1,6 @@
-"""A worker whose pool token is rotated while it runs (the chart mounts the token Secret as
-a file, which the kubelet updates in place): control starts refusing token A and accepts B,
+"""A worker whose pool token is rotated while it runs (an operator's own 0600 ``--token-file``,
+replaced atomically; the chart's pods use QL3_WORKER_TOKEN and roll instead): control starts
+refusing token A and accepts B,
 the ``--token-file`` now holds B. At its next 401 the worker re-reads the file once, switches
 to B and sends the refused request again, so its running attempt goes on and completes. A
 file that still holds the refused token, or a token from the environment, stops the worker
@@ -21,8 +22,8 @@ REFUSED = "the worker token was refused (401): revoked or unknown; stopping"
 
 
 def _write_private(path: Path, text: str) -> None:
-    """Replace ``path`` atomically with a 0600 file holding ``text`` (as the kubelet swaps a
-    Secret volume's content: a new file, renamed into place)."""
+    """Replace ``path`` atomically with a 0600 file holding ``text`` (as an operator should:
+    a new file, renamed into place)."""
     tmp = path.with_name(path.name + ".new")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as out:
