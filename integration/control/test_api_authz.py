@@ -107,6 +107,29 @@ def test_a_revoked_token_is_refused_at_its_next_request(api: ApiWorld) -> None:
     assert (refused.status_code, refused.json()["error"]["code"]) == (401, "unauthenticated")
 
 
+def test_a_token_whose_revocation_is_scheduled_works_until_then(api: ApiWorld) -> None:
+    """A revocation ahead of now by the database clock (a rotation's overlap) leaves the
+    token valid until it comes, then refused; the API's revoke of such a token is
+    immediate. ``GET /v1/tokens`` shows the time and that it is pending."""
+    token = api.issue("viewer")
+    headers = {"Authorization": f"Bearer {token}"}
+    token_id = api.client.get("/v1/tokens", headers=api.as_("admin")).json()[-1]["id"]
+    api.sql("UPDATE api_tokens SET revoked_at = now() + interval '1 hour' WHERE id = %(id)s",
+            {"id": token_id})
+    assert api.client.get("/v1/tasks", headers=headers).status_code == 200
+    (row,) = [t for t in api.client.get("/v1/tokens", headers=api.as_("admin")).json()
+              if t["id"] == token_id]
+    assert row["revoked_at"] and row["revocation_pending"] is True
+    revoked = api.client.post(f"/v1/tokens/{token_id}/revoke", headers=api.as_("admin"))
+    assert revoked.status_code == 200 and revoked.json()["revocation_pending"] is False
+    assert api.client.get("/v1/tasks", headers=headers).status_code == 401
+    other = api.issue("viewer")
+    api.sql("UPDATE api_tokens SET revoked_at = now() - interval '1 second'"
+            " WHERE token_sha256 = encode(sha256(%(t)s::bytea), 'hex')", {"t": other})
+    assert api.client.get("/v1/tasks", headers={"Authorization": f"Bearer {other}"}
+                          ).status_code == 401
+
+
 def test_an_issued_token_is_answered_once_and_works(api: ApiWorld) -> None:
     issued = api.client.post("/v1/tokens", json={"name": "ci", "scope": "operator"},
                              headers=api.as_("admin"))

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -216,3 +217,86 @@ def test_import_ensure_updates_a_pools_changed_labels(api: ApiWorld, tmp_path: P
     assert refused.returncode == 2 and "other labels" in refused.stderr, refused.stderr
     assert labels() == [({},)]
     assert api.sql("SELECT count(*) FROM api_tokens WHERE name = 'pool-gpu-2'") == [(0,)]
+
+
+def _status(api: ApiWorld, token: str) -> int:
+    """The status a worker token gets on a viewer route: 403 while it authenticates (valid,
+    wrong scope), 401 once it does not."""
+    return api.client.get("/v1/tasks", headers={"Authorization": f"Bearer {token}"}).status_code
+
+
+def test_import_ensure_with_an_overlap_keeps_the_rotated_token_valid_until_it_ends(
+        api: ApiWorld, tmp_path: Path) -> None:
+    """A rotated pool Secret with ``--overlap 2``: outcome replaced, the old token's
+    revocation is scheduled 2 s ahead by the database clock, both tokens authenticate
+    meanwhile (and ``token list`` shows the pending revocation's time), and after it the
+    old one is refused (401) while the new one goes on; the name stays the new token's."""
+    url = api.pg_db.url
+    old, new = "ql3_" + "o" * 43, "ql3_" + "n" * 43
+    path = tmp_path / "token"
+
+    def ensure(*extra: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return ql3("import", "--database-url", url, "--name", "pool-default", "--scope",
+                   "worker", "--pool", "default", "--token-file", str(path), "--ensure",
+                   "--json", *extra, check=check)
+
+    path.write_text(old)
+    made = json.loads(ensure().stdout)
+    path.write_text(new)
+    rotated = json.loads(ensure("--overlap", "2").stdout)
+    assert rotated["outcome"] == "replaced" and rotated["id"] != made["id"]
+    (ahead,) = api.sql("SELECT revoked_at - now() FROM api_tokens WHERE id = %(id)s",
+                       {"id": made["id"]})
+    assert 0 < ahead[0].total_seconds() <= 2
+    assert _status(api, old) == 403 and _status(api, new) == 403  # both authenticate
+    listed = ql3("list", "--database-url", url).stdout.splitlines()
+    (old_line,) = [line for line in listed if line.startswith(made["id"])]
+    (new_line,) = [line for line in listed if line.startswith(rotated["id"])]
+    assert " revokes at 20" in old_line and old_line.endswith("Z (pending)"), old_line
+    assert "revoke" not in new_line, new_line
+    as_json = {r["id"]: r for r in json.loads(ql3("list", "--database-url", url,
+                                                  "--json").stdout)}
+    assert as_json[made["id"]]["revocation_pending"] is True
+    assert as_json[rotated["id"]]["revocation_pending"] is False
+    # the same Secret again while the overlap runs: nothing changes
+    assert json.loads(ensure("--overlap", "2").stdout) == {"id": rotated["id"],
+                                                           "outcome": "unchanged"}
+    deadline = time.monotonic() + 10
+    while _status(api, old) != 401:
+        assert time.monotonic() < deadline, "the old token still authenticates"
+        time.sleep(0.2)
+    assert _status(api, new) == 403
+    listed = ql3("list", "--database-url", url).stdout
+    (old_line,) = [line for line in listed.splitlines() if line.startswith(made["id"])]
+    assert " revoked 20" in old_line and "pending" not in old_line, old_line
+    assert api.sql("SELECT id::text FROM api_tokens WHERE name = 'pool-default'"
+                   " AND (revoked_at IS NULL OR revoked_at > now())") == [(rotated["id"],)]
+
+
+def test_a_pending_revocation_does_not_hold_the_name_and_revoke_stays_immediate(
+        api: ApiWorld, tmp_path: Path) -> None:
+    """During a long overlap the old token's name is free for its successor only (a third
+    live token of the name is refused); an explicit ``token revoke`` of the old token ends
+    it at once (401), and again answers exit 2 (already revoked); ``--overlap`` needs
+    ``--ensure`` and is ≥ 0 (exit 2)."""
+    url = api.pg_db.url
+    old, new = "ql3_" + "p" * 43, "ql3_" + "q" * 43
+    path = tmp_path / "token"
+    path.write_text(old)
+    base = ("import", "--database-url", url, "--name", "pool-gpu", "--scope", "worker",
+            "--pool", "gpu", "--token-file", str(path), "--json")
+    made = json.loads(ql3(*base, "--ensure").stdout)
+    path.write_text(new)
+    rotated = json.loads(ql3(*base, "--ensure", "--overlap", "3600").stdout)
+    assert rotated["outcome"] == "replaced"
+    assert _status(api, old) == 403 and _status(api, new) == 403
+    third = ql3("create", "--database-url", url, "--name", "pool-gpu", "--scope", "worker",
+                "--pool", "gpu", check=False)
+    assert third.returncode == 2 and "a live token already has this name" in third.stderr
+    ql3("revoke", "--database-url", url, made["id"])
+    assert _status(api, old) == 401 and _status(api, new) == 403
+    again = ql3("revoke", "--database-url", url, made["id"], check=False)
+    assert again.returncode == 2, again.stderr
+    for bad in (("--ensure", "--overlap", "-1"), ("--overlap", "5")):
+        out = ql3(*base, *bad, check=False)
+        assert out.returncode == 2 and "--overlap" in out.stderr, (bad, out.stderr)

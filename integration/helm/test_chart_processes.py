@@ -8,12 +8,20 @@ The scenario is an install: the migration Job's steps in order (migrate as the o
 the admin and pool tokens from their Secrets, readiness), then again (an upgrade: nothing
 changes); a control replica that answers /readyz as the runtime login; a worker
 of the pool; the chart's helm test pod, which runs one task end to end; a task showing what a
-task may touch inside the worker's pod; SIGTERM to both, which drain and exit 0.
+task may touch inside the worker's pod (not the pool token: it is in no file and not in the
+task's environment); a rotation of the pool's token Secret while a task runs, as `helm
+upgrade` does it (the migration Job's token step with the new Secret, its --overlap shortened
+for the test, then the pool's pods rolled): the old worker keeps its token and its task
+completes, a worker started as the rolled pod (the new token in its environment) registers
+and runs a task, the old worker drains on SIGTERM and after the overlap the old token is
+refused; SIGTERM to control and the new worker, which drain and exit 0.
 """
 
 from __future__ import annotations
 
+import copy
 import secrets
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,13 +129,20 @@ def _pod(rendered: Rendered, kind: str, name: str, install: Install,
     return Pod(spec, f"{name}-{secrets.token_hex(3)}", install.secrets, hosts, config_maps)
 
 
-def _run_job(rendered: Rendered, install: Install, hosts: list[str]) -> list[str]:
+def _run_job(rendered: Rendered, install: Install, hosts: list[str],
+             overlap: int | None = None) -> list[str]:
     """Every container of the migration Job in pod order; each must exit 0 and print no
-    token. Returns the steps' names."""
+    token. ``overlap`` replaces the pool token steps' ``--overlap=N`` (the chart refuses
+    one shorter than a pod's drain, too long to wait for here). Returns the steps' names."""
     pod = _pod(rendered, "Job", "ql3-qinglong-migrate", install, hosts)
     try:
         names = []
-        for container in containers(pod.spec):
+        for step in containers(pod.spec):
+            container = copy.deepcopy(step)
+            if overlap is not None and container["name"].startswith("token-pool-"):
+                (at,) = [i for i, a in enumerate(container["args"])
+                         if a.startswith("--overlap=")]
+                container["args"][at] = f"--overlap={overlap}"
             out = pod.run(container, CONTROL_IMAGE)
             assert out.returncode == 0, (container["name"], out.stderr)
             for token in (install.admin_token, install.pool_token):
@@ -151,25 +166,113 @@ echo "root-home=$(ls -A /root | tr '\\n' ' ')"
 echo "shadow=$(cat /etc/shadow 2>&1)"
 touch "$HOME/written" && echo "home=$HOME writable"
 echo "token-vars=$(env | grep -c QL3_WORKER_TOKEN)"
+echo "secrets-dir=$(test -e /run/secrets/qinglong && echo present || echo absent)"
 exit 0
 """
 
 
+def _api(port: int, token: str) -> httpx.Client:
+    return httpx.Client(base_url=f"http://127.0.0.1:{port}",
+                        headers={"Authorization": f"Bearer {token}"}, timeout=10)
+
+
+def _start_task(api: httpx.Client, name: str, shell: str) -> str:
+    """Create task ``name`` and run it now; the run's id."""
+    made = api.post("/v1/tasks", json={"name": name, "shell": shell})
+    assert made.status_code == 201, made.text
+    return str(api.post(f"/v1/tasks/{name}/run").json()["id"])
+
+
+def _finished(api: httpx.Client, run_id: str, timeout: float = 60) -> dict[str, Any]:
+    detail = wait_for(lambda: (d := api.get(f"/v1/runs/{run_id}").json())["status"]
+                      in ("succeeded", "failed", "timed_out", "lost") and d, timeout, 0.5)
+    assert detail, f"run {run_id} did not finish"
+    return dict(detail)
+
+
 def _run_probe_task(port: int, token: str) -> str:
     """A task whose output says what it may touch inside the worker's pod; its log."""
-    api = httpx.Client(base_url=f"http://127.0.0.1:{port}",
-                       headers={"Authorization": f"Bearer {token}"}, timeout=10)
-    with api:
-        made = api.post("/v1/tasks", json={"name": "sandbox-probe", "shell": PROBE})
-        assert made.status_code == 201, made.text
-        run = api.post("/v1/tasks/sandbox-probe/run").json()
-        detail = wait_for(lambda: (d := api.get(f"/v1/runs/{run['id']}").json())["status"]
-                          in ("succeeded", "failed", "timed_out", "lost") and d, 60, 0.5)
-        assert detail, "the probe task did not finish"
+    with _api(port, token) as api:
+        detail = _finished(api, _start_task(api, "sandbox-probe", PROBE))
         assert detail["status"] == "succeeded", detail
         log = api.get(f"/v1/attempts/{detail['attempts'][-1]['id']}/log")
         assert log.status_code == 200, log.text
         return log.text
+
+
+OVERLAP_S = 25  # the test's --overlap: a 10 s task, a new worker's start and a task on it
+
+
+def _roll_the_pool_onto_a_rotated_token(rendered: Rendered, install: Install,
+                                        hosts: list[str], old_pod: Pod,
+                                        old_worker: Sandboxed, port: int, log_dir: Path,
+                                        pods: list[Pod], running: list[Sandboxed]
+                                        ) -> Sandboxed:
+    """``helm upgrade`` after the pool's Secret got a new token: the migration Job records
+    it and keeps the old one valid for the overlap; the pool's pods roll (the pod
+    annotation follows the Secret). The old worker, its token in its environment, keeps
+    working: a task running across the rotation completes on it. A new pod, started as the
+    Deployment starts one (the new token from the Secret in its environment), registers and
+    runs a task; the old pod drains on SIGTERM and exits 0; once the overlap has passed the
+    old token is refused. Returns the new worker, still running (its pod added to ``pods``,
+itself to ``running``)."""
+    old = install.pool_token
+    (job,) = rendered.kinds("Job")
+    (step,) = [c for c in containers(job["spec"]["template"]["spec"])
+               if c["name"] == "token-pool-default"]
+    assert "--overlap=3600" in step["args"]  # the chart's default
+    with _api(port, install.admin_token) as api:
+        old_run = _start_task(api, "across-rotation", "sleep 10; echo rotated-marker")
+        assert wait_for(lambda: api.get(f"/v1/runs/{old_run}").json()["status"]
+                        == "running", 30, 0.2), old_worker.text()
+        pid = old_worker.main_pid()
+
+        install.pool_token = "ql3_" + secrets.token_urlsafe(32)  # the rotated Secret
+        _run_job(rendered, install, hosts, overlap=OVERLAP_S)
+        rotated_at = time.monotonic()
+        ((pending,),) = install.sql("SELECT revoked_at > now() FROM api_tokens"
+                                    " WHERE name = 'pool-default' AND revoked_at IS NOT NULL")
+        assert pending, "the old pool token was revoked at once"
+
+        # the rolled pod: rendered again from the same values, its env from the new Secret
+        new_pod = _pod(render(install.values(port)), "Deployment",
+                       "ql3-qinglong-worker-default", install, hosts)
+        pods.append(new_pod)
+        (container,) = new_pod.spec["containers"]
+        assert new_pod.env(container, WORKER_IMAGE)["QL3_WORKER_TOKEN"] == install.pool_token
+        new_worker = new_pod.start(container, WORKER_IMAGE, log_dir / "worker-new.log")
+        running.append(new_worker)
+        assert wait_for(lambda: "registered as" in new_worker.text()
+                        or new_worker.popen.poll() is not None, 30), new_worker.text()
+        assert new_worker.popen.poll() is None, new_worker.text()
+
+        detail = _finished(api, old_run)
+        assert detail["status"] == "succeeded", (detail, old_worker.text())
+        (attempt,) = detail["attempts"]
+        assert attempt["worker_name"] == old_pod.name
+        assert "rotated-marker" in api.get(f"/v1/attempts/{attempt['id']}/log").text
+        assert old_worker.popen.poll() is None and old_worker.main_pid() == pid
+
+        # the rollout stops the old pod: it drains with its old token, still valid
+        assert old_worker.stop(timeout=40) == 0, old_worker.text()
+        assert time.monotonic() - rotated_at < OVERLAP_S, "the test outran its overlap"
+        new_run = _finished(api, _start_task(api, "after-rotation", "echo rolled-marker"))
+        assert new_run["status"] == "succeeded", (new_run, new_worker.text())
+        (attempt,) = new_run["attempts"]
+        assert attempt["worker_name"] == new_pod.name
+
+        # the overlap over: the old token is refused, the new worker goes on
+        def refused() -> bool:
+            answer = httpx.post(f"http://127.0.0.1:{port}/v1/worker/claim", json={},
+                                headers={"Authorization": f"Bearer {old}"}, timeout=10)
+            return answer.status_code == 401
+        assert wait_for(refused, OVERLAP_S + 15, 0.5), "the old token outlived its overlap"
+        assert time.monotonic() - rotated_at >= OVERLAP_S - 2
+    for text in (old_worker.text(), new_worker.text()):
+        assert "refused (401)" not in text, text
+        assert old not in text and install.pool_token not in text
+    assert new_worker.popen.poll() is None, new_worker.text()
+    return new_worker
 
 
 def test_the_charts_containers_install_serve_and_run_a_task_in_their_sandboxes(
@@ -192,6 +295,7 @@ def test_the_charts_containers_install_serve_and_run_a_task_in_their_sandboxes(
     control_pod = _pod(rendered, "Deployment", control_service, install, hosts)
     worker_pod = _pod(rendered, "Deployment", "ql3-qinglong-worker-default", install, hosts)
     test_pod = _pod(rendered, "Pod", "ql3-qinglong-test", install, hosts)
+    pods = [control_pod, worker_pod, test_pod]
     running: list[Sandboxed] = []
     try:
         (control_container,) = control_pod.spec["containers"]
@@ -216,7 +320,7 @@ def test_the_charts_containers_install_serve_and_run_a_task_in_their_sandboxes(
 
         # what a task may touch in the worker's pod: it runs as 10001, the root filesystem
         # is read-only, root's home is empty, /etc/shadow unreadable, HOME (an emptyDir)
-        # writable, and the pool token is not in its environment
+        # writable, and the pool token is not in its environment, nor mounted as a file
         seen = dict(line.split("=", 1) for line in
                     _run_probe_task(port, install.admin_token).splitlines() if "=" in line)
         assert seen["uid"] == "10001"
@@ -226,6 +330,10 @@ def test_the_charts_containers_install_serve_and_run_a_task_in_their_sandboxes(
         assert "Permission denied" in seen["shadow"]
         assert seen["home"] == "/var/lib/qinglong/work writable"
         assert seen["token-vars"] == "0"
+        assert seen["secrets-dir"] == "absent"
+
+        worker = _roll_the_pool_onto_a_rotated_token(
+            rendered, install, hosts, worker_pod, worker, port, tmp_path, pods, running)
 
         # SIGTERM, as the kubelet sends it: both drain and exit 0
         assert worker.stop(timeout=40) == 0, worker.text()
@@ -234,5 +342,5 @@ def test_the_charts_containers_install_serve_and_run_a_task_in_their_sandboxes(
     finally:
         for proc in running:
             proc.stop(timeout=20)
-        for pod in (control_pod, worker_pod, test_pod):
+        for pod in pods:
             pod.close()

@@ -1,8 +1,9 @@
 """A small fake of control's worker routes over real HTTP (shared/wire.py shapes), with
 switches a test flips: heartbeat status (503 = unreachable, 409 = lease lost), a forced status
 for any route (``force``, e.g. 409 on ``started``, with the error code in ``force_code``),
-``revoked`` (every request answered 401, as for a revoked token), cancel, and the attempts the
-next claim hands out. Every request decodes with the wire type's strict decoder.
+``revoked`` (every request answered 401, as for a revoked token), ``tokens`` (the bearer
+tokens it accepts: a rotation replaces them), cancel, and the attempts the next claim hands
+out. Every request decodes with the wire type's strict decoder.
 It also serves the presigned PUT target (``/put/<key>``) and records what it received."""
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ class FakeControl:
         self.force: dict[str, int] = {}  # route -> status answered (after decoding the body)
         self.force_code: dict[str, str] = {}  # route -> error code of the forced answer
         self.revoked = False  # the token was revoked: 401 to everything, recorded
+        self.tokens = {TOKEN}  # accepted bearer tokens; any other gets 401, unrecorded
+        self.refused: list[tuple[float, str]] = []  # (monotonic s, route) answered 401
         self.lock = threading.Lock()
         self.log: list[tuple[float, str, Any]] = []  # (monotonic s, route, decoded message)
         self.puts: list[tuple[dict[str, str], bytes]] = []
@@ -134,9 +137,12 @@ class FakeControl:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
-                if self.headers.get("Authorization") != f"Bearer {TOKEN}":
-                    return self._reply(401, {"code": "unauthorized"})
                 route = self.path.removeprefix("/v1/worker/")
+                if self.headers.get("Authorization") not in {f"Bearer {t}"
+                                                             for t in fake.tokens}:
+                    with fake.lock:
+                        fake.refused.append((time.monotonic(), route))
+                    return self._reply(401, {"code": "unauthorized"})
                 with fake.lock:
                     fake.log.append((time.monotonic(), route, body))
                 if fake.revoked:

@@ -4,6 +4,7 @@ deadline, labels, token file, exit status, capped spool, clean environment."""
 from __future__ import annotations
 
 import os
+import stat
 import time
 import uuid
 
@@ -16,7 +17,7 @@ from qinglong.shared.ids import uuid7
 from qinglong.worker.cli import _control_urls, _labels
 from qinglong.worker.client import ControlClient
 from qinglong.worker.clock import now as clock_now
-from qinglong.worker.credentials import load_token
+from qinglong.worker.credentials import load_token, read_token_file
 from qinglong.worker.environment import SYSTEMD_DEFAULT_PATH, attempt_environment
 from qinglong.worker.errors import (
     ControlAuthError,
@@ -133,6 +134,30 @@ def test_token_file_must_be_private_and_the_env_variable_is_removed(tmp_path):
         load_token(None, {})
 
 
+@pytest.mark.parametrize("mode", [0o440, 0o640, 0o460, 0o444, 0o604], ids=oct)
+def test_a_token_file_readable_by_its_group_is_refused_even_roots_of_the_own_group(
+        tmp_path, monkeypatch, mode):
+    """Owner-only, nothing else: a root-owned file readable by the worker's own group (what
+    a Kubernetes Secret volume with the pod's fsGroup looks like) is refused like any other
+    group-readable file — tasks run with the worker's group — at start and at a reload."""
+    path = tmp_path / "token"
+    path.write_text("secret-token\n")
+    path.chmod(0o600)
+    real_fstat = os.fstat
+
+    def as_secret_volume(fd: int) -> os.stat_result:
+        got = real_fstat(fd)
+        fields = list(got[:10])
+        fields[0], fields[4], fields[5] = stat.S_IFREG | mode, 0, os.getegid()
+        return os.stat_result(fields)
+
+    monkeypatch.setattr(os, "fstat", as_secret_volume)
+    for read in (lambda: load_token(str(path), {}), lambda: read_token_file(str(path))):
+        with pytest.raises(TokenError, match="chmod 600") as caught:
+            read()
+        assert "secret-token" not in str(caught.value)
+
+
 def test_exit_status_follows_the_shell_convention():
     assert decode_status(0).exit_code == 0
     assert decode_status(3).exit_code == 3
@@ -238,6 +263,53 @@ def test_a_401_marks_the_token_refused_and_a_403_names_its_code():
         client.register(wire.WorkerRegistration(name="w", labels={}, concurrency=1))
     assert err.value.error_code == "labels_outside_pool"
     assert not client.token_refused.is_set()
+
+
+def test_a_401_reloads_the_token_once_and_sends_the_request_again_with_a_new_one(caplog):
+    """With ``reload_token`` a 401 reads the token again: a new one is used for the retry
+    and every later request; the same one (or an unreadable file) leaves the 401 standing,
+    read once per refused request. The tokens never reach the log."""
+    seen = []
+    valid = {"Bearer new-token"}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers["Authorization"])
+        if request.headers["Authorization"] not in valid:
+            return httpx.Response(401, json={"code": "unauthorized"})
+        return httpx.Response(200, json={"attempts": []})
+
+    reads = []
+
+    def reload() -> str:
+        reads.append(1)
+        return "new-token"
+
+    client = ControlClient("http://control", "old-token", reload_token=reload,
+                           transport=httpx.MockTransport(handler))
+    claim = wire.ClaimRequest(incarnation_id=uuid7(), max_attempts=1)
+    with caplog.at_level("INFO", logger="qinglong.worker"):
+        assert client.claim(claim) == ([], [])
+        assert seen == ["Bearer old-token", "Bearer new-token"] and len(reads) == 1
+        assert client.claim(claim) == ([], [])
+        assert seen[2:] == ["Bearer new-token"] and len(reads) == 1
+        assert not client.token_refused.is_set()
+        valid.clear()  # the new token is refused too, and the file holds it still
+        with pytest.raises(ControlAuthError):
+            client.claim(claim)
+        assert seen[3:] == ["Bearer new-token"] and len(reads) == 2
+        assert client.token_refused.is_set()
+    assert "switching to the new token" in caplog.text
+    assert "holds the same token" in caplog.text
+    assert "old-token" not in caplog.text and "new-token" not in caplog.text
+
+    def unreadable() -> str:
+        raise TokenError("--token-file", "cannot open (No such file or directory)")
+
+    client = ControlClient("http://control", "old-token", reload_token=unreadable,
+                           transport=httpx.MockTransport(handler))
+    with pytest.raises(ControlAuthError):
+        client.claim(claim)
+    assert client.token_refused.is_set()
 
 
 @pytest.mark.parametrize("text", ["http://h:1/v1", "http://h:1/v1/", "http://a:1,http://h:1/v1",

@@ -12,7 +12,10 @@ the database keeps its SHA-256). ``import`` records a token known by its hash: g
 token (``--token-file``, e.g. a mounted Kubernetes Secret); the token is never printed, logged
 or stored. ``--ensure`` makes ``import`` idempotent for a hook that runs at every install and
 upgrade (the Helm chart's migration Job): the same token again changes nothing, a changed one
-(a rotated Secret) replaces the live token of that name. A ``--pool`` is created when missing,
+(a rotated Secret) replaces the live token of that name; with ``--overlap SECONDS`` the
+replaced token's revocation is scheduled that far ahead (database clock) instead of now, so
+the workers still holding it can switch to the new one (``token list`` shows it as
+``revokes at … (pending)``; ``token revoke`` ends it at once). A ``--pool`` is created when missing,
 with ``--pool-labels``. An existing pool whose labels differ from given ``--pool-labels`` is
 refused (exit 2) by ``create`` and by ``import`` without ``--ensure``; with ``--ensure`` (the
 labels in the chart's values are the wanted state) its labels are set to the given ones, in
@@ -114,11 +117,13 @@ def _pool_id(conn: Any, pool: str, labels: dict[str, str] | None, *,
 
 
 def _record(database_url: str, name: str, scope: str, sha256: str, pool: str | None,
-            pool_labels: str | None, *, ensure: bool = False) -> tuple[str, str]:
+            pool_labels: str | None, *, ensure: bool = False,
+            overlap_s: int = 0) -> tuple[str, str]:
     """Record the token in one transaction as the schema owner: (token id, outcome), the
-    outcome ``created`` unless ``ensure`` (then ``auth.tokens.ensure_token``'s). With
-    ``ensure`` a pool's differing labels are set to ``pool_labels``; once committed, one
-    line on stderr says from what to what."""
+    outcome ``created`` unless ``ensure`` (then ``auth.tokens.ensure_token``'s, a replaced
+    token revoked ``overlap_s`` seconds from now). With ``ensure`` a pool's differing
+    labels are set to ``pool_labels``; once committed, one line on stderr says from what to
+    what."""
     from qinglong.control.auth.tokens import ensure_token, insert_token
     from qinglong.control.db.engine import create_engine
     from qinglong.shared.errors import ValidationError
@@ -141,7 +146,7 @@ def _record(database_url: str, name: str, scope: str, sha256: str, pool: str | N
                 pool_id, before = _pool_id(conn, pool, labels, relabel=ensure)
             if ensure:
                 result = ensure_token(conn, name=name, scope=scope, sha256=sha256,
-                                      pool_id=pool_id)
+                                      pool_id=pool_id, overlap_s=overlap_s)
             else:
                 result = insert_token(conn, name=name, scope=scope, sha256=sha256,
                                       pool_id=pool_id), "created"
@@ -246,19 +251,31 @@ def imported_hash(digest: str | None, sha256_file: str | None, token_file: str |
                    "never printed or stored.")
 @click.option("--ensure", is_flag=True,
               help="Idempotent: a live token of this name with this hash, scope and pool "
-                   "is left as it is; one that differs (a rotated Secret) is revoked and "
-                   "this one recorded, in one transaction. An existing pool's labels are "
-                   "set to --pool-labels (one line on stderr when they change).")
+                   "is left as it is; one that differs (a rotated Secret) is revoked (see "
+                   "--overlap) and this one recorded, in one transaction. An existing "
+                   "pool's labels are set to --pool-labels (one line on stderr when they "
+                   "change).")
+@click.option("--overlap", "overlap_s", type=int, default=None, metavar="SECONDS",
+              help="With --ensure: a replaced token stays valid for SECONDS more (0–30 "
+                   "days, by the database clock) so its holders can switch to the new one; "
+                   "default 0, revoked at once.")
 @_json
 def import_(database_url: str, name: str, scope: str, pool: str | None,
             pool_labels: str | None, digest: str | None, sha256_file: str | None,
-            token_file: str | None, ensure: bool, as_json: bool) -> None:
+            token_file: str | None, ensure: bool, overlap_s: int | None,
+            as_json: bool) -> None:
     """Record a token by its SHA-256 (e.g. from a Kubernetes Secret); prints its id
     (--json: id and outcome, created, unchanged or replaced). Give exactly one of --sha256,
     --sha256-file and --token-file."""
+    from qinglong.control.auth.tokens import check_overlap
+    from qinglong.shared.errors import ValidationError
+
+    if overlap_s is not None and not ensure:
+        raise ValidationError("--overlap", "needs --ensure")
+    overlap = check_overlap(overlap_s or 0)
     sha256 = imported_hash(digest, sha256_file, token_file)
     token_id, outcome = _record(database_url, name, scope, sha256, pool, pool_labels,
-                                ensure=ensure)
+                                ensure=ensure, overlap_s=overlap)
     if as_json:
         click.echo(json.dumps({"id": token_id, "outcome": outcome}, sort_keys=True))
     else:
@@ -269,7 +286,9 @@ def import_(database_url: str, name: str, scope: str, pool: str | None,
 @_url
 @_json
 def list_(database_url: str, as_json: bool) -> None:
-    """Every token: id, name, scope, pool, created, revoked (never a token or hash)."""
+    """Every token: id, scope, pool, name, and its revocation: ``revoked <time>``, or
+    ``revokes at <time> (pending)`` while a rotation's overlap runs (it authenticates until
+    then). Never a token or hash."""
     from qinglong.control.auth.tokens import list_tokens
     from qinglong.control.db.engine import create_engine
 
@@ -283,7 +302,11 @@ def list_(database_url: str, as_json: bool) -> None:
         click.echo(json.dumps(rows, default=str, sort_keys=True))
         return
     for row in rows:
-        revoked = f" revoked {row['revoked_at']:%Y-%m-%dT%H:%M:%SZ}" if row["revoked_at"] else ""
+        revoked = ""
+        if row["revoked_at"] is not None:
+            when = f"{row['revoked_at']:%Y-%m-%dT%H:%M:%SZ}"
+            revoked = (f" revokes at {when} (pending)" if row["revocation_pending"]
+                       else f" revoked {when}")
         click.echo(f"{row['id']} {row['scope']} {row['pool'] or '-'} {row['name']}{revoked}")
 
 
@@ -291,8 +314,8 @@ def list_(database_url: str, as_json: bool) -> None:
 @_url
 @click.argument("token_id")
 def revoke(database_url: str, token_id: str) -> None:
-    """Revoke token TOKEN_ID; its next request is refused. Exit 1 when unknown or already
-    revoked."""
+    """Revoke token TOKEN_ID now, also one whose revocation is pending (an overlap); its
+    next request is refused. Exit 2 when unknown or already revoked."""
     from qinglong.control.auth.tokens import revoke_token
     from qinglong.control.db.engine import create_engine
     from qinglong.shared.errors import NotFoundError, ValidationError

@@ -197,6 +197,11 @@ unique hash, so each pool (and the bootstrap admin) needs its own. */ -}}
 {{- fail (printf "worker.pools[%s].token uses the Secret key %s of %s: each pool needs its own token Secret (one token cannot be imported under two names)" $w.name $token (get $tokens $token)) -}}
 {{- end -}}
 {{- $_ := set $tokens $token (printf "worker.pools[%s].token" $w.name) -}}
+{{- $overlap := int $w.tokenRotationOverlapSeconds -}}
+{{- $least := add (int $w.drainBudgetSeconds) (int $w.graceSeconds) 60 -}}
+{{- if and (gt $overlap 0) (lt $overlap (int $least)) -}}
+{{- fail (printf "worker.pools[%s].tokenRotationOverlapSeconds: %d is shorter than drainBudgetSeconds + graceSeconds + 60 = %d; the old token must outlive the pool's rollout, about replicas x (drainBudgetSeconds + graceSeconds + start time), or 0 to revoke it at once" $w.name $overlap (int $least)) -}}
+{{- end -}}
 {{- if and $w.autoscaling.enabled (gt (int $w.autoscaling.minReplicas) (int $w.autoscaling.maxReplicas)) -}}
 {{- fail (printf "worker.pools[%s].autoscaling: minReplicas is above maxReplicas" $w.name) -}}
 {{- end -}}

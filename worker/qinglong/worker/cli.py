@@ -67,7 +67,11 @@ def worker() -> None:
 @click.option("--name", default=None, help="Worker name (default: the host name); a "
               "restart under the same name is a new incarnation.")
 @click.option("--token-file", default=None, type=str,
-              help="File holding the worker token (mode 0600). Default: env QL3_WORKER_TOKEN.")
+              help="File holding the worker token (mode 0600). Read again when control "
+                   "refuses the token (401): a new token there (rotated, the file replaced "
+                   "atomically) is used from then on. Tasks run as this user and can read "
+                   "the file; they cannot read QL3_WORKER_TOKEN. Default: env "
+                   "QL3_WORKER_TOKEN (never reloaded).")
 @click.option("--spool-dir", default=None, type=str,
               help="Private (0700) directory for output spools, the verified script-bundle "
                    "cache (bundles/) and each bundle attempt's private copy (work/) "
@@ -86,7 +90,8 @@ def run(control_url: str, concurrency: int, labels: str, name: str | None,
     Token: env QL3_WORKER_TOKEN or --token-file; it is removed from this process's
     environment and the process is made non-dumpable, so tasks cannot read it from /proc.
     A token control refuses (401: revoked or unknown) stops the worker: running attempts are
-    stopped, exit 1.
+    stopped, exit 1 — unless the token came from --token-file and the file now holds another
+    token (rotated): the worker then switches to it and goes on.
 
     A task without a working directory runs in this worker user's HOME (/ when HOME is
     unset or not a directory), never in the worker's own working directory.
@@ -94,7 +99,7 @@ def run(control_url: str, concurrency: int, labels: str, name: str | None,
     At start, spool files left by a killed worker (attempts whose lock no process holds) are
     removed, unless another worker is using the same spool directory.
     """
-    from qinglong.worker.credentials import load_token, make_undumpable
+    from qinglong.worker.credentials import load_token, make_undumpable, read_token_file
 
     token = load_token(token_file)  # removes QL3_WORKER_TOKEN from os.environ
     make_undumpable()
@@ -138,7 +143,9 @@ def run(control_url: str, concurrency: int, labels: str, name: str | None,
                           drain_budget_s=drain_budget, control_url=",".join(urls),
                           runner=RunnerConfig(spool_dir=spool, grace_s=grace,
                                               bundles=bundles))
-    client = ControlClient(urls, token)
+    path = token_file
+    client = ControlClient(urls, token, reload_token=(
+        None if path is None else lambda: read_token_file(path)))
     loop = WorkerLoop(client, config)
 
     def on_signal(_sig: int, _frame: FrameType | None) -> None:

@@ -14,13 +14,21 @@ leases live in the database): every request goes to the current URL; a connectio
 (any transport error: refused, reset, connect or read timeout) or 502/503/504 (a proxy or a
 draining replica) moves the client to the next URL, and the retry goes there within the same
 deadline. A 500 is retried on the same URL.
+
+Token rotation: with ``reload_token`` (the worker's token came from ``--token-file``), a 401
+makes the client read the token again, once. A token that changed (the operator replaced
+the file at a rotation) replaces the old one for every later request and the
+refused request is sent again at once with it (control refuses a request before handling
+it, so nothing was applied); an unchanged or unreadable file leaves the 401 as it was
+(``token_refused``). Concurrent requests refused with the old token after another thread
+switched just send again with the new one. The token is never logged.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import httpx
@@ -40,6 +48,7 @@ from qinglong.worker.errors import (
     ControlRejectedError,
     ControlUnavailableError,
     LeaseLostError,
+    TokenError,
     WireAnswerError,
 )
 
@@ -92,27 +101,32 @@ class ControlClient:
     the current one on connection failures; see the module docstring). ``timeout_s`` caps
     one request (connect, read, write, pool); ``transport`` lets tests route through their
     own httpx transport. Thread-safe (httpx.Client is; the current URL is under a lock).
-    ``token_refused`` is set once control answered 401 to any call: the token is unknown or
-    revoked, and nothing this worker sends can succeed any more.
+    ``token_refused`` is set once control answered 401 to any call (and a ``reload_token``
+    gave no other token): the token is unknown or revoked, and nothing this worker sends
+    can succeed any more. ``reload_token`` returns the token as it is now (the token file
+    read again) or raises TokenError; see the module docstring.
     Raises ValueError when ``base_urls`` is empty.
     """
 
     def __init__(self, base_urls: str | Sequence[str], token: str, *,
                  timeout_s: float = DEFAULT_TIMEOUT_S,
-                 transport: httpx.BaseTransport | None = None) -> None:
+                 transport: httpx.BaseTransport | None = None,
+                 reload_token: Callable[[], str] | None = None) -> None:
         urls = [base_urls] if isinstance(base_urls, str) else list(base_urls)
         if not urls:
             raise ValueError("at least one control base URL is needed")
         self._timeout_s = timeout_s
         self.urls = [u.rstrip("/") for u in urls]
         self._https = [httpx.Client(
-            base_url=u, headers={"Authorization": f"Bearer {token}"},
-            timeout=timeout_s, follow_redirects=False, transport=transport,
+            base_url=u, timeout=timeout_s, follow_redirects=False, transport=transport,
         ) for u in self.urls]
         self._current = 0
         self._switch = threading.Lock()
         self._warned_at: float | None = None  # clock.now() of the last failover warning
         self._quiet_switches = 0  # switches since then, logged at debug only
+        self._token = token
+        self._reload_token = reload_token
+        self._token_lock = threading.Lock()
         self.token_refused = threading.Event()
 
     @property
@@ -149,6 +163,31 @@ class ControlClient:
         more = f" ({quiet} more switches since the last such line)" if quiet else ""
         log.warning("control at %s unreachable (%s); switching to %s%s",
                     self.urls[failed], cause, nxt, more)
+
+    def _renewed(self, refused: str) -> bool:
+        """After a 401 to a request sent with token ``refused``: True when another token is
+        to be used now (another thread switched already, or the token file holds a new
+        one, which becomes the client's token); False when there is none (no file, the
+        same token, or the file cannot be read: the 401 stands)."""
+        with self._token_lock:
+            if self._token != refused:
+                return True
+            if self._reload_token is None:
+                return False
+            try:
+                fresh = self._reload_token()
+            except TokenError as exc:
+                log.warning("control refused the worker token (401); re-reading --token-file"
+                            " failed: %s", exc)
+                return False
+            if fresh == refused:
+                log.warning("control refused the worker token (401); --token-file holds the"
+                            " same token")
+                return False
+            self._token = fresh
+        log.info("control refused the worker token (401); --token-file holds a new one: "
+                 "switching to the new token")
+        return True
 
     def register(self, msg: wire.WorkerRegistration,
                  deadline: float | None = None) -> wire.WorkerRegistered:
@@ -219,8 +258,18 @@ class ControlClient:
             with self._switch:
                 index = self._current
             try:
-                response = self._https[index].post(path, json=payload,
-                                                   timeout=min(self._timeout_s, left))
+                token = self._token
+                response = self._https[index].post(
+                    path, json=payload, headers={"Authorization": f"Bearer {token}"},
+                    timeout=min(self._timeout_s, left))
+                if response.status_code == 401 and self._renewed(token):
+                    left = deadline - clock.now()
+                    if left <= 0:
+                        raise _TransientError("deadline passed")
+                    token = self._token  # once, with the new token
+                    response = self._https[index].post(
+                        path, json=payload, headers={"Authorization": f"Bearer {token}"},
+                        timeout=min(self._timeout_s, left))
                 return self._answer(response)
             except httpx.TransportError as exc:
                 self._fail_over(index, type(exc).__name__)

@@ -5,6 +5,14 @@ child can inherit it), and the process is made non-dumpable (``prctl(PR_SET_DUMP
 /proc/<pid>/environ and /proc/<pid>/mem then belong to root, so a task running under the same
 uid cannot read the token from the worker's initial environment block, which ``unsetenv`` does
 not erase.
+
+A token from a file may change while the worker runs (an operator's own 0600 file, replaced
+atomically at a rotation): ``read_token_file`` reads it again, with the same checks, when
+control refuses the token (``client.ControlClient``'s ``reload_token``). A token from the
+environment cannot change. The file must be readable by its owner only (no group or other
+bit), so no other user gets the token; but tasks run as the worker's user and can read a
+file it can, so only ``QL3_WORKER_TOKEN`` keeps the token from them — what the chart's pods
+use (docs/operations.md §3).
 """
 
 from __future__ import annotations
@@ -34,13 +42,16 @@ def load_token(token_file: str | None,
     env = os.environ if environ is None else environ
     from_env = env.pop(TOKEN_ENV, None)
     if token_file is not None:
-        return _read_token_file(token_file)
+        return read_token_file(token_file)
     if not from_env or not from_env.strip():
         raise TokenError(TOKEN_ENV, "no worker token: set QL3_WORKER_TOKEN or --token-file")
     return from_env.strip()
 
 
-def _read_token_file(path: str) -> str:
+def read_token_file(path: str) -> str:
+    """The token in ``path``: opened with O_NOFOLLOW, a regular file with no group/other
+    permission, ≤ 4 KiB, surrounding whitespace stripped. TokenError (field
+    ``--token-file``) otherwise; the message never holds the token."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:

@@ -3,7 +3,9 @@
 ``POST /v1/tokens`` answers the new token once (only its SHA-256 is stored); a worker token
 names an existing pool (pools are created by ``ql3 control token create --pool`` as the
 schema owner: the runtime role only reads them). Listing never shows a token or its hash.
-A revoked token is refused at its next request.
+A revoked token is refused at its next request; a token whose ``revoked_at`` is still ahead
+(``revocation_pending``: a rotation's overlap, ``ql3 control token import --ensure
+--overlap``) authenticates until then, and revoking it here ends it at once.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ class TokenCreate(BaseModel):
 
 
 class TokenOut(BaseModel):
-    """A token's record (never the token or its hash)."""
+    """A token's record (never the token or its hash). ``revoked_at`` may lie ahead:
+    ``revocation_pending`` then, and the token authenticates until that time."""
 
     id: str
     name: str
@@ -50,6 +53,7 @@ class TokenOut(BaseModel):
     pool: str | None
     created_at: datetime
     revoked_at: datetime | None
+    revocation_pending: bool
 
 
 class TokenIssued(TokenOut):
@@ -103,7 +107,8 @@ def post_token(body: TokenCreate, request: Request) -> TokenIssued:
 
 @router.post("/v1/tokens/{token_id}/revoke", response_model=TokenOut)
 def post_revoke(token_id: UUID, request: Request) -> TokenOut:
-    """Revoke a token (idempotent); its next request is refused. 404 when unknown."""
+    """Revoke a token now (idempotent), also one whose revocation is pending; its next
+    request is refused. 404 when unknown."""
     with get_context(request).engine.begin() as conn:
         revoke_token(conn, str(token_id))
         out = _one(conn, str(token_id))
