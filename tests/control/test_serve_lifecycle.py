@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
+from qinglong.control.serve import lifecycle
 from qinglong.control.serve.lifecycle import PeriodicService, Supervisor, wait_until
 
 
@@ -90,3 +93,29 @@ def test_the_supervisor_asks_every_service_to_stop_before_waiting_for_any() -> N
     assert in_tick.wait(5)
     assert supervisor.stop() is True
     assert [h.name for h in supervisor.health()] == ["early", "late"]
+
+
+def test_the_supervisor_waits_against_one_shared_deadline_not_one_budget_each(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two services whose ticks overrun: the first wait spends the whole (largest) budget,
+    so the second is given what is left of the same deadline, not a budget of its own."""
+    clock = [100.0]
+    monkeypatch.setattr(lifecycle.time, "monotonic", lambda: clock[0])
+
+    class Overrunning:
+        def __init__(self, name: str) -> None:
+            self.name, self.stop_budget_s, self.asked, self.given = name, 10.0, False, None
+
+        def request_stop(self) -> None:
+            self.asked = True
+
+        def stop(self, timeout_s: float | None = None) -> bool:
+            assert self.asked  # every service was asked before any was waited for
+            self.given = timeout_s
+            clock[0] += timeout_s or 0.0  # waited it all out: the tick overran
+            return False
+
+    first, second = Overrunning("a"), Overrunning("b")
+    supervisor = Supervisor([second, first])  # type: ignore[list-item]  # reverse order
+    assert supervisor.stop() is False
+    assert (first.given, second.given) == (10.0, 0.0)

@@ -25,7 +25,7 @@ def decode_secret(data: bytes, what: str, max_bytes: int = SECRET_MAX_BYTES) -> 
     elif data.endswith(b"\n"):
         data = data[:-1]
     if not data:
-        raise ValidationError(what, "the value is empty: give it on stdin or with --from-file")
+        raise ValidationError(what, "the value is empty: nothing was read (stdin or the file)")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:

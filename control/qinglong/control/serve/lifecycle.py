@@ -128,14 +128,22 @@ class PeriodicService:
         first, so their ticks in flight end together). Idempotent."""
         self._stop.set()
 
-    def stop(self) -> bool:
-        """Ask the loop to end and wait up to the stop budget for a tick in flight; True
-        when the thread ended (or never started). Idempotent."""
+    @property
+    def stop_budget_s(self) -> float:
+        """Seconds ``stop`` waits at most for a tick in flight."""
+        return self._stop_budget_s
+
+    def stop(self, timeout_s: float | None = None) -> bool:
+        """Ask the loop to end and wait for a tick in flight, up to the stop budget (or
+        ``timeout_s`` seconds when given and shorter); True when the thread ended (or never
+        started). Idempotent."""
         self._stop.set()
         thread = self._thread
         if thread is None:
             return True
-        thread.join(self._stop_budget_s)
+        wait = self._stop_budget_s if timeout_s is None else min(self._stop_budget_s,
+                                                                 max(0.0, timeout_s))
+        thread.join(wait)
         return not thread.is_alive()
 
 
@@ -151,14 +159,17 @@ class Supervisor:
 
     def stop(self) -> bool:
         """Stop every service (reverse order); True when all ended within their budgets.
-        Every service is asked first and then waited for, so a replica's stop takes the
-        longest tick in flight, not the sum of them (the pod's termination grace,
-        helm/qinglong, counts on it)."""
+        Every service is asked first and then waited for against one shared deadline (the
+        largest stop budget), so a replica's stop takes its longest tick in flight, never
+        the sum of their budgets (the pod's termination grace, helm/qinglong, counts on
+        it)."""
         for service in reversed(self.services):
             service.request_stop()
+        deadline = time.monotonic() + max((s.stop_budget_s for s in self.services),
+                                          default=0.0)
         deadline_ok = True
-        for service in reversed(self.services):
-            deadline_ok = service.stop() and deadline_ok
+        for service in reversed(self.services):  # one shared deadline, not one each
+            deadline_ok = service.stop(deadline - time.monotonic()) and deadline_ok
         return deadline_ok
 
     def health(self) -> list[ServiceHealth]:

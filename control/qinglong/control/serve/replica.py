@@ -70,9 +70,10 @@ class ReadinessCache:
     than per request (a probe storm never reaches the database). Until the first check, and
     after a check that could not reach the database, the answer is not ready with
     ``database_unavailable``; a lifecycle whose ticks keep failing adds
-    ``<name>_failing``. Each change of the answer is one line of the replica's log (a
-    warning naming the reasons when it becomes not ready, info when ready again), so a
-    replica that never becomes ready says why without anyone probing ``/readyz``."""
+    ``<name>_failing``. Each change of the readiness check's answer is one line of the
+    replica's log (a warning naming the reasons when it becomes not ready, info when ready
+    again), so a replica that never becomes ready says why without anyone probing
+    ``/readyz``; a failing lifecycle is logged by the lifecycle itself (its failed ticks)."""
 
     def __init__(self, engine: Engine, runtime_role: str, capabilities: list[Any],
                  supervisor: Supervisor) -> None:
@@ -264,7 +265,11 @@ class ControlReplica:
 
     def stop(self) -> bool:
         """Stop the lifecycles and close the pool; True when all ended within budget.
-        Idempotent."""
+        Idempotent. The retention sweeper is asked to stop before the lifecycles are
+        waited for, so its sweep in flight winds down meanwhile."""
+        for item in self._stoppables:
+            if hasattr(item, "request_stop"):
+                item.request_stop()
         ok = self.supervisor.stop()
         for item in reversed(self._stoppables):
             ok = bool(item.stop()) and ok
