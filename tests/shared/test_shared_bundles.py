@@ -169,6 +169,18 @@ def test_entry_points_outside_the_bundle_are_refused(text: str) -> None:
         normalize_entry_point(text)
 
 
+@pytest.mark.parametrize("first", [("/", tarfile.AREGTYPE), ("lib/", tarfile.AREGTYPE)],
+                         ids=["slash-name", "old-style-file-named-as-a-dir"])
+def test_a_directory_header_with_data_is_refused_not_read_past(
+        first: tuple[str, bytes]) -> None:
+    """An old-style (AREGTYPE) file whose name ends in "/" is read back by tarfile as a
+    directory, whose data it does not skip: the member after it (here a symlink to '..')
+    was then never seen, the archive silently accepted (found by the property below)."""
+    name, kind = first
+    data = archive(entry("a"), entry(name, kind), entry("..", tarfile.SYMTYPE, linkname="x"))
+    assert reason_of(data) == "corrupt"
+
+
 # --- properties ---------------------------------------------------------------------------
 
 SEGMENT = st.sampled_from(["..", ".", "", "a", "b", "c.sh", " ", "\x01", "é", "/", "./"])

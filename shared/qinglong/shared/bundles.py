@@ -246,6 +246,11 @@ def check_member(info: tarfile.TarInfo, index: int) -> Member | None:
         raise BundleError("link", f"{where} is a link")
     if info.type not in (*_FILE_TYPES, tarfile.DIRTYPE) or info.issparse():
         raise BundleError("special_file", f"{where} is not a regular file or directory")
+    if info.type == tarfile.DIRTYPE and info.size:
+        # tarfile skips no data after a directory header (a file named "x/" is read as one):
+        # the next header would be read from inside that data, and tarfile ends the archive
+        # silently at a header it cannot parse, hiding every member after it
+        raise BundleError("corrupt", f"{where} is a directory that carries data")
     path = normalize_name(info.name, where)
     if path is None:
         if info.type != tarfile.DIRTYPE:
