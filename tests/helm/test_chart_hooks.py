@@ -55,7 +55,9 @@ def test_hook_pods_are_placed_like_control_by_default() -> None:
         assert spec["tolerations"] == PLACEMENT["tolerations"], component
         assert spec["affinity"] == PLACEMENT["affinity"], component
         assert meta["annotations"]["example.com/owner"] == "platform", component
-        assert meta["labels"]["example.com/team"] == "platform", component
+        # never control's labels: a selector written for control's pods (a Service, a
+        # PodMonitor) must not pick up the migration or the test pod
+        assert "example.com/team" not in meta["labels"], component
         assert meta["labels"]["app.kubernetes.io/component"] == component
 
 
