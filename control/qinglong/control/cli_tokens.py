@@ -286,8 +286,8 @@ def import_(database_url: str, name: str, scope: str, pool: str | None,
 @_url
 @_json
 def list_(database_url: str, as_json: bool) -> None:
-    """Every token: id, scope, pool, name, and its revocation: ``revoked <time>``, or
-    ``revokes at <time> (pending)`` while a rotation's overlap runs (it authenticates until
+    """Every token: id, scope, pool, name, and its revocation: "revoked TIME", or
+    "revokes at TIME (pending)" while a rotation's overlap runs (it authenticates until
     then). Never a token or hash."""
     from qinglong.control.auth.tokens import list_tokens
     from qinglong.control.db.engine import create_engine
