@@ -131,8 +131,7 @@ def no_worker_hint(client: ControlClient, task_name: str) -> str | None:
         return "no worker is live: the run waits until one registers"
     if any(wanted.items() <= (w.get("labels") or {}).items() for w in live):
         return None
-    labels = ",".join(f"{k}={v}" for k, v in sorted(wanted.items()))
-    return f"no live worker has the labels {labels}: the run waits for one"
+    return f"no live worker has the labels {output.labels(wanted)}: the run waits for one"
 
 
 @cluster.command("logs", epilog=RUN_HELP)
