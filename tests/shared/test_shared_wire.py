@@ -90,3 +90,34 @@ def test_a_bundle_grant_is_bounded_and_names_a_digest() -> None:
                        ("expires_in_s", 10**9)):
         with pytest.raises(WireFormatError):
             BundleGrant.from_json({**good, key: value})
+
+
+def test_log_chunk_round_trips_and_refuses_a_bad_one() -> None:
+    import base64
+
+    from qinglong.shared import wire as w
+    lease = {"attempt_id": "018f0000-0000-7000-8000-000000000001",
+             "lease_token": "11111111-1111-4111-8111-111111111111", "lease_version": 1}
+    data = base64.b64encode("京东签到 ok\n".encode()).decode()
+    batch = w.LogChunkBatch.from_json({"chunks": [{"lease": lease, "offset": 0, "data": data}]})
+    assert batch.chunks[0].skipped is False
+    assert w.LogChunkBatch.from_json(batch.to_json()) == batch
+    import pytest
+    with pytest.raises(w.WireFormatError):
+        w.LogChunkBatch.from_json({"chunks": []})
+    with pytest.raises(w.WireFormatError):
+        w.LogChunkBatch.from_json({"chunks": [{"lease": lease, "offset": -1, "data": data}]})
+    too_big = base64.b64encode(b"x" * (w.MAX_CHUNK_BYTES + 1)).decode()
+    with pytest.raises(w.WireFormatError):
+        w.LogChunkBatch.from_json({"chunks": [{"lease": lease, "offset": 0, "data": too_big}]})
+
+
+def test_completion_without_layout_leaves_the_field_out_for_older_replicas() -> None:
+    from qinglong.shared import wire as w
+    lease = w.LeaseRef("018f0000-0000-7000-8000-000000000001",
+                       "11111111-1111-4111-8111-111111111111", 1)
+    plain = w.CompletionReport(lease, "succeeded", 0, None, None)
+    assert "layout" not in plain.to_json()
+    cut = w.CompletionReport(lease, "succeeded", 0, None, None,
+                             layout=w.LogLayout(raw_bytes=100, head_bytes=10, tail_offset=60))
+    assert w.CompletionReport.from_json(cut.to_json()) == cut

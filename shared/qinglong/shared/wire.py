@@ -15,6 +15,7 @@ version) triple fences every write after the claim — a mismatch is 409 ``lease
 - ``POST /v1/worker/heartbeat``          HeartbeatReport -> HeartbeatAnswer
 - ``POST /v1/worker/log-upload``         LogUploadRequest -> LogUploadGrant
 - ``POST /v1/worker/bundle``             BundleRequest -> BundleGrant (a presigned GET)
+- ``POST /v1/worker/log-chunk``          LogChunkBatch -> LogChunkAnswer (live log, §4.7)
 - ``POST /v1/worker/complete``           CompletionReport -> Ack
 - ``POST /v1/worker/stopped``            WorkerStopped -> Ack (drain finished)
 """
@@ -352,6 +353,83 @@ class LogUploadGrant(_Wire):
     expires_in_s: int
 
 
+MAX_CHUNK_BYTES = 64 * 1024
+_B64 = re.compile(r"^[A-Za-z0-9+/]*={0,2}$")
+
+
+@dataclass(frozen=True)
+class LogChunk(_Wire):
+    """Raw output bytes ``[offset, offset + len(bytes))`` of one attempt (docs/protocols.md
+    §4.7). Offsets count the task's raw output bytes, before any cap or mask. ``data`` is the
+    base64 of at most MAX_CHUNK_BYTES bytes (empty is allowed, e.g. to record a gap at the
+    end). ``offset`` must equal control's stored end, unless ``skipped`` is true: then it may
+    lie past the end and control records the bytes in between as a gap (output that was not
+    streamed live; the final object still holds it)."""
+
+    lease: LeaseRef
+    offset: int
+    data: str
+    skipped: bool = False
+
+    def validate(self) -> None:
+        _check(0 <= self.offset <= MAX_LOG_BYTES * 64, "offset", "must be a byte offset ≥ 0")
+        _check(len(self.data) <= (MAX_CHUNK_BYTES + 2) // 3 * 4 and bool(_B64.match(self.data))
+               and len(self.data) % 4 == 0, "data", f"must be base64 of ≤ {MAX_CHUNK_BYTES} bytes")
+
+
+@dataclass(frozen=True)
+class LogChunkBatch(_Wire):
+    """Every pending chunk of one worker's attempts, in one request (at most MAX_CLAIM
+    chunks; at most one chunk per attempt is typical, more are applied in order)."""
+
+    chunks: list[LogChunk]
+
+    def validate(self) -> None:
+        _check(1 <= len(self.chunks) <= MAX_CLAIM, "chunks", f"must hold 1–{MAX_CLAIM} chunks")
+
+
+@dataclass(frozen=True)
+class LogChunkResult(_Wire):
+    """One chunk's answer, in the order of the batch. ``status``: 200 stored (``replayed``
+    true when the range had already been acknowledged: answered as the first time), 409 the
+    lease is stale (nothing stored; handled like a 409 on a heartbeat), 416 ``offset`` is not
+    the stored end (nothing stored; resend from ``end``). ``end`` is the stored end after the
+    chunk: the next raw offset control wants (None with 409)."""
+
+    attempt_id: str
+    status: int
+    end: int | None
+    replayed: bool = False
+
+    def validate(self) -> None:
+        _check(self.status in (200, 409, 416), "status", "must be 200, 409 or 416")
+
+
+@dataclass(frozen=True)
+class LogChunkAnswer(_Wire):
+    """``results`` one per chunk, in order; ``flush_ms`` how long the worker should wait
+    after new output before its next send (control may ask chatty workers to slow down)."""
+
+    results: list[LogChunkResult]
+    flush_ms: int = 1000
+
+
+@dataclass(frozen=True)
+class LogLayout(_Wire):
+    """How the stored log maps to raw offsets when the output cap was reached
+    (docs/protocols.md §4.7 caps): the object holds raw bytes ``[0, head_bytes)``, one marker
+    line, then raw bytes ``[tail_offset, raw_bytes)``. Absent when nothing was cut (the object
+    is the raw output, byte for byte)."""
+
+    raw_bytes: int
+    head_bytes: int
+    tail_offset: int
+
+    def validate(self) -> None:
+        _check(0 <= self.head_bytes <= self.tail_offset <= self.raw_bytes, "tail_offset",
+               "must satisfy 0 ≤ head_bytes ≤ tail_offset ≤ raw_bytes")
+
+
 @dataclass(frozen=True)
 class CompletionReport(_Wire):
     """The attempt ended. ``outcome`` one of OUTCOMES; ``exit_code`` (0–255) or ``signal``
@@ -365,6 +443,15 @@ class CompletionReport(_Wire):
     signal: int | None
     log: LogFacts | None
     reason: str | None = None
+    layout: LogLayout | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """As the base, but ``layout`` is left out when None, so a replica of the release
+        before live logs (whose strict decoder refuses unknown fields) still accepts it."""
+        data = super().to_json()
+        if data.get("layout") is None:
+            data.pop("layout", None)
+        return data
 
     def validate(self) -> None:
         _check(self.outcome in OUTCOMES, "outcome", f"must be one of {', '.join(OUTCOMES)}")
