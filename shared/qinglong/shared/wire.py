@@ -373,8 +373,14 @@ class LogChunk(_Wire):
 
     def validate(self) -> None:
         _check(0 <= self.offset <= MAX_LOG_BYTES * 64, "offset", "must be a byte offset ≥ 0")
-        _check(len(self.data) <= (MAX_CHUNK_BYTES + 2) // 3 * 4 and bool(_B64.match(self.data))
-               and len(self.data) % 4 == 0, "data", f"must be base64 of ≤ {MAX_CHUNK_BYTES} bytes")
+        _check(len(self.data) % 4 == 0 and bool(_B64.match(self.data))
+               and self.size_bytes <= MAX_CHUNK_BYTES, "data",
+               f"must be base64 of ≤ {MAX_CHUNK_BYTES} bytes")
+
+    @property
+    def size_bytes(self) -> int:
+        """The decoded length of ``data`` in bytes (computed from the base64 text)."""
+        return len(self.data) // 4 * 3 - (len(self.data) - len(self.data.rstrip("=")))
 
 
 @dataclass(frozen=True)
