@@ -2,9 +2,10 @@
 §4.2 "Self-fencing"; case C18).
 
 Never imported by the worker: it runs as ``python3 -I -S group_wrapper.py <watch_fd>
-<lock_fd> -- <argv...>`` as the leader of a new process group (the worker spawns it with
-``start_new_session``). It imports only os, _signal, select, sys and time: its memory is paid
-once per running attempt.
+<lock_fd> [isolation options] -- <argv...>`` as the leader of a new process group (the worker
+spawns it with ``start_new_session``). It imports only os, _signal, select, sys and time
+(ctypes only in a forked child that then execs or stays tiny): its memory is paid once per
+running attempt.
 
 - ``watch_fd`` is this wrapper's end of a socket pair whose other end only the worker holds;
   it is not passed to the command. End-of-file means the worker died (or abandoned the
@@ -29,6 +30,18 @@ once per running attempt.
   (case C21). Bytes outside this contract are skipped; the deadline only moves forward.
 - It ignores TERM/INT/HUP itself: the worker signals the whole group, so the command gets
   them directly; the wrapper stays to report the command's status.
+- Isolation (docs/protocols.md §4.8), chosen by options between ``<lock_fd>`` and ``--``:
+  ``--uid U --gid G``: the wrapper stays root; the command runs as U:G with no
+  supplementary groups and ``no_new_privs`` (a forked child drops its ids, then execs), and
+  stopping everything of the attempt includes every process whose uid is U.
+  ``--userns --keep DIR [--hide DIR]... --grace S`` (after ``--uid``'s drop when both are
+  given): a forked child enters a new user, mount and PID namespace (its uid mapped to
+  itself, never 0, so the command keeps no capability once it execs), covers each hidden directory with an empty read-only tmpfs, binds DIR (its
+  own directory) back, and forks the namespace's init: it mounts a private ``/proc``, runs
+  the command, and once the command ended stops what else lives in the namespace (TERM,
+  ``S`` seconds, KILL) before it reports ``<code> <found> <killed>`` to the wrapper, which
+  passes that line on as the status. The namespace dies with its init, so nothing of the
+  attempt outlives a KILL to the group.
 - ``QL3_WATCH_LC_CTYPE`` (``-`` when the task set no LC_CTYPE, else ``=value``) restores the
   task's LC_CTYPE, which CPython's locale coercion may rewrite; it is removed before the
   command starts.
@@ -50,17 +63,39 @@ GRACEFUL = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # every standard signal back to its default for the command, as the local wrapper does
 # (CPython itself ignores PIPE and XFSZ, and SIG_IGN survives exec)
 DEFAULTED = tuple(s for s in range(1, 32) if s not in (signal.SIGKILL, signal.SIGSTOP))
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+PR_SET_NO_NEW_PRIVS = 38
+PR_SET_DUMPABLE = 4
 
 
-def lock_holders(lock_id: tuple[int, int]) -> list[int]:
+def lock_holders(lock_id: tuple[int, int], uid: int | None = None) -> list[int]:
     """Pids > 1, other than this process and its parent (the worker), with an fd open on the
-    file ``lock_id`` = (st_dev, st_ino): a /proc scan."""
+    file ``lock_id`` = (st_dev, st_ino), or (``uid`` given, never 0) running as ``uid``: a
+    /proc scan."""
     skip = (os.getpid(), os.getppid())
     found = []
     for name in os.listdir("/proc"):
-        if name.isdigit() and int(name) > 1 and int(name) not in skip and holds(name, lock_id):
+        if (name.isdigit() and int(name) > 1 and int(name) not in skip
+                and (holds(name, lock_id) or runs_as(name, uid))):
             found.append(int(name))
     return found
+
+
+def runs_as(pid: str, uid: int | None) -> bool:
+    """True when ``uid`` (not None, not 0) is any of process ``pid``'s real, effective,
+    saved or filesystem uids."""
+    if not uid:
+        return False
+    try:
+        with open(f"/proc/{pid}/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Uid:"):
+                    return str(uid).encode() in line.split()[1:]
+    except OSError:
+        pass
+    return False
 
 
 def holds(pid: str, lock_id: tuple[int, int]) -> bool:
@@ -79,15 +114,16 @@ def holds(pid: str, lock_id: tuple[int, int]) -> bool:
     return False
 
 
-def signal_holder(pid: int, lock_id: tuple[int, int], sig: int) -> None:
-    """Send ``sig`` to ``pid`` through a pidfd, only if it still holds the lock once pinned
-    (a reused pid is never hit)."""
+def signal_holder(pid: int, lock_id: tuple[int, int], sig: int, uid: int | None = None
+                  ) -> None:
+    """Send ``sig`` to ``pid`` through a pidfd, only if it still holds the lock (or runs as
+    ``uid``) once pinned (a reused pid is never hit)."""
     try:
         pidfd = os.pidfd_open(pid)
     except OSError:
         return
     try:
-        if holds(str(pid), lock_id):
+        if holds(str(pid), lock_id) or runs_as(str(pid), uid):
             signal.pidfd_send_signal(pidfd, sig)
     except OSError:
         pass
@@ -96,10 +132,13 @@ def signal_holder(pid: int, lock_id: tuple[int, int], sig: int) -> None:
 
 
 def stop_everything(lock_id: tuple[int, int], grace_s: float = GRACE_S) -> None:
-    """The worker is gone: TERM to this group and to every other holder of the lock, a short
-    grace, KILL to the holders (a few rounds, for late forks), then KILL to the group, this
-    process included. ``grace_s`` 0 (the fence deadline passed): KILL at once, no TERM.
-    Never signals a group this process does not lead, nor one <= 1."""
+    """The worker is gone: TERM to this group and to every other holder of the lock (and
+    every process of the attempt's uid, in ``--uid`` mode), a short grace, KILL to them (a
+    few rounds, for late forks), then KILL to the group, this process included (in
+    ``--userns`` mode the namespace's init, so the whole namespace). ``grace_s`` 0 (the
+    fence deadline passed): KILL at once, no TERM. Never signals a group this process does
+    not lead, nor one <= 1."""
+    uid = OPTIONS.uid
     pgrp = os.getpgrp()
     if pgrp <= 1 or pgrp != os.getpid():
         os._exit(EXIT_BAD_CONTRACT)
@@ -108,15 +147,15 @@ def stop_everything(lock_id: tuple[int, int], grace_s: float = GRACE_S) -> None:
             os.killpg(pgrp, signal.SIGTERM)  # ignored by this process
         except OSError:
             pass
-        for pid in lock_holders(lock_id):
-            signal_holder(pid, lock_id, signal.SIGTERM)
+        for pid in lock_holders(lock_id, uid):
+            signal_holder(pid, lock_id, signal.SIGTERM, uid)
         time.sleep(grace_s)
     for _ in range(KILL_ROUNDS):
-        holders = lock_holders(lock_id)
+        holders = lock_holders(lock_id, uid)
         if not holders:
             break
         for pid in holders:
-            signal_holder(pid, lock_id, signal.SIGKILL)
+            signal_holder(pid, lock_id, signal.SIGKILL, uid)
         time.sleep(0.02)
     os.killpg(pgrp, signal.SIGKILL)
     os._exit(EXIT_BAD_CONTRACT)  # not reached: KILL includes this process
@@ -167,19 +206,258 @@ def user_environment() -> dict[str, str]:
     return env
 
 
-def run_command(argv: list[str], watch_fd: int, lock_id: tuple[int, int]
-                ) -> tuple[int, bytes, float | None]:
-    """Spawn ``argv`` and wait for it, watching the socket and the fence deadline; returns
-    its status code, the unparsed input and the deadline."""
+class Options:
+    """The isolation options (see the module docstring); the defaults run the command as
+    this process's own user."""
+
+    def __init__(self) -> None:
+        self.uid: int | None = None
+        self.gid: int | None = None
+        self.userns = False
+        self.keep = ""
+        self.hide: list[str] = []
+        self.grace_s = GRACE_S
+
+    def parse(self, args: list[str]) -> bool:
+        """Read ``args`` (the options before ``--``); False when they break the contract."""
+        try:
+            while args:
+                flag = args.pop(0)
+                if flag == "--uid":
+                    self.uid = int(args.pop(0))
+                elif flag == "--gid":
+                    self.gid = int(args.pop(0))
+                elif flag == "--userns":
+                    self.userns = True
+                elif flag == "--keep":
+                    self.keep = args.pop(0)
+                elif flag == "--hide":
+                    self.hide.append(args.pop(0))
+                elif flag == "--grace":
+                    self.grace_s = float(args.pop(0))
+                else:
+                    return False
+        except (IndexError, ValueError):
+            return False
+        if (self.uid is None) != (self.gid is None) or self.uid == 0 or self.gid == 0:
+            return False
+        return not self.userns or self.keep.startswith("/")
+
+
+OPTIONS = Options()
+
+
+def exec_command(argv: list[str], env: dict[str, str]) -> None:
+    """In a forked child: every signal back to its default, an empty mask, then exec
+    ``argv`` (PATH from ``env``); 127/126 with a line on stderr when that fails."""
+    for sig in DEFAULTED:
+        try:  # noqa: SIM105
+            signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
     try:
-        child = os.posix_spawnp(argv[0], argv, user_environment(), setsigmask=(),
-                                setsigdef=DEFAULTED)
+        os.execvpe(argv[0], argv, env)
     except FileNotFoundError:
-        sys.stderr.write(f"ql3: command not found: {argv[0]}\n")
-        return EXIT_NOT_FOUND, b"", None
+        os.write(2, f"ql3: command not found: {argv[0]}\n".encode(errors="replace"))
+        os._exit(EXIT_NOT_FOUND)
     except OSError as exc:
-        sys.stderr.write(f"ql3: cannot execute {argv[0]}: {exc.strerror}\n")
-        return EXIT_CANNOT_EXECUTE, b"", None
+        os.write(2, f"ql3: cannot execute {argv[0]}: {exc.strerror}\n".encode(errors="replace"))
+    os._exit(EXIT_CANNOT_EXECUTE)
+
+
+def _libc():  # type: ignore[no-untyped-def]  # ctypes only in a forked child: no cost here
+    import ctypes
+    import warnings  # noqa: F401  (os.execvpe needs it; the new uid may not read it later)
+
+    return ctypes.CDLL(None, use_errno=True), ctypes
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        import ctypes
+
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def drop_to(uid: int, gid: int) -> None:
+    """In a forked child: no supplementary groups, ``gid``, ``uid`` (all three ids), and
+    ``no_new_privs`` so no setuid program can give a privilege back."""
+    libc, _ = _libc()  # imported first: the new uid may not read the interpreter's files
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    # the id change made this process non-dumpable, which hides its own /proc/self files
+    # (uid_map) from it; what it execs is dumpable again anyway
+    _check(libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "dumpable")
+
+
+def _mount(libc, source: str | None, target: str, fstype: str | None,  # type: ignore[no-untyped-def]
+           flags: int, data: str | None = None) -> None:
+    enc = (lambda v: None if v is None else v.encode())  # noqa: E731
+    _check(libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)),
+           f"mount {target}")
+
+
+def enter_namespaces(keep: str, hide: list[str]) -> None:
+    """In a forked child: a new user, mount and PID namespace (this uid and gid mapped to
+    themselves), mounts private, each of ``hide`` covered by an empty read-only tmpfs and
+    ``keep`` bound back at its own path; the caller's next fork is the namespace's init.
+    Raises OSError."""
+    libc, _ = _libc()
+    uid, gid = os.getuid(), os.getgid()
+    _check(libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID), "unshare")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
+                       ("gid_map", f"{gid} {gid} 1")):
+        fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+    _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
+    keep_fd = os.open(keep, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    covered = []
+    for path in sorted(set(hide)):
+        if any(path == c or path.startswith(c.rstrip("/") + "/") for c in covered):
+            continue  # already below a covered directory
+        _mount(libc, "tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+               "mode=0700,size=16k")
+        covered.append(path)
+    os.makedirs(keep, 0o700, exist_ok=True)
+    _mount(libc, f"/proc/self/fd/{keep_fd}", keep, None, MS_BIND | MS_REC)
+    os.close(keep_fd)
+    for path in covered:
+        _mount(libc, None, path, None,
+               MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    os.chdir(keep)
+
+
+def live_others() -> list[int]:
+    """Non-zombie pids of this PID namespace other than 1 (its init, this process)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or name == "1":
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                state = fh.read().rpartition(b")")[2].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in (b"Z", b"X"):
+            found.append(int(name))
+    return found
+
+
+def reap() -> None:
+    """Reap every exited child of this init without waiting."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def namespace_init(argv: list[str], env: dict[str, str], lock_fd: int, status_fd: int,
+                   grace_s: float) -> None:
+    """PID 1 of the attempt's namespace: a private /proc, the command as its child, then
+    the rest of the namespace stopped (TERM, ``grace_s``, KILL); writes ``<code> <found>
+    <killed>`` to ``status_fd`` and exits (the kernel then ends the namespace)."""
+    libc, _ = _libc()
+    _mount(libc, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    child = os.fork()
+    if child == 0:
+        os.close(status_fd)
+        exec_command(argv, env)
+    os.close(lock_fd)  # only the command and what it starts hold the lock
+    code = EXIT_BAD_CONTRACT
+    while True:
+        pid, status = os.waitpid(-1, 0)
+        if pid == child:
+            code = os.waitstatus_to_exitcode(status)
+            code = 128 - code if code < 0 else code
+            break
+    found = killed = 0
+    rest = live_others()
+    if rest:
+        found = len(rest)
+        os.kill(-1, signal.SIGTERM)  # every process of the namespace but this init
+        deadline = time.monotonic() + grace_s
+        while rest and time.monotonic() < deadline:
+            time.sleep(0.02)
+            reap()
+            rest = live_others()
+        if rest:
+            killed = len(rest)
+            os.kill(-1, signal.SIGKILL)
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+    os.write(status_fd, b"%d %d %d\n" % (code, found, killed))
+    os._exit(0)
+
+
+def spawn_isolated(argv: list[str], lock_fd: int, status_fd: int) -> int:
+    """Fork the command's side as :data:`OPTIONS` says (``--uid`` or ``--userns``); the
+    child's pid. In the child a failure to isolate is a line on stderr and exit 126: the
+    command never runs unisolated."""
+    env = user_environment()
+    child = os.fork()
+    if child != 0:
+        return child
+    try:
+        os.close(WATCH_FD[0])
+        if OPTIONS.uid is not None and OPTIONS.gid is not None:
+            drop_to(OPTIONS.uid, OPTIONS.gid)
+        if not OPTIONS.userns:
+            exec_command(argv, env)
+        enter_namespaces(OPTIONS.keep, OPTIONS.hide)
+        init = os.fork()
+        if init == 0:
+            namespace_init(argv, env, lock_fd, status_fd, OPTIONS.grace_s)
+        os.close(lock_fd)
+        os.close(status_fd)
+        _, status = os.waitpid(init, 0)
+        os._exit(max(0, os.waitstatus_to_exitcode(status)))
+    except BaseException as exc:  # noqa: BLE001  (a forked child never returns)
+        text = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        os.write(2, f"ql3: cannot isolate the attempt: {text}\n".encode(errors="replace"))
+        os._exit(EXIT_CANNOT_EXECUTE)
+    return -1  # not reached
+
+
+WATCH_FD = [-1]
+
+
+def run_command(argv: list[str], watch_fd: int, lock_fd: int, lock_id: tuple[int, int]
+                ) -> tuple[bytes, bytes, float | None]:
+    """Spawn ``argv`` and wait for it, watching the socket and the fence deadline; returns
+    its status line (``<code>``, or ``<code> <found> <killed>`` from a namespace's init),
+    the unparsed input and the deadline."""
+    status_r = status_w = -1
+    if OPTIONS.uid is None and not OPTIONS.userns:
+        try:
+            child = os.posix_spawnp(argv[0], argv, user_environment(), setsigmask=(),
+                                    setsigdef=DEFAULTED)
+        except FileNotFoundError:
+            sys.stderr.write(f"ql3: command not found: {argv[0]}\n")
+            return b"%d" % EXIT_NOT_FOUND, b"", None
+        except OSError as exc:
+            sys.stderr.write(f"ql3: cannot execute {argv[0]}: {exc.strerror}\n")
+            return b"%d" % EXIT_CANNOT_EXECUTE, b"", None
+    else:
+        if OPTIONS.userns:
+            status_r, status_w = os.pipe()
+            os.set_inheritable(status_w, False)
+        sys.stderr.flush()
+        child = spawn_isolated(argv, lock_fd, status_w)
+        if status_w >= 0:
+            os.close(status_w)
     pidfd = os.pidfd_open(child)
     poller = select.poll()
     poller.register(watch_fd, select.POLLIN)
@@ -195,28 +473,66 @@ def run_command(argv: list[str], watch_fd: int, lock_id: tuple[int, int]
             if fd == pidfd:
                 _, status = os.waitpid(child, 0)
                 code = os.waitstatus_to_exitcode(status)
-                return (128 - code if code < 0 else code), pending, deadline
+                line = b"%d" % (128 - code if code < 0 else code)
+                if status_r >= 0:
+                    reported = os.read(status_r, 64).strip()
+                    os.close(status_r)
+                    if reported and all(p.isdigit() for p in reported.split()):
+                        line = reported
+                return line, pending, deadline
         if passed(deadline):
             stop_everything(lock_id, grace_s=0)  # the worker did not renew in time: frozen
 
 
+def probe_userns() -> int:
+    """``--probe-userns``: 0 when a user, mount and PID namespace with a private /proc can
+    be made here (the ``--userns`` mechanism, on this kernel and seccomp policy), else 1."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as keep:
+        child = os.fork()
+        if child == 0:
+            try:
+                enter_namespaces(keep, [])
+                init = os.fork()
+                if init == 0:
+                    libc, _ = _libc()
+                    _mount(libc, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+                    os._exit(0 if os.getpid() == 1 else 1)
+                _, status = os.waitpid(init, 0)
+                os._exit(os.waitstatus_to_exitcode(status))
+            except BaseException:  # noqa: BLE001
+                os._exit(1)
+        _, status = os.waitpid(child, 0)
+        return 0 if os.waitstatus_to_exitcode(status) == 0 else 1
+
+
 def main(args: list[str]) -> int:
     """Run the contract above; ``args`` is ``sys.argv[1:]``."""
-    if len(args) < 4 or args[2] != "--" or os.getpgrp() != os.getpid():
+    if args == ["--probe-userns"]:
+        return probe_userns()
+    if (len(args) < 4 or "--" not in args[2:] or os.getpgrp() != os.getpid()
+            or not OPTIONS.parse(args[2:args.index("--", 2)])):
+        sys.stderr.write("ql3 group wrapper: bad invocation\n")
+        return EXIT_BAD_CONTRACT
+    argv = args[args.index("--", 2) + 1:]
+    if not argv:
         sys.stderr.write("ql3 group wrapper: bad invocation\n")
         return EXIT_BAD_CONTRACT
     watch_fd, lock_fd = int(args[0]), int(args[1])
+    WATCH_FD[0] = watch_fd
     for sig in GRACEFUL:
         signal.signal(sig, signal.SIG_IGN)
     os.set_inheritable(watch_fd, False)
     st = os.fstat(lock_fd)
     lock_id = (st.st_dev, st.st_ino)
-    code, pending, deadline = run_command(args[3:], watch_fd, lock_id)
+    line, pending, deadline = run_command(argv, watch_fd, lock_fd, lock_id)
     os.close(lock_fd)  # from now on only leftovers hold the lock
     try:
-        os.write(watch_fd, b"%d\n" % code)
+        os.write(watch_fd, line + b"\n")
     except OSError:
         stop_everything(lock_id)
+    code = int(line.split()[0])
     poller = select.poll()
     poller.register(watch_fd, select.POLLIN)
     while True:  # until the worker answers (release), dies (EOF) or misses its deadline
