@@ -33,6 +33,7 @@ from qinglong.worker.environment import attempt_environment, default_cwd
 from qinglong.worker.errors import LeaseLostError, SpoolError, WorkerError
 from qinglong.worker.fencing import LeaseFence
 from qinglong.worker.heartbeat import Heartbeater
+from qinglong.worker.isolation import Isolation, IsolationError
 from qinglong.worker.process import AttemptProcess, CwdMissingError, decode_status, spawn_attempt
 from qinglong.worker.spool import CappedCopier, open_spool_file, spool_facts
 from qinglong.worker.upload import SpoolUploader
@@ -48,13 +49,16 @@ class RunnerConfig:
     LANG (None: os.environ); HOME is also the working directory of a task without cwd
     (``/`` when HOME is unset or not a directory); ``uploader`` puts every attempt's log
     through one connection pool (the owner closes it). ``bundles`` fetches and checks out
-    script bundles (None: an attempt naming one fails ``bundle_unavailable``)."""
+    script bundles (None: an attempt naming one fails ``bundle_unavailable``).
+    ``isolation`` keeps attempts apart (``isolation.py``): its private directory is the
+    attempt's HOME and, without a task cwd, its working directory."""
 
     spool_dir: Path
     grace_s: float = 5.0
     worker_env: Mapping[str, str] | None = None
     uploader: SpoolUploader = field(default_factory=SpoolUploader)
     bundles: BundleStore | None = None
+    isolation: Isolation = field(default_factory=Isolation)
 
 
 class _Forget(Exception):  # noqa: N818  (control flow, never escapes this module)
@@ -181,16 +185,25 @@ class AttemptRunner:
             log.error("attempt %s: %s", self.attempt_id, exc)
             return self._complete("failed", (None, None), None, "spool_unavailable")
         pipe_r, pipe_w = os.pipe()
+        sandbox = None
         try:
+            sandbox = self._config.isolation.enter(
+                self.attempt_id, None if checkout is None else checkout.directory)
+            if sandbox.directory is not None:
+                env["HOME"] = str(sandbox.directory)
             if checkout is not None:
                 cwd = str(checkout.directory)
+            elif a.cwd is not None:
+                cwd = a.cwd
             else:
-                cwd = a.cwd if a.cwd is not None else default_cwd(self._config.worker_env)
+                cwd = str(sandbox.directory or default_cwd(self._config.worker_env))
             proc = spawn_attempt(command, env, cwd, pipe_w,
-                                 self._config.spool_dir / f"{self.attempt_id}.lock")
-        except (CwdMissingError, OSError, ValueError) as exc:
+                                 self._config.spool_dir / f"{self.attempt_id}.lock", sandbox)
+        except (CwdMissingError, IsolationError, OSError, ValueError) as exc:
             for fd in (pipe_r, pipe_w, spool_fd):
                 os.close(fd)
+            if sandbox is not None:
+                self._config.isolation.leave(sandbox)
             reason = "cwd_missing" if isinstance(exc, CwdMissingError) else "spawn_failed"
             log.error("attempt %s: not started: %s", self.attempt_id, reason)
             spool_path.unlink(missing_ok=True)
@@ -217,6 +230,7 @@ class AttemptRunner:
             proc.abandon()  # after an error: the wrapper stops whatever still runs
             copier.finish(0.0)
             spool_path.unlink(missing_ok=True)
+            self._config.isolation.leave(sandbox)
         return None
 
     def _check_lease(self, proc: AttemptProcess) -> None:

@@ -94,13 +94,16 @@ def _private_dir(path: Path) -> Path:
 class BundleStore:
     """The cache and per-attempt directories below the worker's private spool directory.
     ``cache_bytes`` bounds the cache (least recently used copies go first); ``transport``
-    lets tests route the GET. Raises SpoolError when a directory is unsafe."""
+    lets tests route the GET; ``work_dir`` holds the per-attempt copies (default
+    ``<spool>/work``; an isolated worker's attempt root, prepared by ``isolation.py``).
+    Raises SpoolError when a directory is unsafe."""
 
     def __init__(self, spool_dir: Path, *, limits: BundleLimits = DEFAULT_LIMITS,
                  cache_bytes: int = CACHE_BYTES_DEFAULT,
-                 transport: httpx.BaseTransport | None = None) -> None:
+                 transport: httpx.BaseTransport | None = None,
+                 work_dir: Path | None = None) -> None:
         self.cache_dir = _private_dir(spool_dir / "bundles")
-        self.work_dir = _private_dir(spool_dir / "work")
+        self.work_dir = work_dir if work_dir is not None else _private_dir(spool_dir / "work")
         self._limits = limits
         self._cache_bytes = cache_bytes
         self._transport = transport
@@ -299,11 +302,11 @@ def _command(attempt: ClaimedAttempt, directory: Path, entry_point: str) -> list
     return [str(entry)] if shebang else ["/bin/sh", str(entry)]
 
 
-def remove_stale_checkouts(spool_dir: Path) -> int:
-    """Remove ``<spool>/work/<attempt id>`` directories whose attempt lock
-    (``<spool>/<attempt id>.lock``) no process holds: what a killed worker left. Call it
-    only while no live worker uses ``spool_dir``; the number removed."""
-    work = spool_dir / "work"
+def remove_stale_checkouts(spool_dir: Path, work_dir: Path | None = None) -> int:
+    """Remove ``<work_dir>/<attempt id>`` directories (default ``<spool>/work``) whose
+    attempt lock (``<spool>/<attempt id>.lock``) no process holds: what a killed worker
+    left. Call it only while no live worker uses ``spool_dir``; the number removed."""
+    work = spool_dir / "work" if work_dir is None else work_dir
     removed = 0
     try:
         names = os.listdir(work)

@@ -46,6 +46,32 @@ def _default_spool_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"ql3-worker-{os.getuid()}" / "spool"
 
 
+def _default_attempt_root() -> Path:
+    import os
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / f"ql3-worker-{os.getuid()}" / "attempts"
+
+
+def _uid_range(text: str) -> tuple[int, int]:
+    """``--attempt-uids FIRST-LAST`` (ValidationError, exit 2, otherwise)."""
+    first, sep, last = text.partition("-")
+    if not (sep and first.isdigit() and last.isdigit()
+            and 0 < int(first) <= int(last) < 2**32 - 1):
+        raise ValidationError("--attempt-uids", "expected FIRST-LAST, 1 ≤ FIRST ≤ LAST "
+                              "< 4294967295")
+    if int(last) - int(first) + 1 < 64:
+        raise ValidationError("--attempt-uids", "the range must hold at least 64 uids")
+    return int(first), int(last)
+
+
+SHARED_UID_REFUSAL = (
+    "more than one attempt at a time with no isolation: tasks would run as one user and "
+    "could read each other's secrets (/proc/<pid>/environ); run as root for "
+    "--isolation uid, allow user namespaces for --isolation userns, use --concurrency 1, "
+    "or accept the risk with --allow-shared-uid")
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def worker() -> None:
     """The cluster's remote worker: claims attempts from control over HTTP and runs them.
@@ -82,9 +108,24 @@ def worker() -> None:
                    "retry rules decide).")
 @click.option("--grace", type=float, default=5.0, show_default=True,
               help="Seconds between TERM and KILL when stopping an attempt's group.")
+@click.option("--isolation", type=click.Choice(["auto", "uid", "userns", "none"]),
+              default="auto", show_default=True,
+              help="How attempts are kept from each other and from the worker: uid (root "
+                   "with CAP_SETUID/SETGID/KILL/CHOWN/DAC_OVERRIDE/FOWNER: each attempt runs "
+                   "as its own uid), userns (a user, mount and PID namespace per attempt), "
+                   "none; auto picks the first that works here.")
+@click.option("--attempt-uids", default="2000000000-2000065535",
+              show_default=True, help="Uids handed to attempts in uid mode, FIRST-LAST.")
+@click.option("--attempt-root", default=None, type=str,
+              help="Directory holding each isolated attempt's private HOME and bundle copy "
+                   "[default: $TMPDIR/ql3-worker-<uid>/attempts].")
+@click.option("--allow-shared-uid", is_flag=True, default=False,
+              help="Allow --concurrency > 1 without isolation (attempts could read each "
+                   "other's environment); logged at start.")
 def run(control_url: str, concurrency: int, labels: str, name: str | None,
         token_file: str | None, spool_dir: str | None, drain_budget: float,
-        grace: float) -> int:
+        grace: float, isolation: str, attempt_uids: str, attempt_root: str | None,
+        allow_shared_uid: bool) -> int:
     """Register with control, claim and run attempts until SIGTERM/SIGINT, then drain.
 
     Token: env QL3_WORKER_TOKEN or --token-file; it is removed from this process's
@@ -94,7 +135,11 @@ def run(control_url: str, concurrency: int, labels: str, name: str | None,
     token (rotated): the worker then switches to it and goes on.
 
     A task without a working directory runs in this worker user's HOME (/ when HOME is
-    unset or not a directory), never in the worker's own working directory.
+    unset or not a directory), never in the worker's own working directory; with isolation,
+    in the attempt's own private directory, which is also its HOME.
+
+    Isolation (docs/protocols.md §4.8): without uid or userns isolation, --concurrency above
+    1 is refused (exit 2) unless --allow-shared-uid.
 
     At start, spool files left by a killed worker (attempts whose lock no process holds) are
     removed, unless another worker is using the same spool directory.
@@ -110,11 +155,13 @@ def run(control_url: str, concurrency: int, labels: str, name: str | None,
         raise ValidationError("--drain-budget", "durations must be ≥ 0")
     declared = _labels(labels)
     worker_name = name or socket.gethostname().split(".")[0]
+    uid_range = _uid_range(attempt_uids)
 
     from qinglong.worker.attempt import RunnerConfig
-    from qinglong.worker.bundles import BundleStore
+    from qinglong.worker.bundles import BundleStore, remove_stale_checkouts
     from qinglong.worker.client import ControlClient
     from qinglong.worker.errors import SpoolError
+    from qinglong.worker.isolation import IsolationError, choose
     from qinglong.worker.loop import WorkerConfig, WorkerLoop
     from qinglong.worker.spool import adopt_spool_dir, prepare_spool_dir
 
@@ -123,6 +170,14 @@ def run(control_url: str, concurrency: int, labels: str, name: str | None,
         _marker_fd, stale = adopt_spool_dir(spool)  # held (open) until the process ends
     except SpoolError as exc:
         raise ValidationError("--spool-dir", str(exc)) from None
+    try:
+        isolated = choose(isolation, root=Path(attempt_root) if attempt_root
+                          else _default_attempt_root(), spool_dir=spool, uids=uid_range,
+                          grace_s=grace)
+    except IsolationError as exc:
+        raise ValidationError("--isolation", str(exc)) from None
+    if isolated.mode == "none" and concurrency > 1 and not allow_shared_uid:
+        raise ValidationError("--concurrency", SHARED_UID_REFUSAL)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s ql3-worker %(levelname)s "
                         "%(message)s")
     if stale is None:
@@ -131,18 +186,27 @@ def run(control_url: str, concurrency: int, labels: str, name: str | None,
     else:
         logging.getLogger("qinglong.worker").info(
             "removed %d stale spool file(s) left by killed workers from %s", stale, spool)
+    if isolated.work_dir is not None and stale is not None:
+        remove_stale_checkouts(spool, isolated.work_dir)
+    worker_log = logging.getLogger("qinglong.worker")
+    if isolated.mode == "none" and concurrency > 1:
+        worker_log.warning(
+            "isolation none with --concurrency %d (--allow-shared-uid): attempts run as one "
+            "user and can read each other's environment, memory and files", concurrency)
+    else:
+        worker_log.info("isolation %s", isolated.mode)
     # httpx logs every request at INFO, presigned URLs (a signature valid for minutes)
     # included: never in our log
     for noisy in ("httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
-        bundles = BundleStore(spool)
+        bundles = BundleStore(spool, work_dir=isolated.work_dir)
     except SpoolError as exc:
         raise ValidationError("--spool-dir", str(exc)) from None
     config = WorkerConfig(name=worker_name, labels=declared, concurrency=concurrency,
                           drain_budget_s=drain_budget, control_url=",".join(urls),
                           runner=RunnerConfig(spool_dir=spool, grace_s=grace,
-                                              bundles=bundles))
+                                              bundles=bundles, isolation=isolated))
     path = token_file
     client = ControlClient(urls, token, reload_token=(
         None if path is None else lambda: read_token_file(path)))

@@ -36,12 +36,12 @@ running attempt.
   stopping everything of the attempt includes every process whose uid is U.
   ``--userns --keep DIR [--hide DIR]... --grace S`` (after ``--uid``'s drop when both are
   given): a forked child enters a new user, mount and PID namespace (its uid mapped to
-  itself, never 0, so the command keeps no capability once it execs), covers each hidden directory with an empty read-only tmpfs, binds DIR (its
-  own directory) back, and forks the namespace's init: it mounts a private ``/proc``, runs
-  the command, and once the command ended stops what else lives in the namespace (TERM,
-  ``S`` seconds, KILL) before it reports ``<code> <found> <killed>`` to the wrapper, which
-  passes that line on as the status. The namespace dies with its init, so nothing of the
-  attempt outlives a KILL to the group.
+  itself, never 0, so the command keeps no capability once it execs), covers each hidden
+  directory with an empty read-only tmpfs, binds DIR (its own directory) back, and forks the
+  namespace's init: it mounts a private ``/proc``, runs the command, and once the command
+  ended stops what else lives in the namespace (TERM, ``S`` seconds, KILL) before it reports
+  ``<code> <found> <killed>`` to the wrapper, which passes that line on as the status. The
+  namespace dies with its init, so nothing of the attempt outlives a KILL to the group.
 - ``QL3_WATCH_LC_CTYPE`` (``-`` when the task set no LC_CTYPE, else ``=value``) restores the
   task's LC_CTYPE, which CPython's locale coercion may rewrite; it is removed before the
   command starts.
@@ -52,6 +52,10 @@ import os
 import select
 import sys
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import Any
 
 GRACE_S = 0.3
 KILL_ROUNDS = 5
@@ -257,7 +261,7 @@ def exec_command(argv: list[str], env: dict[str, str]) -> None:
             pass
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
     try:
-        os.execvpe(argv[0], argv, env)
+        os.execvpe(argv[0], argv, env)  # noqa: S606  (the task's own argv, as posix_spawnp)
     except FileNotFoundError:
         os.write(2, f"ql3: command not found: {argv[0]}\n".encode(errors="replace"))
         os._exit(EXIT_NOT_FOUND)
@@ -266,7 +270,7 @@ def exec_command(argv: list[str], env: dict[str, str]) -> None:
     os._exit(EXIT_CANNOT_EXECUTE)
 
 
-def _libc():  # type: ignore[no-untyped-def]  # ctypes only in a forked child: no cost here
+def _libc() -> tuple[Any, Any]:  # ctypes only in a forked child: no cost in the wrapper
     import ctypes
     import warnings  # noqa: F401  (os.execvpe needs it; the new uid may not read it later)
 
@@ -294,9 +298,11 @@ def drop_to(uid: int, gid: int) -> None:
     _check(libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "dumpable")
 
 
-def _mount(libc, source: str | None, target: str, fstype: str | None,  # type: ignore[no-untyped-def]
+def _mount(libc: Any, source: str | None, target: str, fstype: str | None,
            flags: int, data: str | None = None) -> None:
-    enc = (lambda v: None if v is None else v.encode())  # noqa: E731
+    def enc(value: str | None) -> bytes | None:
+        return None if value is None else value.encode()
+
     _check(libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)),
            f"mount {target}")
 
@@ -318,7 +324,7 @@ def enter_namespaces(keep: str, hide: list[str]) -> None:
             os.close(fd)
     _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
     keep_fd = os.open(keep, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    covered = []
+    covered: list[str] = []
     for path in sorted(set(hide)):
         if any(path == c or path.startswith(c.rstrip("/") + "/") for c in covered):
             continue  # already below a covered directory
@@ -424,11 +430,10 @@ def spawn_isolated(argv: list[str], lock_fd: int, status_fd: int) -> int:
         os.close(status_fd)
         _, status = os.waitpid(init, 0)
         os._exit(max(0, os.waitstatus_to_exitcode(status)))
-    except BaseException as exc:  # noqa: BLE001  (a forked child never returns)
+    except BaseException as exc:
         text = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
         os.write(2, f"ql3: cannot isolate the attempt: {text}\n".encode(errors="replace"))
         os._exit(EXIT_CANNOT_EXECUTE)
-    return -1  # not reached
 
 
 WATCH_FD = [-1]
@@ -501,7 +506,7 @@ def probe_userns() -> int:
                     os._exit(0 if os.getpid() == 1 else 1)
                 _, status = os.waitpid(init, 0)
                 os._exit(os.waitstatus_to_exitcode(status))
-            except BaseException:  # noqa: BLE001
+            except BaseException:
                 os._exit(1)
         _, status = os.waitpid(child, 0)
         return 0 if os.waitstatus_to_exitcode(status) == 0 else 1

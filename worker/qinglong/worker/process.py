@@ -11,6 +11,12 @@ the group. When the command ends the wrapper reports its status on the socket an
 worker stops the leftovers (lock holders and group members: TERM, grace, KILL; the shared
 ``stop_leftovers``) and only then releases the wrapper. Signals go through
 ``qinglong.shared.process.signals`` (never a group ≤ 1 or the worker's own).
+
+With isolation (``isolation.py``, docs/protocols.md §4.8) the wrapper gets the sandbox's
+options: in ``uid`` mode every process with the attempt's uid is a leftover too; in
+``userns`` mode the namespace's init stops what the command left inside before the status
+arrives, and the status line carries how many it found and had to KILL (``<code> <found>
+<killed>``), added to the report here.
 """
 
 from __future__ import annotations
@@ -32,11 +38,12 @@ from qinglong.shared.process.leftovers import LeftoverReport, stop_leftovers
 from qinglong.shared.process.path_lock import PathLock, create_locked
 from qinglong.shared.process.signals import signal_group
 from qinglong.worker import clock
+from qinglong.worker.isolation import Sandbox, processes_of
 
 WRAPPER_PATH = Path(__file__).with_name("group_wrapper.py")
 POLL_S = 0.02
 RELEASE_WAIT_S = 2.0
-STATUS_MAX = 16
+STATUS_MAX = 64
 
 
 def live_group_members(pgid: int) -> list[int]:
@@ -89,7 +96,7 @@ class AttemptProcess:
     wrapper is unreaped (its id pinned)."""
 
     def __init__(self, popen: subprocess.Popen[bytes], watch: socket.socket,
-                 lock_path: str) -> None:
+                 lock_path: str, uid: int | None = None) -> None:
         self._popen = popen
         self._watch: socket.socket | None = watch
         self._watch_lock = threading.Lock()  # set_deadline comes from the heartbeat thread
@@ -98,6 +105,9 @@ class AttemptProcess:
         self.lock = PathLock(lock_path)
         self.pid = popen.pid
         self.pgid = popen.pid
+        self.uid = uid  # the attempt's own uid (isolation): its processes are leftovers
+        self.inside_found = 0  # leftovers a namespace's init found and stopped
+        self.inside_killed = 0
 
     def poll(self) -> int | None:
         """The wrapper's return code once it exited (reaped), else None."""
@@ -126,8 +136,11 @@ class AttemptProcess:
                 break
             self._buffer += chunk
             line, newline, _ = self._buffer.partition(b"\n")
-            if newline and line.isdigit():
-                self._code = int(line)
+            parts = line.split()
+            if newline and len(parts) in (1, 3) and all(p.isdigit() for p in parts):
+                self._code = int(parts[0])
+                if len(parts) == 3:
+                    self.inside_found, self.inside_killed = int(parts[1]), int(parts[2])
             elif newline:  # not our wrapper's contract: stop it, keep its return code
                 self.kill_now()
         return self._code
@@ -173,9 +186,16 @@ class AttemptProcess:
         """After the command ended (or the group was killed): find every process of the
         attempt still alive — holders of the attempt lock (``setsid`` escapees included) and
         members of the group other than the wrapper — and stop them (TERM, ``grace_s``
-        seconds, KILL; never pid ≤ 1 or the worker). Never raises; ``report.found`` > 0 or
-        ``report.unresolved`` means something was left behind (case C18)."""
-        return stop_leftovers(_Leftovers(self), pgid=None, grace_s=grace_s)
+        seconds, KILL; never pid ≤ 1 or the worker), and every process of the attempt's own
+        uid. What a namespace's init already stopped is counted in. Never raises;
+        ``report.found`` > 0 or ``report.unresolved`` means something was left behind."""
+        report = stop_leftovers(_Leftovers(self), pgid=None, grace_s=grace_s)
+        if not self.inside_found:
+            return report
+        return LeftoverReport(found=report.found + self.inside_found,
+                              in_group=report.in_group,
+                              killed=report.killed + self.inside_killed,
+                              unresolved=report.unresolved, grace_s=grace_s)
 
     def release(self) -> int | None:
         """Tell a waiting wrapper to exit (call after :meth:`clear_leftovers`), reap it
@@ -216,28 +236,34 @@ class AttemptProcess:
 
 class _Leftovers:
     """``AttemptLockPort`` of one attempt: the lock, plus its group's members other than the
-    wrapper (held while either is non-empty)."""
+    wrapper, plus every process of its own uid (held while any is non-empty)."""
 
     def __init__(self, proc: AttemptProcess) -> None:
         self._proc = proc
 
+    def _of_uid(self) -> list[int]:
+        return [] if self._proc.uid is None else processes_of(self._proc.uid)
+
     def held(self) -> bool:
-        return self._proc.lock.held() or bool(self._proc.others_in_group())
+        return (self._proc.lock.held() or bool(self._proc.others_in_group())
+                or bool(self._of_uid()))
 
     def holders(self) -> list[int]:
         # a free lock has no holder (they all share the locked open file description), so
         # the /proc fd scan is paid only when something was left behind
         found = set(self._proc.lock.holders()) if self._proc.lock.held() else set()
-        return sorted(found | set(self._proc.others_in_group()))
+        return sorted(found | set(self._proc.others_in_group()) | set(self._of_uid()))
 
 
 def spawn_attempt(command: list[str], env: Mapping[str, str], cwd: str | None,
-                  output_fd: int, lock_path: Path) -> AttemptProcess:
+                  output_fd: int, lock_path: Path,
+                  sandbox: Sandbox | None = None) -> AttemptProcess:
     """Start ``command`` under the wrapper in a new process group with exactly ``env`` (the
     clean attempt environment), working directory ``cwd`` (None: the caller's; the runner
     always passes one: the task's, else HOME or /), stdin from
     /dev/null, stdout+stderr to ``output_fd``, holding the attempt lock created (0600,
-    ``O_EXCL | O_NOFOLLOW``) and flocked at ``lock_path``.
+    ``O_EXCL | O_NOFOLLOW``) and flocked at ``lock_path``, isolated as ``sandbox`` says
+    (None: as the worker's own user).
 
     Raises CwdMissingError when ``cwd`` is not an existing directory; FileExistsError when
     the lock file exists; OSError or ValueError (NUL in argv/env) from the spawn itself. No
@@ -253,7 +279,7 @@ def spawn_attempt(command: list[str], env: Mapping[str, str], cwd: str | None,
     try:
         popen = subprocess.Popen(
             [sys.executable, "-I", "-S", str(WRAPPER_PATH), str(theirs.fileno()), str(lock_fd),
-             "--", *command],
+             *(sandbox.wrapper_args if sandbox else ()), "--", *command],
             env=wrapper_env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=output_fd,
             stderr=output_fd, start_new_session=True, close_fds=True,
             pass_fds=(theirs.fileno(), lock_fd),
@@ -266,4 +292,4 @@ def spawn_attempt(command: list[str], env: Mapping[str, str], cwd: str | None,
     finally:
         theirs.close()
         os.close(lock_fd)  # the wrapper's copy keeps the lock
-    return AttemptProcess(popen, ours, str(lock_path))
+    return AttemptProcess(popen, ours, str(lock_path), sandbox.uid if sandbox else None)
