@@ -47,13 +47,15 @@ running attempt.
   command starts.
 """
 
+from __future__ import annotations
+
 import _signal as signal  # type: ignore[import-not-found]  # C module: `signal` pulls enum
 import os
 import select
 import sys
 import time
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False  # no `typing` import at run time: the wrapper stays small
 if TYPE_CHECKING:
     from typing import Any
 
@@ -328,6 +330,8 @@ def enter_namespaces(keep: str, hide: list[str]) -> None:
     for path in sorted(set(hide)):
         if any(path == c or path.startswith(c.rstrip("/") + "/") for c in covered):
             continue  # already below a covered directory
+        if not os.path.isdir(path):
+            continue  # this uid cannot even reach it: nothing to hide
         _mount(libc, "tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
                "mode=0700,size=16k")
         covered.append(path)
