@@ -34,7 +34,11 @@ class WorkerProc:
         with self.stderr_path.open("wb") as err:
             self.proc = subprocess.Popen(
                 [QL3, "worker", "run", "--control-url", control_url or control.url,
-                 "--name", "w1", "--spool-dir", str(tmp / "spool"), "--grace", "0.5", *extra],
+                 "--name", "w1", "--spool-dir", str(tmp / "spool"), "--grace", "0.5",
+                 # these tests are about other things: a task writes into pytest's own
+                 # 0700 tmp, which an attempt uid could not (isolation: its own tests)
+                 *([] if "--isolation" in extra else ["--isolation", "none",
+                                                      "--allow-shared-uid"]), *extra],
                 env=env, stdout=subprocess.DEVNULL, stderr=err, group=group, cwd=cwd,
             )
 

@@ -28,10 +28,12 @@ the probe works, else ``none``.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,34 +130,70 @@ def processes_of(uid: int) -> list[int]:
 
 class UidPool:
     """Attempt uids from ``first``..``last`` (inclusive): one is handed out only while no
-    process has it and no running attempt holds it; handed out round-robin, so a uid just
-    returned is the last to be reused. Thread-safe."""
+    process has it and no attempt holds it — of this worker or of another worker on the
+    host: each held uid is an exclusive ``flock`` on ``<lock_dir>/<uid>`` (0700, root's),
+    which the kernel drops when a worker dies. Handed out round-robin, so a uid just
+    returned is the last to be reused. Thread-safe. Raises IsolationError for a bad range
+    or an unsafe lock directory."""
 
-    def __init__(self, first: int, last: int) -> None:
+    def __init__(self, first: int, last: int, lock_dir: Path) -> None:
         if not 0 < first <= last < 2**32 - 1:
             raise IsolationError("the attempt uid range must be within 1–4294967294")
         self.first, self.last = first, last
         self._next = first
-        self._held: set[int] = set()
+        self._held: dict[int, int] = {}  # uid -> fd holding its flock
         self._lock = threading.Lock()
+        try:
+            lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            info = os.lstat(lock_dir)
+        except OSError as exc:
+            raise IsolationError(f"uid lock directory {lock_dir} cannot be prepared "
+                                 f"({exc.strerror})") from None
+        if (not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid()
+                or info.st_mode & 0o077):
+            raise IsolationError(f"uid lock directory {lock_dir} must be a private (0700) "
+                                 "directory of this user")
+        self._dir = lock_dir
 
     def take(self) -> int:
         """A free uid; IsolationError when every uid of the range is busy."""
         with self._lock:
-            busy = uids_in_use() | self._held
+            busy = uids_in_use() | set(self._held)
             size = self.last - self.first + 1
             for step in range(size):
                 uid = self.first + (self._next - self.first + step) % size
-                if uid not in busy:
-                    self._held.add(uid)
-                    self._next = self.first + (uid - self.first + 1) % size
-                    return uid
+                if uid in busy:
+                    continue
+                fd = self._reserve(uid)
+                if fd is None:
+                    continue  # another worker on this host holds it
+                if uid in uids_in_use():  # a process took it between the scan and the lock
+                    os.close(fd)
+                    continue
+                self._held[uid] = fd
+                self._next = self.first + (uid - self.first + 1) % size
+                return uid
         raise IsolationError("every attempt uid of the range is in use")
+
+    def _reserve(self, uid: int) -> int | None:
+        try:
+            fd = os.open(self._dir / str(uid), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return None
+        return fd
 
     def give_back(self, uid: int) -> None:
         """Return ``uid`` (call once its processes are gone; ``take`` checks again)."""
         with self._lock:
-            self._held.discard(uid)
+            fd = self._held.pop(uid, None)
+        if fd is not None:
+            os.close(fd)
 
 
 def prepare_attempt_root(path: Path, *, shared: bool) -> Path:
@@ -303,7 +341,8 @@ def choose(requested: str, *, root: Path, spool_dir: Path, uids: tuple[int, int]
         if requested == "userns" and not userns_works():
             raise IsolationError("--isolation userns: user namespaces are not allowed here "
                                  "(kernel or seccomp); use --isolation uid")
-        return UidIsolation(prepare_attempt_root(root, shared=True), UidPool(*uids),
+        pool = UidPool(*uids, lock_dir=Path(tempfile.gettempdir()) / "ql3-attempt-uids")
+        return UidIsolation(prepare_attempt_root(root, shared=True), pool,
                             spool_dir=spool_dir, userns=requested == "userns",
                             grace_s=grace_s)
     if not userns_works():
