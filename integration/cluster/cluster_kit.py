@@ -266,7 +266,8 @@ class Cluster:
                      concurrency: int = 2, labels: str | None = None) -> Proc:
         """``ql3 worker run`` with its token in ``QL3_WORKER_TOKEN``."""
         args = ["worker", "run", "--control-url", control_url, "--name", name,
-                "--concurrency", str(concurrency), "--spool-dir", str(self.tmp / f"spool-{name}")]
+                "--concurrency", str(concurrency), "--spool-dir", str(self.tmp / f"spool-{name}"),
+                "--attempt-root", str(self.attempt_root(name))]
         if labels is not None:
             args += ["--labels", labels]
         env = {k: v for k, v in self.env(QL3_WORKER_TOKEN=token).items()
@@ -277,9 +278,20 @@ class Cluster:
         return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"},
                             timeout=10)
 
+    def attempt_root(self, name: str) -> Path:
+        """Worker ``name``'s attempt root: below a directory of its own under /tmp that
+        every attempt uid can pass through (pytest's own tmp is private to root), so the
+        worker isolates its attempts as the one-machine cluster does (auto: uid as root)."""
+        if not hasattr(self, "_attempts_base"):
+            self._attempts_base = Path(tempfile.mkdtemp(prefix="ql3-kit-", dir="/tmp"))
+            os.chmod(self._attempts_base, 0o711)
+        return self._attempts_base / f"attempts-{name}"
+
     def close(self) -> None:
         for proc in reversed(self.procs):
             proc.terminate(timeout=15)
+        if hasattr(self, "_attempts_base"):
+            shutil.rmtree(self._attempts_base, ignore_errors=True)
 
 
 def _ready(url: str) -> bool:

@@ -48,7 +48,7 @@ def test_counts_are_singular_when_one_and_each_pool_names_its_budget(
         full: Rendered) -> None:
     plain = render(load_values(next(p for p in CI_VALUES if p.name == "plain-values.yaml")))
     assert "Control API (1 replica)" in plain.notes
-    assert "ql3-qinglong-worker-edge: 1 replica x 2 attempts, labels site=lab, " \
+    assert "ql3-qinglong-worker-edge: 1 replica x 1 attempt, labels site=lab, " \
            "drain budget 30 s, at most 1 evicted at a time" in plain.notes
     assert "Control API (5 replicas)" in full.notes
     assert "ql3-qinglong-worker-gpu: 1-4 replicas (HPA) x 1 attempt, labels gpu=yes,zone=a, " \

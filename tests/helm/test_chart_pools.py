@@ -114,9 +114,9 @@ def test_notes_give_each_pools_own_replicas_and_drain_budget() -> None:
     rendered = _with_pools(_pool("idle", replicas=0, drainBudgetSeconds=0,
                                  autoscaling={"enabled": False}),
                            _pool("slow", drainBudgetSeconds=600))
-    assert "ql3-qinglong-worker-idle: 0 replicas x 2 attempts, labels zone=a, " \
+    assert "ql3-qinglong-worker-idle: 0 replicas x 1 attempt, labels zone=a, " \
            "drain budget 0 s\n" in rendered.notes
-    assert "ql3-qinglong-worker-slow: 3-6 replicas (HPA) x 2 attempts, labels zone=a, " \
+    assert "ql3-qinglong-worker-slow: 3-6 replicas (HPA) x 1 attempt, labels zone=a, " \
            "drain budget 600 s, at most 1 evicted at a time" in rendered.notes
 
 

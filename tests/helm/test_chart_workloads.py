@@ -27,22 +27,38 @@ def _flag(args: list[str], name: str) -> str:
     return value
 
 
+UID_ISOLATION_CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID"]
+
+
+def _uid_isolated(container: dict[str, Any]) -> bool:
+    return "--isolation=uid" in container.get("args", [])
+
+
 def test_every_pod_runs_hardened(ci_rendered: Rendered) -> None:
     """Non-root with a fixed uid, read-only root, no privilege escalation, every capability
-    dropped, seccomp RuntimeDefault, and no ServiceAccount token mounted."""
+    dropped, seccomp RuntimeDefault, and no ServiceAccount token mounted — but a worker pool
+    with ``isolation: uid`` (docs/protocols.md §4.8), which runs as root with exactly the six
+    capabilities it needs (all within Pod Security baseline), still without escalation."""
     specs = list(pod_specs(ci_rendered.docs))
     assert len(specs) >= 3
     for owner, spec in specs:
         where = f"{owner['kind']}/{owner['metadata']['name']}"
         assert spec["automountServiceAccountToken"] is False, where
         pod = spec["securityContext"]
-        assert pod["runAsNonRoot"] is True and pod["runAsUser"] > 0, where
+        isolated = any(_uid_isolated(c) for c in containers(spec))
+        if isolated:
+            assert pod["runAsNonRoot"] is False and pod["runAsUser"] == 0, where
+        else:
+            assert pod["runAsNonRoot"] is True and pod["runAsUser"] > 0, where
         assert pod["seccompProfile"] == {"type": "RuntimeDefault"}, where
         for container in containers(spec):
             sc = container["securityContext"]
             assert sc["readOnlyRootFilesystem"] is True, where
             assert sc["allowPrivilegeEscalation"] is False, where
-            assert sc["capabilities"] == {"drop": ["ALL"]}, where
+            if isolated:
+                assert sc["capabilities"] == {"drop": ["ALL"], "add": UID_ISOLATION_CAPS}
+            else:
+                assert sc["capabilities"] == {"drop": ["ALL"]}, where
             assert sc["seccompProfile"] == {"type": "RuntimeDefault"}, where
 
 

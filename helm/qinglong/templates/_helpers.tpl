@@ -83,6 +83,30 @@ seccompProfile:
   type: RuntimeDefault
 {{- end -}}
 
+{{/* A uid-isolated worker pod (worker.isolation: uid): root, so it can run each attempt as
+its own uid, with every capability dropped but the six that needs (Pod Security baseline);
+no privilege escalation (no_new_privs), read-only root, RuntimeDefault seccomp. */}}
+{{- define "qinglong.uidWorkerPodSecurityContext" -}}
+runAsNonRoot: false
+runAsUser: 0
+runAsGroup: 0
+fsGroup: {{ .Values.runAsGroup }}
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- define "qinglong.uidWorkerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: false
+runAsUser: 0
+capabilities:
+  drop: ["ALL"]
+  add: ["CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
 {{- define "qinglong.containerSecurityContext" -}}
 allowPrivilegeEscalation: false
 readOnlyRootFilesystem: true
@@ -201,6 +225,9 @@ unique hash, so each pool (and the bootstrap admin) needs its own. */ -}}
 {{- $least := add (int $w.drainBudgetSeconds) (int $w.graceSeconds) 60 -}}
 {{- if and (gt $overlap 0) (lt $overlap (int $least)) -}}
 {{- fail (printf "worker.pools[%s].tokenRotationOverlapSeconds: %d is shorter than drainBudgetSeconds + graceSeconds + 60 = %d; the old token must outlive the pool's rollout, about replicas x (drainBudgetSeconds + graceSeconds + start time), or 0 to revoke it at once" $w.name $overlap (int $least)) -}}
+{{- end -}}
+{{- if and (gt (int $w.concurrency) 1) (eq $w.isolation "none") (not $w.allowSharedUid) -}}
+{{- fail (printf "worker.pools[%s]: concurrency %d needs isolation: uid (attempts sharing a user read each other's secrets through /proc), or concurrency: 1 (scale with replicas), or allowSharedUid: true to accept that" $w.name (int $w.concurrency)) -}}
 {{- end -}}
 {{- if and $w.autoscaling.enabled (gt (int $w.autoscaling.minReplicas) (int $w.autoscaling.maxReplicas)) -}}
 {{- fail (printf "worker.pools[%s].autoscaling: minReplicas is above maxReplicas" $w.name) -}}

@@ -161,7 +161,7 @@ def run(control_url: str, concurrency: int, labels: str, name: str | None,
     from qinglong.worker.bundles import BundleStore, remove_stale_checkouts
     from qinglong.worker.client import ControlClient
     from qinglong.worker.errors import SpoolError
-    from qinglong.worker.isolation import IsolationError, choose
+    from qinglong.worker.isolation import IsolationError, adopt_attempt_root, choose
     from qinglong.worker.loop import WorkerConfig, WorkerLoop
     from qinglong.worker.spool import adopt_spool_dir, prepare_spool_dir
 
@@ -186,8 +186,13 @@ def run(control_url: str, concurrency: int, labels: str, name: str | None,
     else:
         logging.getLogger("qinglong.worker").info(
             "removed %d stale spool file(s) left by killed workers from %s", stale, spool)
-    if isolated.work_dir is not None and stale is not None:
-        remove_stale_checkouts(spool, isolated.work_dir)
+    if isolated.work_dir is not None:
+        try:
+            alone = adopt_attempt_root(isolated.work_dir)
+        except IsolationError as exc:
+            raise ValidationError("--attempt-root", str(exc)) from None
+        if alone and stale is not None:
+            remove_stale_checkouts(spool, isolated.work_dir)
     worker_log = logging.getLogger("qinglong.worker")
     if isolated.mode == "none" and concurrency > 1:
         worker_log.warning(

@@ -196,6 +196,27 @@ class UidPool:
             os.close(fd)
 
 
+def adopt_attempt_root(root: Path) -> bool:
+    """Join ``root`` as a live worker: a shared flock on ``root/.worker-active`` held for the
+    process's lifetime (the fd is left open on purpose). True when this worker is alone
+    there (it got the lock exclusively first), so directories of attempts whose lock is
+    free are a killed worker's and may be removed; False when another live worker uses it.
+    Raises IsolationError when the marker cannot be opened (a symlink included)."""
+    try:
+        fd = os.open(root / ".worker-active", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
+                     | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise IsolationError(f"attempt root marker cannot be opened ({exc.strerror})"
+                             ) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        return False
+    fcntl.flock(fd, fcntl.LOCK_SH)  # downgrade: a later worker sees it is not alone
+    return True
+
+
 def prepare_attempt_root(path: Path, *, shared: bool) -> Path:
     """Create (or check) the directory holding the attempts' private directories and return
     its absolute path. ``shared`` (attempts run as other uids): root-owned, mode 0711 (they
