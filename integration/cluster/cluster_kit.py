@@ -263,11 +263,18 @@ class Cluster:
             raise AssertionError(f"control {proc.name} did not become ready: {proc.log()}")
 
     def start_worker(self, name: str, token: str, control_url: str, *extra: str,
-                     concurrency: int = 2, labels: str | None = None) -> Proc:
-        """``ql3 worker run`` with its token in ``QL3_WORKER_TOKEN``."""
+                     concurrency: int = 2, labels: str | None = None,
+                     isolation: str = "none") -> Proc:
+        """``ql3 worker run`` with its token in ``QL3_WORKER_TOKEN``. ``isolation`` "none"
+        (these tests' tasks write into pytest's private tmp, which an attempt uid could not;
+        with --allow-shared-uid), else that mode with an attempt root of its own."""
         args = ["worker", "run", "--control-url", control_url, "--name", name,
                 "--concurrency", str(concurrency), "--spool-dir", str(self.tmp / f"spool-{name}"),
-                "--attempt-root", str(self.attempt_root(name))]
+                "--isolation", isolation]
+        if isolation == "none":
+            args.append("--allow-shared-uid")
+        else:
+            args += ["--attempt-root", str(self.attempt_root(name))]
         if labels is not None:
             args += ["--labels", labels]
         env = {k: v for k, v in self.env(QL3_WORKER_TOKEN=token).items()
@@ -280,8 +287,7 @@ class Cluster:
 
     def attempt_root(self, name: str) -> Path:
         """Worker ``name``'s attempt root: below a directory of its own under /tmp that
-        every attempt uid can pass through (pytest's own tmp is private to root), so the
-        worker isolates its attempts as the one-machine cluster does (auto: uid as root)."""
+        every attempt uid can pass through (pytest's own tmp is private to root)."""
         if not hasattr(self, "_attempts_base"):
             self._attempts_base = Path(tempfile.mkdtemp(prefix="ql3-kit-", dir="/tmp"))
             os.chmod(self._attempts_base, 0o711)

@@ -113,9 +113,9 @@ def test_a_pushed_bundle_runs_on_a_worker_in_its_own_directory(
     assert recorded == digest
     log = scene.log(attempt_id)
     assert "hello from the bundle" in log
-    workdir = scene.cluster.attempt_root("w1") / attempt_id
+    workdir = scene.cluster.tmp / "spool-w1" / "work" / attempt_id
     assert f"dir={workdir}" in log and f"bundle={workdir}" in log
-    assert "drwx------" in log  # private to the attempt's own user
+    assert "drwx------" in log  # private to the worker's user
     assert wait_for(lambda: not workdir.exists(), 10)  # removed after the attempt
     assert (scene.cluster.tmp / "spool-w1" / "bundles" / f"{digest}.tgz").exists()
     # argv runs in the same directory; the entry point must still be a file of the bundle
