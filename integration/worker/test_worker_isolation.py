@@ -280,3 +280,25 @@ def test_help_names_the_isolation_modes() -> None:
     assert "--isolation [auto|uid|userns|none]" in out
     assert "--allow-shared-uid" in out
     assert max(len(line) for line in out.splitlines()) <= 80
+
+
+@NEEDS_ROOT
+def test_uid_mode_home_and_working_directory_belong_to_the_attempt_uid(control, start_worker,
+                                                                      attempt_root):
+    attempt = make_attempt('echo "home=$HOME"; echo "pwd=$(pwd)"; '
+                           'echo "owner=$(stat -c %u:%a .)"; echo "me=$(id -u):$(id -G)"; '
+                           'echo 签到成功 > note.txt && cat note.txt')
+    control.queue.append(attempt)
+    start_worker("--isolation", "uid", "--attempt-root", str(attempt_root))
+    done = control.wait_for("complete", timeout_s=15.0)[0]
+    assert done["outcome"] == "succeeded"
+    wait_until(lambda: len(control.puts) >= 1, 5.0, "log stored")
+    log = dict(line.split("=", 1) for line in
+               control.puts[0][1].decode().splitlines() if "=" in line)
+    private = str(attempt_root / attempt["lease"]["attempt_id"])
+    assert log["home"] == log["pwd"] == private
+    uid = log["me"].split(":")[0]
+    assert log["owner"] == f"{uid}:700"
+    assert log["me"] == f"{uid}:{uid}"  # its own group only, no supplementary groups
+    assert int(uid) >= 2_000_000_000
+    assert "签到成功" in control.puts[0][1].decode()

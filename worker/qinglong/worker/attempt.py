@@ -189,7 +189,7 @@ class AttemptRunner:
         try:
             sandbox = self._config.isolation.enter(
                 self.attempt_id, None if checkout is None else checkout.directory)
-            if sandbox.directory is not None:
+            if sandbox.directory is not None and "HOME" not in a.env:
                 env["HOME"] = str(sandbox.directory)
             if checkout is not None:
                 cwd = str(checkout.directory)
