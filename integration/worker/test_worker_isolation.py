@@ -240,7 +240,8 @@ def test_a_setsid_escapee_is_found_and_stopped(control, start_worker, attempt_ro
         "succeeded", "leftovers_stopped", 0)
     assert pids_running(["sleep", naptime]) == []
     # the private directory is removed once the attempt is over
-    wait_until(lambda: not list(attempt_root.iterdir()), 5.0, "the attempt's directory gone")
+    wait_until(lambda: [p.name for p in attempt_root.iterdir()] == [".worker-active"], 5.0,
+               "the attempt's directory gone")
 
 
 @NEEDS_ROOT
