@@ -96,15 +96,21 @@ def attempt_root() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+# The chart's uid-isolated pod: root with only these capabilities in its bounding set
+SIX_CAPS = ["setpriv", "--inh-caps=-all",
+            "--bounding-set=-all,+setuid,+setgid,+kill,+chown,+dac_override,+fowner", "--"]
+
+
 class Worker:
-    def __init__(self, control: FakeControl, tmp: Path, *extra: str) -> None:
+    def __init__(self, control: FakeControl, tmp: Path, *extra: str,
+                 prefix: tuple[str, ...] = ()) -> None:
         self.stderr_path = tmp / "worker.stderr"
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         env["QL3_WORKER_TOKEN"] = TOKEN
         env["QL3_WORKER_TEST_SENTINEL"] = WORKER_SENTINEL
         with self.stderr_path.open("wb") as err:
             self.proc = subprocess.Popen(
-                [QL3, "worker", "run", "--control-url", control.url, "--name", "w1",
+                [*prefix, QL3, "worker", "run", "--control-url", control.url, "--name", "w1",
                  "--spool-dir", str(tmp / "spool"), "--grace", "0.5", *extra],
                 env=env, stdout=subprocess.DEVNULL, stderr=err)
 
@@ -125,8 +131,8 @@ class Worker:
 def start_worker(control: FakeControl, tmp_path: Path) -> Iterator[Any]:
     started: list[Worker] = []
 
-    def make(*extra: str) -> Worker:
-        w = Worker(control, tmp_path, *extra)
+    def make(*extra: str, prefix: tuple[str, ...] = ()) -> Worker:
+        w = Worker(control, tmp_path, *extra, prefix=prefix)
         started.append(w)
         return w
 
@@ -146,7 +152,7 @@ def _bundle(control: BundleControl, tmp_path: Path, marker: str) -> str:
 
 
 def _run_pair(control: BundleControl, start_worker: Any, tmp_path: Path, root: Path,
-              *flags: str) -> tuple[str, str, str, str]:
+              *flags: str, prefix: tuple[str, ...] = ()) -> tuple[str, str, str, str]:
     """The first task (secret in env, output and bundle copy) running, the second's scan
     done; returns (secret, marker, the first's output, the second's log)."""
     secret = "API_KEY_" + secrets.token_hex(12)
@@ -158,7 +164,8 @@ def _run_pair(control: BundleControl, start_worker: Any, tmp_path: Path, root: P
     first["entry_point"] = "run.sh"
     first_id = first["lease"]["attempt_id"]
     control.queue.append(first)
-    worker = start_worker("--concurrency", "2", "--attempt-root", str(root), *flags)
+    worker = start_worker("--concurrency", "2", "--attempt-root", str(root), *flags,
+                          prefix=prefix)
     control.wait_for("started", timeout_s=15.0)
     first_dir = (root if flags[-1] != "none" else tmp_path / "spool" / "work") / first_id
     wait_until((first_dir / "secret.txt").exists, 10.0, "the first wrote its file")
@@ -182,13 +189,17 @@ def _run_pair(control: BundleControl, start_worker: Any, tmp_path: Path, root: P
 
 
 @NEEDS_ROOT
-@pytest.mark.parametrize("mode", ["uid", "userns"])
+@pytest.mark.parametrize("mode", ["uid", "uid-six-caps", "userns"])
 def test_a_second_task_finds_nothing_of_the_first_nor_of_the_worker(
         control, start_worker, tmp_path, attempt_root, mode):
     """With isolation, the scan finds neither the first's secret (environ, memory, spool,
-    bundle copy) nor anything of the worker's environment (its token, its variables)."""
+    bundle copy) nor anything of the worker's environment (its token, its variables).
+    ``uid-six-caps``: the worker as the chart runs it, root with only the six capabilities
+    (``auto`` must pick uid there)."""
+    limited = mode == "uid-six-caps"
     secret, marker, first_log, second_log = _run_pair(
-        control, start_worker, tmp_path, attempt_root, "--isolation", mode)
+        control, start_worker, tmp_path, attempt_root, "--isolation",
+        "auto" if limited else mode, prefix=tuple(SIX_CAPS) if limited else ())
     assert secret not in second_log
     assert marker not in second_log
     assert WORKER_SENTINEL not in second_log
@@ -229,12 +240,14 @@ def test_allow_shared_uid_runs_and_says_why(control, start_worker):
 
 
 @NEEDS_ROOT
-@pytest.mark.parametrize("mode", ["uid", "userns"])
+@pytest.mark.parametrize("mode", ["uid", "uid-six-caps", "userns"])
 def test_a_setsid_escapee_is_found_and_stopped(control, start_worker, attempt_root, mode):
     """Leftovers in each mode: the escapee is stopped before the completion, recorded."""
     naptime = unique_sleep()
     control.queue.append(make_attempt(f"setsid sleep {naptime} & sleep 0.3; exit 0"))
-    start_worker("--isolation", mode, "--attempt-root", str(attempt_root))
+    limited = mode == "uid-six-caps"
+    start_worker("--isolation", "uid" if limited else mode, "--attempt-root",
+                 str(attempt_root), prefix=tuple(SIX_CAPS) if limited else ())
     done = control.wait_for("complete", timeout_s=15.0)[0]
     assert (done["outcome"], done["reason"], done["exit_code"]) == (
         "succeeded", "leftovers_stopped", 0)
