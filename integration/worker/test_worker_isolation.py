@@ -316,3 +316,19 @@ def test_uid_mode_home_and_working_directory_belong_to_the_attempt_uid(control, 
     assert log["me"] == f"{uid}:{uid}"  # its own group only, no supplementary groups
     assert int(uid) >= 2_000_000_000
     assert "签到成功" in control.puts[0][1].decode()
+
+
+@NEEDS_ROOT
+@pytest.mark.parametrize("mode", ["uid", "userns"])
+def test_a_timeout_stops_an_isolated_attempt_within_the_grace(control, start_worker,
+                                                              attempt_root, mode):
+    """TERM reaches the command (the namespace's init and its parent ignore it), the group
+    is gone within the grace, and the attempt completes ``timed_out``."""
+    naptime = unique_sleep()
+    control.queue.append(make_attempt(f"sleep {naptime} & sleep {naptime}; echo never",
+                                      timeout_ms=500))
+    start_worker("--isolation", mode, "--attempt-root", str(attempt_root))
+    wait_until(lambda: bool(pids_running(["sleep", naptime])), 10.0, "started")
+    done = control.wait_for("complete", timeout_s=15.0)[0]
+    assert (done["outcome"], done["reason"]) == ("timed_out", "timeout")
+    assert pids_running(["sleep", naptime]) == []
