@@ -12,6 +12,7 @@ import json
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -54,6 +55,9 @@ class FakeControl:
         self.grant_headers = {"x-amz-meta-ql3-attempt": "a", "content-type":
                               "text/plain; charset=utf-8", "x-amz-checksum-sha256": "AAAA"}
         self.last_ok_heartbeat: dict[str, float] = {}
+        # route -> hook(decoded body) run in the server thread before the answer is written
+        # (a hook may block or signal the worker: the answer then waits for it)
+        self.hooks: dict[str, Callable[[Any], None]] = {}
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -80,6 +84,9 @@ class FakeControl:
         raise AssertionError(f"no {route} within {timeout_s} s")
 
     def _answer(self, route: str, body: Any) -> tuple[int, Any]:
+        hook = self.hooks.get(route)
+        if hook is not None:
+            hook(body)
         if route in self.force:
             self._answer_normally(route, body)  # the body is still decoded strictly
             return self.force[route], {"code": self.force_code.get(route, "lease_conflict")}

@@ -33,12 +33,14 @@ from qinglong.worker.environment import attempt_environment, default_cwd
 from qinglong.worker.errors import LeaseLostError, SpoolError, WorkerError
 from qinglong.worker.fencing import LeaseFence
 from qinglong.worker.heartbeat import Heartbeater
+from qinglong.worker.live_log import LiveLogSender, LiveStream
 from qinglong.worker.process import AttemptProcess, CwdMissingError, decode_status, spawn_attempt
-from qinglong.worker.spool import CappedCopier, open_spool_file, spool_facts
+from qinglong.worker.spool import CappedCopier, CapResult, open_spool_file, spool_facts
 from qinglong.worker.upload import SpoolUploader
 
 log = logging.getLogger("qinglong.worker")
 SUPERVISE_S = 0.05
+LAST_CHUNK_S = 3.0  # the last live chunk's budget before the log-upload grant is asked
 
 
 @dataclass(frozen=True)
@@ -48,13 +50,16 @@ class RunnerConfig:
     LANG (None: os.environ); HOME is also the working directory of a task without cwd
     (``/`` when HOME is unset or not a directory); ``uploader`` puts every attempt's log
     through one connection pool (the owner closes it). ``bundles`` fetches and checks out
-    script bundles (None: an attempt naming one fails ``bundle_unavailable``)."""
+    script bundles (None: an attempt naming one fails ``bundle_unavailable``). ``live``
+    streams every attempt's output to control while it runs (live_log.py; None: not
+    streamed)."""
 
     spool_dir: Path
     grace_s: float = 5.0
     worker_env: Mapping[str, str] | None = None
     uploader: SpoolUploader = field(default_factory=SpoolUploader)
     bundles: BundleStore | None = None
+    live: LiveLogSender | None = None
 
 
 class _Forget(Exception):  # noqa: N818  (control flow, never escapes this module)
@@ -109,10 +114,16 @@ class AttemptRunner:
             self._on_done(self.attempt_id)
 
     def _complete(self, outcome: str, status: tuple[int | None, int | None],
-                  log_facts: wire.LogFacts | None, reason: str | None) -> None:
+                  log_facts: wire.LogFacts | None, reason: str | None,
+                  layout: wire.LogLayout | None = None) -> None:
+        if self._lost.is_set() or self._fence.expired():
+            log.warning("attempt %s: fenced before completion: attempt forgotten",
+                        self.attempt_id)
+            return
         report = wire.CompletionReport(lease=self.attempt.lease, outcome=outcome,
                                        exit_code=status[0], signal=status[1], log=log_facts,
-                                       reason=reason)
+                                       reason=reason,
+                                       layout=layout if log_facts is not None else None)
         try:
             self._client.complete(report, deadline=self._fence.deadline)
         except LeaseLostError:
@@ -197,23 +208,36 @@ class AttemptRunner:
             return self._complete("failed", (None, None), None, reason)
         os.close(pipe_w)
         self._fence.subscribe(proc.set_deadline)  # the wrapper fences a frozen worker (C21)
-        copier = CappedCopier(pipe_r, spool_fd, a.log_limit_bytes)
+        live = self._config.live
+        stream: LiveStream | None = None
+        if live is not None:
+            stream = live.open(a.lease, self._fence, self._lost.set)
+        copier = CappedCopier(pipe_r, spool_fd, a.log_limit_bytes, spool_path,
+                              on_output=None if stream is None else stream.offer)
         copier.start()
         try:
             self._report_started(proc)
             verdict, why, code = self._supervise(proc)
-            copier.finish()
+            cap = copier.finish()
             if self._client.token_refused.is_set():  # 401: nothing can be reported
                 log.warning("attempt %s: stopped, not reported (worker token refused)",
                             self.attempt_id)
                 return None
             status = decode_status(code)
             outcome = verdict or ("succeeded" if status.exit_code == 0 else "failed")
-            facts = self._upload(spool_path)
+            if stream is not None and live is not None:
+                self._check_lease(proc)  # no chunk past the fence
+                # the last chunk goes before the grant is asked; a 409 after it is ignored
+                live.finish(stream, min(self._fence.deadline, clock.now() + LAST_CHUNK_S))
+            self._check_lease(proc)  # a frozen worker resumed: its wrapper killed the group
+            facts = self._upload(spool_path, cap)
             self._check_lease(proc)
-            self._complete(outcome, (status.exit_code, status.signal), facts, why)
+            self._complete(outcome, (status.exit_code, status.signal), facts, why,
+                           None if cap is None else cap.layout)
         finally:
             beats.stop()
+            if stream is not None and live is not None:
+                live.discard(stream)
             proc.abandon()  # after an error: the wrapper stops whatever still runs
             copier.finish(0.0)
             spool_path.unlink(missing_ok=True)
@@ -272,7 +296,11 @@ class AttemptRunner:
         proc.release()
         return verdict, why, code
 
-    def _upload(self, spool_path: Path) -> wire.LogFacts | None:
+    def _upload(self, spool_path: Path, cap: CapResult | None) -> wire.LogFacts | None:
+        if cap is None:  # the copier did not end (an escapee holds the pipe): no log
+            log.error("attempt %s: output copier did not finish: log not uploaded",
+                      self.attempt_id)
+            return None
         facts = spool_facts(spool_path)
         log_facts = wire.LogFacts(sha256=facts.sha256, size_bytes=facts.size_bytes)
         try:

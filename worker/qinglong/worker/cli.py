@@ -82,9 +82,16 @@ def worker() -> None:
                    "retry rules decide).")
 @click.option("--grace", type=float, default=5.0, show_default=True,
               help="Seconds between TERM and KILL when stopping an attempt's group.")
+@click.option("--log-stream-rate", type=int, default=64 * 1024, show_default=True,
+              help="Bytes per second of each attempt's output streamed live to control; "
+                   "output past it (and past the burst) is not streamed live, recorded as a "
+                   "gap: the uploaded log still holds it, up to the cap.")
+@click.option("--log-stream-burst", type=int, default=1024 * 1024, show_default=True,
+              help="Bytes of each attempt's output streamed live at once before the rate "
+                   "applies.")
 def run(control_url: str, concurrency: int, labels: str, name: str | None,
         token_file: str | None, spool_dir: str | None, drain_budget: float,
-        grace: float) -> int:
+        grace: float, log_stream_rate: int, log_stream_burst: int) -> int:
     """Register with control, claim and run attempts until SIGTERM/SIGINT, then drain.
 
     Token: env QL3_WORKER_TOKEN or --token-file; it is removed from this process's
@@ -108,6 +115,8 @@ def run(control_url: str, concurrency: int, labels: str, name: str | None,
         raise ValidationError("--concurrency", f"must be 1–{MAX_CLAIM}")
     if drain_budget < 0 or grace < 0:
         raise ValidationError("--drain-budget", "durations must be ≥ 0")
+    if log_stream_rate < 1 or log_stream_burst < 1:
+        raise ValidationError("--log-stream-rate", "rate and burst must be ≥ 1 byte")
     declared = _labels(labels)
     worker_name = name or socket.gethostname().split(".")[0]
 
@@ -146,6 +155,13 @@ def run(control_url: str, concurrency: int, labels: str, name: str | None,
     path = token_file
     client = ControlClient(urls, token, reload_token=(
         None if path is None else lambda: read_token_file(path)))
+    from dataclasses import replace
+
+    from qinglong.worker.live_log import LiveLogSender, StreamConfig
+
+    live = LiveLogSender(client, StreamConfig(rate_bytes_s=log_stream_rate,
+                                              burst_bytes=log_stream_burst))
+    config = replace(config, runner=replace(config.runner, live=live))
     loop = WorkerLoop(client, config)
 
     def on_signal(_sig: int, _frame: FrameType | None) -> None:
@@ -156,5 +172,6 @@ def run(control_url: str, concurrency: int, labels: str, name: str | None,
     try:
         return loop.run()
     finally:
+        live.close()
         client.close()
         config.runner.uploader.close()

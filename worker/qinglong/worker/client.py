@@ -64,6 +64,7 @@ ROUTES = {
     "started": "/v1/worker/started",
     "heartbeat": "/v1/worker/heartbeat",
     "log_upload": "/v1/worker/log-upload",
+    "log_chunk": "/v1/worker/log-chunk",
     "bundle": "/v1/worker/bundle",
     "complete": "/v1/worker/complete",
     "stopped": "/v1/worker/stopped",
@@ -224,6 +225,16 @@ class ControlClient:
     def log_upload(self, msg: wire.LogUploadRequest, deadline: float) -> wire.LogUploadGrant:
         """POST /v1/worker/log-upload: a presigned PUT for the attempt's log object."""
         return self._call("log_upload", msg, wire.LogUploadGrant, deadline)
+
+    def log_chunk(self, msg: wire.LogChunkBatch, deadline: float) -> wire.LogChunkAnswer:
+        """POST /v1/worker/log-chunk: live output of the worker's attempts (docs/protocols.md
+        §4.7). Per-chunk 200/409/416 come in the answer's results; a replica without the
+        route answers 404 => ControlRejectedError (live_log.py stops streaming there). Raises
+        WireAnswerError when the answer does not hold one result per chunk."""
+        answer = self._call("log_chunk", msg, wire.LogChunkAnswer, deadline)
+        if len(answer.results) != len(msg.chunks):
+            raise WireAnswerError("LogChunkAnswer: one result per chunk expected")
+        return answer
 
     def bundle(self, msg: wire.BundleRequest, deadline: float) -> wire.BundleGrant:
         """POST /v1/worker/bundle: a presigned GET of the attempt's script bundle (404
