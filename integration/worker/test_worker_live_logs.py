@@ -11,8 +11,6 @@ import pytest
 from fake_control import make_attempt
 from worker_kit import wait_group_gone, wait_until
 
-from qinglong.worker.spool import marker_line
-
 pytestmark = pytest.mark.integration
 
 
@@ -157,6 +155,8 @@ def test_a_flood_past_the_bucket_is_a_skipped_gap_and_the_object_keeps_everythin
 
 def test_the_cap_keeps_head_and_tail_without_splitting_a_character_and_memory_stays_flat(
         control, start_worker):
+    from qinglong.worker.spool import marker_line
+
     limit = 1024 * 1024 + 1  # the head ends inside a 3-byte character
     lines = 600_000  # "第NNNNNN行 汉字\n" ≈ 20 bytes a line: ≈ 12 MB, 12 × the cap
     script = (f"seq 1 {lines} | sed 's/.*/第&行 汉字/'; echo 最后一行")
