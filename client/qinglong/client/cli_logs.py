@@ -78,9 +78,11 @@ class _Printer:
 
     def __init__(self) -> None:
         self.at_line_start = True
+        self.written = 0  # bytes written, gap lines included
 
     def data(self, data: bytes) -> None:
         if data:
+            self.written += len(data)
             sys.stdout.buffer.write(data)
             sys.stdout.flush()
             self.at_line_start = data.endswith(b"\n")
@@ -192,9 +194,13 @@ def _print_partial(client: ControlClient, attempt: dict[str, Any], printer: _Pri
                    tail: int | None) -> None:
     """What the worker streamed of an attempt that left no stored log."""
     number = attempt["number"]
+    before = printer.written
     try:
         stream_attempt(client, attempt["id"], printer, follow=False, tail_lines=tail)
     except (ControlNotFoundError, ControlFailedError):
+        click.echo(f"attempt {number} left no log ({_ended(attempt)})", err=True)
+        return
+    if printer.written == before:
         click.echo(f"attempt {number} left no log ({_ended(attempt)})", err=True)
         return
     click.echo(f"attempt {number} ended {_ended(attempt)}: its log above may be incomplete",
