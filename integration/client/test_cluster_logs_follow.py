@@ -113,7 +113,7 @@ class Control:
                     return self._json(401, {"error": {"code": "unauthorized"}})
                 if control.draining:
                     return self._json(503, {"error": {"code": "draining"}})
-                if url.path == "/v1/runs/resolve" or url.path == f"/v1/runs/{RUN_ID}":
+                if url.path in ("/v1/runs/resolve", f"/v1/runs/{RUN_ID}"):
                     return self._json(200, control.run)
                 if url.path != f"/v1/attempts/{ATTEMPT_ID}/log":
                     return self._json(404, {"error": {"code": "not_found"}})

@@ -81,7 +81,7 @@ def test_a_416_makes_the_worker_resend_from_the_stored_end(control, start_worker
     control.wait_for("complete", timeout_s=15.0)
     expected = "".join(f"行 {i}\n" for i in range(1, 21)).encode()
     live = control.live_log(aid)
-    assert [r[3] for r in control.chunk_results][0] == 416
+    assert control.chunk_results[0][3] == 416
     first_end = control.chunk_results[0][4]
     assert control.chunk_results[1][2] == first_end  # resent from the end given
     assert live.gaps == []
