@@ -94,6 +94,8 @@ class FakeControl:
         self.lock = threading.Lock()
         self.log: list[tuple[float, str, Any]] = []  # (monotonic s, route, decoded message)
         self.puts: list[tuple[dict[str, str], bytes]] = []
+        self.put_status = 200  # the object store's answer to a PUT (503: down; not kept)
+        self.put_tries: list[tuple[float, int]] = []  # (monotonic s, status answered)
         self.grant_headers = {"x-amz-meta-ql3-attempt": "a", "content-type":
                               "text/plain; charset=utf-8", "x-amz-checksum-sha256": "AAAA"}
         self.last_ok_heartbeat: dict[str, float] = {}
@@ -225,8 +227,12 @@ class FakeControl:
             def do_PUT(self) -> None:
                 data = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 with fake.lock:
-                    fake.puts.append(({k.lower(): v for k, v in self.headers.items()}, data))
-                self.send_response(200)
+                    status = fake.put_status
+                    fake.put_tries.append((time.monotonic(), status))
+                    if status == 200:
+                        fake.puts.append(({k.lower(): v for k, v in self.headers.items()},
+                                          data))
+                self.send_response(status)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 

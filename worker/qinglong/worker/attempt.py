@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,11 +37,12 @@ from qinglong.worker.heartbeat import Heartbeater
 from qinglong.worker.live_log import LiveLogSender, LiveStream
 from qinglong.worker.process import AttemptProcess, CwdMissingError, decode_status, spawn_attempt
 from qinglong.worker.spool import CappedCopier, CapResult, open_spool_file, spool_facts
-from qinglong.worker.upload import SpoolUploader
+from qinglong.worker.upload import ObjectStoreUnavailableError, SpoolUploader
 
 log = logging.getLogger("qinglong.worker")
 SUPERVISE_S = 0.05
 LAST_CHUNK_S = 3.0  # the last live chunk's budget before the log-upload grant is asked
+UPLOAD_PAUSE_S = 2.0  # between rounds of log upload tries while the object store is down
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,9 @@ class RunnerConfig:
     through one connection pool (the owner closes it). ``bundles`` fetches and checks out
     script bundles (None: an attempt naming one fails ``bundle_unavailable``). ``live``
     streams every attempt's output to control while it runs (live_log.py; None: not
-    streamed)."""
+    streamed). ``upload_bound_s``: how long an attempt whose command has ended keeps its
+    lease (heartbeats go on) while the object store refuses its log; past it the attempt
+    completes with its exit code's outcome and reason ``log_unavailable``."""
 
     spool_dir: Path
     grace_s: float = 5.0
@@ -60,6 +64,7 @@ class RunnerConfig:
     uploader: SpoolUploader = field(default_factory=SpoolUploader)
     bundles: BundleStore | None = None
     live: LiveLogSender | None = None
+    upload_bound_s: float = 900.0
 
 
 class _Forget(Exception):  # noqa: N818  (control flow, never escapes this module)
@@ -85,6 +90,7 @@ class AttemptRunner:
         self._claim_sent_at = claim_sent_at
         self._stop_reason: str | None = None
         self._lost = threading.Event()
+        self.storing = threading.Event()  # the command ended; the log is being stored
         self._thread = threading.Thread(target=self._main, name=f"ql3-attempt-{self.attempt_id}",
                                         daemon=True)
 
@@ -230,9 +236,11 @@ class AttemptRunner:
                 # the last chunk goes before the grant is asked; a 409 after it is ignored
                 live.finish(stream, min(self._fence.deadline, clock.now() + LAST_CHUNK_S))
             self._check_lease(proc)  # a frozen worker resumed: its wrapper killed the group
-            facts = self._upload(spool_path, cap)
+            self.storing.set()
+            facts, unavailable = self._upload(spool_path, cap)
             self._check_lease(proc)
-            self._complete(outcome, (status.exit_code, status.signal), facts, why,
+            self._complete(outcome, (status.exit_code, status.signal), facts,
+                           "log_unavailable" if unavailable else why,
                            None if cap is None else cap.layout)
         finally:
             beats.stop()
@@ -296,22 +304,46 @@ class AttemptRunner:
         proc.release()
         return verdict, why, code
 
-    def _upload(self, spool_path: Path, cap: CapResult | None) -> wire.LogFacts | None:
+    def _upload(self, spool_path: Path,
+                cap: CapResult | None) -> tuple[wire.LogFacts | None, bool]:
+        """Store the spool as the attempt's log: (its facts, or None; True when it could
+        not be stored because the object store stayed unavailable). While the object store
+        refuses (connection errors, 5xx), the PUT is tried again — a fresh grant each round
+        — for up to ``upload_bound_s``; heartbeats keep the lease meanwhile, and each round
+        stays within the fence deadline as it is then. A drain's stop ends the wait."""
         if cap is None:  # the copier did not end (an escapee holds the pipe): no log
             log.error("attempt %s: output copier did not finish: log not uploaded",
                       self.attempt_id)
-            return None
+            return None, False
         facts = spool_facts(spool_path)
         log_facts = wire.LogFacts(sha256=facts.sha256, size_bytes=facts.size_bytes)
-        try:
-            grant = self._client.log_upload(
-                wire.LogUploadRequest(lease=self.attempt.lease, log=log_facts),
-                deadline=self._fence.deadline)
-            self._config.uploader.put(grant, spool_path, deadline=self._fence.deadline)
-        except LeaseLostError:
-            self._lost.set()
-            return None
-        except WorkerError as exc:
-            log.error("attempt %s: log not uploaded: %s", self.attempt_id, exc)
-            return None
-        return log_facts
+        give_up = clock.now() + self._config.upload_bound_s
+        warned_at: float | None = None
+        while True:
+            if self._lost.is_set() or self._fence.expired():
+                return None, False  # the caller's lease check forgets the attempt
+            try:
+                grant = self._client.log_upload(
+                    wire.LogUploadRequest(lease=self.attempt.lease, log=log_facts),
+                    deadline=self._fence.deadline)
+                self._config.uploader.put(grant, spool_path,
+                                          deadline=min(self._fence.deadline, give_up))
+            except LeaseLostError:
+                self._lost.set()
+                return None, False
+            except ObjectStoreUnavailableError as exc:
+                now = clock.now()
+                if now >= give_up or self._stop_reason == "worker_drain":
+                    log.error("attempt %s: log not stored: %s; completing with reason "
+                              "log_unavailable", self.attempt_id, exc)
+                    return None, True
+                if warned_at is None or now - warned_at >= 60.0:
+                    warned_at = now
+                    log.warning("attempt %s: %s; keeping the lease and trying again (for "
+                                "up to %.0f s more)", self.attempt_id, exc, give_up - now)
+                time.sleep(min(UPLOAD_PAUSE_S, max(0.0, give_up - now)))
+                continue
+            except WorkerError as exc:
+                log.error("attempt %s: log not uploaded: %s", self.attempt_id, exc)
+                return None, False
+            return log_facts, False

@@ -89,9 +89,15 @@ def worker() -> None:
 @click.option("--log-stream-burst", type=int, default=1024 * 1024, show_default=True,
               help="Bytes of each attempt's output streamed live at once before the rate "
                    "applies.")
+@click.option("--log-upload-bound", type=float, default=900.0, show_default=True,
+              help="Seconds an attempt whose command has ended keeps its lease while the "
+                   "object store (S3) refuses its log; past it the attempt completes with "
+                   "its exit code's outcome and reason log_unavailable (its live log stays "
+                   "readable as a partial log).")
 def run(control_url: str, concurrency: int, labels: str, name: str | None,
         token_file: str | None, spool_dir: str | None, drain_budget: float,
-        grace: float, log_stream_rate: int, log_stream_burst: int) -> int:
+        grace: float, log_stream_rate: int, log_stream_burst: int,
+        log_upload_bound: float) -> int:
     """Register with control, claim and run attempts until SIGTERM/SIGINT, then drain.
 
     Token: env QL3_WORKER_TOKEN or --token-file; it is removed from this process's
@@ -115,6 +121,8 @@ def run(control_url: str, concurrency: int, labels: str, name: str | None,
         raise ValidationError("--concurrency", f"must be 1–{MAX_CLAIM}")
     if drain_budget < 0 or grace < 0:
         raise ValidationError("--drain-budget", "durations must be ≥ 0")
+    if log_upload_bound < 0:
+        raise ValidationError("--log-upload-bound", "must be ≥ 0 seconds")
     if log_stream_rate < 1 or log_stream_burst < 1:
         raise ValidationError("--log-stream-rate", "rate and burst must be ≥ 1 byte")
     declared = _labels(labels)
@@ -151,7 +159,8 @@ def run(control_url: str, concurrency: int, labels: str, name: str | None,
     config = WorkerConfig(name=worker_name, labels=declared, concurrency=concurrency,
                           drain_budget_s=drain_budget, control_url=",".join(urls),
                           runner=RunnerConfig(spool_dir=spool, grace_s=grace,
-                                              bundles=bundles))
+                                              bundles=bundles,
+                                              upload_bound_s=log_upload_bound))
     path = token_file
     client = ControlClient(urls, token, reload_token=(
         None if path is None else lambda: read_token_file(path)))

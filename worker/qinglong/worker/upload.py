@@ -25,6 +25,14 @@ from qinglong.worker import clock
 from qinglong.worker.errors import ControlRejectedError, ControlUnavailableError
 
 
+class ObjectStoreUnavailableError(ControlUnavailableError):
+    """The object store (S3) did not take the PUT before the deadline: a connection error or
+    5xx on every try (``cause`` names the last). Not control's failure: the message says S3."""
+
+    def __str__(self) -> str:
+        return f"object store (S3) unavailable: {self.cause}"
+
+
 class _RetryableError(Exception):
     def __init__(self, cause: str) -> None:
         super().__init__(cause)
@@ -64,8 +72,8 @@ class SpoolUploader:
         """PUT the bytes of ``path`` to ``grant.url`` with exactly ``grant.headers``.
 
         Retries connection errors and 5xx with backoff, never past ``deadline`` (monotonic
-        s) nor past the grant's ``expires_in_s``. Raises ControlUnavailableError when out of
-        time and ControlRejectedError on a 4xx from the object store (e.g. 403: signature
+        s) nor past the grant's ``expires_in_s``. Raises ObjectStoreUnavailableError when out
+        of time and ControlRejectedError on a 4xx from the object store (e.g. 403: signature
         mismatch).
         """
         data = path.read_bytes()
@@ -102,7 +110,7 @@ class SpoolUploader:
         try:
             retrying(once)
         except _RetryableError as exc:
-            raise ControlUnavailableError(f"log upload: {exc.cause}") from None
+            raise ObjectStoreUnavailableError(f"log upload: {exc.cause}") from None
 
 
 def put_spool(grant: LogUploadGrant, path: Path, deadline: float,
