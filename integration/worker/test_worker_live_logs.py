@@ -183,3 +183,35 @@ def test_the_cap_keeps_head_and_tail_without_splitting_a_character_and_memory_st
     assert f"[ql3: {left_out} bytes left out]".encode() in body
     # the tail lives on disk: the worker's peak stays far below the output size (12 MB)
     assert peak - before < 8 * 1024, (before, peak)
+
+
+def test_a_replica_going_away_mid_stream_loses_and_repeats_nothing(control, start_worker):
+    """Two replicas over one database (the fakes share their state): the first is shut
+    down while chunks flow; the worker's next requests go to the second, from the stored
+    end, and the live log is the task's output exactly."""
+    from fake_control import FakeControl
+
+    second = FakeControl()
+    for name in ("live", "lock", "log", "chunk_results", "puts", "put_tries",
+                 "last_ok_heartbeat"):
+        setattr(second, name, getattr(control, name))
+    second.start()
+    try:
+        attempt = make_attempt('for i in $(seq 1 40); do echo "第${i}行"; sleep 0.1; done')
+        aid = _aid(attempt)
+        control.queue.append(attempt)
+        start_worker(control_url=f"{control.url},{second.url}")
+        wait_until(lambda: control.live_log(aid).end > 0, 10.0, "chunks through the first")
+        control.close()  # the replica goes away: connections refused from now on
+        closed_at = time.monotonic()
+        done = control.wait_for("complete", timeout_s=20.0)[0]
+        assert done["outcome"] == "succeeded"
+        expected = "".join(f"第{i}行\n" for i in range(1, 41)).encode()
+        live = control.live_log(aid)
+        assert live.data() == expected
+        assert live.gaps == []
+        assert any(at > closed_at and status == 200
+                   for at, _, _, status, _ in control.chunk_results)
+        assert control.puts[-1][1] == expected
+    finally:
+        second.close()
