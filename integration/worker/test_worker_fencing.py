@@ -73,7 +73,7 @@ def _no_completion_within(control, seconds: float) -> None:
 
 
 def test_frozen_worker_attempt_dies_by_the_wrappers_copy_of_the_fence(control, start_worker):
-    """C21: a worker stopped (SIGSTOP) cannot kill anything; the wrapper holds its fence
+    """A worker stopped (SIGSTOP) cannot kill anything; the wrapper holds its fence
     deadline and kills the group before the lease, renewed no later than last_ok, ends. The
     worker is frozen with a heartbeat in flight (the answer it reads on resuming would renew
     a live fence): it must still forget the attempt."""

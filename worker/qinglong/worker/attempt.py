@@ -1,19 +1,25 @@
-"""Running one claimed attempt end to end (docs/protocols.md §4.2, issue 11 items 4 and 6).
+"""Running one claimed attempt end to end (docs/protocols.md §4.2).
 
 Order: [a script bundle: fetch, verify, extract into a fresh private directory —
 ``bundles.py``; a failure completes the attempt ``failed`` with its class and nothing runs] ->
-spool file -> spawn the group behind the wrapper, holding the attempt lock -> report
-``started`` -> heartbeat and supervise (timeout, cancel, drain, lease loss, self-fence) -> stop
-the group -> stop the leftovers (lock holders and group members; case C18) -> release the
-wrapper -> hash the spool -> ask a log-upload grant -> PUT -> complete. An attempt whose
+spool file (capped: head, marker, tail) -> spawn the group behind the wrapper, holding the
+attempt lock -> report ``started`` -> heartbeat, stream the output live (``live_log.py``) and
+supervise (timeout, cancel, drain, lease loss, self-fence) -> stop the group -> stop the
+leftovers (lock holders and group members) -> release the wrapper -> send the last live
+chunk -> hash the spool -> ask a log-upload grant -> PUT (tried again while the object store
+is down, the lease kept, up to ``upload_bound_s``; then reason ``log_unavailable``) ->
+complete (with the cap's layout). An attempt whose
 command ended by itself but left processes behind keeps the outcome its exit code gives (a
 retry of a script that succeeded would repeat its side effects), with reason
 ``leftovers_stopped`` once they are all stopped (TERM, grace, KILL) — never a silent
-``succeeded`` (case C18); when lock holders remain that it cannot find (another PID
+``succeeded``; when lock holders remain that it cannot find (another PID
 namespace), it completes ``failed`` with reason ``leftover_processes``. A timed-out or
 cancelled attempt keeps that outcome and reason (the leftovers are stopped and logged).
-A 409 on any write, or a fence deadline passed without renewal, kills the group and every
-lock holder at once and forgets the attempt: it is never completed by this worker (case C21).
+A 409 on any write (a live chunk's included), or a fence deadline passed without renewal
+(checked again before the last chunk, the upload and ``complete``: a frozen worker that
+resumes finds it passed), kills the group and every lock holder at once and forgets the
+attempt: it is never completed by this worker
+(integration/worker/test_worker_fencing.py).
 """
 
 from __future__ import annotations
@@ -213,7 +219,7 @@ class AttemptRunner:
             spool_path.unlink(missing_ok=True)
             return self._complete("failed", (None, None), None, reason)
         os.close(pipe_w)
-        self._fence.subscribe(proc.set_deadline)  # the wrapper fences a frozen worker (C21)
+        self._fence.subscribe(proc.set_deadline)  # the wrapper fences a frozen worker
         live = self._config.live
         stream: LiveStream | None = None
         if live is not None:
@@ -297,7 +303,7 @@ class AttemptRunner:
         report = proc.clear_leftovers(self._config.grace_s)
         if report.found or report.unresolved:
             log.warning("attempt %s: %s", self.attempt_id, report.describe())
-            if verdict is None and report.unresolved:  # holders it cannot stop (case C18)
+            if verdict is None and report.unresolved:  # holders it cannot stop
                 verdict, why = "failed", "leftover_processes"
             elif why is None:  # stopped: the exit code decides, as locally; recorded
                 why = "leftovers_stopped"

@@ -1,4 +1,4 @@
-"""``ql3 worker run``: the remote worker's command line (docs/protocols.md §4.2, issue 11 item 6).
+"""``ql3 worker run``: the remote worker's command line (docs/protocols.md §4.2).
 
 Bad input is one line on stderr and exit 2 (``ValidationError`` through ``ql3``'s error
 mapping); control unreachable at start is retried with backoff and one log line per try;

@@ -193,13 +193,13 @@ class ControlClient:
     def register(self, msg: wire.WorkerRegistration,
                  deadline: float | None = None) -> wire.WorkerRegistered:
         """POST /v1/worker/register. WireAnswerError when the answer's lease timing breaks
-        heartbeat ≤ lease/3 (C11; the message holds both numbers)."""
+        heartbeat ≤ lease/3 (the message holds both numbers)."""
         return self._call("register", msg, wire.WorkerRegistered, deadline)
 
     def claim(self, msg: wire.ClaimRequest,
               deadline: float | None = None) -> tuple[list[wire.ClaimedAttempt], list[str]]:
         """POST /v1/worker/claim. Returns (attempts to run, reasons of refused ones): each
-        attempt decodes on its own, so one with heartbeat > lease/3 is refused (C11) without
+        attempt decodes on its own, so one with heartbeat > lease/3 is refused without
         refusing the others."""
         body = self._post(ROUTES["claim"], msg, deadline)
         if not isinstance(body, dict) or set(body) != {"attempts"} or not isinstance(

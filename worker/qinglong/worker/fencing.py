@@ -1,4 +1,4 @@
-"""Self-fencing of one attempt's lease (docs/protocols.md §4.2 "Self-fencing", issue 11 item 4).
+"""Self-fencing of one attempt's lease (docs/protocols.md §4.2 "Self-fencing").
 
 The worker's deadline for an attempt is the monotonic time at which the last successful
 renewal (the claim, then each heartbeat) was *sent*, plus the lease granted by that renewal,

@@ -1,9 +1,9 @@
-"""The worker's main loop (docs/protocols.md §4.2 "Dispatch", issue 11 item 6): register a new
+"""The worker's main loop (docs/protocols.md §4.2 "Dispatch"): register a new
 incarnation, claim up to the free slots, run each attempt, drain on stop.
 
-A registration is a new incarnation per process start (case C12: a restarted worker under the
+A registration is a new incarnation per process start (a restarted worker under the
 same name inherits nothing). An empty claim backs off 0.5–2 s with jitter. A claimed attempt
-whose heartbeat breaks heartbeat ≤ lease/3 is refused and not run (C11). An attempt whose
+whose heartbeat breaks heartbeat ≤ lease/3 is refused and not run. An attempt whose
 command has ended and whose log is still being stored does not hold a ``--concurrency`` slot
 (at most 2 × concurrency of them are held). Stop (SIGTERM/SIGINT)
 drains: no more claims, running attempts get ``drain_budget_s``, then their groups are stopped

@@ -1,4 +1,4 @@
-"""The local output spool of remote attempts (docs/protocols.md §4.2 "Logs", issue 11 item 6).
+"""The local output spool of remote attempts (docs/protocols.md §4.2 "Logs").
 
 One private directory (0700, owned by the worker's uid, not a symlink) holds one file per
 attempt (``<attempt_id>.log``, created 0600 with ``O_EXCL | O_NOFOLLOW``). A copier thread
