@@ -215,3 +215,20 @@ def test_a_replica_going_away_mid_stream_loses_and_repeats_nothing(control, star
         assert control.puts[-1][1] == expected
     finally:
         second.close()
+
+
+def test_the_upload_streams_the_spool_so_memory_does_not_grow_with_the_log(control,
+                                                                         start_worker):
+    size = 24 * 1024 * 1024  # under the cap: the whole output is the log
+    attempt = make_attempt(f"head -c {size} /dev/zero | tr '\\0' z",
+                           log_limit_bytes=32 * 1024 * 1024, lease_ms=30000,
+                           heartbeat_ms=10000)
+    control.queue.append(attempt)
+    worker = start_worker()
+    wait_until(lambda: control.seen("claim"), 10.0, "worker claiming")
+    before = _rss_kib(worker.proc.pid)
+    done = control.wait_for("complete", timeout_s=60.0)[0]
+    peak = _rss_kib(worker.proc.pid, "VmHWM")
+    assert done["log"]["size_bytes"] == size
+    assert len(control.puts[0][1]) == size
+    assert peak - before < 8 * 1024, (before, peak)  # far below the log's 24 MiB
