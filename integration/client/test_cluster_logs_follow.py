@@ -72,6 +72,7 @@ class Control:
         self.log = log
         self.run = run
         self.draining = False
+        self.old = False  # a release before live logs: no raw path (query ignored)
         self.requests: list[str] = []
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
@@ -118,7 +119,10 @@ class Control:
                 if url.path != f"/v1/attempts/{ATTEMPT_ID}/log":
                     return self._json(404, {"error": {"code": "not_found"}})
                 log = control.log
-                if not query:  # the stored object
+                if control.old and log.status == "running":
+                    return self._json(404, {"error": {"code": "log_pending",
+                                                      "message": "not finished"}})
+                if not query or control.old:  # the stored object
                     if log.stored is None:
                         return self._json(404, {"error": {"code": "log_not_found",
                                                           "message": "no log"}})
@@ -254,3 +258,36 @@ def test_a_lost_attempts_partial_log_is_shown_and_said_to_be_incomplete(replicas
     assert out == "丢失前的输出\n".encode()
     assert "left no log" not in err.decode()
     assert "attempt 1 ended lost: its log above may be incomplete" in err.decode()
+
+
+def test_follow_of_a_finished_run_prints_the_stored_log_with_its_marker(replicas):
+    log, (first, _second) = replicas
+    log.stored = "头部\n[ql3: 900 bytes left out]\n尾部\n".encode()
+    log.finish("succeeded")
+    first.run.update(_run_view("succeeded", "succeeded", 0))
+    proc = _ql3(first.url, "备份#7", "-f")
+    out, err = proc.communicate(timeout=30)
+    assert out == log.stored
+    assert err.decode().splitlines()[-1].endswith("succeeded (exit 0) in 1m 05s")
+    assert proc.returncode == 0
+
+
+def test_follow_against_a_control_without_live_logs_shows_the_log_when_it_ends(replicas):
+    log, (first, _second) = replicas
+    first.old = True
+    proc = _ql3(first.url, "备份#7", "-f")
+    try:
+        _wait(lambda: sum("/log" in r for r in first.requests) >= 1, "asked for the log")
+        log.stored = "旧版本的日志\n".encode()
+        first.run.update(_run_view("succeeded", "succeeded", 0))
+        log.finish("succeeded")
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert out == "旧版本的日志\n".encode()
+    lines = err.decode().splitlines()
+    assert lines[0] == ("control does not stream logs (older release): attempt 1 is shown "
+                        "when it ends")
+    assert all(len(line) <= 80 for line in lines)
+    assert lines[-1].endswith("succeeded (exit 0) in 1m 05s")
+    assert proc.returncode == 0

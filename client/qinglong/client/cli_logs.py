@@ -232,12 +232,46 @@ def follow_run(client: ControlClient, run_id: str, tail: int | None) -> dict[str
         followed.add(attempt["id"])
         if len(view["attempts"]) > 1:
             click.echo(f"== attempt {attempt['number']} ==", err=True)
-        status = stream_attempt(client, attempt["id"], printer, follow=True,
-                                tail_lines=tail)
+        if attempt["status"] in TERMINAL and attempt["status"] not in PARTIAL:
+            retired = _print_stored(client, attempt, printer, tail)  # as stored: its marker
+            if retired is not None:
+                raise retired
+            tail = None
+            continue
+        try:
+            status = stream_attempt(client, attempt["id"], printer, follow=True,
+                                    tail_lines=tail)
+        except (ControlNotFoundError, ControlFailedError) as exc:
+            if isinstance(exc, ControlNotFoundError) and exc.error_code != "log_pending":
+                raise
+            _after_it_ends(client, run_id, attempt, printer, tail)
+            tail = None
+            continue
         tail = None
         if status in PARTIAL:
             click.echo(f"attempt {attempt['number']} ended {status}: its log above may be "
                        "incomplete", err=True)
+
+
+def _after_it_ends(client: ControlClient, run_id: str, attempt: dict[str, Any],
+                   printer: _Printer, tail: int | None) -> None:
+    """A control without the raw path (a release before live logs): say so, wait for the
+    attempt to end, then print its stored log."""
+    number = attempt["number"]
+    click.echo(f"control does not stream logs (older release): attempt {number} is shown "
+               "when it ends", err=True)
+    while True:
+        view: dict[str, Any] = _retrying(partial(client.get, f"/v1/runs/{run_id}"), True)
+        now = next((a for a in view["attempts"] if a["id"] == attempt["id"]), attempt)
+        if now["status"] in TERMINAL:
+            break
+        time.sleep(QUEUED_POLL_S)
+    if now["status"] in PARTIAL:
+        click.echo(f"attempt {number} left no log ({_ended(now)})", err=True)
+        return
+    retired = _print_stored(client, now, printer, tail)
+    if retired is not None:
+        raise retired
 
 
 @click.command("logs", epilog=RUN_HELP)
