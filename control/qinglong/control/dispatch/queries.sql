@@ -22,6 +22,15 @@ SET last_seen_at = now()
 WHERE id = CAST(%(id)s AS uuid) AND pool_id = CAST(%(pool_id)s AS uuid) AND stopped_at IS NULL
 RETURNING id
 
+-- pick_runs_plan --
+-- Pin pick_runs' plan for the rest of this transaction (docs/protocols.md §4.3): without
+-- statistics (a restore, a bulk load, a new replica) the planner guesses a handful of queued
+-- runs and would read and sort every one; with sorts, hash and merge joins priced out, the
+-- only plan left walks runs_queued_idx in order and looks each task up by key, stopping at
+-- %(limit)s. What follows pick_runs in the transaction reads by key only.
+SELECT set_config('enable_sort', 'off', true), set_config('enable_hashjoin', 'off', true),
+       set_config('enable_mergejoin', 'off', true)
+
 -- pick_runs --
 -- Lock at most %(limit)s due queued runs this incarnation may run (task labels within its
 -- labels and its pool's); SKIP LOCKED inside a MATERIALIZED CTE so the LIMIT holds (§4.3 step 1)

@@ -31,7 +31,11 @@ ON CONFLICT (attempt_id) DO NOTHING
 -- enrollment) is not leased but moved to its new eligibility. ``leased`` marks the claims. The
 -- lease runs from clock_timestamp(): a claim that waited on a lock still gets its full lease.
 -- %(versioned_only)s: only rows with a recorded VersionId (the store ignores If-Match, so an
--- unversioned row could only fail towards manual).
+-- unversioned row could only fail towards manual). Bounded whatever the planner knows
+-- (docs/protocols.md §4.3): the picked rows are fixed first, and the identity check is a
+-- LATERAL with LIMIT 1, which PostgreSQL never pulls up into the join, so it runs once per
+-- picked row as key lookups (artifact, attempt, run, task by primary key), never as a join
+-- of the whole candidate set.
 WITH picked AS MATERIALIZED (
     SELECT attempt_id
     FROM run_attempt_log_retention_controls
@@ -52,7 +56,8 @@ WITH picked AS MATERIALIZED (
         JOIN attempts a ON a.id = la.attempt_id
         JOIN runs r ON r.id = a.run_id
         JOIN tasks t ON t.id = r.task_id
-        WHERE la.id = c.artifact_id AND la.attempt_id = c.attempt_id
+        WHERE la.id = c.artifact_id AND a.id = c.attempt_id AND r.id = c.run_id
+          AND la.attempt_id = c.attempt_id
           AND la.run_id = c.run_id AND la.project_id = c.project_id
           AND la.bucket = c.bucket AND la.object_key = c.object_key
           AND la.version_id IS NOT DISTINCT FROM c.version_id
@@ -64,6 +69,7 @@ WITH picked AS MATERIALIZED (
           AND r.id = c.run_id AND r.project_id = c.project_id AND r.owner = 'runtime'
           AND r.status IN ('succeeded', 'failed', 'cancelled', 'timed_out')
           AND r.finished_at IS NOT NULL
+        LIMIT 1
     ) f ON true
 )
 UPDATE run_attempt_log_retention_controls AS c
