@@ -124,6 +124,8 @@ def measured(pg_template: PgDb) -> Iterator[dict[str, dict[str, Work]]]:
 def test_claim_work_does_not_grow_with_the_table(
         measured: dict[str, dict[str, Work]], statement: str, case: str) -> None:
     small, big = measured["small"][statement], measured[case][statement]
+    print(f"{statement:26} {case:8} rows {small.rows:>7} -> {big.rows:>7}"
+          f"  buffers {small.buffers:>6} -> {big.buffers:>6}")
     assert big.within(small, FACTOR), (
         f"{statement}: {case} {LARGE} rows read {big.rows} rows / {big.buffers} buffers,"
         f" {SMALL} rows read {small.rows} / {small.buffers}\n--- {case}:\n{outline(big.plan)}"

@@ -119,6 +119,7 @@ def claim(
     params = {"limit": limit, "owner": str(owner), "lease_s": float(lease_s),
               "versioned_only": versioned_only}
     with conn.begin():  # ADR-0379 §2: one short READ COMMITTED transaction
+        run_named(conn, queries()["claim_plan"])  # bounded without statistics (§4.3)
         rows = run_named(conn, queries()["claim"], params).all()
     # ids and token come back as text (``::text`` in the statement): no uuid.UUID round trip
     return [Claim(*r[1:]) for r in rows if r[0]]
