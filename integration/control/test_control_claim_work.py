@@ -14,16 +14,26 @@ from typing import Any
 
 import pytest
 from pg_control_db import PgDb, admin, drop_database, drop_role, unique
-from plan_work import INCARNATION, POOL, PROJECT, Work, explain_work, key, never_analyzed
-from plan_work import outline, prepare, seed
+from plan_work import (
+    INCARNATION,
+    POOL,
+    PROJECT,
+    Work,
+    explain_work,
+    key,
+    never_analyzed,
+    outline,
+    prepare,
+    seed,
+)
 
-from qinglong.shared.wire import MAX_CLAIM
 from qinglong.control.dispatch.recovery import BATCH_DEFAULT
 from qinglong.control.dispatch.statements import sql as dispatch_sql
 from qinglong.control.retention.claims import MAX_CLAIM_LIMIT
 from qinglong.control.retention.claims import queries as retention_sql
 from qinglong.control.scheduling.scheduler import PAGE_SIZE_DEFAULT
 from qinglong.control.scheduling.scheduler import queries as scheduling_sql
+from qinglong.shared.wire import MAX_CLAIM
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 
