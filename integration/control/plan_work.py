@@ -12,11 +12,13 @@ FORMAT JSON)`` in a transaction it rolls back and sums what the plan nodes read.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 import psycopg.errors
+from psycopg import sql
 
 # The control plane's tables: autovacuum off (no autoanalyze can give the planner statistics)
 # before any row is written.
@@ -142,14 +144,32 @@ STATEMENT_TIMEOUT_MS = 20_000
 UNBOUNDED = 1 << 62
 
 
+def _generic(statement: str, params: dict[str, Any]) -> tuple[bytes, sql.Composed]:
+    """``PREPARE`` text of ``statement`` (``%(name)s`` turned into ``$n``) and the
+    ``EXECUTE`` of it with ``params`` as literals."""
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    text = re.sub(r"%\((\w+)\)s", number, statement)
+    args = sql.SQL(", ").join(sql.Literal(params[name]) for name in names)
+    return (f"PREPARE work_q AS {text}".encode(),
+            sql.SQL("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE work_q({})").format(args))
+
+
 def explain_work(conn: psycopg.Connection[Any], statement: str, params: dict[str, Any],
-                 *, before: str | None = None) -> Work:
+                 *, before: str | None = None, generic: bool = False) -> Work:
     """Run ``statement`` (``%(name)s`` placeholders, as in the ``queries.sql`` files) once
     under ``EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)`` on ``conn`` (autocommit) in a
     transaction that is rolled back, so a claim changes nothing; returns its Work.
 
     ``before``: a parameterless statement the caller runs first in the same transaction
-    (a plan pin, ``SET LOCAL``-style). A statement still running after
+    (a plan pin, ``SET LOCAL``-style). ``generic``: run it as a prepared statement under
+    its generic plan (psycopg prepares a statement after its fifth run on a connection, and
+    PostgreSQL may then keep a generic plan). A statement still running after
     ``STATEMENT_TIMEOUT_MS`` is cancelled and counts ``UNBOUNDED`` rows and buffers."""
     with conn.transaction(force_rollback=True):
         conn.execute(f"SET LOCAL statement_timeout = {STATEMENT_TIMEOUT_MS}")
@@ -157,9 +177,16 @@ def explain_work(conn: psycopg.Connection[Any], statement: str, params: dict[str
             conn.execute(before.encode())
         try:
             with conn.transaction():  # a savepoint: the cancel leaves the outer one usable
-                row = conn.execute(
-                    ("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement).encode(),
-                    params).fetchone()
+                if generic:
+                    conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+                    prepare_q, execute_q = _generic(statement, params)
+                    conn.execute(prepare_q)
+                    row = conn.execute(execute_q).fetchone()
+                    conn.execute("DEALLOCATE work_q")
+                else:
+                    row = conn.execute(
+                        ("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement).encode(),
+                        params).fetchone()
         except psycopg.errors.QueryCanceled:
             return Work(UNBOUNDED, UNBOUNDED,
                         {"Node Type": f"cancelled after {STATEMENT_TIMEOUT_MS} ms"})

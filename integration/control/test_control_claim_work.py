@@ -2,7 +2,8 @@
 
 Each statement runs under ``EXPLAIN (ANALYZE, BUFFERS)`` (``plan_work.explain_work``) on a
 fresh database whose tables autovacuum never touches, at 1,000 and at 100,000 rows of every
-kind, never analyzed; then once more at 100,000 after ``ANALYZE``. The larger table may cost
+kind, never analyzed (at 100,000 also as a prepared statement's generic plan); then once
+more at 100,000 after ``ANALYZE``. The larger table may cost
 at most twice the smaller, in rows read over all plan nodes and in shared buffers touched
 (docs/protocols.md §4.3, ADR-0379 §4: a claim costs the same whatever the table holds).
 """
@@ -87,18 +88,19 @@ def _statements() -> dict[str, tuple[str, str | None, dict[str, Any]]]:
     }
 
 
-def _measure_all(db: PgDb) -> dict[str, Work]:
+def _measure_all(db: PgDb, *, generic: bool = False) -> dict[str, Work]:
     statements = _statements()
     assert tuple(statements) == STATEMENTS
     with db.connect() as conn:
-        return {name: explain_work(conn, text, params, before=pin)
+        return {name: explain_work(conn, text, params, before=pin, generic=generic)
                 for name, (text, pin, params) in statements.items()}
 
 
 @pytest.fixture(scope="module")
 def measured(pg_template: PgDb) -> Iterator[dict[str, dict[str, Work]]]:
-    """Work per statement at ``small``, ``large`` (both never analyzed) and ``analyzed``
-    (the large database after ANALYZE), on one database cloned from the template."""
+    """Work per statement at ``small``, ``large`` (both never analyzed), ``large generic``
+    (the same, as a prepared statement's generic plan) and ``analyzed`` (the large database
+    after ANALYZE), on one database cloned from the template."""
     db = PgDb(unique("ql3t_work"), unique("ql3rt"))
     with admin() as conn:
         conn.execute(f'CREATE DATABASE "{db.name}" TEMPLATE "{pg_template.name}"')
@@ -119,6 +121,7 @@ def measured(pg_template: PgDb) -> Iterator[dict[str, dict[str, Work]]]:
             seed(conn, SMALL, LARGE)
             assert never_analyzed(conn)
         out["large"] = _measure_all(db)
+        out["large generic"] = _measure_all(db, generic=True)  # a prepared statement's plan
         with db.connect() as conn:
             assert never_analyzed(conn)  # nothing analyzed while measuring either
             conn.execute("ANALYZE")
@@ -130,11 +133,11 @@ def measured(pg_template: PgDb) -> Iterator[dict[str, dict[str, Work]]]:
 
 
 @pytest.mark.parametrize("statement", STATEMENTS)
-@pytest.mark.parametrize("case", ["large", "analyzed"])
+@pytest.mark.parametrize("case", ["large", "large generic", "analyzed"])
 def test_claim_work_does_not_grow_with_the_table(
         measured: dict[str, dict[str, Work]], statement: str, case: str) -> None:
     small, big = measured["small"][statement], measured[case][statement]
-    print(f"{statement:26} {case:8} rows {small.rows:>7} -> {big.rows:>7}"
+    print(f"{statement:26} {case:13} rows {small.rows:>7} -> {big.rows:>7}"
           f"  buffers {small.buffers:>6} -> {big.buffers:>6}")
     assert big.within(small, FACTOR), (
         f"{statement}: {case} {LARGE} rows read {big.rows} rows / {big.buffers} buffers,"
