@@ -182,7 +182,6 @@ def explain_work(conn: psycopg.Connection[Any], statement: str, params: dict[str
                     prepare_q, execute_q = _generic(statement, params)
                     conn.execute(prepare_q)
                     row = conn.execute(execute_q).fetchone()
-                    conn.execute("DEALLOCATE work_q")
                 else:
                     row = conn.execute(
                         ("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement).encode(),
@@ -190,6 +189,9 @@ def explain_work(conn: psycopg.Connection[Any], statement: str, params: dict[str
         except psycopg.errors.QueryCanceled:
             return Work(UNBOUNDED, UNBOUNDED,
                         {"Node Type": f"cancelled after {STATEMENT_TIMEOUT_MS} ms"})
+        finally:
+            if generic:  # a prepared statement outlives the rollback of its transaction
+                conn.execute("DEALLOCATE ALL")
     assert row is not None
     doc = row[0] if isinstance(row[0], list) else json.loads(row[0])
     plan = doc[0]["Plan"]
