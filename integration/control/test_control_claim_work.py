@@ -32,8 +32,8 @@ from qinglong.control.dispatch.recovery import BATCH_DEFAULT
 from qinglong.control.dispatch.statements import sql as dispatch_sql
 from qinglong.control.retention.claims import MAX_CLAIM_LIMIT
 from qinglong.control.retention.claims import queries as retention_sql
+from qinglong.control.scheduling.run_creation import queries as scheduling_sql
 from qinglong.control.scheduling.scheduler import PAGE_SIZE_DEFAULT
-from qinglong.control.scheduling.scheduler import queries as scheduling_sql
 from qinglong.shared.wire import MAX_CLAIM
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
