@@ -82,7 +82,7 @@ PARAMS = st.sampled_from(["x", "0", "00000000-0000-0000-0000-000000000000", "a" 
 def test_no_route_answers_5xx_to_any_body(api: Any, method: str, template: str) -> None:
     operation = api.app.openapi()["paths"].get(template, {}).get(method.lower(), {})
     documented_503 = "503" in operation.get("responses", {})
-    @settings(max_examples=20, deadline=None, database=None,
+    @settings(max_examples=15, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
     @given(param=PARAMS, body=BODIES,
            scope=st.just("worker") if template.startswith("/v1/worker/")
