@@ -4,7 +4,8 @@
 Every route needs a worker-pool token (``require("worker")``); the pool comes from the token,
 never from the body, and every lease statement is fenced by it, so a worker touches only
 attempts leased to an incarnation of its own pool (another pool's lease answers 409
-``lease_lost``, exactly like a stale one). Bodies are decoded with the wire types' strict
+``lease_lost``, exactly like a stale one). Bodies pass the bounded JSON decoder first
+(``json_body.py``: size, UTF-8, depth, number length), then the wire types' strict
 ``from_json``; a malformed body is 422 ``invalid_request`` naming the field, never its value.
 The OpenAPI document describes each body and answer with the JSON schema of its wire type.
 Dispatch errors map to their ``status`` and ``code`` (``dispatch/errors.py``).

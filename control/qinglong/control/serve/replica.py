@@ -47,7 +47,7 @@ class ServeSettings:
     dispatch lease and heartbeat handed to workers (heartbeat ≤ lease/3, C11);
     ``scheduler_tick_ms``: the longest pause between scheduler ticks; ``drain_s``: how long
     requests in flight may take at stop; ``replica_id``: names this replica's retention
-    claims."""
+    claims; ``max_pushes``: bundle pushes received and checked at once."""
 
     database_url: str
     runtime_role: str
@@ -62,6 +62,7 @@ class ServeSettings:
     scheduler_tick_ms: int = 500
     recovery_interval_ms: int = 1000
     drain_s: float = 20.0
+    max_pushes: int = 2
     occurrence_keep_days: int = OCCURRENCE_KEEP_DAYS_DEFAULT
 
 
@@ -169,7 +170,8 @@ class ControlReplica:
         ctx = ApiContext(engine=self.engine, project_id=self.settings.project_id,
                          lease_ms=self.settings.lease_ms,
                          heartbeat_ms=self.settings.heartbeat_ms, s3=self.s3,
-                         bucket=self.settings.bucket, metrics=Metrics())
+                         bucket=self.settings.bucket, metrics=Metrics(),
+                         max_pushes=self.settings.max_pushes)
         ctx.extras["dispatch"] = self.dispatch
         return ctx
 
