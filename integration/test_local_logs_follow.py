@@ -129,3 +129,51 @@ def test_follow_of_a_log_split_at_every_read_boundary_is_byte_exact(ql3: Ql3) ->
         assert ql3.stop_serve(serve) == 0
     assert out == "中".encode() * 50000
     assert os.path.getsize(_log_file(ql3, run["id"])) == 150000
+
+
+CAPPED_WRITER = r"""
+import os, sys, time
+data = open(sys.argv[1], "rb").read()
+step = len(data) // 40
+for start in range(0, len(data), step):
+    os.write(1, data[start:start + step])
+    time.sleep(0.05)
+"""
+
+
+def test_follow_of_a_capped_log_gets_the_head_one_gap_notice_and_the_tail(
+    ql3: Ql3, tmp_path: Path
+) -> None:
+    """Edge profile, 16 MiB cap: a follower gets the head (8 MiB), one notice with the
+    count of bytes left out, then the tail (the last 8 MiB), each byte once."""
+    ql3.run("local", "init", "--change-profile", "--profile", "edge")
+    lines = [("第%d行 " % n).encode() + b"x" * (n % 997) + b"\n" for n in range(60_000)]
+    raw = b"".join(lines)
+    assert len(raw) > 20 * 1024 * 1024
+    source = tmp_path / "raw.bin"
+    source.write_bytes(raw)
+    script = tmp_path / "capped.py"
+    script.write_text(CAPPED_WRITER)
+    serve = ql3.start_serve()
+    try:
+        ql3.run("local", "task", "add", "flood", "--schedule", "@once", "--",
+                sys.executable, str(script), str(source))
+        run = ql3.json("local", "run", "flood")
+        follower = subprocess.run([QL3, "local", "logs", run["id"], "-f"], check=False,
+                                  env=ql3.env, capture_output=True, timeout=240)
+        plain = subprocess.run([QL3, "local", "logs", run["id"]], check=False, env=ql3.env,
+                               capture_output=True, timeout=60)
+    finally:
+        assert ql3.stop_serve(serve) == 0
+    log = _log_file(ql3, run["id"])
+    layout = dict(f.split("=") for f in
+                  (log.parent / (log.name + ".layout")).read_text().split()[1:])
+    head, tail_from = int(layout["head"]), int(layout["tail_from"])
+    assert head == 8 * 1024 * 1024 and len(raw) - tail_from == 8 * 1024 * 1024
+    assert follower.returncode == 0, follower.stderr[-500:]
+    assert follower.stdout == raw[:head] + raw[tail_from:]
+    notice = f"[ql3: {tail_from - head} bytes of output left out here by the log cap]"
+    assert follower.stderr.decode().splitlines().count(notice) == 1
+    assert plain.stdout == follower.stdout
+    marker = b"\n[ql3: %d bytes of output left out here]\n" % (tail_from - head)
+    assert log.read_bytes() == raw[:head] + marker + raw[tail_from:]

@@ -233,6 +233,11 @@ def _print_logs(backend: Any, run_id: str, follow: bool, position: list[int]) ->
                        f"(retired at {output.when(chunk['retired_at'])})", err=True)
         if offset == 0 and (number > 1 or chunk["attempts"] > 1) and chunk["data"]:
             click.echo(f"== attempt {number} ==", err=True)
+        if chunk.get("gap"):  # the cap left these bytes out: say so once, go on after them
+            sys.stdout.flush()
+            click.echo(output.gap_notice(chunk["gap"]), err=True)
+            position[1] = chunk["offset"]
+            continue
         if chunk["data"]:
             sys.stdout.buffer.write(chunk["data"].encode("utf-8", "surrogateescape"))
             sys.stdout.flush()
