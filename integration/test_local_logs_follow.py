@@ -147,7 +147,7 @@ def test_follow_of_a_capped_log_gets_the_head_one_gap_notice_and_the_tail(
     """Edge profile, 16 MiB cap: a follower gets the head (8 MiB), one notice with the
     count of bytes left out, then the tail (the last 8 MiB), each byte once."""
     ql3.run("local", "init", "--change-profile", "--profile", "edge")
-    lines = [("第%d行 " % n).encode() + b"x" * (n % 997) + b"\n" for n in range(60_000)]
+    lines = [f"第{n}行 ".encode() + b"x" * (n % 997) + b"\n" for n in range(60_000)]
     raw = b"".join(lines)
     assert len(raw) > 20 * 1024 * 1024
     source = tmp_path / "raw.bin"

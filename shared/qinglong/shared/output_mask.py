@@ -1,4 +1,4 @@
-"""Streaming masker of secret values in task output (docs/operations.md "Secrets in output").
+"""Streaming masker of secret values in task output (docs/operations.md §9).
 
 The exact bytes of each secret value of at least ``MIN_SECRET_BYTES`` bytes are replaced by
 ``***`` wherever they occur in the output stream, however the stream is cut into writes: the
@@ -8,9 +8,9 @@ position first, so masking a stream piecewise gives the bytes masking it whole g
 (tests/shared/test_shared_output_mask.py). Work is linear in the stream for a fixed set of
 values: each value's next occurrence is searched once per position it can advance to.
 
-Pure, with no imports: the local attempt wrapper compiles this very file from a sealed memfd
-the launcher verified against its pinned SHA-256 (``local/.../process/wrapper_digest.py``),
-and the cluster worker can import it.
+Pure, with no imports: the local attempt wrapper runs this very file, verified against its
+pinned SHA-256 (``local/.../process/wrapper_digest.py``) and compiled by the launcher, and
+the cluster worker can import it.
 """
 
 

@@ -1,24 +1,24 @@
 """The capped, masked copy of a task's output into its log (docs/protocols.md §3.3
-"Bounded output"; docs/operations.md "Secrets in output").
+"Bounded output"; docs/operations.md §9 "Secrets in output").
 
-Run inside the attempt wrapper, never imported by the runtime: the launcher verifies these
-bytes against ``LOG_CAP_SHA256`` and passes them in a sealed memfd, and the wrapper compiles
-them (after ``qinglong/shared/output_mask.py``, which defines ``OutputMasker``) into one
-namespace only when the output goes through a pipe. Compiled apart from the wrapper so the
-wrapper's peak RSS stays at its target: one large compile costs more than two small ones
-(tests/process/test_process_log_cap.py). Imports only os and select.
+Run inside the attempt wrapper, never imported by the runtime (tests import it): the
+launcher verifies these bytes against ``LOG_CAP_SHA256``, compiles them and passes the
+marshalled code in a sealed memfd; the wrapper runs it, after ``shared/output_mask.py``
+(which defines ``OutputMasker``), in one namespace only when the output goes through a pipe.
+Compiling it in the wrapper would cost the wrapper ~0.8 MiB of RSS
+(tests/process/test_process_log_cap.py holds the peak). Imports only os and select.
 
-Layout: past ``cap`` bytes the log keeps its first ``cap // 2`` bytes; the rest of the
-output goes to a rolling tail on disk (two alternating anonymous ``O_TMPFILE`` segment files
-in the log's directory, ``cap - cap // 2`` bytes each: never a buffer in memory). When the
-command ends the log is finished as head, one marker line
-``[ql3: N bytes of output left out here]`` (after a newline if the head does not end with
-one), then the last ``cap - cap // 2`` bytes. Neither cut splits a UTF-8 character. The
+Layout: past ``cap`` bytes the log keeps its first H bytes (``cap // 2``, less up to 3 so
+the cut never splits a UTF-8 character); the rest of the output goes to a rolling tail on
+disk (two alternating anonymous ``O_TMPFILE`` segment files in the log's directory,
+``cap - cap // 2 + 3`` bytes each: never a buffer in memory). When the command ends the log
+is finished as head, one marker line ``[ql3: N bytes of output left out here]`` (after a
+newline if the head does not end with one), then the last ``cap - H`` bytes (less up to 3,
+starting at a character boundary); output of at most ``cap`` bytes is kept whole. The
 layout is published beside the log as ``<log>.layout``: ``ql3-log-layout@v1 head=H`` at the
 cut, then ``ql3-log-layout@v1 head=H tail_from=R tail_at=F`` (raw offset R of the tail's
 first byte, at file offset F of the log); a log that never passed the cap has none.
 """
-
 
 import os
 import select
@@ -63,15 +63,17 @@ def char_start(data: bytes, index: int) -> int:
 
 
 class CappedLog:
-    """The log (fd 1) as head + rolling tail on disk (docs/protocols.md §3.3).
+    """The log (``out_fd``, the wrapper's fd 1, opened for appending) as head + rolling
+    tail on disk (docs/protocols.md §3.3; the module docstring gives the layout).
 
     ``cap`` bytes (0: no cap, everything is written); ``dir_fd``/``name``: the log's
     directory and file name, where ``<name>.layout`` is published and the anonymous tail
-    segments are made (-1: no tail is kept, only the head and the marker).
+    segments are made (-1: no tail is kept, only the head and the marker). Write failures
+    (a full disk) drop bytes and never raise.
     """
 
-    def __init__(self, cap: int, dir_fd: int = -1, name: str = "") -> None:
-        self.cap, self.dir_fd, self.name = cap, dir_fd, name
+    def __init__(self, cap: int, dir_fd: int = -1, name: str = "", out_fd: int = 1) -> None:
+        self.cap, self.dir_fd, self.name, self.out = cap, dir_fd, name, out_fd
         self.head_max = cap // 2
         self.seg_max = cap - self.head_max
         self.raw = 0  # raw bytes received
@@ -87,13 +89,13 @@ class CappedLog:
             return
         if self.head >= 0 or not self.cap:
             if self.head < 0:
-                write_all(data)
+                write_all(data, self.out)
             else:
                 self._to_tail(data)
             self.raw += len(data)
             return
         if self.raw + len(data) <= self.head_max:
-            write_all(data)
+            write_all(data, self.out)
             self.raw += len(data)
             self.last = (self.last + data)[-3:]
             return
@@ -101,10 +103,10 @@ class CappedLog:
         base = self.raw - len(self.last)
         k = char_start(window, self.head_max - base)
         if k >= len(self.last):
-            write_all(window[len(self.last):k])
+            write_all(window[len(self.last):k], self.out)
         else:  # the cut falls inside a character already written: take its bytes back
             try:  # noqa: SIM105 (contextlib is not worth importing here)
-                os.ftruncate(1, base + k)
+                os.ftruncate(self.out, base + k)
             except OSError:
                 pass
         self.head = base + k
@@ -130,7 +132,7 @@ class CappedLog:
         if not self.segs:
             return
         while data:
-            room = self.seg_max - self.seg_len[self.cur]
+            room = self.seg_max + 3 - self.seg_len[self.cur]  # + 3: a head cut short
             if room <= 0:
                 self.cur ^= 1
                 try:
@@ -151,10 +153,12 @@ class CappedLog:
             return
         older = self.seg_len[self.cur ^ 1]
         stored = older + self.seg_len[self.cur]  # the last `stored` raw bytes, in order
-        keep = min(self.seg_max, stored)
+        keep = min(self.cap - self.head, stored)  # the head and tail fill the cap
         skip = 0
         if self.raw - keep > self.head:  # the tail starts mid-stream: at a char boundary
             first = self._read_tail(stored - keep, 4)
+            if len(first) < 4:  # the first bytes straddle the two segments
+                first += self._read_tail(stored - keep + len(first), 4 - len(first))
             while skip < min(3, len(first)) and first[skip] & 0xC0 == 0x80:
                 skip += 1
             if skip == 3 and len(first) == 4 and first[3] & 0xC0 == 0x80:
@@ -164,11 +168,11 @@ class CappedLog:
         marker = b""
         if left_out:
             marker = (b"" if self.last.endswith(b"\n") else b"\n") + MARKER % left_out
-            write_all(marker)
+            write_all(marker, self.out)
         position = stored - keep + skip
         while position < stored:
             piece = self._read_tail(position, min(CHUNK, stored - position))
-            if not piece or not write_all(piece):
+            if not piece or not write_all(piece, self.out):
                 break
             position += len(piece)
         for fd in self.segs:
