@@ -44,6 +44,14 @@ def test_at_most_the_longest_value_minus_one_byte_is_held_back() -> None:
     assert masker.flush() == b"secret-valu"
 
 
+def test_a_line_that_cannot_begin_a_value_is_not_held_back() -> None:
+    masker = OutputMasker([b"glob-Wx27-SECRET"])
+    assert masker.feed(b"start token=16 chars\n") == b"start token=16 chars\n"
+    assert masker.held == 0
+    assert masker.feed(b"next: glob-W") == b"next: "
+    assert masker.held == len(b"glob-W")
+
+
 def test_chinese_and_invalid_bytes_around_a_value() -> None:
     secret = "密码Пароль123".encode()
     data = b"\xff\xfe" + "前".encode() + secret + "后".encode() + secret

@@ -2,11 +2,13 @@
 
 The exact bytes of each secret value of at least ``MIN_SECRET_BYTES`` bytes are replaced by
 ``***`` wherever they occur in the output stream, however the stream is cut into writes: the
-masker holds back at most ``len(longest secret) - 1`` bytes between feeds and releases them
-at :meth:`OutputMasker.flush`. Matches are taken leftmost first, the longest value at one
-position first, so masking a stream piecewise gives the bytes masking it whole gives
-(tests/shared/test_shared_output_mask.py). Work is linear in the stream for a fixed set of
-values: each value's next occurrence is searched once per position it can advance to.
+masker holds back only an end of the output that could still begin a value — at most
+``len(longest secret) - 1`` bytes, and nothing after a line that cannot (live output keeps
+flowing) — until the next write or :meth:`OutputMasker.flush`. Matches are taken leftmost
+first, the longest value at one position first, so masking a stream piecewise gives the
+bytes masking it whole gives (tests/shared/test_shared_output_mask.py). Work is linear in
+the stream for a fixed set of values: each value's next occurrence is searched once per
+position it can advance to, and each write checks at most ``len(longest)`` end positions.
 
 Pure, with no imports: the local attempt wrapper runs this very file, verified against its
 pinned SHA-256 (``local/.../process/wrapper_digest.py``) and compiled by the launcher, and
@@ -43,7 +45,7 @@ class OutputMasker:
         if not self.secrets:
             return data
         buf = self._buf + data if self._buf else data
-        out, rest = self._scan(buf, len(buf) - (self.longest - 1))
+        out, rest = self._scan(buf, self._undecided(buf))
         self._buf = rest
         return out
 
@@ -53,9 +55,18 @@ class OutputMasker:
         self._buf = b""
         return out
 
+    def _undecided(self, buf: bytes) -> int:
+        """The first position of ``buf`` where a value may begin but ``buf`` ends before it
+        does (``len(buf)`` if none): everything before it can be decided now."""
+        for at in range(max(0, len(buf) - self.longest + 1), len(buf)):
+            end = buf[at:]
+            if any(len(s) > len(end) and s.startswith(end) for s in self.secrets):
+                return at
+        return len(buf)
+
     def _scan(self, buf: bytes, safe: int) -> tuple[bytes, bytes]:
-        """Mask matches that start before ``safe`` (every value starting there fits in
-        ``buf``); returns (final bytes, bytes held back)."""
+        """Mask matches that start before ``safe`` (whether a value starts there is decided
+        within ``buf``); returns (final bytes, bytes held back)."""
         parts: list[bytes] = []
         pos = 0
         found = [buf.find(s) for s in self.secrets]  # next occurrence at or after pos

@@ -9,5 +9,5 @@ a reviewed change in two places, and ``tests/process`` fails while they disagree
 from __future__ import annotations
 
 WRAPPER_SHA256 = "c8918ac5e5573df1446536490db87b1e8905178761eb9000830f333c0b160a6f"
-OUTPUT_MASK_SHA256 = "db7ab4eff45a11add0803a27bb9d70f4f31bba1d5d5ccb9fcfa258cf83b03ad4"
+OUTPUT_MASK_SHA256 = "c7cae5380583f68b88d60881fef4a8a39cd5bfaa013bdeccd812f4924bae966b"
 LOG_CAP_SHA256 = "aec8c15af8754d703d7a70923a8c4ec921a1bb15642ec313f4fa733de1fa6cd3"
