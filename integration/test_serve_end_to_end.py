@@ -103,10 +103,11 @@ def test_second_serve_on_a_served_directory_is_refused(ql3: Ql3) -> None:
 def test_kill_9_of_serve_leaves_the_task_running_and_the_next_serve_settles_it_from_its_receipt(
     ql3: Ql3, tmp_path: Path
 ) -> None:
-    """Case C02: the run ends succeeded with exit code 0 from its receipt."""
-    marker = tmp_path / "done"
+    """The run ends succeeded with exit code 0 from its receipt. The task waits for a gate
+    file the test creates once serve is gone (a fixed sleep raced the test under load)."""
+    marker, gate = tmp_path / "done", tmp_path / "gate"
     ql3.run("local", "task", "add", "slow", "--schedule", "@once", "--", "sh", "-c",
-            f"sleep 2; echo finished > {marker}")
+            f"while [ ! -e {gate} ]; do sleep 0.1; done; echo finished > {marker}")
     serve = ql3.start_serve()
     run = ql3.json("local", "run", "slow")
     assert wait_for(lambda: ql3.json("local", "runs")[0]["status"] == "running", 10)
@@ -117,6 +118,7 @@ def test_kill_9_of_serve_leaves_the_task_running_and_the_next_serve_settles_it_f
     os.killpg(pgid, 0)  # the task's group survived its owner
     runs = ql3.json("local", "runs")
     assert runs[0]["status"] == "running" and "needs recovery" in runs[0]["recovery"]
+    gate.touch()
     assert wait_for(marker.exists, 10)
     receipt = ql3.data_dir / "receipts" / attempt["id"][-2:] / f"{attempt['id']}.receipt"
     assert wait_for(receipt.exists, 10)
