@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from cluster_kit import Cluster
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from live_log_kit import ScriptedWorker, manual_task, sse_events
 
@@ -64,60 +64,54 @@ def _check(events: list[dict[str, Any]], k: int, end: int, want: tuple[str, list
         assert events[-1].get("event") == "end"
 
 
-@settings(max_examples=3, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                 HealthCheck.too_slow])
-@given(chunks=st.lists(CHUNK, min_size=10, max_size=10), capped=st.booleans())
-def test_reconnecting_at_every_offset_gets_the_log_exactly_once(
-        cluster: Cluster, chunks: list[tuple[str, int]], capped: bool) -> None:
-    env = _env(cluster)
-    manual_task(cluster, env["url"], env["admin"])
-    worker: ScriptedWorker = env["worker"]
-    lease = worker.claim()
-    raw, live = bytearray(), []  # live: (start, stop, bytes or None for a gap)
-    for text, skip in chunks:
-        if skip:
-            live.append((len(raw), len(raw) + skip, None))
-            raw += b"~" * skip  # written by the task, not streamed: in the final object only
-        data = text.encode()
-        answer = worker.send(lease, len(raw), data, skipped=bool(skip))
-        assert answer["results"][0]["status"] == 200
-        live.append((len(raw), len(raw) + len(data), data))
-        raw += data
-    end = len(raw)
-    for k in range(end):
-        events = sse_events(env["url"], env["viewer"], lease.attempt_id, last_event_id=k,
-                            until=end)
-        _check(events, k, end, _expected(live, k, end), final=False)
-    layout = None
-    body = bytes(raw)
-    final: list[tuple[int, int, bytes | None]] = [(0, end, body)]
-    if capped:
-        head, tail_at = end // 3, 2 * end // 3
-        layout = {"raw_bytes": end, "head_bytes": head, "tail_offset": tail_at}
-        body = body[:head] + b"[ql3: cut]\n" + body[tail_at:]
-        final = [(0, head, bytes(raw[:head])), (head, tail_at, None),
-                 (tail_at, end, bytes(raw[tail_at:]))]
-        final = [s for s in final if s[1] > s[0]]
-    done = worker.complete(lease, body=body, layout=layout)
-    assert done.status_code == 200, done.text
-    for k in range(end + 1):
-        events = sse_events(env["url"], env["viewer"], lease.attempt_id, last_event_id=k)
-        _check(events, k, end, _expected(final, k, end), final=True)
+GAPPED = [("ab\n", 0), ("中中", 0), ("\ra", 2), ("b中\n", 0), ("a", 0), ("\r\r", 3),
+          ("中", 0), ("ab", 0), ("\n", 1), ("a中b", 0)]
 
 
-_ENVS: dict[int, dict[str, Any]] = {}
+def test_reconnecting_at_every_offset_gets_the_log_exactly_once(cluster: Cluster) -> None:
+    control = cluster.start_control("c1", lease_ms=60_000, heartbeat_ms=10_000)
+    url = str(control.url)
+    admin, viewer = cluster.token("admin"), cluster.token("viewer")
+    worker = ScriptedWorker(url, cluster.token("worker", pool="default", labels="zone=a"))
 
+    @settings(max_examples=4, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow])
+    @example(chunks=GAPPED, capped=True)
+    @given(chunks=st.lists(CHUNK, min_size=10, max_size=10), capped=st.booleans())
+    def reconnects(chunks: list[tuple[str, int]], capped: bool) -> None:
+        manual_task(cluster, url, admin)
+        lease = worker.claim()
+        raw, live = bytearray(), []  # live: (start, stop, bytes or None for a gap)
+        for text, skip in chunks:
+            if skip:
+                live.append((len(raw), len(raw) + skip, None))
+                raw += b"~" * skip  # written by the task, not streamed: in the object only
+            data = text.encode()
+            answer = worker.send(lease, len(raw), data, skipped=bool(skip))
+            assert answer["results"][0]["status"] == 200
+            live.append((len(raw), len(raw) + len(data), data))
+            raw += data
+        end = len(raw)
+        for k in range(end):
+            events = sse_events(url, viewer, lease.attempt_id, last_event_id=k, until=end)
+            _check(events, k, end, _expected(live, k, end), final=False)
+        layout = None
+        body = bytes(raw)
+        final: list[tuple[int, int, bytes | None]] = [(0, end, body)]
+        if capped:
+            head, tail_at = end // 3, 2 * end // 3
+            layout = {"raw_bytes": end, "head_bytes": head, "tail_offset": tail_at}
+            body = body[:head] + b"[ql3: cut]\n" + body[tail_at:]
+            final = [(0, head, bytes(raw[:head])), (head, tail_at, None),
+                     (tail_at, end, bytes(raw[tail_at:]))]
+            final = [s for s in final if s[1] > s[0]]
+        done = worker.complete(lease, body=body, layout=layout)
+        assert done.status_code == 200, done.text
+        for k in range(end + 1):
+            events = sse_events(url, viewer, lease.attempt_id, last_event_id=k)
+            _check(events, k, end, _expected(final, k, end), final=True)
 
-def _env(cluster: Cluster) -> dict[str, Any]:
-    """One control replica and tokens per cluster (hypothesis runs every example on the
-    test's one cluster)."""
-    key = id(cluster)
-    if key not in _ENVS:
-        _ENVS.clear()
-        control = cluster.start_control("c1", lease_ms=60_000, heartbeat_ms=10_000)
-        worker_token = cluster.token("worker", pool="default", labels="zone=a")
-        _ENVS[key] = {"url": str(control.url), "admin": cluster.token("admin"),
-                      "viewer": cluster.token("viewer"),
-                      "worker": ScriptedWorker(str(control.url), worker_token)}
-    return _ENVS[key]
+    try:
+        reconnects()
+    finally:
+        worker.http.close()
