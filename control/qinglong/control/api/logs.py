@@ -1,8 +1,10 @@
 """``GET /v1/attempts/{id}/log``: an attempt's log against retention (docs/protocols.md §4.4).
 
-200 with the bytes (``text/plain``); 404 ``log_pending`` while the attempt is claimed,
-starting or running (its log is uploaded when it ends), 404 ``log_not_found`` when no log was
-recorded for a finished attempt (e.g. lost) or no attempt has the id; 410
+200 with the bytes (``text/plain``): the stored object, or while no object is recorded the
+attempt's live chunk rows (a running attempt's log so far; an ended attempt's partial log,
+``QL3-Log-Partial: 1``; docs/protocols.md §4.8); 404 ``log_not_found`` when no log was
+recorded for a finished attempt (e.g. lost before any output) or no attempt has the id
+(``log_pending`` only for a live attempt whose rows cannot be read); 410
 ``log_retired`` with ``retired_at`` and ``outcome`` (deleted / already_absent) when retention
 retired it; 503 ``log_unavailable`` when the object is missing without a tombstone or the
 store is unreachable or not configured (retry later) — never a fake "retired". A tombstone or
@@ -13,7 +15,9 @@ server (a 5xx other than this documented 503 would be a bug).
 
 The read itself is ``retention/read_path.read_attempt_log``, reached through the thin
 adapter ``_gate`` (a psycopg connection borrowed from the SQLAlchemy pool), so the read path
-can move to the engine without this module changing its answers.
+can move to the engine without this module changing its answers. With ``offset``/``tail``
+(the raw read) or ``follow=1`` (Server-Sent Events) the route answers through
+``api/log_live.py``.
 """
 
 from __future__ import annotations
@@ -47,9 +51,9 @@ UNAVAILABLE = (
 
 
 NOT_FOUND = (
-    "No log to serve; ``error.code`` says why. ``log_pending``: the attempt has not finished "
-    "(claimed, starting or running); its log is uploaded when it ends, so ask again later. "
-    "``log_not_found``: no attempt has this id, or it finished without a log (e.g. lost)."
+    "No log to serve; ``error.code`` says why. ``log_not_found``: no attempt has this id, or "
+    "it finished without any log (e.g. lost before any output). ``log_pending`` (older "
+    "replicas): the attempt has not finished; ask again later."
 )
 UNFINISHED = frozenset({"claimed", "starting", "running"})
 
