@@ -31,7 +31,7 @@ from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from qinglong.control.livelog.hub import hub_of
-from qinglong.control.livelog.read import RawSlice, read_raw
+from qinglong.control.livelog.read import LogGoneError, RawSlice, read_raw
 
 if TYPE_CHECKING:
     from qinglong.control.api.context import ApiContext
@@ -96,25 +96,35 @@ def _event(kind: str | None, data: dict[str, Any], event_id: int | None) -> byte
     return ("\n".join(lines) + "\n\n").encode("utf-8")
 
 
-def follow_answer(ctx: ApiContext, attempt_id: str, *, start: int | None, from_head: bool,
-                  token_ok: Any) -> StreamingResponse:
+async def follow_answer(ctx: ApiContext, attempt_id: str, *, start: int | None,
+                        from_head: bool, token_ok: Any) -> StreamingResponse:
     """The Server-Sent Events stream (module docstring). ``start``: the ``Last-Event-ID``
     offset, or None to begin at the head (``from_head``) or the last 64 KiB. ``token_ok``:
-    a blocking callable, True while the request's token is still valid."""
+    a blocking callable, True while the request's token is still valid. The first read
+    happens before the stream starts, so a missing or retired log raises LogGoneError (the
+    route answers 404 / 410 / 503); a read that fails later ends the stream after an
+    ``error`` event."""
     hub = hub_of(ctx.extras)
+    offset: int | None = 0 if start is None and from_head else start
+    tail = None if offset is not None else FOLLOW_TAIL_BYTES
+    first = await run_in_threadpool(read_raw, ctx.engine, ctx.s3, attempt_id,
+                                    offset=offset, tail=tail, limit=EVENT_BYTES)
 
     async def events() -> AsyncIterator[bytes]:
-        offset: int | None = start
-        tail = None if start is not None or from_head else FOLLOW_TAIL_BYTES
-        if offset is None and from_head:
-            offset = 0
+        piece: RawSlice | None = first
+        offset = first.offset - first.gap
         beat_at = time.monotonic() + HEARTBEAT_S
         event = hub.wakeups.register(attempt_id)
         try:
             while True:
-                piece = await run_in_threadpool(read_raw, ctx.engine, ctx.s3, attempt_id,
-                                                offset=offset, tail=tail, limit=EVENT_BYTES)
-                tail = None
+                if piece is None:
+                    try:
+                        piece = await run_in_threadpool(read_raw, ctx.engine, ctx.s3,
+                                                        attempt_id, offset=offset,
+                                                        limit=EVENT_BYTES)
+                    except LogGoneError as exc:
+                        yield _event("error", {"code": exc.kind}, None)
+                        return
                 if piece.gap:
                     yield _event("gap", {"o": piece.offset - piece.gap, "n": piece.gap},
                                  piece.offset)
@@ -134,7 +144,9 @@ def follow_answer(ctx: ApiContext, attempt_id: str, *, start: int | None, from_h
                 if hub.draining.is_set():
                     yield f"retry: {RETRY_MS}\n\n".encode()
                     return
-                if keep and offset < piece.end:
+                more = keep and offset < piece.end
+                piece = None
+                if more:
                     continue  # more is already stored: read on without waiting
                 now = time.monotonic()
                 if now >= beat_at:

@@ -114,7 +114,7 @@ async def get_log(
         if follow:
             last = request.headers.get("last-event-id", "").strip()
             start = int(last) if last.isdigit() else None
-            return follow_answer(ctx, aid, start=start, from_head=from_ == "head",
+            return await follow_answer(ctx, aid, start=start, from_head=from_ == "head",
                                  token_ok=_token_check(request))
         if offset is not None or tail is not None:
             if offset is not None and tail is not None:
