@@ -6,9 +6,12 @@ raw-read and a Server-Sent Events reader of ``GET /v1/attempts/{id}/log``."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import secrets
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +70,25 @@ class ScriptedWorker:
 
     def heartbeat(self, lease: Lease) -> int:
         return self.http.post("/v1/worker/heartbeat", json={"lease": lease.json()}).status_code
+
+    @contextlib.contextmanager
+    def kept_alive(self, lease: Lease, period_s: float = 0.5) -> Iterator[None]:
+        """Heartbeat ``lease`` every ``period_s`` in a thread (its own client) while inside."""
+        stop = threading.Event()
+
+        def beat() -> None:
+            with httpx.Client(base_url=self.http.base_url, headers=self.http.headers,
+                              timeout=10) as http:
+                while not stop.wait(period_s):
+                    http.post("/v1/worker/heartbeat", json={"lease": lease.json()})
+
+        thread = threading.Thread(target=beat, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(15)
 
     def complete(self, lease: Lease, outcome: str = "succeeded", body: bytes | None = None,
                  layout: dict[str, int] | None = None) -> httpx.Response:
@@ -132,13 +154,15 @@ def read_all_raw(url: str, token: str, attempt_id: str) -> tuple[bytes, list[tup
 
 def sse_events(url: str, token: str, attempt_id: str, *, last_event_id: int | None = None,
                start: str = "head", timeout_s: float = 30,
-               until: int | None = None) -> list[dict[str, Any]]:
+               until: int | None = None,
+               sink: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Read ``?follow=1`` until its ``end`` event, an event whose id reaches ``until``, or
-    the stream closes: the events as dicts with ``event``, ``id`` and ``data`` (JSON)."""
+    the stream closes: the events as dicts with ``event``, ``id`` and ``data`` (JSON), or
+    ``retry``; appended to ``sink`` (when given) as they arrive."""
     headers = {"Authorization": f"Bearer {token}"}
     if last_event_id is not None:
         headers["Last-Event-ID"] = str(last_event_id)
-    events: list[dict[str, Any]] = []
+    events: list[dict[str, Any]] = sink if sink is not None else []
     with httpx.stream("GET", f"{url}/v1/attempts/{attempt_id}/log",
                       params={"follow": 1, "from": start}, headers=headers,
                       timeout=timeout_s) as r:

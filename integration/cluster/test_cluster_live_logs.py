@@ -274,3 +274,62 @@ def test_follow_streams_events_and_ends_with_the_attempts_status(scene: Scene) -
     end = events[-1]
     assert end["event"] == "end" and end["data"]["status"] == "failed"
     assert end["data"]["exit_code"] == 1 and end["data"]["partial"] is True
+
+
+def test_the_window_keeps_the_head_and_the_latest_bytes_and_counts_the_middle(
+        scene: Scene) -> None:
+    lease = scene.leased()
+    raw = b"".join(b"%011d\n" % i for i in range(800_000))  # 9.6 MB of numbered lines
+    with scene.worker.kept_alive(lease):
+        for at in range(0, len(raw), 65536):
+            result = scene.worker.send(lease, at, raw[at:at + 65536])["results"][0]
+            assert result["status"] == 200, result
+    window = scene.one("SELECT log_window_bytes FROM attempts WHERE id = %s",
+                       lease.attempt_id)
+    held = scene.one("SELECT sum(length(data)) FROM attempt_log_chunks WHERE attempt_id = %s",
+                     lease.attempt_id)
+    assert window == held and window <= 8 * 1024 * 1024
+    [(gap_start, gap_end)] = scene.db.execute(
+        "SELECT start_offset, end_offset FROM attempt_log_chunks WHERE attempt_id = %s"
+        " AND gap", (lease.attempt_id,)).fetchall()
+    assert gap_start == 1024 * 1024  # the head: every row that starts in the first MiB
+    body, gaps = _read_until(scene, lease.attempt_id, len(raw))
+    assert gaps == [(gap_start, gap_end - gap_start)]
+    assert body == raw[:gap_start] + raw[gap_end:]
+
+
+def test_a_revoked_token_ends_a_follow_at_its_next_heartbeat(scene: Scene) -> None:
+    lease = scene.leased()
+    scene.worker.send(lease, 0, b"watch me\n")
+    with scene.cluster.api(scene.url, scene.admin) as api, scene.worker.kept_alive(lease):
+        issued = api.post("/v1/tokens", json={"name": "watcher", "scope": "viewer"}).json()
+        events: list[dict[str, Any]] = []
+        reader = threading.Thread(target=sse_events, args=(
+            scene.url, issued["token"], lease.attempt_id), kwargs={"sink": events,
+                                                                   "timeout_s": 60})
+        reader.start()
+        assert wait_for(lambda: len(events) >= 1, 20), "the follow never started"
+        assert api.post(f"/v1/tokens/{issued['id']}/revoke").status_code == 200
+        reader.join(40)  # the heartbeat comes within 15 s of the last output
+    assert not reader.is_alive()
+    assert events[0]["data"] == {"o": 0, "t": "watch me\n"}
+    assert events[-1] == {"event": "error", "data": {"code": "unauthenticated"}}
+
+
+def test_a_draining_replica_ends_follows_with_a_retry_hint(scene: Scene) -> None:
+    import signal
+
+    lease = scene.leased()
+    scene.worker.send(lease, 0, b"still running\n")
+    events: list[dict[str, Any]] = []
+    reader = threading.Thread(target=sse_events, args=(
+        scene.url, scene.viewer, lease.attempt_id), kwargs={"sink": events, "timeout_s": 60})
+    with scene.worker.kept_alive(lease):
+        reader.start()
+        assert wait_for(lambda: len(events) >= 1, 20), "the follow never started"
+        scene.controls[0].popen.send_signal(signal.SIGTERM)
+        reader.join(30)
+    reader.join(30)
+    assert not reader.is_alive()
+    assert events[-1] == {"retry": 1000}
+    assert scene.controls[0].popen.wait(30) == 0

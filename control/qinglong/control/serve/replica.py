@@ -259,15 +259,16 @@ class ControlReplica:
                                 log_level="warning", access_log=False,
                                 timeout_graceful_shutdown=int(self.settings.drain_s),
                                 lifespan="off")
-        draining = self.livelog.draining
+        hub = self.livelog
 
         class _Server(uvicorn.Server):
             def handle_exit(self, sig: int, frame: Any) -> None:
-                draining.set()  # live-log streams end now, with a retry: hint
+                hub.draining.set()  # live-log streams end now, with a retry: hint
+                hub.wakeups.wake_all()
                 super().handle_exit(sig, frame)
 
         server = _Server(config)
-        _stop_server_on_signals(server, draining)
+        _stop_server_on_signals(server, hub.draining)
         self.livelog.wakeups.start()
         self.supervisor.start()
         self._sweeper.start()
