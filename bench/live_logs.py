@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -135,7 +136,7 @@ def flood(cluster: Cluster, urls: list[str], admin: str, worker_token: str, atte
             gapped += skip
             first = True
             for piece in range(0, send, 65536):
-                chunk = b"y" * min(65536, send - piece)
+                chunk = os.urandom(min(65536, send - piece))  # incompressible, as logs are not
                 worker.send(lease, at, chunk, skipped=first and skip > 0)
                 first = False
                 at += len(chunk)
@@ -147,7 +148,7 @@ def flood(cluster: Cluster, urls: list[str], admin: str, worker_token: str, atte
         time.sleep(max(0.0, t0 + second + 1 - time.monotonic()))
     span = time.monotonic() - t0
     cpu = sum(cpu_s(c.popen.pid) for c in controls) - cpu0
-    wal = db.execute("SELECT wal_bytes FROM pg_stat_wal").fetchone()[0] - wal0  # type: ignore[index]
+    wal = float(db.execute("SELECT wal_bytes FROM pg_stat_wal").fetchone()[0] - wal0)  # type: ignore[index]
     size = db.execute("SELECT pg_total_relation_size('attempt_log_chunks')").fetchone()[0]  # type: ignore[index]
     db.execute("ANALYZE attempt_log_chunks")
     dead = db.execute("SELECT n_dead_tup FROM pg_stat_user_tables"
@@ -160,7 +161,8 @@ def flood(cluster: Cluster, urls: list[str], admin: str, worker_token: str, atte
         if done.status_code != 200:  # the capped body must hold head + tail exactly
             print("completion:", done.status_code, done.text[:200])
         worker.http.close()
-    left = db.execute("SELECT count(*) FROM attempt_log_chunks").fetchone()[0]  # type: ignore[index]
+    left = db.execute("SELECT count(*) FROM attempt_log_chunks WHERE attempt_id = ANY(%s)",
+                      ([lease.attempt_id for lease in leases],)).fetchone()[0]  # type: ignore[index]
     db.close()
     return {"attempts": attempts, "seconds": round(span, 1), "offered_mb_s": offered / span / 1e6,
             "stored_mb_s": stored / span / 1e6, "gap_mb": gapped / 1e6,
