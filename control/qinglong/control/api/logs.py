@@ -23,7 +23,7 @@ can move to the engine without this module changing its answers. With ``offset``
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from uuid import UUID
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -86,8 +86,14 @@ class RetiredBody(BaseModel):
     dependencies=[Depends(require("viewer"))],
     response_class=Response,
     responses={
-        200: {"content": {"text/plain": {"schema": {"type": "string"}}},
-              "description": "the log's bytes"},
+        200: {"content": {"text/plain": {"schema": {"type": "string"}},
+                          "application/octet-stream": {"schema": {"type": "string",
+                                                                  "format": "binary"}},
+                          "text/event-stream": {"schema": {"type": "string"}}},
+              "description": "the log's bytes: ``text/plain`` (the whole log), "
+                             "``application/octet-stream`` with ``offset``/``tail`` (the "
+                             "raw read; ``QL3-Log-*`` headers), ``text/event-stream`` with "
+                             "``follow=1`` (docs/protocols.md §4.4)"},
         404: {"model": ErrorBody, "description": NOT_FOUND},
         410: {"model": RetiredBody, "description": "retired by retention"},
         503: {"model": ErrorBody, "description": UNAVAILABLE},
@@ -99,7 +105,7 @@ async def get_log(
     tail: Annotated[int | None, Query(ge=0, description="start at max(0, end - tail)")] = None,
     wait: Annotated[float, Query(ge=0, le=25, description="long-poll seconds")] = 0,
     follow: Annotated[int, Query(ge=0, le=1, description="1: Server-Sent Events")] = 0,
-    from_: Annotated[str, Query(alias="from", pattern="^(head|tail)$")] = "tail",
+    from_: Annotated[Literal["head", "tail"], Query(alias="from")] = "tail",
 ) -> Response:
     """The attempt's log (viewer), docs/protocols.md §4.4. Without ``offset``/``tail``/
     ``follow``: 200 / 404 / 410 / 503 with the whole log (a running or partial log from its
