@@ -333,3 +333,20 @@ def test_a_draining_replica_ends_follows_with_a_retry_hint(scene: Scene) -> None
     assert not reader.is_alive()
     assert events[-1] == {"retry": 1000}
     assert scene.controls[0].popen.wait(30) == 0
+
+
+def test_an_attempt_lost_before_any_output_reads_as_empty_and_complete(scene: Scene) -> None:
+    lease = scene.leased()
+    assert wait_for(lambda: scene.one("SELECT status FROM attempts WHERE id = %s",
+                                      lease.attempt_id) == "lost", 30), "never lost"
+    r = raw_read(scene.url, scene.viewer, lease.attempt_id, offset=0, wait=5)
+    assert (r.status_code, r.content) == (200, b"")
+    assert (r.headers["QL3-Log-State"], r.headers["QL3-Log-Partial"],
+            r.headers["QL3-Attempt-Status"], r.headers["QL3-Log-Next"]) == (
+        "complete", "1", "lost", "0")
+    events = sse_events(scene.url, scene.viewer, lease.attempt_id)
+    assert [e.get("event") for e in events] == ["end"]
+    assert events[0]["data"]["status"] == "lost" and events[0]["data"]["partial"] is True
+    whole = httpx.get(f"{scene.url}/v1/attempts/{lease.attempt_id}/log",
+                      headers={"Authorization": f"Bearer {scene.viewer}"})
+    assert (whole.status_code, whole.json()["error"]["code"]) == (404, "log_not_found")

@@ -170,7 +170,7 @@ def _live_text(request: Request, attempt_id: str) -> Response | None:
 
     ctx = get_context(request)
     try:
-        piece = read_raw(ctx.engine, ctx.s3, attempt_id, offset=0)
+        piece = read_raw(ctx.engine, ctx.s3, attempt_id, offset=0, empty_ok=False)
     except LogGoneError as exc:
         if exc.kind == "retired" and exc.retired_at is not None:
             return _retired(exc.retired_at, exc.outcome)

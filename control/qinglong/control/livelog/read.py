@@ -86,9 +86,12 @@ def _final(row: Any) -> dict[str, Any]:
 
 
 def read_raw(engine: Engine, s3: Any, attempt_id: str, *, offset: int | None = None,
-             tail: int | None = None, limit: int = MAX_ANSWER_BYTES) -> RawSlice:
+             tail: int | None = None, limit: int = MAX_ANSWER_BYTES,
+             empty_ok: bool = True) -> RawSlice:
     """The bytes of ``attempt_id``'s log from the first available raw offset ≥ ``offset``
-    (or ≥ end − ``tail``; 0 when both are None), at most ``limit`` bytes.
+    (or ≥ end − ``tail``; 0 when both are None), at most ``limit`` bytes. An ended attempt
+    that left neither a stored log nor chunk rows answers an empty, complete, partial slice
+    (so a follower ends with its status), or ``not_found`` without ``empty_ok``.
 
     Raises LogGoneError (``not_found`` / ``retired`` / ``unavailable``),
     ArtifactIntegrityMismatchError (the object differs from its record: fail closed).
@@ -105,19 +108,19 @@ def read_raw(engine: Engine, s3: Any, attempt_id: str, *, offset: int | None = N
                 raise LogGoneError("tombstone", "retired by retention",
                                    retired_at=row["tb_retired_at"], outcome=row["tb_outcome"])
             if row["artifact_id"] is None:
-                return _from_rows(conn, row, attempt_id, offset, tail, limit)
+                return _from_rows(conn, row, attempt_id, offset, tail, limit, empty_ok)
     return _from_object(s3, row, attempt_id, offset, tail, limit)
 
 
 def _from_rows(conn: Any, row: Any, attempt_id: str, offset: int | None, tail: int | None,
-               limit: int) -> RawSlice:
+               limit: int, empty_ok: bool) -> RawSlice:
     status = str(row["status"])
     if row["log_rows_retired_at"] is not None:
         raise LogGoneError("retired", "the partial log was retired by retention",
                            retired_at=row["log_rows_retired_at"], outcome="deleted")
     end = int(row["log_end"])
     partial = status not in LIVE
-    if partial and not row["log_rows"]:
+    if partial and not row["log_rows"] and not (empty_ok and end == 0):
         raise LogGoneError("not_found", "no log was recorded for this attempt")
     asked = max(0, end - tail) if tail is not None else (offset or 0)
     pos, first, body = asked, None, bytearray()
