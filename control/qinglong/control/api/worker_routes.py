@@ -184,6 +184,31 @@ async def bundle(request: Request, principal: WorkerPrincipal) -> dict[str, Any]
         request=body))
 
 
+@router.post("/log-chunk", **_doc(wire.LogChunkBatch, wire.LogChunkAnswer))
+async def log_chunk(request: Request, principal: WorkerPrincipal) -> dict[str, Any]:
+    """Append live log chunks (docs/protocols.md §4.8): per-chunk status 200 / 409 / 416 in
+    the answer (HTTP 200 for the request as a whole); ``flush_ms`` asks chatty workers to
+    slow down when this replica's byte budget is spent."""
+    from qinglong.control.livelog.append import append_batch
+    from qinglong.control.livelog.hub import hub_of
+
+    body = await _decode(request, wire.LogChunkBatch)
+    ctx = get_context(request)
+    hub = hub_of(ctx.extras)
+    outcome = await run_in_threadpool(lambda: append_batch(
+        ctx.engine, pool_id=_pool(principal), batch=body, gate=hub.gate, budget=hub.budget))
+    for attempt_id in outcome.stored:
+        hub.wakeups.wake(attempt_id)  # this replica's followers need no round trip
+    if ctx.metrics is not None:
+        for result in outcome.answer.results:
+            if result.status == 409:
+                ctx.metrics.lease_lost("fenced")
+    for attempt_id, end in outcome.deferred.items():
+        hub.defer_notify(ctx.engine, attempt_id, end)
+    answer: dict[str, Any] = outcome.answer.to_json()
+    return answer
+
+
 @router.post("/complete", **_doc(wire.CompletionReport, wire.Ack))
 async def complete(request: Request, principal: WorkerPrincipal) -> dict[str, Any]:
     """The attempt ended; a replay answers ``replayed: true`` (409 ``log_mismatch``)."""

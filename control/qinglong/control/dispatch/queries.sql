@@ -205,14 +205,15 @@ WHERE a.id = old.id AND a.lease_token = CAST(%(lease_token)s AS uuid)
 RETURNING old.status AS from_status
 
 -- insert_log_artifact --
--- The facts control read from its own HEAD of the uploaded log
+-- The facts control read from its own HEAD of the uploaded log, and the capped object's
+-- layout the worker reported (NULL: the object is the raw output byte for byte)
 INSERT INTO run_attempt_log_artifacts (id, attempt_id, project_id, run_id, bucket, object_key,
                                        version_id, size_bytes, sha256, content_type, metadata,
-                                       etag)
+                                       etag, layout)
 VALUES (%(id)s, CAST(%(attempt_id)s AS uuid), CAST(%(project_id)s AS uuid),
         CAST(%(run_id)s AS uuid), %(bucket)s, %(object_key)s,
         %(version_id)s, %(size_bytes)s, %(sha256)s, %(content_type)s,
-        CAST(%(metadata)s AS jsonb), %(etag)s)
+        CAST(%(metadata)s AS jsonb), %(etag)s, CAST(%(layout)s AS jsonb))
 
 -- run_fate --
 -- Before a completion or a recovery decides between retry and the end: lock the task row
