@@ -1,4 +1,4 @@
-"""A scripted worker for live-log tests (docs/protocols.md §4.8): it registers, claims one
+"""A scripted worker for live-log tests (docs/protocols.md §4.9): it registers, claims one
 attempt, reports it started and sends chunks over real HTTP with a worker token, exactly as
 the wire types say, so control's side is tested without the real worker's sender. Also a
 raw-read and a Server-Sent Events reader of ``GET /v1/attempts/{id}/log``."""

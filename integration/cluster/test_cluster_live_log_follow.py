@@ -1,5 +1,5 @@
 """Following a log over Server-Sent Events resumes exactly (docs/protocols.md §4.4
-"Following", §4.8 "Offsets and gaps"): a property test through a real ``ql3 control serve``.
+"Following", §4.9 "Offsets and gaps"): a property test through a real ``ql3 control serve``.
 
 For a 10-chunk log (text with multi-byte characters and ``\\r``; some chunks ``skipped`` past
 the end, leaving gaps), a client reconnecting with ``Last-Event-ID`` at every offset, before

@@ -1,4 +1,4 @@
-"""Live cluster logs, control's side (docs/protocols.md §4.4 raw read and following, §4.8).
+"""Live cluster logs, control's side (docs/protocols.md §4.4 raw read and following, §4.9).
 
 Real ``ql3 control serve`` replicas on a fresh PostgreSQL database and moto's S3 over real
 HTTP. The worker is scripted (``live_log_kit.ScriptedWorker``): it claims an attempt and sends

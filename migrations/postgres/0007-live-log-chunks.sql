@@ -1,5 +1,5 @@
 -- additive: true
--- Live cluster logs (docs/protocols.md §4.8). While an attempt runs, the worker sends its raw
+-- Live cluster logs (docs/protocols.md §4.9). While an attempt runs, the worker sends its raw
 -- output by byte offset (POST /v1/worker/log-chunk); control appends it here under the
 -- attempt's lease compare-and-set. Offsets count the task's raw output bytes, before any cap.
 --

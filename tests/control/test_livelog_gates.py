@@ -1,4 +1,4 @@
-"""The live-log rate gates of a replica (docs/protocols.md §4.8 "Rate and budget",
+"""The live-log rate gates of a replica (docs/protocols.md §4.9 "Rate and budget",
 "Wake-ups"), on a fake clock: the byte budget that slows chatty workers, the one-NOTIFY-per-
 attempt-per-100-ms gate, and the UTF-8 cut of a Server-Sent Event."""
 

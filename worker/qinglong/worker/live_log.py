@@ -1,4 +1,4 @@
-"""Live log chunks, worker to control (docs/protocols.md §4.7, "Live logs (worker)").
+"""Live log chunks, worker to control (docs/protocols.md §4.2 "Live log chunks (worker)", §4.9).
 
 One sender thread serves every running attempt of the worker. Each attempt's copier hands it
 the raw output (``LiveStream.offer``, offsets counting the task's raw bytes before any cap);

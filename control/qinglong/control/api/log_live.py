@@ -1,5 +1,5 @@
 """Raw and followed reads of an attempt's log (docs/protocols.md §4.4 "Raw read" and
-"Following", §4.8).
+"Following", §4.9).
 
 ``raw_answer``: ``GET /v1/attempts/{id}/log?offset=N|tail=K[&wait=S]`` → 200
 ``application/octet-stream``, the bytes from the first available raw offset ≥ N (≤ 1 MiB),

@@ -2,7 +2,7 @@
 
 200 with the bytes (``text/plain``): the stored object, or while no object is recorded the
 attempt's live chunk rows (a running attempt's log so far; an ended attempt's partial log,
-``QL3-Log-Partial: 1``; docs/protocols.md §4.8); 404 ``log_not_found`` when no log was
+``QL3-Log-Partial: 1``; docs/protocols.md §4.9); 404 ``log_not_found`` when no log was
 recorded for a finished attempt (e.g. lost before any output) or no attempt has the id
 (``log_pending`` only for a live attempt whose rows cannot be read); 410
 ``log_retired`` with ``retired_at`` and ``outcome`` (deleted / already_absent) when retention

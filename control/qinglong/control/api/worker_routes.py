@@ -186,7 +186,7 @@ async def bundle(request: Request, principal: WorkerPrincipal) -> dict[str, Any]
 
 @router.post("/log-chunk", **_doc(wire.LogChunkBatch, wire.LogChunkAnswer))
 async def log_chunk(request: Request, principal: WorkerPrincipal) -> dict[str, Any]:
-    """Append live log chunks (docs/protocols.md §4.8): per-chunk status 200 / 409 / 416 in
+    """Append live log chunks (docs/protocols.md §4.9): per-chunk status 200 / 409 / 416 in
     the answer (HTTP 200 for the request as a whole); ``flush_ms`` asks chatty workers to
     slow down when this replica's byte budget is spent."""
     from qinglong.control.livelog.append import append_batch

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 # ADR-0379 §阶段验收: the reviewed hard cap moves exactly, one migration at a time.
 EXPECTED_MIGRATION_COUNT = 7
-EXPECTED_LAST_SHA256 = "a93c31da50f42b22cbd6d3e6b14879aef2b3b25bc26c433486400a433701fc8d"
+EXPECTED_LAST_SHA256 = "2c0088cfb11231537e1b09a0061ae3783dc4b7194ace271dfa266221c39ff8a1"
 
 LEDGER_TABLE = "ql3_migration_ledger"
 ADVISORY_LOCK_KEY = 0x716C335F6D6967  # "ql3_mig": one key for every replica and release

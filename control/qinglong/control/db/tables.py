@@ -141,7 +141,7 @@ attempts = Table(
     Column("completion", JSONB),
     Column("updated_at", _TS, nullable=False),
     Column("bundle_digest", Text),
-    # 0007, live logs (docs/protocols.md §4.8)
+    # 0007, live logs (docs/protocols.md §4.9)
     Column("log_end", BigInteger, nullable=False),
     Column("log_window_bytes", BigInteger, nullable=False),
     Column("log_rows", Boolean, nullable=False),

@@ -14,7 +14,7 @@
    attempt's status and enroll its logs for retention (``enroll_run``); events for both.
    With a verified artifact, the same transaction records the reported ``LogLayout`` (how
    raw offsets map onto a capped object) and deletes the attempt's live chunk rows
-   (docs/protocols.md §4.8); without one, the rows stay as the attempt's partial log.
+   (docs/protocols.md §4.9); without one, the rows stay as the attempt's partial log.
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ def _apply(conn: Connection, state: RowMapping, pool_id: str, report: Completion
             "metadata": json.dumps(dict(ident.metadata), sort_keys=True),
             "etag": head.etag if head is not None else None,
             "layout": _layout_json(report, ident.size)})
-        # §4.8: the live rows go only with a verified artifact, in this same transaction
+        # §4.9: the live rows go only with a verified artifact, in this same transaction
         run_named(conn, live_sql("delete_chunks"), {"attempt_id": attempt_id})
     retry = (outcome in _RETRYABLE and not fate["cancel"] and not fate["task_deleted"]
              and int(state["number"]) < int(state["max_attempts"]))

@@ -1,4 +1,4 @@
-"""Appending live log chunks under the lease (docs/protocols.md §4.8 "Chunk protocol").
+"""Appending live log chunks under the lease (docs/protocols.md §4.9 "Chunk protocol").
 
 Each chunk is one short transaction: lock the attempt row with the heartbeat's lease
 predicate (``lock_log_lease``: live status, unexpired by the database clock, the caller's
@@ -70,7 +70,7 @@ class ByteBudget:
 
 
 class NotifyGate:
-    """At most one NOTIFY per attempt per ``NOTIFY_MIN_INTERVAL_S`` (docs/protocols.md §4.8
+    """At most one NOTIFY per attempt per ``NOTIFY_MIN_INTERVAL_S`` (docs/protocols.md §4.9
     "Wake-ups"). ``due(attempt_id)`` is True when this append may notify now; otherwise the
     caller schedules a deferred one (``pending``), sent once the interval has passed."""
 

@@ -1,5 +1,5 @@
 """A replica's live-log state shared by its routes: the wake-up fan-out, the NOTIFY gate, the
-byte budget and the draining flag (docs/protocols.md §4.8)."""
+byte budget and the draining flag (docs/protocols.md §4.9)."""
 
 from __future__ import annotations
 

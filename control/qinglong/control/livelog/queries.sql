@@ -1,4 +1,4 @@
--- Live log chunks (docs/protocols.md §4.8). Offsets are raw output bytes. The append holds
+-- Live log chunks (docs/protocols.md §4.9). Offsets are raw output bytes. The append holds
 -- the attempt row's lock taken under the same lease predicate as a heartbeat, so it
 -- serializes with recovery (lose_attempt waits for it, then finds a renewed or settled row).
 

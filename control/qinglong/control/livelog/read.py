@@ -1,5 +1,5 @@
 """Byte-exact reads of an attempt's log by raw offset (docs/protocols.md §4.4 "Raw read",
-§4.8 "Offsets and gaps").
+§4.9 "Offsets and gaps").
 
 The log of an attempt lives in one of three places, chosen in one REPEATABLE READ snapshot
 of its attempt row, its artifact and its chunk rows (so a completion, which deletes the rows

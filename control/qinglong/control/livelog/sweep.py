@@ -1,4 +1,4 @@
-"""The partial-log sweep (docs/protocols.md §4.8 "Partial logs"): database only.
+"""The partial-log sweep (docs/protocols.md §4.9 "Partial logs"): database only.
 
 An ended attempt without a verified artifact (``lost``, ``not_started``, a log that could not
 be stored) keeps its chunk rows as its partial log. Once the task's log retention

@@ -1,4 +1,4 @@
-"""Wake-ups across replicas (docs/protocols.md §4.8 "Wake-ups").
+"""Wake-ups across replicas (docs/protocols.md §4.9 "Wake-ups").
 
 ``LogWakeups`` keeps one dedicated LISTEN session per replica (psycopg 3, autocommit, its own
 connection — never one of the pool's) in a daemon thread and fans each NOTIFY out in

@@ -310,7 +310,7 @@ def recovery_tick(recovery: LeaseRecovery, metrics: Metrics) -> RecoveryResult:
 
 
 def _live_log_hub(settings: ServeSettings) -> Any:
-    """The replica's live-log hub with its dedicated LISTEN session (docs/protocols.md §4.8
+    """The replica's live-log hub with its dedicated LISTEN session (docs/protocols.md §4.9
     "Wake-ups"): a psycopg connection of its own, never one of the pool's."""
     from qinglong.control.livelog.hub import LiveLogHub
     from qinglong.control.livelog.wakeups import LogWakeups
