@@ -1,4 +1,4 @@
-"""``ql3 cluster logs``: an attempt's output, while it runs and after (docs/protocols.md §4.4, §4.9).
+"""``ql3 cluster logs``: an attempt's output, while it runs and after (protocols §4.4, §4.9).
 
 Reads go through the raw path ``GET /v1/attempts/{id}/log?offset=N`` (``&wait=S``: a long
 poll of at most 25 s while the attempt runs; ``?tail=K``: start K bytes before the end).

@@ -423,9 +423,9 @@ class LogChunkAnswer(_Wire):
 @dataclass(frozen=True)
 class LogLayout(_Wire):
     """How the stored log maps to raw offsets when the output cap was reached
-    (docs/protocols.md §4.2 "Caps (worker)"): the object holds raw bytes ``[0, head_bytes)``, one marker
-    line, then raw bytes ``[tail_offset, raw_bytes)``. Absent when nothing was cut (the object
-    is the raw output, byte for byte)."""
+    (docs/protocols.md §4.2 "Caps (worker)"): the object holds raw bytes
+    ``[0, head_bytes)``, one marker line, then raw bytes ``[tail_offset, raw_bytes)``.
+    Absent when nothing was cut (the object is the raw output, byte for byte)."""
 
     raw_bytes: int
     head_bytes: int
