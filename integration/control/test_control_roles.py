@@ -74,6 +74,12 @@ FORBIDDEN = [
     "ALTER TABLE script_bundles ADD COLUMN evil int",
     "ALTER TABLE tasks DROP CONSTRAINT tasks_bundle_digest_fkey",
     "DROP INDEX tasks_bundle_digest_idx",
+    # 0011, sealed secrets: sealing is never switched off from the runtime login, and the
+    # sealed column is data, not schema
+    "DELETE FROM secret_sealing",
+    "TRUNCATE secret_sealing",
+    "ALTER TABLE tasks DROP COLUMN sealed_env",
+    "DROP INDEX tasks_plaintext_secret_idx",
 ]
 
 

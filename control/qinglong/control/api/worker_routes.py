@@ -136,8 +136,9 @@ async def claim(request: Request, principal: WorkerPrincipal) -> dict[str, Any]:
     """Lease up to ``max_attempts`` queued attempts (409 ``unknown_incarnation``)."""
     body = await _decode(request, wire.ClaimRequest)
     ctx = get_context(request)
-    answer = await _call(ctx, lambda: claim_attempts(ctx.engine, _config(ctx),
-                                                     pool_id=_pool(principal), request=body))
+    answer = await _call(ctx, lambda: claim_attempts(
+        ctx.engine, _config(ctx), pool_id=_pool(principal), request=body,
+        keyring=ctx.extras.get("keyring")))
     if ctx.metrics is not None:
         ctx.metrics.claimed(len(answer["attempts"]))
     return answer

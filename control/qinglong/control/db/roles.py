@@ -42,6 +42,8 @@ RUNTIME_GRANTS: dict[str, frozenset[str]] = {
     "api_tokens": frozenset({"SELECT", "INSERT", "UPDATE"}),  # admin scope manages tokens
     # 0006, script bundles (docs/protocols.md §4.7): immutable rows, pushed and removed
     "script_bundles": frozenset({"SELECT", "INSERT", "DELETE"}),
+    # 0011, sealed secrets (docs/operations.md): the switch is set and moved, never removed
+    "secret_sealing": frozenset({"SELECT", "INSERT", "UPDATE"}),
 }
 
 

@@ -37,6 +37,7 @@ ENROLLMENT_PERIOD_S = 30.0
 PRUNE_PERIOD_S = 3600.0
 OCCURRENCE_KEEP_DAYS_DEFAULT = 30
 LOCK_TIMEOUT_MS = 10_000
+SEAL_PERIOD_S = 5.0  # a replica with the keyring seals plaintext left after enable
 
 
 @dataclass(frozen=True)
@@ -125,12 +126,13 @@ class ReadinessCache:
 class ControlReplica:
     """Wires one replica from ``ServeSettings``; ``run()`` blocks until SIGTERM/SIGINT."""
 
-    def __init__(self, settings: ServeSettings) -> None:
+    def __init__(self, settings: ServeSettings, keyring: Any = None) -> None:
         from qinglong.control.db.engine import create_engine
         from qinglong.control.dispatch.config import DispatchConfig
         from qinglong.control.retention.objects import make_client
 
         self.settings = settings
+        self.keyring = keyring  # secrets.sealing.Keyring or None (secrets/store.py)
         # C11: a heartbeat above a third of the lease is refused here, before anything starts
         self.dispatch = DispatchConfig(lease_ms=settings.lease_ms,
                                        heartbeat_ms=settings.heartbeat_ms)
@@ -162,6 +164,26 @@ class ControlReplica:
             return False
         return True
 
+    def refuse_missing_keyring(self) -> None:
+        """At start, once the database answered: SecretsKeyMissingError (a ValidationError
+        of ``--secrets-keyring``: exit 2) when sealing is on and this replica holds no
+        keyring, or one without the primary key the deployment seals with."""
+        from qinglong.control.secrets.store import SecretsKeyMissingError, sealing_state
+
+        with self.engine.begin() as conn:
+            state = sealing_state(conn)
+        if state is None:
+            return
+        if self.keyring is None:
+            raise SecretsKeyMissingError(
+                "secret values are sealed in this deployment (`ql3 control secrets "
+                "enable` ran): give this replica the keyring (--secrets-keyring or "
+                "QL3_SECRETS_KEYRING; docs/operations.md)")
+        if state.primary_key_id not in self.keyring.keys:
+            raise SecretsKeyMissingError(
+                f"the keyring lacks key {state.primary_key_id}, the primary in use: add "
+                "it before rolling (docs/operations.md, rotation)")
+
     def _context(self) -> ApiContext:
         from qinglong.control.api.context import ApiContext
         from qinglong.control.metrics import Metrics
@@ -171,6 +193,7 @@ class ControlReplica:
                          heartbeat_ms=self.settings.heartbeat_ms, s3=self.s3,
                          bucket=self.settings.bucket, metrics=Metrics())
         ctx.extras["dispatch"] = self.dispatch
+        ctx.extras["keyring"] = self.keyring
         return ctx
 
     def _lifecycles(self) -> None:
@@ -224,6 +247,18 @@ class ControlReplica:
                 return prune_occurrences(conn, older_than=datetime.now(UTC) - keep,
                                          limit=1000)
 
+        keyring = self.keyring
+
+        def seal() -> Any:
+            from qinglong.control.secrets.store import seal_batch
+
+            with self.engine.begin() as conn:
+                return seal_batch(conn, keyring)
+
+        if keyring is not None:
+            self.supervisor.services.append(PeriodicService(
+                "secret_sealing", seal, period_s=SEAL_PERIOD_S,
+                more=lambda r: r.last_id is not None))
         self.supervisor.services.extend([
             PeriodicService("readiness", cache.refresh, period_s=READINESS_PERIOD_S),
             PeriodicService("scheduler", tick_scheduler,
