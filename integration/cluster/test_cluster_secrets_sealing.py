@@ -84,7 +84,7 @@ def test_sealing_hides_values_from_a_dump_keeps_claims_and_rotates(
     admin, operator = cluster.token("admin"), cluster.token("operator")
     # the task prints its secret (the stored log is another matter) and hands it to a file
     script = f'printf %s "$API_KEY" > {out_dir}/"$RUN"; echo "key=$API_KEY"'
-    cli(cluster, url, admin, "task", "add", "打印秘密", "--env", "RUN=r1",
+    cli(cluster, url, admin, "task", "add", "print-secret", "--schedule", "@once", "--env", "RUN=r1",
         "--secret-env", "API_KEY", "--", "sh", "-c", script, stdin=SECRET)
     assert SECRET in dump(cluster)  # plain text before sealing: the check below can fail
 
@@ -101,16 +101,16 @@ def test_sealing_hides_values_from_a_dump_keeps_claims_and_rotates(
     # a worker still receives the value; the run leaves no value in the database
     worker = cluster.token("worker", pool="pool-a")
     cluster.start_worker("w1", worker, url, concurrency=1)
-    cli(cluster, url, operator, "run", "打印秘密", "--wait")
+    cli(cluster, url, operator, "run", "print-secret", "--wait")
     assert received(out_dir / "r1") == SECRET
     # a task added (and edited) after enable is sealed on write
-    cli(cluster, url, admin, "task", "add", "后来", "--secret-env", "API_KEY", "--",
+    cli(cluster, url, admin, "task", "add", "later", "--schedule", "@once", "--secret-env", "API_KEY", "--",
         "sh", "-c", script, stdin=LATER)
-    cli(cluster, url, admin, "task", "edit", "打印秘密", "--env", "RUN=r2")
+    cli(cluster, url, admin, "task", "edit", "print-secret", "--env", "RUN=r2")
     text = dump(cluster)
     assert SECRET not in text and LATER not in text
     assert "sealed with k1: 2 value(s)" in secrets_cli(cluster, "status")
-    cli(cluster, url, operator, "run", "打印秘密", "--wait")
+    cli(cluster, url, operator, "run", "print-secret", "--wait")
     assert received(out_dir / "r2") == SECRET  # the edit kept the sealed value
 
     # a replica without the keyring is refused once sealing is on: exit 2, one clear line
@@ -129,8 +129,8 @@ def test_sealing_hides_values_from_a_dump_keeps_claims_and_rotates(
     assert old_only.popen.wait(timeout=60) == 2
     assert "lacks key k2" in old_only.log()
     control = roll(cluster, control, "c1d", "--secrets-keyring", ring2)
-    cli(cluster, url, admin, "task", "edit", "打印秘密", "--env", "RUN=r3")
-    cli(cluster, url, operator, "run", "打印秘密", "--wait")
+    cli(cluster, url, admin, "task", "edit", "print-secret", "--env", "RUN=r3")
+    cli(cluster, url, operator, "run", "print-secret", "--wait")
     assert received(out_dir / "r3") == SECRET
     text = dump(cluster)
     assert SECRET not in text and LATER not in text

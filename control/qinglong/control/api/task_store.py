@@ -39,7 +39,8 @@ SCHEDULE_FIELDS = frozenset({"schedule", "timezone", "enabled"})
 
 def _sql_nulls(values: dict[str, Any]) -> dict[str, Any]:
     """JSON columns take SQL NULL, not the JSON ``null`` SQLAlchemy writes for None."""
-    return {k: null() if v is None and k == "argv" else v for k, v in values.items()}
+    return {k: null() if v is None and k in ("argv", "sealed_env") else v
+            for k, v in values.items()}
 
 
 # The reason shown for a definition the shared modules refuse, by field: a fixed phrase of
@@ -246,7 +247,7 @@ def edit_task(conn: Connection, project_id: str, name: str, patch: dict[str, Any
         check_bundle(conn, merged)
     values: dict[str, Any] = _sql_nulls({f: patch[f] for f in changed})
     if "env" in values:
-        values.update(_stored_env(conn, keyring, str(old["id"]), values["env"]))
+        values.update(_sql_nulls(_stored_env(conn, keyring, str(old["id"]), values["env"])))
     if SCHEDULE_FIELDS & set(changed):
         values["next_fire_at"] = next_fire_at(conn, merged)
         values["schedule_version"] = tasks.c.schedule_version + 1
