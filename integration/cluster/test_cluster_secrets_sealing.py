@@ -84,8 +84,9 @@ def test_sealing_hides_values_from_a_dump_keeps_claims_and_rotates(
     admin, operator = cluster.token("admin"), cluster.token("operator")
     # the task prints its secret (the stored log is another matter) and hands it to a file
     script = f'printf %s "$API_KEY" > {out_dir}/"$RUN"; echo "key=$API_KEY"'
-    cli(cluster, url, admin, "task", "add", "print-secret", "--schedule", "@once", "--env", "RUN=r1",
-        "--secret-env", "API_KEY", "--", "sh", "-c", script, stdin=SECRET)
+    cli(cluster, url, admin, "task", "add", "print-secret", "--schedule", "@once",
+        "--env", "RUN=r1", "--secret-env", "API_KEY", "--", "sh", "-c", script,
+        stdin=SECRET)
     assert SECRET in dump(cluster)  # plain text before sealing: the check below can fail
 
     # roll the replica with the keyring, then switch sealing on
@@ -104,8 +105,8 @@ def test_sealing_hides_values_from_a_dump_keeps_claims_and_rotates(
     cli(cluster, url, operator, "run", "print-secret", "--wait")
     assert received(out_dir / "r1") == SECRET
     # a task added (and edited) after enable is sealed on write
-    cli(cluster, url, admin, "task", "add", "later", "--schedule", "@once", "--secret-env", "API_KEY", "--",
-        "sh", "-c", script, stdin=LATER)
+    cli(cluster, url, admin, "task", "add", "later", "--schedule", "@once",
+        "--secret-env", "API_KEY", "--", "sh", "-c", script, stdin=LATER)
     cli(cluster, url, admin, "task", "edit", "print-secret", "--env", "RUN=r2")
     text = dump(cluster)
     assert SECRET not in text and LATER not in text

@@ -189,8 +189,12 @@ async def complete(request: Request, principal: WorkerPrincipal) -> dict[str, An
     """The attempt ended; a replay answers ``replayed: true`` (409 ``log_mismatch``)."""
     body = await _decode(request, wire.CompletionReport)
     ctx = get_context(request)
-    return await _call(ctx, lambda: complete_attempt(
+    answer = await _call(ctx, lambda: complete_attempt(
         ctx.engine, s3=ctx.s3, bucket=ctx.bucket, pool_id=_pool(principal), report=body))
+    if (body.reason == "log_unavailable" and ctx.metrics is not None
+            and not answer.get("replayed")):
+        ctx.metrics.log_unavailable()
+    return answer
 
 
 @router.post("/stopped", **_doc(wire.WorkerStopped, wire.Ack))

@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from qinglong.control.api.context import ApiContext
     from qinglong.control.dispatch.recovery import LeaseRecovery, RecoveryResult
     from qinglong.control.metrics import Metrics
-    from qinglong.control.readiness import CapabilityStatus
 
 _log = logging.getLogger("qinglong.control.serve")
 
@@ -202,9 +201,12 @@ class ControlReplica:
         from qinglong.control.dispatch.recovery import LeaseRecovery, RecoveryConfig
         from qinglong.control.retention.claims import process_owner
         from qinglong.control.retention.enrollment import enrollment_sweep
+        from qinglong.control.retention.objects import make_client
         from qinglong.control.retention.sweeper import RunAttemptLogRetentionSweeper
         from qinglong.control.scheduling.ledger import prune_occurrences
         from qinglong.control.scheduling.scheduler import Config, Scheduler
+        from qinglong.control.serve import store_watch
+        from qinglong.control.serve.store_watch import ObjectStoreWatch, object_store_capability
 
         metrics = self.ctx.metrics
         assert metrics is not None
@@ -217,7 +219,10 @@ class ControlReplica:
                 metrics.retention(str(outcome), int(n))
 
         sweeper.on_sweep = on_sweep
-        probe = _probe_capability(sweeper)
+        watch = ObjectStoreWatch(
+            make_client(self.settings.s3_endpoint, timeout_s=store_watch.CHECK_TIMEOUT_S),
+            self.settings.bucket, metrics)
+        probe = object_store_capability(watch, sweeper)
         cache = ReadinessCache(self.engine, self.settings.runtime_role, [probe],
                                self.supervisor)
         self.ctx.readiness = cache
@@ -261,6 +266,8 @@ class ControlReplica:
                 more=lambda r: r.last_id is not None))
         self.supervisor.services.extend([
             PeriodicService("readiness", cache.refresh, period_s=READINESS_PERIOD_S),
+            PeriodicService("object_store_watch", watch.check,
+                            period_s=store_watch.CHECK_PERIOD_S),
             PeriodicService("scheduler", tick_scheduler,
                             period_s=self.settings.scheduler_tick_ms / 1000,
                             more=lambda r: bool(r.page_full)),
@@ -338,24 +345,3 @@ def _stop_server_on_signals(server: Any) -> None:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-
-
-def _probe_capability(sweeper: Any) -> Any:
-    """The object store's capability as the retention sweeper's periodic probe last saw it
-    (``retention/probe.py`` mapping: safe → ok, unsafe → degraded ``object_store_unsafe``,
-    unavailable → ``object_store_unavailable``); not probed yet → ok. Never raises."""
-    from qinglong.control.readiness import CapabilityStatus
-
-    def probe() -> CapabilityStatus:
-        verdict = sweeper.verdict
-        if verdict is None:
-            return CapabilityStatus("object_store", "ok")
-        if verdict.status == "unavailable":
-            return CapabilityStatus("object_store", "unavailable", "object_store_unavailable",
-                                    verdict.reason)
-        if verdict.status == "unsafe":
-            return CapabilityStatus("object_store", "degraded", "object_store_unsafe",
-                                    verdict.reason)
-        return CapabilityStatus("object_store", "ok")
-
-    return probe
