@@ -122,6 +122,13 @@ def test_sealing_hides_values_from_a_dump_keeps_claims_and_rotates(
 
     # rotation: add k2 as primary and roll, rotate-key, remove k1 and roll
     control = roll(cluster, control, "c1c", "--secrets-keyring", ring12)
+    # as if rotate-key had been stopped after recording k2: k1 is still in use, and a
+    # replica whose keyring dropped it already is refused
+    with cluster.db.connect() as conn:
+        conn.execute("UPDATE secret_sealing SET primary_key_id = 'k2'")
+    early = cluster.start_control("c-early", "--secrets-keyring", ring2, wait=False)
+    assert early.popen.wait(timeout=60) == 2
+    assert "lacks key k1, which 2 value(s) are still sealed with" in early.log()
     said = secrets_cli(cluster, "rotate-key", "--keyring", ring12)
     assert "primary key k2; re-sealed 2 value(s) in 2 task(s)" in said
     status = secrets_cli(cluster, "status")

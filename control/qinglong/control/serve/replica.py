@@ -166,8 +166,13 @@ class ControlReplica:
     def refuse_missing_keyring(self) -> None:
         """At start, once the database answered: SecretsKeyMissingError (a ValidationError
         of ``--secrets-keyring``: exit 2) when sealing is on and this replica holds no
-        keyring, or one without the primary key the deployment seals with."""
-        from qinglong.control.secrets.store import SecretsKeyMissingError, sealing_state
+        keyring, or one without the primary key the deployment seals with or a key some
+        value is still sealed with (one grouped scan of ``tasks.sealed_env``)."""
+        from qinglong.control.secrets.store import (
+            SecretsKeyMissingError,
+            sealing_state,
+            sealing_status,
+        )
 
         with self.engine.begin() as conn:
             state = sealing_state(conn)
@@ -182,6 +187,14 @@ class ControlReplica:
             raise SecretsKeyMissingError(
                 f"the keyring lacks key {state.primary_key_id}, the primary in use: add "
                 "it before rolling (docs/operations.md, rotation)")
+        with self.engine.begin() as conn:
+            in_use = sealing_status(conn)["sealed_by_key"]
+        missing = sorted(set(in_use) - set(self.keyring.keys))
+        if missing:
+            raise SecretsKeyMissingError(
+                f"the keyring lacks key {missing[0]}, which {in_use[missing[0]]} value(s) "
+                "are still sealed with: finish `ql3 control secrets rotate-key` before "
+                "removing it (docs/operations.md, rotation)")
 
     def _context(self) -> ApiContext:
         from qinglong.control.api.context import ApiContext
