@@ -80,6 +80,12 @@ FORBIDDEN = [
     "TRUNCATE attempt_log_chunks",
     "ALTER TABLE attempt_log_chunks ADD COLUMN evil int",
     "DROP INDEX attempts_partial_log_idx",
+    # 0011, sealed secrets: sealing is never switched off from the runtime login, and the
+    # sealed column is data, not schema
+    "DELETE FROM secret_sealing",
+    "TRUNCATE secret_sealing",
+    "ALTER TABLE tasks DROP COLUMN sealed_env",
+    "DROP INDEX tasks_plaintext_secret_idx",
 ]
 
 

@@ -13,6 +13,10 @@ in one test process never share counts. The lifecycles count through its small m
 - ``retention(outcome_class, n)``: retention sweep results by outcome or failure class
   (``deleted``, ``already_absent``, ``artifact_unavailable``, ...)
   (``ql3_retention_outcomes_total{class}``);
+- ``log_unavailable()``: attempts completed with reason ``log_unavailable`` (their log could
+  not be stored; the live chunks are their partial log) (``ql3_attempts_log_unavailable_total``);
+- ``object_store_available(bool)``: the replica's last bucket check, 1 or 0
+  (``ql3_object_store_available``; ``serve/store_watch.py``);
 - ``observe_request(method, route, status, seconds)``: the API middleware's request latency,
   labelled by route *template* (``/v1/runs/{run_id}``), never the raw path
   (``ql3_http_request_duration_seconds``).
@@ -23,7 +27,7 @@ input as a label (unbounded cardinality). Thread-safe (prometheus-client's own l
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import exposition as _exposition
 
 CONTENT_TYPE = _exposition.CONTENT_TYPE_LATEST
@@ -45,6 +49,15 @@ class Metrics:
         self._retention = Counter("ql3_retention_outcomes",
                                   "Retention sweep results by outcome or failure class.",
                                   ["class"], registry=self.registry)
+        self._log_unavailable = Counter(
+            "ql3_attempts_log_unavailable",
+            "Attempts completed with reason log_unavailable (log not stored).",
+            registry=self.registry)
+        self._store_available = Gauge(
+            "ql3_object_store_available",
+            "1 when this replica's last check of the log bucket answered, else 0.",
+            registry=self.registry)
+        self._store_available.set(1)
         self._latency = Histogram("ql3_http_request_duration_seconds",
                                   "API request latency by route template.",
                                   ["method", "route", "status"], buckets=_LATENCY_BUCKETS,
@@ -69,6 +82,14 @@ class Metrics:
         """Count ``n`` retention results of ``outcome_class`` (outcome or failure class)."""
         if n > 0:
             self._retention.labels(**{"class": outcome_class}).inc(n)
+
+    def log_unavailable(self) -> None:
+        """Count one attempt completed with reason ``log_unavailable``."""
+        self._log_unavailable.inc()
+
+    def object_store_available(self, available: bool) -> None:
+        """Set the bucket gauge from the last check (``serve/store_watch.py``)."""
+        self._store_available.set(1 if available else 0)
 
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
         """Record one request's latency (seconds) under its route template."""

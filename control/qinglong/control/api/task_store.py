@@ -39,7 +39,8 @@ SCHEDULE_FIELDS = frozenset({"schedule", "timezone", "enabled"})
 
 def _sql_nulls(values: dict[str, Any]) -> dict[str, Any]:
     """JSON columns take SQL NULL, not the JSON ``null`` SQLAlchemy writes for None."""
-    return {k: null() if v is None and k == "argv" else v for k, v in values.items()}
+    return {k: null() if v is None and k in ("argv", "sealed_env") else v
+            for k, v in values.items()}
 
 
 # The reason shown for a definition the shared modules refuse, by field: a fixed phrase of
@@ -149,15 +150,43 @@ def live_task(conn: Connection, project_id: str, name: str, *, lock: bool = Fals
     return row
 
 
-def create_task(conn: Connection, project_id: str, values: dict[str, Any], by: str
-                ) -> RowMapping:
+def _stored_env(conn: Connection, keyring: Any, task_id: str, env: dict[str, Any]
+                ) -> dict[str, Any]:
+    """``{"env", "sealed_env"}`` to write (secrets/store.py); 503 ``secrets_key_missing``
+    when sealing is on and this replica holds no keyring."""
+    from qinglong.control.secrets.store import SecretsKeyMissingError, stored_env
+
+    try:
+        return stored_env(conn, keyring, task_id, env)
+    except SecretsKeyMissingError:
+        raise ApiError(503, "secrets_key_missing", "secret values are sealed and this "
+                       "replica has no keyring: start it with --secrets-keyring") from None
+
+
+def opened_task(row: RowMapping, keyring: Any) -> dict[str, Any]:
+    """``row`` as a dict whose ``env`` has its sealed secret values opened (for a merge or
+    a comparison; never for an answer). 503 as ``_stored_env``."""
+    from qinglong.control.secrets.store import SecretsKeyMissingError, opened_env
+
+    try:
+        env = opened_env(keyring, str(row["id"]), dict(row["env"]), row.get("sealed_env"))
+    except SecretsKeyMissingError:
+        raise ApiError(503, "secrets_key_missing", "secret values are sealed and this "
+                       "replica has no keyring: start it with --secrets-keyring") from None
+    return {**dict(row), "env": env}
+
+
+def create_task(conn: Connection, project_id: str, values: dict[str, Any], by: str,
+                keyring: Any = None) -> RowMapping:
     """Insert a task from validated ``values`` (TaskCreate's fields); 409 ``task_exists``
-    when a live task has the name."""
+    when a live task has the name. Secret values are sealed with ``keyring`` (a
+    ``secrets.sealing.Keyring``) once sealing is on (docs/operations.md)."""
     check_definition(values)
     check_bundle(conn, values)
     task_id = uuid7()
     row = dict(values, id=task_id, project_id=project_id,
                next_fire_at=next_fire_at(conn, values), schedule_version=1)
+    row.update(_stored_env(conn, keyring, task_id, dict(values.get("env") or {})))
     try:
         with conn.begin_nested():
             conn.execute(tasks.insert().values(**_sql_nulls(row)))
@@ -185,11 +214,13 @@ def _merged_env(old: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
 
 
 def edit_task(conn: Connection, project_id: str, name: str, patch: dict[str, Any],
-              nullable: frozenset[str], by: str) -> RowMapping:
+              nullable: frozenset[str], by: str, keyring: Any = None) -> RowMapping:
     """Apply ``patch`` (the fields the client sent) to the live task ``name``; keeps its id
     and history, writes an ``edited`` event naming the changed fields. 422 for a null
-    non-nullable field or a broken definition; 404 for an unknown name."""
-    old = live_task(conn, project_id, name, lock=True)
+    non-nullable field or a broken definition; 404 for an unknown name. A changed env is
+    stored as ``create_task`` stores it (sealed once sealing is on)."""
+    stored = live_task(conn, project_id, name, lock=True)
+    old = opened_task(stored, keyring) if "env" in patch else dict(stored)
     for field, value in patch.items():
         if value is None and field not in nullable:
             raise invalid(field, "may not be null")
@@ -211,10 +242,12 @@ def edit_task(conn: Connection, project_id: str, name: str, patch: dict[str, Any
         patch["entry_point"] = merged["entry_point"]  # normalized
     changed = sorted(f for f, v in patch.items() if old[f] != v)
     if not changed:
-        return old
+        return stored
     if {"bundle_digest", "entry_point"} & set(changed):
         check_bundle(conn, merged)
     values: dict[str, Any] = _sql_nulls({f: patch[f] for f in changed})
+    if "env" in values:
+        values.update(_sql_nulls(_stored_env(conn, keyring, str(old["id"]), values["env"])))
     if SCHEDULE_FIELDS & set(changed):
         values["next_fire_at"] = next_fire_at(conn, merged)
         values["schedule_version"] = tasks.c.schedule_version + 1

@@ -75,7 +75,8 @@ def post_task(body: TaskCreate, request: Request, who: Admin) -> TaskDetail:
     """Create a task (admin). 409 ``task_exists`` when a live task has the name."""
     ctx = get_context(request)
     with ctx.engine.begin() as conn:
-        row = create_task(conn, ctx.project_id, body.model_dump(), who.name)
+        row = create_task(conn, ctx.project_id, body.model_dump(), who.name,
+                          keyring=ctx.extras.get("keyring"))
         return _detail(conn, row)
 
 
@@ -109,7 +110,8 @@ def patch_task(name: TaskName, body: TaskPatch, request: Request, who: Admin) ->
     ctx = get_context(request)
     patch = body.model_dump(exclude_unset=True)
     with ctx.engine.begin() as conn:
-        row = edit_task(conn, ctx.project_id, name, patch, NULLABLE_ON_EDIT, who.name)
+        row = edit_task(conn, ctx.project_id, name, patch, NULLABLE_ON_EDIT, who.name,
+                        keyring=ctx.extras.get("keyring"))
         return _detail(conn, row)
 
 

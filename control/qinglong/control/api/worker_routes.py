@@ -137,8 +137,9 @@ async def claim(request: Request, principal: WorkerPrincipal) -> dict[str, Any]:
     """Lease up to ``max_attempts`` queued attempts (409 ``unknown_incarnation``)."""
     body = await _decode(request, wire.ClaimRequest)
     ctx = get_context(request)
-    answer = await _call(ctx, lambda: claim_attempts(ctx.engine, _config(ctx),
-                                                     pool_id=_pool(principal), request=body))
+    answer = await _call(ctx, lambda: claim_attempts(
+        ctx.engine, _config(ctx), pool_id=_pool(principal), request=body,
+        keyring=ctx.extras.get("keyring")))
     if ctx.metrics is not None:
         ctx.metrics.claimed(len(answer["attempts"]))
     return answer
@@ -214,8 +215,12 @@ async def complete(request: Request, principal: WorkerPrincipal) -> dict[str, An
     """The attempt ended; a replay answers ``replayed: true`` (409 ``log_mismatch``)."""
     body = await _decode(request, wire.CompletionReport)
     ctx = get_context(request)
-    return await _call(ctx, lambda: complete_attempt(
+    answer = await _call(ctx, lambda: complete_attempt(
         ctx.engine, s3=ctx.s3, bucket=ctx.bucket, pool_id=_pool(principal), report=body))
+    if (body.reason == "log_unavailable" and ctx.metrics is not None
+            and not answer.get("replayed")):
+        ctx.metrics.log_unavailable()
+    return answer
 
 
 @router.post("/stopped", **_doc(wire.WorkerStopped, wire.Ack))

@@ -45,6 +45,8 @@ RUNTIME_GRANTS: dict[str, frozenset[str]] = {
     # 0007, live logs (docs/protocols.md §4.9): appended, trimmed to the window, and deleted
     # at completion or by the partial-log sweep; a row is never rewritten in place
     "attempt_log_chunks": frozenset({"SELECT", "INSERT", "DELETE"}),
+    # 0011, sealed secrets (docs/operations.md): the switch is set and moved, never removed
+    "secret_sealing": frozenset({"SELECT", "INSERT", "UPDATE"}),
 }
 
 

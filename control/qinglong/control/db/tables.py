@@ -75,6 +75,7 @@ tasks = Table(
     Column("version", BigInteger, nullable=False),
     Column("updated_at", _TS, nullable=False),
     Column("deleted_at", _TS),
+    Column("sealed_env", JSONB),  # 0011: {"NAME": sealed value}, secrets/store.py
 )
 
 runs = Table(
@@ -257,4 +258,13 @@ run_attempt_log_artifact_tombstones = Table(
     Column("retired_at", _TS, nullable=False),
     Column("evidence", Text, nullable=False),
     Column("evidence_sha256", Text, nullable=False),
+)
+
+secret_sealing = Table(  # 0011: present = sealing is on (docs/operations.md)
+    "secret_sealing", metadata,
+    Column("singleton", Boolean, primary_key=True),
+    Column("primary_key_id", Text, nullable=False),
+    Column("enabled_by", Text, nullable=False),
+    Column("enabled_at", _TS, nullable=False),
+    Column("updated_at", _TS, nullable=False),
 )

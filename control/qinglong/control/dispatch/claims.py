@@ -23,11 +23,14 @@ from qinglong.control.db.engine import run_named
 from qinglong.control.dispatch.config import DispatchConfig
 from qinglong.control.dispatch.errors import UnknownIncarnationError
 from qinglong.control.dispatch.statements import sql
+from qinglong.control.secrets.store import opened_env
 from qinglong.shared.ids import uuid7
 from qinglong.shared.wire import ClaimAnswer, ClaimedAttempt, ClaimRequest, LeaseRef
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Engine
+
+    from qinglong.control.secrets.sealing import Keyring
 
 
 def flatten_env(env: Mapping[str, Any] | None) -> dict[str, str]:
@@ -42,13 +45,15 @@ def flatten_env(env: Mapping[str, Any] | None) -> dict[str, str]:
 
 
 def claim_attempts(engine: Engine, config: DispatchConfig, *, pool_id: str,
-                   request: ClaimRequest) -> ClaimAnswer:
+                   request: ClaimRequest, keyring: Keyring | None = None) -> ClaimAnswer:
     """Lease at most ``min(request.max_attempts, config.max_claim)`` attempts to
     ``request.incarnation_id`` (an incarnation of ``pool_id``, not stopped), in one
     transaction; each ClaimedAttempt carries its lease and the lease/heartbeat timing.
 
     Raises UnknownIncarnationError (nothing changed) when the incarnation is unknown, stopped
-    or of another pool. An empty answer means nothing was due or matched.
+    or of another pool. Sealed secret values are opened with ``keyring`` for the attempts
+    handed out only (secrets/store.py); SecretsKeyMissingError (nothing changed) when some
+    are sealed and ``keyring`` is None. An empty answer means nothing was due or matched.
     """
     limit = min(request.max_attempts, config.max_claim)
     with engine.begin() as conn:
@@ -68,14 +73,15 @@ def claim_attempts(engine: Engine, config: DispatchConfig, *, pool_id: str,
         for row in picked:
             if row["concurrency_policy"] == "replace" and row["task_id"] not in held:
                 continue  # another claimer decides for this task right now
-            attempt = _claim_one(conn, config, row["run_id"], request.incarnation_id)
+            attempt = _claim_one(conn, config, row["run_id"], request.incarnation_id,
+                                 keyring)
             if attempt is not None:
                 claimed.append(attempt)
     return ClaimAnswer(claimed)
 
 
 def _claim_one(conn: Connection, config: DispatchConfig, run_id: str,
-               incarnation_id: str) -> ClaimedAttempt | None:
+               incarnation_id: str, keyring: Keyring | None) -> ClaimedAttempt | None:
     row = run_named(conn, sql("claim_run"), {
         "run_id": run_id, "attempt_id": uuid7(), "incarnation_id": incarnation_id,
         "lease_s": config.lease_ms / 1000.0, "run_event_id": uuid7(),
@@ -88,7 +94,8 @@ def _claim_one(conn: Connection, config: DispatchConfig, run_id: str,
         run_id=row["run_id"], task_id=row["task_id"], task_name=row["name"],
         run_number=int(row["run_number"]), attempt_number=int(row["attempt_number"]),
         argv=list(row["argv"]) if row["argv"] is not None else None, shell=row["shell"],
-        env=flatten_env(row["env"]), cwd=row["cwd"],
+        env=flatten_env(opened_env(keyring, row["task_id"], row["env"] or {},
+                                   row["sealed_env"])), cwd=row["cwd"],
         timeout_ms=int(timeout_s) * 1000 if timeout_s is not None else None,
         log_limit_bytes=int(row["log_limit_bytes"]), lease_ms=config.lease_ms,
         heartbeat_ms=config.heartbeat_ms, bundle_digest=row["bundle_digest"],

@@ -57,6 +57,9 @@ class _RacedError(Exception):
     """The compare-and-set found no live lease: decided after the rollback."""
 
 
+LOG_UNAVAILABLE = "log_unavailable"  # a worker's reason: its log could not be stored
+
+
 def complete_attempt(engine: Engine, *, s3: Any, bucket: str | None, pool_id: str,
                      report: CompletionReport, rng: random.Random | None = None) -> Ack:
     """Apply ``report`` to its leased attempt, all-or-nothing; ``Ack()`` when applied now,
@@ -65,7 +68,9 @@ def complete_attempt(engine: Engine, *, s3: Any, bucket: str | None, pool_id: st
     Raises LeaseLostError (not live: recovered, re-claimed, expired by the database clock,
     another pool's), CompletionConflictError (already completed differently), LogMismatchError
     (HEAD differs from the claim or finds nothing), LogStoreUnavailableError (no bucket, or
-    S3 could not answer). ``rng`` draws the retry jitter (tests pin it).
+    S3 could not answer). ``rng`` draws the retry jitter (tests pin it). A report with
+    reason ``log_unavailable`` (the worker could not store the log; its live chunks are its
+    partial log) also writes an ``attempt_log_unavailable`` event.
     """
     with engine.begin() as conn:
         state = lease_state(conn, pool_id, report.lease)
@@ -156,6 +161,9 @@ def _apply(conn: Connection, state: RowMapping, pool_id: str, report: Completion
     insert_event(conn, run_id=run_id, attempt_id=attempt_id, kind="attempt_completed",
                  from_status=str(row[0]), to_status=outcome,
                  detail={"reason": report.reason} if report.reason else None)
+    if report.reason == LOG_UNAVAILABLE:  # its log could not be stored: say so on its own
+        insert_event(conn, run_id=run_id, attempt_id=attempt_id, kind="attempt_log_unavailable",
+                     from_status=outcome, to_status=outcome, detail={"reason": report.reason})
     if ident is not None:
         run_named(conn, sql("insert_log_artifact"), {
             "id": ident.metadata["artifact"], "attempt_id": attempt_id,

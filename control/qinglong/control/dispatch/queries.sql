@@ -87,7 +87,7 @@ WITH run AS (
             WHERE o.task_id = r.task_id AND o.id <> r.id
               AND o.status IN ('dispatching', 'running')))
     RETURNING r.id, r.task_id, r.number, r.attempt_count, t.name, t.argv, t.shell, t.env,
-              t.cwd, t.timeout_s, t.log_limit_bytes, t.bundle_digest, t.entry_point
+              t.sealed_env, t.cwd, t.timeout_s, t.log_limit_bytes, t.bundle_digest, t.entry_point
 ), attempt AS (
     INSERT INTO attempts (id, run_id, number, executor, status, worker_incarnation_id,
                           lease_token, lease_version, lease_expires_at, claimed_at,
@@ -108,8 +108,8 @@ WITH run AS (
 SELECT attempt.id::text AS attempt_id, attempt.lease_token::text AS lease_token,
        attempt.lease_version, attempt.number AS attempt_number, run.id::text AS run_id,
        run.task_id::text AS task_id, coalesce(run.number, 0) AS run_number, run.name,
-       run.argv, run.shell, run.env, run.cwd, run.timeout_s, run.log_limit_bytes,
-       run.bundle_digest, run.entry_point
+       run.argv, run.shell, run.env, run.sealed_env, run.cwd, run.timeout_s,
+       run.log_limit_bytes, run.bundle_digest, run.entry_point
 FROM run, attempt
 
 -- lease_bundle --

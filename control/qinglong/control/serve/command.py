@@ -6,6 +6,8 @@ Registered on the ``ql3 control`` group by ``control/cli.py``; its errors are ma
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 _LISTEN_HELP = ("host:port the HTTP API listens on (env QL3_LISTEN). Use 0.0.0.0:8080 in a "
@@ -52,10 +54,13 @@ def _listen(value: str) -> tuple[str, int]:
               show_default=True,
               help="Bundle pushes received and checked at once; more answer 429 (each "
                    "spools up to 32 MiB in the temporary directory).")
+@click.option("--secrets-keyring", envvar="QL3_SECRETS_KEYRING", default=None,
+              help="File of the keyring sealing secret values (env QL3_SECRETS_KEYRING; "
+                   "docs/operations.md). Required once `secrets enable` ran.")
 def serve(database_url: str, runtime_role: str, listen: str, log_bucket: str,
           s3_endpoint: str | None, replica_id: str | None, lease_ms: int,
           heartbeat_ms: int, scheduler_tick_ms: int, drain_s: float,
-          max_pushes: int) -> None:
+          max_pushes: int, secrets_keyring: str | None) -> None:
     """Run a control replica: the HTTP API (OpenAPI at /openapi.json, /livez, /readyz,
     /metrics), the scheduler, lease recovery, retention enrollment and log retention.
 
@@ -63,7 +68,10 @@ def serve(database_url: str, runtime_role: str, listen: str, log_bucket: str,
     database is retried (backoff capped at 5 s) and reported by /readyz, never a crash.
     SIGTERM or SIGINT drains and exits 0. A login that is, or may act as, a superuser or the
     schema owner is refused (exit 2) when the database answers at start; otherwise /readyz
-    reports it as runtime_login_privileged once it connects.
+    reports it as runtime_login_privileged once it connects. Once sealing of secret values
+    is on (`ql3 control secrets enable`), a replica without a keyring, or whose keyring
+    lacks the primary key in use, is refused (exit 2); with one it seals the plaintext left
+    in bounded batches.
     """
     import logging
     import socket
@@ -78,6 +86,7 @@ def serve(database_url: str, runtime_role: str, listen: str, log_bucket: str,
     host, port = _listen(listen)
     _checked_bucket(log_bucket)
     _s3_client(s3_endpoint)  # checks the endpoint's shape (exit 2 on a malformed one)
+    keyring = _keyring(secrets_keyring)
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("botocore", "urllib3", "psycopg", "sqlalchemy", "uvicorn.error"):
@@ -88,10 +97,26 @@ def serve(database_url: str, runtime_role: str, listen: str, log_bucket: str,
         replica_id=(replica_id or socket.gethostname())[:60], lease_ms=lease_ms,
         heartbeat_ms=heartbeat_ms, scheduler_tick_ms=scheduler_tick_ms, drain_s=drain_s,
         max_pushes=max_pushes)
-    replica = ControlReplica(settings)
+    replica = ControlReplica(settings, keyring=keyring)
     try:
-        replica.refuse_privileged_login(_url_label())
+        if replica.refuse_privileged_login(_url_label()):
+            replica.refuse_missing_keyring()
     except BaseException:
         replica.stop()
         raise
     replica.run()
+
+
+def _keyring(path: str | None) -> Any:
+    """The keyring of ``--secrets-keyring`` (None without one); a ValidationError naming the
+    option (exit 2) for an unreadable or malformed file, never its content."""
+    if path is None:
+        return None
+    from qinglong.control.secrets.sealing import KeyringError
+    from qinglong.control.secrets.store import load_keyring
+    from qinglong.shared.errors import ValidationError
+
+    try:
+        return load_keyring(path)
+    except KeyringError as exc:
+        raise ValidationError("--secrets-keyring", str(exc)) from None

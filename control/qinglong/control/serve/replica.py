@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from qinglong.control.api.context import ApiContext
     from qinglong.control.dispatch.recovery import LeaseRecovery, RecoveryResult
     from qinglong.control.metrics import Metrics
-    from qinglong.control.readiness import CapabilityStatus
 
 _log = logging.getLogger("qinglong.control.serve")
 
@@ -38,6 +37,7 @@ PRUNE_PERIOD_S = 3600.0
 PARTIAL_LOG_SWEEP_PERIOD_S = 60.0
 OCCURRENCE_KEEP_DAYS_DEFAULT = 30
 LOCK_TIMEOUT_MS = 10_000
+SEAL_PERIOD_S = 5.0  # a replica with the keyring seals plaintext left after enable
 
 
 @dataclass(frozen=True)
@@ -127,12 +127,13 @@ class ReadinessCache:
 class ControlReplica:
     """Wires one replica from ``ServeSettings``; ``run()`` blocks until SIGTERM/SIGINT."""
 
-    def __init__(self, settings: ServeSettings) -> None:
+    def __init__(self, settings: ServeSettings, keyring: Any = None) -> None:
         from qinglong.control.db.engine import create_engine
         from qinglong.control.dispatch.config import DispatchConfig
         from qinglong.control.retention.objects import make_client
 
         self.settings = settings
+        self.keyring = keyring  # secrets.sealing.Keyring or None (secrets/store.py)
         # C11: a heartbeat above a third of the lease is refused here, before anything starts
         self.dispatch = DispatchConfig(lease_ms=settings.lease_ms,
                                        heartbeat_ms=settings.heartbeat_ms)
@@ -164,6 +165,39 @@ class ControlReplica:
             return False
         return True
 
+    def refuse_missing_keyring(self) -> None:
+        """At start, once the database answered: SecretsKeyMissingError (a ValidationError
+        of ``--secrets-keyring``: exit 2) when sealing is on and this replica holds no
+        keyring, or one without the primary key the deployment seals with or a key some
+        value is still sealed with (one grouped scan of ``tasks.sealed_env``)."""
+        from qinglong.control.secrets.store import (
+            SecretsKeyMissingError,
+            sealing_state,
+            sealing_status,
+        )
+
+        with self.engine.begin() as conn:
+            state = sealing_state(conn)
+        if state is None:
+            return
+        if self.keyring is None:
+            raise SecretsKeyMissingError(
+                "secret values are sealed in this deployment (`ql3 control secrets "
+                "enable` ran): give this replica the keyring (--secrets-keyring or "
+                "QL3_SECRETS_KEYRING; docs/operations.md)")
+        if state.primary_key_id not in self.keyring.keys:
+            raise SecretsKeyMissingError(
+                f"the keyring lacks key {state.primary_key_id}, the primary in use: add "
+                "it before rolling (docs/operations.md, rotation)")
+        with self.engine.begin() as conn:
+            in_use = sealing_status(conn)["sealed_by_key"]
+        missing = sorted(set(in_use) - set(self.keyring.keys))
+        if missing:
+            raise SecretsKeyMissingError(
+                f"the keyring lacks key {missing[0]}, which {in_use[missing[0]]} value(s) "
+                "are still sealed with: finish `ql3 control secrets rotate-key` before "
+                "removing it (docs/operations.md, rotation)")
+
     def _context(self) -> ApiContext:
         from qinglong.control.api.context import ApiContext
         from qinglong.control.metrics import Metrics
@@ -175,6 +209,7 @@ class ControlReplica:
                          max_pushes=self.settings.max_pushes)
         ctx.extras["dispatch"] = self.dispatch
         ctx.extras["livelog"] = self.livelog = _live_log_hub(self.settings)
+        ctx.extras["keyring"] = self.keyring
         return ctx
 
     def _lifecycles(self) -> None:
@@ -183,9 +218,12 @@ class ControlReplica:
         from qinglong.control.dispatch.recovery import LeaseRecovery, RecoveryConfig
         from qinglong.control.retention.claims import process_owner
         from qinglong.control.retention.enrollment import enrollment_sweep
+        from qinglong.control.retention.objects import make_client
         from qinglong.control.retention.sweeper import RunAttemptLogRetentionSweeper
         from qinglong.control.scheduling.ledger import prune_occurrences
         from qinglong.control.scheduling.scheduler import Config, Scheduler
+        from qinglong.control.serve import store_watch
+        from qinglong.control.serve.store_watch import ObjectStoreWatch, object_store_capability
 
         metrics = self.ctx.metrics
         assert metrics is not None
@@ -198,7 +236,10 @@ class ControlReplica:
                 metrics.retention(str(outcome), int(n))
 
         sweeper.on_sweep = on_sweep
-        probe = _probe_capability(sweeper)
+        watch = ObjectStoreWatch(
+            make_client(self.settings.s3_endpoint, timeout_s=store_watch.CHECK_TIMEOUT_S),
+            self.settings.bucket, metrics)
+        probe = object_store_capability(watch, sweeper)
         cache = ReadinessCache(self.engine, self.settings.runtime_role, [probe],
                                self.supervisor)
         self.ctx.readiness = cache
@@ -233,8 +274,22 @@ class ControlReplica:
                 return prune_occurrences(conn, older_than=datetime.now(UTC) - keep,
                                          limit=1000)
 
+        keyring = self.keyring
+
+        def seal() -> Any:
+            from qinglong.control.secrets.store import seal_batch
+
+            with self.engine.begin() as conn:
+                return seal_batch(conn, keyring)
+
+        if keyring is not None:
+            self.supervisor.services.append(PeriodicService(
+                "secret_sealing", seal, period_s=SEAL_PERIOD_S,
+                more=lambda r: r.last_id is not None))
         self.supervisor.services.extend([
             PeriodicService("readiness", cache.refresh, period_s=READINESS_PERIOD_S),
+            PeriodicService("object_store_watch", watch.check,
+                            period_s=store_watch.CHECK_PERIOD_S),
             PeriodicService("scheduler", tick_scheduler,
                             period_s=self.settings.scheduler_tick_ms / 1000,
                             more=lambda r: bool(r.page_full)),
@@ -342,24 +397,3 @@ def _stop_server_on_signals(server: Any, draining: Any = None) -> None:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-
-
-def _probe_capability(sweeper: Any) -> Any:
-    """The object store's capability as the retention sweeper's periodic probe last saw it
-    (``retention/probe.py`` mapping: safe → ok, unsafe → degraded ``object_store_unsafe``,
-    unavailable → ``object_store_unavailable``); not probed yet → ok. Never raises."""
-    from qinglong.control.readiness import CapabilityStatus
-
-    def probe() -> CapabilityStatus:
-        verdict = sweeper.verdict
-        if verdict is None:
-            return CapabilityStatus("object_store", "ok")
-        if verdict.status == "unavailable":
-            return CapabilityStatus("object_store", "unavailable", "object_store_unavailable",
-                                    verdict.reason)
-        if verdict.status == "unsafe":
-            return CapabilityStatus("object_store", "degraded", "object_store_unsafe",
-                                    verdict.reason)
-        return CapabilityStatus("object_store", "ok")
-
-    return probe
