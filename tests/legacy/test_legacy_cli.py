@@ -63,9 +63,9 @@ def test_secrets_never_appear_in_any_output(tmp_path: Path, cli: Ql3Cli) -> None
     cli.run("import-qinglong", str(install.db))  # the text report
     cli.json("import-qinglong", str(install.db))
     assert all(t["env"] == {} for t in cli.json("task", "list"))
-    for name in ("jd_sign", "hooks", "multi.2"):
+    for name in ("京东签到", "hooks", "multi.2"):
         assert cli.json("task", "show", name)["env"] == {}
-    cli.run("task", "show", "jd_sign")
+    cli.run("task", "show", "京东签到")
     views = cli.json("vars", "list")
     assert [(v["name"], v["value"], v["source"]) for v in views] == [
         ("JD_COOKIE", "********", "qinglong2"), ("PLAIN", "********", "qinglong2")]

@@ -77,7 +77,7 @@ def connection(func: F) -> F:
 
 def print_json(obj: Any) -> None:
     """``obj`` as indented JSON on stdout (the API's shapes: times ISO-8601 UTC)."""
-    click.echo(json.dumps(obj, indent=2))
+    click.echo(json.dumps(obj, indent=2, ensure_ascii=False))
 
 
 def segment(name: str) -> str:

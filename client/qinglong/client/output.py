@@ -170,7 +170,8 @@ def detail_text(detail: dict[str, Any] | None) -> str:
         if item is None:
             continue
         text = item if isinstance(item, str) else (
-            display.value(item) if isinstance(item, bool | int | float) else json.dumps(item))
+            display.value(item) if isinstance(item, bool | int | float)
+            else json.dumps(item, ensure_ascii=False))
         parts.append(f"{key}={text}")
     return " ".join(parts)
 

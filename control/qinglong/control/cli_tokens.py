@@ -299,7 +299,7 @@ def list_(database_url: str, as_json: bool) -> None:
     finally:
         engine.dispose()
     if as_json:
-        click.echo(json.dumps(rows, default=str, sort_keys=True))
+        click.echo(json.dumps(rows, default=str, sort_keys=True, ensure_ascii=False))
         return
     for row in rows:
         revoked = ""

@@ -29,7 +29,7 @@ from qinglong.shared.bundles import BundleError, normalize_entry_point
 from qinglong.shared.cron import parse_schedule
 from qinglong.shared.errors import ValidationError
 from qinglong.shared.ids import uuid7
-from qinglong.shared.wire import check_labels
+from qinglong.shared.names import check_task_labels, name_key
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection, RowMapping
@@ -87,7 +87,7 @@ def check_definition(values: dict[str, Any]) -> None:
                               "the cluster has none: use a cron schedule, or @once and run it")
         else:
             parse_schedule("@once", values["timezone"])  # the zone alone
-        check_labels(values.get("labels", {}))
+        check_task_labels(values.get("labels", {}))
     except ValidationError as exc:
         raise invalid(exc.field) from None
 
@@ -123,7 +123,7 @@ def check_bundle(conn: Connection, values: dict[str, Any]) -> None:
 
 def _integrity(exc: IntegrityError) -> ApiError | None:
     """The answer for a constraint a concurrent change broke, or None."""
-    if "tasks_live_name_idx" in str(exc.orig):
+    if "tasks_live_name_idx" in str(exc.orig) or "tasks_live_name_key_idx" in str(exc.orig):
         return ApiError(409, "task_exists", "a live task has this name")
     if "tasks_bundle_digest_fkey" in str(exc.orig):  # removed meanwhile
         return ApiError(422, "bundle_not_found", "no bundle has this digest: push it first")
@@ -138,9 +138,12 @@ def record_event(conn: Connection, task_id: str, kind: str, **detail: Any) -> No
 
 def live_task(conn: Connection, project_id: str, name: str, *, lock: bool = False
               ) -> RowMapping:
-    """The live task ``name`` of the project; ApiError 404 ``task_not_found`` otherwise."""
-    query = select(tasks).where(tasks.c.project_id == project_id, tasks.c.name == name,
-                                tasks.c.deleted_at.is_(None))
+    """The live task ``name`` of the project, found by its key (``shared/names.py``:
+    ``签到１`` finds ``签到1``); ApiError 404 ``task_not_found`` otherwise."""
+    query = (select(tasks)
+             .where(tasks.c.project_id == project_id, tasks.c.deleted_at.is_(None),
+                    or_(tasks.c.name == name, tasks.c.name_key == name_key(name)))
+             .order_by((tasks.c.name == name).desc()).limit(1))
     if lock:
         query = query.with_for_update()
     row = conn.execute(query).mappings().first()
@@ -156,7 +159,7 @@ def create_task(conn: Connection, project_id: str, values: dict[str, Any], by: s
     check_definition(values)
     check_bundle(conn, values)
     task_id = uuid7()
-    row = dict(values, id=task_id, project_id=project_id,
+    row = dict(values, id=task_id, project_id=project_id, name_key=name_key(values["name"]),
                next_fire_at=next_fire_at(conn, values), schedule_version=1)
     try:
         with conn.begin_nested():

@@ -42,8 +42,8 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection
 
 # ADR-0379 §阶段验收: the reviewed hard cap moves exactly, one migration at a time.
-EXPECTED_MIGRATION_COUNT = 6
-EXPECTED_LAST_SHA256 = "991d1f927ace86c53b998027ff9dfd79594042bc57d55a4406caa85806c1b9ae"
+EXPECTED_MIGRATION_COUNT = 8
+EXPECTED_LAST_SHA256 = "be01c29fab0ed7e67f3c3c300f2cd7abe862a2a85b0d12e58f72c7f1993131b5"
 
 LEDGER_TABLE = "ql3_migration_ledger"
 ADVISORY_LOCK_KEY = 0x716C335F6D6967  # "ql3_mig": one key for every replica and release

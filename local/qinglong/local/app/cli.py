@@ -147,7 +147,7 @@ def status(data_dir: str | None, as_json: bool) -> None:
     if as_json:
         import json
 
-        click.echo(json.dumps(view, indent=2))
+        click.echo(json.dumps(view, indent=2, ensure_ascii=False))
         return
     from qinglong.local.app.status import describe_status
 

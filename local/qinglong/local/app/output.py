@@ -91,11 +91,14 @@ def print_tasks(tasks: list[dict[str, Any]]) -> None:
                 _next_fire(t),
                 shared_display.last_run_wide(t.get("last_run")),
                 display.command(t["argv"]),
+                labels_text(t),
             ]
             for t in tasks
         ]
-        _table(["name", "schedule", "enabled", "policy", "next", "last run", "command"], rows)
+        _table(["name", "schedule", "enabled", "policy", "next", "last run", "command",
+                "labels"], rows)
         return
+    with_labels = any(t.get("labels") for t in tasks)
     rows = [
         [
             t["name"],
@@ -103,15 +106,27 @@ def print_tasks(tasks: list[dict[str, Any]]) -> None:
             _next_fire(t) if t["enabled"] else "disabled",
             shared_display.last_run_short(t.get("last_run")),
             display.command(t["argv"]),
+            *([labels_text(t)] if with_labels else []),
         ]
         for t in tasks
     ]
-    _table(["name", "schedule", "next", "last run", "command"], rows,
-           flexible=("command", "schedule", "name"), share=True)
+    _table(["name", "schedule", "next", "last run", "command",
+            *(["labels"] if with_labels else [])], rows,
+           flexible=("command", "labels", "schedule", "name"), share=True)
+
+
+def labels_text(task: dict[str, Any]) -> str:
+    """A task's labels for a table or ``task show``: ``平台=京东,daily`` (``-``: none)."""
+    return ",".join(str(label) for label in task.get("labels", [])) or "-"
 
 
 def _schedule(task: dict[str, Any]) -> str:
-    zone = "" if task["timezone"] == "UTC" else f" ({task['timezone']})"
+    """The schedule, with the task's zone when it is not the viewer's (the zone ``task
+    add`` would default to here, or UTC after ``--utc``): ``0 8 * * * (Asia/Shanghai)``."""
+    from qinglong.shared.zones import machine_zone
+
+    viewer = "UTC" if display.DISPLAY.utc else machine_zone()[0]
+    zone = "" if task["timezone"] == viewer else f" ({task['timezone']})"
     return f"{task['schedule']}{zone}"
 
 
@@ -206,7 +221,8 @@ def event_detail(detail: str | None) -> str:
                 parts.append(f"{key[:-3]}={item / 1000:g}s")
             continue
         text = item if isinstance(item, str) else (
-            _s(item) if isinstance(item, bool | int | float) else json.dumps(item))
+            _s(item) if isinstance(item, bool | int | float)
+            else json.dumps(item, ensure_ascii=False))
         parts.append(f"{key}={text}")
     return " ".join(parts)
 
