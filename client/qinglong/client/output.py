@@ -58,8 +58,12 @@ def task_command(task: dict[str, Any]) -> str:
 
 
 def schedule(task: dict[str, Any]) -> str:
-    """``0 3 * * * (Asia/Shanghai)``; the zone only when not UTC; ``-`` for manual only."""
-    zone = "" if task["timezone"] == "UTC" else f" ({task['timezone']})"
+    """``0 3 * * * (Asia/Shanghai)``; the zone only when it is not the viewer's (this
+    machine's zone, ``shared/zones.py``; UTC after ``--utc``); ``-`` for manual only."""
+    from qinglong.shared.zones import machine_zone
+
+    viewer = "UTC" if display.DISPLAY.utc else machine_zone()[0]
+    zone = "" if task["timezone"] == viewer else f" ({task['timezone']})"
     return f"{task.get('schedule') or '-'}{zone}"
 
 
@@ -72,8 +76,8 @@ def print_tasks(tasks: list[dict[str, Any]]) -> None:
     """Tasks by name, as ``ql3 local task list`` prints them: schedule, next fire time
     (``disabled``), last run as status and duration (``succeeded 1m 05s``), command; the
     command, then the schedule, then the name are shortened to fit, never the next fire time
-    or the last run. ``--wide`` adds the enabled flag, policy, attempts, labels and the last
-    run's finish time."""
+    or the last run; a LABELS column when any task has labels. ``--wide`` adds the enabled
+    flag, policy, attempts and the last run's finish time."""
     if display.DISPLAY.wide:
         table(["name", "schedule", "enabled", "policy", "attempts", "next", "last run",
                "labels", "command"],
@@ -82,10 +86,13 @@ def print_tasks(tasks: list[dict[str, Any]]) -> None:
                 display.last_run_wide(x.get("last_run")), labels(x["labels"]),
                 task_command(x)] for x in tasks])
         return
-    table(["name", "schedule", "next", "last run", "command"],
+    with_labels = any(x["labels"] for x in tasks)
+    table(["name", "schedule", "next", "last run", "command",
+           *(["labels"] if with_labels else [])],
           [[x["name"], schedule(x), t(x["next_fire_at"]) if x["enabled"] else "disabled",
-            display.last_run_short(x.get("last_run")), task_command(x)] for x in tasks],
-          flexible=("command", "schedule", "name"), share=True)
+            display.last_run_short(x.get("last_run")), task_command(x),
+            *([labels(x["labels"])] if with_labels else [])] for x in tasks],
+          flexible=("command", "labels", "schedule", "name"), share=True)
 
 
 def exit_text(run: dict[str, Any]) -> str:

@@ -23,7 +23,8 @@ class ApiContext:
     the project every task of this deployment belongs to. ``readiness``: a callable returning
     ``(ready: bool, reasons: list[str], degraded: list[str])`` for ``/readyz`` (None: ready when
     ``SELECT 1`` answers). ``metrics``: the process's counters (``qinglong.control.metrics``);
-    ``build_app`` creates one when None."""
+    ``build_app`` creates one when None. ``default_timezone``: ``serve --default-timezone``,
+    the zone of a new task that names none (None: the caller's zone, else UTC)."""
 
     engine: Engine
     project_id: str
@@ -34,6 +35,7 @@ class ApiContext:
     readiness: Any = None
     metrics: Metrics | None = None
     extras: dict[str, Any] = field(default_factory=dict)
+    default_timezone: str | None = None
 
 
 def get_context(request: Request) -> ApiContext:

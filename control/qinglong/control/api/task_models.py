@@ -106,7 +106,10 @@ _EXAMPLE: dict[str, Any] = {
 
 
 class TaskCreate(BaseModel):
-    """``POST /v1/tasks``: a new task. ``schedule`` null: manual runs only."""
+    """``POST /v1/tasks``: a new task. ``schedule`` null: manual runs only. The task's zone
+    is ``timezone`` when given, else control's ``--default-timezone`` when set, else
+    ``caller_timezone`` (the zone of the machine the client runs on, sent by ``ql3
+    cluster task add``), else UTC; ``caller_timezone`` itself is not stored."""
 
     model_config = ConfigDict(extra="forbid", strict=True,
                               json_schema_extra={"examples": [_EXAMPLE]})
@@ -114,7 +117,8 @@ class TaskCreate(BaseModel):
     argv: Annotated[list[ArgText], Field(min_length=1, max_length=256)] | None = None
     shell: ShellText | None = None
     schedule: ScheduleText | None = None
-    timezone: ZoneText = "UTC"
+    timezone: ZoneText | None = None
+    caller_timezone: ZoneText | None = None
     env: Annotated[dict[EnvName, EnvValueIn], Field(max_length=256)] = Field(
         default_factory=dict)
     cwd: PathText | None = None

@@ -29,7 +29,7 @@ from qinglong.shared.bundles import BundleError, normalize_entry_point
 from qinglong.shared.cron import parse_schedule
 from qinglong.shared.errors import ValidationError
 from qinglong.shared.ids import uuid7
-from qinglong.shared.names import check_task_labels, name_key
+from qinglong.shared.names import NAME_RULE, check_task_labels, name_key
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection, RowMapping
@@ -48,9 +48,24 @@ DEFINITION_REASONS = {
     "schedule": "not a valid cron expression (5 fields, or 6 with seconds first, or an "
                 "@ alias such as @daily)",
     "timezone": "not an IANA time zone name (e.g. Asia/Shanghai)",
-    "labels": "keys and values: 1-63 ASCII letters, digits, '_', '.' or '-', starting with "
-              "a letter or digit; at most 32 pairs",
+    "labels": "keys: 1-63 ASCII letters, digits, '_', '.' or '-', starting with a letter "
+              "or digit; values: " + NAME_RULE.removeprefix("use ") + "; at most 32 pairs",
 }
+
+
+def _definition_reason(exc: ValidationError, values: dict[str, Any]) -> str | None:
+    """The reason for a refused schedule or zone, as ``ql3 local`` words it: a schedule's
+    names the field (``minute field '61' is invalid``: the schedule is no secret), a
+    zone's adds the zone it most likely meant (``did you mean Asia/Shanghai?``)."""
+    if exc.field == "schedule":
+        return str(exc).partition(": ")[2] or None
+    if exc.field == "timezone":
+        from qinglong.shared.zones import suggest_zone
+
+        guess = suggest_zone(str(values.get("timezone") or ""))
+        base = DEFINITION_REASONS["timezone"]
+        return f"{base}; did you mean {guess}?" if guess else base
+    return None
 
 
 def invalid(field: str, reason: str | None = None) -> ApiError:
@@ -87,9 +102,10 @@ def check_definition(values: dict[str, Any]) -> None:
                               "the cluster has none: use a cron schedule, or @once and run it")
         else:
             parse_schedule("@once", values["timezone"])  # the zone alone
-        check_task_labels(values.get("labels", {}))
+        if "labels" in values:
+            values["labels"] = check_task_labels(values["labels"])
     except ValidationError as exc:
-        raise invalid(exc.field) from None
+        raise invalid(exc.field, _definition_reason(exc, values)) from None
 
 
 def next_fire_at(conn: Connection, values: dict[str, Any]) -> datetime | None:

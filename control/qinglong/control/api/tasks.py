@@ -84,8 +84,12 @@ def _detail(conn: Any, row: RowMapping) -> TaskDetail:
 def post_task(body: TaskCreate, request: Request, who: Admin) -> TaskDetail:
     """Create a task (admin). 409 ``task_exists`` when a live task has the name."""
     ctx = get_context(request)
+    values = body.model_dump()
+    caller = values.pop("caller_timezone")
+    if values["timezone"] is None:
+        values["timezone"] = ctx.default_timezone or caller or "UTC"
     with ctx.engine.begin() as conn:
-        row = create_task(conn, ctx.project_id, body.model_dump(), who.name)
+        row = create_task(conn, ctx.project_id, values, who.name)
         return _detail(conn, row)
 
 

@@ -48,9 +48,13 @@ def _listen(value: str) -> tuple[str, int]:
               show_default=True, help="Longest pause between scheduler ticks, in ms.")
 @click.option("--drain-s", type=click.FloatRange(0, 600), default=20.0, show_default=True,
               help="Seconds requests in flight may take after SIGTERM.")
+@click.option("--default-timezone", envvar="QL3_DEFAULT_TIMEZONE", default=None, metavar="TZ",
+              help="IANA zone of a new task that names none (wins over the zone the "
+                   "caller's client sends; an explicit --timezone wins over both).")
 def serve(database_url: str, runtime_role: str, listen: str, log_bucket: str,
           s3_endpoint: str | None, replica_id: str | None, lease_ms: int,
-          heartbeat_ms: int, scheduler_tick_ms: int, drain_s: float) -> None:
+          heartbeat_ms: int, scheduler_tick_ms: int, drain_s: float,
+          default_timezone: str | None) -> None:
     """Run a control replica: the HTTP API (OpenAPI at /openapi.json, /livez, /readyz,
     /metrics), the scheduler, lease recovery, retention enrollment and log retention.
 
@@ -73,6 +77,10 @@ def serve(database_url: str, runtime_role: str, listen: str, log_bucket: str,
     host, port = _listen(listen)
     _checked_bucket(log_bucket)
     _s3_client(s3_endpoint)  # checks the endpoint's shape (exit 2 on a malformed one)
+    if default_timezone is not None:
+        from qinglong.shared.cron import parse_schedule
+
+        parse_schedule("@once", default_timezone)  # an unknown zone exits 2, with a guess
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("botocore", "urllib3", "psycopg", "sqlalchemy", "uvicorn.error"):
@@ -81,7 +89,8 @@ def serve(database_url: str, runtime_role: str, listen: str, log_bucket: str,
         database_url=database_url, runtime_role=runtime_role, host=host, port=port,
         bucket=log_bucket, s3_endpoint=s3_endpoint,
         replica_id=(replica_id or socket.gethostname())[:60], lease_ms=lease_ms,
-        heartbeat_ms=heartbeat_ms, scheduler_tick_ms=scheduler_tick_ms, drain_s=drain_s)
+        heartbeat_ms=heartbeat_ms, scheduler_tick_ms=scheduler_tick_ms, drain_s=drain_s,
+        default_timezone=default_timezone)
     replica = ControlReplica(settings)
     try:
         replica.refuse_privileged_login(_url_label())

@@ -47,7 +47,8 @@ class ServeSettings:
     dispatch lease and heartbeat handed to workers (heartbeat ≤ lease/3, C11);
     ``scheduler_tick_ms``: the longest pause between scheduler ticks; ``drain_s``: how long
     requests in flight may take at stop; ``replica_id``: names this replica's retention
-    claims."""
+    claims; ``default_timezone``: the IANA zone of a new task that names none (None: the
+    zone the caller's client sends, else UTC; docs/protocols.md §4.5)."""
 
     database_url: str
     runtime_role: str
@@ -63,6 +64,7 @@ class ServeSettings:
     recovery_interval_ms: int = 1000
     drain_s: float = 20.0
     occurrence_keep_days: int = OCCURRENCE_KEEP_DAYS_DEFAULT
+    default_timezone: str | None = None
 
 
 class ReadinessCache:
@@ -169,7 +171,8 @@ class ControlReplica:
         ctx = ApiContext(engine=self.engine, project_id=self.settings.project_id,
                          lease_ms=self.settings.lease_ms,
                          heartbeat_ms=self.settings.heartbeat_ms, s3=self.s3,
-                         bucket=self.settings.bucket, metrics=Metrics())
+                         bucket=self.settings.bucket, metrics=Metrics(),
+                         default_timezone=self.settings.default_timezone)
         ctx.extras["dispatch"] = self.dispatch
         return ctx
 

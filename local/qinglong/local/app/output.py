@@ -189,6 +189,56 @@ def describe_attempt(attempt: dict[str, Any]) -> str:
             f"{_t(attempt['started_at'])}, took {took}, handle {_s(attempt['handle'])}")
 
 
+def print_inspect_tables(view: dict[str, Any], indent: str = "  ") -> None:
+    """``inspect``'s attempts and events as tables within the terminal's width (as
+    ``ql3 cluster inspect`` prints them): attempts by number, status, exit, start, duration
+    and handle; events by time, kind, status change and detail (the handle and the detail
+    give way first, kinds stay whole). When the full times do not fit, the date and offset
+    they share are said once, in the titles. ``--wide``: every line whole."""
+    attempts, events = view["attempts"], view["events"]
+
+    def attempt_rows(starts: list[str]) -> list[list[str]]:
+        return [[str(a["number"]), a["status"], _attempt_exit(a), starts[i],
+                 display.span(a["started_at"], a["finished_at"]), _s(a["handle"])]
+                for i, a in enumerate(attempts)]
+
+    def event_rows(ats: list[str]) -> list[list[str]]:
+        return [[ats[i], e["kind"], _move(e), event_detail(e["detail"]) or "-"]
+                for i, e in enumerate(events)]
+
+    a_cols = ["attempt", "status", "exit", "started", "took", "handle"]
+    e_cols = ["at", "event", "status", "detail"]
+    starts = [_t(a["started_at"]) for a in attempts]
+    ats = [_t(e["at"]) for e in events]
+    room = display.terminal_width() - len(indent)
+    title = ""
+    if not display.DISPLAY.wide and max(
+            shared_display.table_width(a_cols, attempt_rows(starts)),
+            shared_display.table_width(e_cols, event_rows(ats))) > room:
+        zone, texts = shared_display.compact_times(
+            [a["started_at"] for a in attempts] + [e["at"] for e in events])
+        starts, ats = texts[:len(attempts)], texts[len(attempts):]
+        title = f" ({zone})"
+    if attempts:
+        click.echo(f"attempts{title}:")
+        _table(a_cols, attempt_rows(starts), flexible=("handle",), indent=indent)
+    if events:
+        click.echo(f"events{title}:")
+        _table(e_cols, event_rows(ats), flexible=("detail",), indent=indent)
+
+
+def _attempt_exit(attempt: dict[str, Any]) -> str:
+    if attempt["signal"] is not None:
+        return f"sig {attempt['signal']}"
+    return _s(attempt["exit_code"])
+
+
+def _move(event: dict[str, Any]) -> str:
+    if event.get("from") is None and event.get("to") is None:
+        return "-"
+    return f"{_s(event['from'])} -> {_s(event['to'])}"
+
+
 def describe_event(event: dict[str, Any]) -> str:
     """One line of ``inspect``: time, kind, status change and detail."""
     move = (f" {_s(event['from'])} -> {_s(event['to'])}"
