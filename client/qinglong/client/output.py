@@ -72,6 +72,9 @@ def labels(values: dict[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(values.items())) or "-"
 
 
+TASK_FLEX = display.TASK_FLEX
+
+
 def print_tasks(tasks: list[dict[str, Any]]) -> None:
     """Tasks by name, as ``ql3 local task list`` prints them: schedule, next fire time
     (``disabled``), last run as status and duration (``succeeded 1m 05s``), command; the
@@ -87,12 +90,22 @@ def print_tasks(tasks: list[dict[str, Any]]) -> None:
                 task_command(x)] for x in tasks])
         return
     with_labels = any(x["labels"] for x in tasks)
-    table(["name", "schedule", "next", "last run", "command",
-           *(["labels"] if with_labels else [])],
-          [[x["name"], schedule(x), t(x["next_fire_at"]) if x["enabled"] else "disabled",
-            display.last_run_short(x.get("last_run")), task_command(x),
-            *([labels(x["labels"])] if with_labels else [])] for x in tasks],
-          flexible=("command", "labels", "schedule", "name"), share=True)
+    columns = ["name", "schedule", "next", "last run", "command",
+               *(["labels"] if with_labels else [])]
+
+    def rows(nexts: list[str]) -> list[list[str]]:
+        return [[x["name"], schedule(x), nexts[i] if x["enabled"] else "disabled",
+                 display.last_run_short(x.get("last_run")), task_command(x),
+                 *([labels(x["labels"])] if with_labels else [])]
+                for i, x in enumerate(tasks)]
+
+    nexts = [t(x["next_fire_at"]) for x in tasks]
+    if with_labels and display.table_width(columns, rows(nexts)) > display.terminal_width():
+        # the offset the times share said once, in the header (`NEXT (+08:00)`)
+        zone, nexts = display.compact_times([x["next_fire_at"] for x in tasks],
+                                            keep_date=True)
+        columns[2] = f"next ({zone})"
+    table(columns, rows(nexts), flexible=TASK_FLEX[with_labels], share=True)
 
 
 def exit_text(run: dict[str, Any]) -> str:

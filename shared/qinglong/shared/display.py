@@ -39,6 +39,16 @@ MIN_FLEX_WIDTH = 8  # a shortened flexible column keeps at least this many chara
 GAP = "  "
 
 
+# The flexible columns of a `task list` table (both profiles), by whether it has LABELS.
+# Without: command, schedule and name share the room. With: labels and command give way
+# first, down to 8 columns each; then the widest of the others — so a name, the part people
+# type, and a schedule's zone stay whole as long as they can.
+TASK_FLEX: dict[bool, tuple[str, ...]] = {
+    False: ("command", "schedule", "name"),
+    True: ("labels", "command"),
+}
+
+
 @dataclass(slots=True)
 class Display:
     """How this process prints: ``utc`` (times in UTC instead of the local zone) and

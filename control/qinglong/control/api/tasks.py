@@ -49,8 +49,8 @@ router = APIRouter(tags=["tasks"], responses=ERRORS)
 # invalid name simply names no task, 404); lookups go by the name's key (shared/names.py).
 TaskNameParam = Annotated[str, Query(min_length=1, max_length=512)]
 TaskName = Annotated[str, Path(min_length=1, max_length=512, examples=["京东签到"])]
-LabelFilter = Annotated[list[str], Query(max_length=32, examples=[["平台=京东"]])]
-SearchText = Annotated[str, Query(min_length=1, max_length=200)]
+LabelFilter = Annotated[list[str] | None, Query(max_length=32, examples=[["platform=京东"]])]
+SearchText = Annotated[str | None, Query(min_length=1, max_length=200)]
 Viewer = Annotated[Principal, Depends(require("viewer"))]
 Operator = Annotated[Principal, Depends(require("operator"))]
 Admin = Annotated[Principal, Depends(require("admin"))]
@@ -95,8 +95,8 @@ def post_task(body: TaskCreate, request: Request, who: Admin) -> TaskDetail:
 
 @router.get("/v1/tasks", response_model=TaskPage)
 def get_tasks(request: Request, _who: Viewer, cursor: TaskNameParam | None = None,
-              limit: Limit = 50, label: LabelFilter | None = None,
-              q: SearchText | None = None) -> TaskPage:
+              limit: Limit = 50, label: LabelFilter = None,
+              q: SearchText = None) -> TaskPage:
     """Live tasks ordered by name, each with its last run (one query per page:
     ``task_last_run.py``); keyset pages (``cursor``: the last name seen).
 

@@ -99,20 +99,33 @@ def print_tasks(tasks: list[dict[str, Any]]) -> None:
                 "labels"], rows)
         return
     with_labels = any(t.get("labels") for t in tasks)
-    rows = [
-        [
-            t["name"],
-            _schedule(t),
-            _next_fire(t) if t["enabled"] else "disabled",
-            shared_display.last_run_short(t.get("last_run")),
-            display.command(t["argv"]),
-            *([labels_text(t)] if with_labels else []),
+    columns = ["name", "schedule", "next", "last run", "command",
+               *(["labels"] if with_labels else [])]
+
+    def rows(nexts: list[str]) -> list[list[str]]:
+        return [
+            [
+                t["name"],
+                _schedule(t),
+                nexts[i] if t["enabled"] else "disabled",
+                shared_display.last_run_short(t.get("last_run")),
+                display.command(t["argv"]),
+                *([labels_text(t)] if with_labels else []),
+            ]
+            for i, t in enumerate(tasks)
         ]
-        for t in tasks
-    ]
-    _table(["name", "schedule", "next", "last run", "command",
-            *(["labels"] if with_labels else [])], rows,
-           flexible=("command", "labels", "schedule", "name"), share=True)
+
+    nexts = [_next_fire(t) for t in tasks]
+    timed = [t for t in tasks if not t.get("next_fire_pending") and t.get("next_fire")]
+    room = display.terminal_width()
+    if with_labels and timed and shared_display.table_width(columns, rows(nexts)) > room:
+        # the offset the times share said once, in the header (`NEXT (+08:00)`)
+        zone, texts = shared_display.compact_times([t["next_fire"] for t in timed],
+                                                   keep_date=True)
+        shown = dict(zip([id(t) for t in timed], texts, strict=True))
+        nexts = [shown.get(id(t), n) for t, n in zip(tasks, nexts, strict=True)]
+        columns[2] = f"next ({zone})"
+    _table(columns, rows(nexts), flexible=shared_display.TASK_FLEX[with_labels], share=True)
 
 
 def labels_text(task: dict[str, Any]) -> str:
