@@ -191,7 +191,9 @@ def run_task(name: TaskName, request: Request, who: Operator) -> RunRef:
         try:
             created = run_now(conn, str(task["id"]))
         except RunRefusedError as exc:
-            raise ApiError(409, "run_refused", str(exc)) from None
+            which = f"run {task['name']}#{exc.number}" if exc.number else "a run of it"
+            raise ApiError(409, "run_refused", f"{which} is {exc.status or 'in progress'} "
+                           "and the task's concurrency policy is forbid") from None
         record_event(conn, str(task["id"]), "run_requested", by=who.name)
         return RunRef(id=str(created.run_id), number=created.number)
 

@@ -47,13 +47,28 @@ class _LazyGroup(click.Group):
 
             try:
                 module = importlib.import_module(self.lazy[cmd_name])
-            except ModuleNotFoundError as exc:
-                if not (exc.name or "").startswith("qinglong."):
-                    raise
-                raise ClusterPackageMissingError(cmd_name) from None
+            except ModuleNotFoundError:
+                # our cluster package, or a library only it brings (httpx after the
+                # runtime-only install of scripts/demo.sh): the command stands in as one
+                # that says what to install, so `ql3 --help` still lists and prints
+                return _missing_command(cmd_name)
             found = getattr(module, cmd_name)
             return found if isinstance(found, click.Command) else None
         return super().get_command(ctx, cmd_name)
+
+
+def _missing_command(name: str) -> click.Command:
+    """A stand-in for ``ql3 control|worker|cluster`` whose code or libraries are not
+    installed: listed by ``ql3 --help``, and any use (``--help`` included) exits 2 with
+    :class:`ClusterPackageMissingError`'s one line."""
+
+    def refuse() -> None:
+        raise ClusterPackageMissingError(name)
+
+    return click.Command(
+        name, callback=refuse, add_help_option=False,
+        help="(not installed: needs the qinglong-cluster distribution)",
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 
 
 class ClusterPackageMissingError(click.ClickException):

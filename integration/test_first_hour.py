@@ -1,0 +1,80 @@
+"""A new user's first hour, each stumble fixed (docs/operations.md "First hour"), through the
+real ``ql3`` at COLUMNS=80: help without the cluster's libraries, a value typed where stdin is
+read, a missing control URL, a forbid refusal naming the run in progress, and a script path
+checked when the task is added."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness import QL3, Ql3, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QL3_")}
+    env.pop("PYTHONPATH", None)
+    env.update(COLUMNS="80", TZ="Asia/Shanghai", **extra)
+    return env
+
+
+def test_help_and_cluster_commands_without_the_cluster_libraries(tmp_path: Path) -> None:
+    """After scripts/demo.sh (the runtime-only install), httpx is absent: `ql3 --help` and a
+    bare `ql3` print help, and `ql3 cluster …` says in one line what to install."""
+    shadow = tmp_path / "shadow" / "httpx"  # a runtime-only install: importing httpx fails
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'httpx'\", name='httpx')\n")
+    env = _env(PYTHONPATH=str(shadow.parent))
+    for args, code in ((["--help"], 0), ([], 2)):
+        out = subprocess.run([QL3, *args], env=env, capture_output=True, text=True,
+                             timeout=60, check=False)
+        shown = out.stdout + out.stderr  # bare `ql3` prints its help on stderr, exit 2
+        assert out.returncode == code, shown
+        assert "Traceback" not in shown and "Commands:" in shown, shown
+        assert "local" in shown and "cluster" in shown  # listed, saying it is not installed
+    for args in (["cluster", "task", "list"], ["cluster", "--help"]):
+        out = subprocess.run([QL3, *args], env=env, capture_output=True, text=True,
+                             timeout=60, check=False)
+        assert out.returncode == 2, (args, out.stdout, out.stderr)
+        assert "Traceback" not in out.stderr
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and "install `qinglong-cluster`" in lines[0], lines
+
+
+def test_vars_set_with_a_value_explains_stdin_and_never_shows_it(ql3: Ql3) -> None:
+    out = ql3.run("local", "vars", "set", "JD_COOKIE=pt_key-SECRET", check=False)
+    assert out.returncode == 2
+    assert "stdin" in out.stderr and "ql3 local vars set JD_COOKIE" in out.stderr
+    assert "pt_key-SECRET" not in out.stderr + out.stdout
+
+
+def test_a_missing_control_url_names_the_variable_too() -> None:
+    out = subprocess.run([QL3, "cluster", "task", "list"], env=_env(), capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert out.returncode == 2
+    assert "Missing option '--control-url'" in out.stderr and "QL3_CONTROL_URL" in out.stderr
+
+
+def test_a_forbid_refusal_names_the_run_in_progress(ql3: Ql3, tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    ql3.run("local", "task", "add", "京东签到", "--schedule", "@once", "--", "sh", "-c",
+            f"echo 签到中; while [ ! -e {gate} ]; do sleep 0.1; done")
+    serve = ql3.start_serve()
+    try:
+        ql3.run("local", "run", "京东签到")
+        assert wait_for(lambda: ql3.json("local", "inspect", "京东签到#1")["status"]
+                        == "running", 15)
+        refused = ql3.run("local", "run", "京东签到", check=False)
+        assert refused.returncode != 0
+        assert "京东签到#1 is running" in refused.stderr, refused.stderr
+        assert "forbid" in refused.stderr and "ql3 local cancel 京东签到#1" in refused.stderr
+        gate.touch()
+    finally:
+        gate.touch()
+        assert ql3.stop_serve(serve) == 0
