@@ -82,7 +82,7 @@ def print_tasks(tasks: list[dict[str, Any]]) -> None:
     ``2026-12-02 09:30:00 +08:00`` whole and the schedule and command still get about 25
     columns between them."""
     if display.DISPLAY.wide:
-        rows = [
+        wide_rows = [
             [
                 t["name"],
                 _schedule(t),
@@ -96,7 +96,7 @@ def print_tasks(tasks: list[dict[str, Any]]) -> None:
             for t in tasks
         ]
         _table(["name", "schedule", "enabled", "policy", "next", "last run", "command",
-                "labels"], rows)
+                "labels"], wide_rows)
         return
     with_labels = any(t.get("labels") for t in tasks)
     columns = ["name", "schedule", "next", "last run", "command",
