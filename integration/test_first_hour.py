@@ -78,3 +78,27 @@ def test_a_forbid_refusal_names_the_run_in_progress(ql3: Ql3, tmp_path: Path) ->
     finally:
         gate.touch()
         assert ql3.stop_serve(serve) == 0
+
+
+def test_a_script_path_is_checked_when_the_task_is_added(ql3: Ql3, tmp_path: Path) -> None:
+    """A relative script path is added with a warning naming where it will be looked up; a
+    missing absolute one is refused unless --no-check; the run-time error names the
+    working directory the relative path was looked up in."""
+    added = ql3.run("local", "task", "add", "fail", "--schedule", "@once", "--",
+                    "examples/fail.sh")
+    assert "relative path" in added.stderr and "working directory" in added.stderr
+    missing = tmp_path / "nope" / "签到.sh"
+    refused = ql3.run("local", "task", "add", "签到", "--schedule", "@once", "--",
+                      "python3", str(missing), check=False)
+    assert refused.returncode == 2 and f"{missing} does not exist" in refused.stderr
+    assert "--no-check" in refused.stderr
+    assert "签到" not in ql3.run("local", "task", "list").stdout  # nothing was added
+    ql3.run("local", "task", "add", "签到", "--schedule", "@once", "--no-check", "--",
+            "python3", str(missing))
+    edit = ql3.run("local", "task", "edit", "签到", "--", str(missing), check=False)
+    assert edit.returncode == 2 and "does not exist" in edit.stderr
+
+    ran = ql3.run("local", "run", "fail", check=False)
+    assert ran.returncode != 0
+    log = ql3.run("local", "logs", "fail@last").stdout
+    assert "cannot execute 'examples/fail.sh'" in log and "working directory /" in log, log

@@ -49,6 +49,8 @@ def _parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
 @secret_env_option
 @click.option("--cwd", default=None, metavar="DIR", help="Absolute working directory.")
 @click.option("--label", "labels", multiple=True, help="Free-form label (repeatable).")
+@click.option("--no-check", is_flag=True,
+              help="Add it even when the script path it runs does not exist (yet).")
 @click.argument("argv", nargs=-1, required=True)
 @data_dir_option
 @json_option
@@ -63,6 +65,7 @@ def task_add(
     secret_env: tuple[str, ...],
     cwd: str | None,
     labels: tuple[str, ...],
+    no_check: bool,
     argv: tuple[str, ...],
     data_dir: str | None,
     as_json: bool,
@@ -96,12 +99,29 @@ def task_add(
     }
     if not argv:
         raise ValidationError("argv", "the command must not be empty")
+    _check_script(argv, cwd, no_check)
     with open_backend(datadir_of(data_dir), "task add") as backend:
         view = backend.call("task_add", spec=spec)
     if as_json:
         print_json(view)
     else:
         click.echo(f"added task {view['name']} ({view['id']})")
+
+
+def _check_script(argv: tuple[str, ...], cwd: str | None, no_check: bool) -> None:
+    """The script path of ``argv`` (``shared/script_paths.py``): a relative one is added
+    with a warning on stderr naming where it will be looked up; a missing absolute one is
+    refused (ValidationError, exit 2) unless ``no_check``."""
+    from qinglong.shared.script_paths import check_script
+
+    try:
+        warning = check_script(argv, cwd)
+    except FileNotFoundError as exc:
+        if not no_check:
+            raise ValidationError("argv", f"{exc}: give --no-check to add it anyway") from None
+        return
+    if warning is not None:
+        click.echo(f"warning: {warning}", err=True)
 
 
 def _optional_number(value: str | None, option: str, kind: type[float] | type[int]) -> object:
@@ -133,6 +153,8 @@ def _optional_number(value: str | None, option: str, kind: type[float] | type[in
               help="Remove a secret environment variable (repeatable).")
 @click.option("--cwd", default=None, metavar="DIR|none",
               help="New absolute working directory, or 'none' for the default (home).")
+@click.option("--no-check", is_flag=True,
+              help="Take a new command even when the script path it runs does not exist.")
 @click.argument("argv", nargs=-1)
 @data_dir_option
 @json_option
@@ -148,6 +170,7 @@ def task_edit(
     secret_env: tuple[str, ...],
     secret_unset: tuple[str, ...],
     cwd: str | None,
+    no_check: bool,
     argv: tuple[str, ...],
     data_dir: str | None,
     as_json: bool,
@@ -181,6 +204,7 @@ def task_edit(
         changes["secret_env_unset"] = list(secret_unset)
     if argv:
         changes["argv"] = list(argv)
+        _check_script(argv, None if cwd is None or cwd.lower() == "none" else cwd, no_check)
     if not changes:
         raise click.UsageError("nothing to change: give at least one option or a command")
     with open_backend(datadir_of(data_dir), "task edit") as backend:

@@ -6,4 +6,4 @@ a reviewed change in two places, and ``tests/process`` fails while they disagree
 
 from __future__ import annotations
 
-WRAPPER_SHA256 = "ec03fc75e127a96fde46c22b533def0b77bc4d8145dbb620e256b33b63549fab"
+WRAPPER_SHA256 = "60127ea87c47e8d610ee30fe54949e059d42b8f964f433df4dea988cee59d45b"
