@@ -102,3 +102,30 @@ def test_a_script_path_is_checked_when_the_task_is_added(ql3: Ql3, tmp_path: Pat
     assert ran.returncode != 0
     log = ql3.run("local", "logs", "fail@last").stdout
     assert "cannot execute 'examples/fail.sh'" in log and "working directory /" in log, log
+
+
+def test_every_default_view_fits_80_screen_columns_with_chinese_names(ql3: Ql3) -> None:
+    """Screen columns, not characters: 京 takes two. Every line of the default views walked
+    here stays within 80 columns (``--wide`` shows everything), but a run's status line."""
+    from qinglong.shared.display import text_width
+
+    ql3.env.update(COLUMNS="80", TZ="Asia/Shanghai")
+    long_name = "京东签到每日领京豆" * 3 + "-1"  # 56 characters, 110 columns
+    ql3.run("local", "task", "add", long_name, "--schedule", "0 8 * * *", "--timezone",
+            "Europe/Berlin", "--label", "平台=京东", "--label", "账号=主号", "--", "sh", "-c",
+            "echo 签到成功，获得京豆 10 个；明天继续签到")
+    ql3.run("local", "task", "add", "每日 签到-2", "--schedule", "@once", "--", "true")
+    ql3.run("local", "run", long_name, check=False)
+    walked = [
+        ("local", "task", "list"), ("local", "task", "list", "--label", "平台=京东"),
+        ("local", "task", "show", long_name), ("local", "task", "next", long_name),
+        ("local", "runs"), ("local", "inspect", f"{long_name}@last"),
+        ("local", "settings", "show"), ("local", "status"), ("local", "vars", "list"),
+    ]
+    for args in walked:
+        out = ql3.run(*args).stdout
+        # a run's status line is a message, printed whole at any width (shared/display.py)
+        wide = [line for line in out.splitlines()
+                if text_width(line) > 80 and not line.startswith(f"run {long_name}#")]
+        assert wide == [], (args, wide)
+    assert long_name in ql3.run("local", "task", "list", "--wide").stdout

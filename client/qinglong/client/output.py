@@ -286,8 +286,8 @@ def print_fields(pairs: list[tuple[str, object]]) -> None:
 
 def next_slots_lines(view: dict[str, Any]) -> list[str]:
     """Lines for ``task next``: each slot in the task's zone and in the viewer's."""
-    head = f"next slots of {view['task']} ({view['schedule'] or 'no schedule'}, " \
-           f"{view['timezone']})"
+    head = display.fit_title("next slots of ", view["task"],
+                             f" ({view['schedule'] or 'no schedule'}, {view['timezone']})")
     lines = [head + ("" if view["enabled"] else " — the task is disabled: none of them fires")]
     if not view["slots"]:
         lines.append("  none: the task runs only when asked (`ql3 cluster run`)")

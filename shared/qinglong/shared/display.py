@@ -188,6 +188,16 @@ def fit_line(text: str, width: int | None = None) -> str:
     return shorten(text, terminal_width() if width is None else width)
 
 
+def fit_title(before: str, name: str, after: str, width: int | None = None) -> str:
+    """``before + name + after`` within ``width`` columns (default :func:`terminal_width`):
+    the name gives way (``next slots of 京东签到每日…  (0 8 * * *, Asia/Shanghai)``),
+    never below 8 columns; whole with ``--wide``."""
+    if DISPLAY.wide:
+        return before + name + after
+    room = (terminal_width() if width is None else width) - text_width(before + after)
+    return before + shorten(name, max(room, MIN_FLEX_WIDTH)) + after
+
+
 def terminal_width() -> int:
     """``COLUMNS`` when set (piped output too), else the terminal's width, else 80."""
     return max(20, shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns)

@@ -16,6 +16,7 @@ from qinglong.local.app.cli_common import (
     datadir_of,
     os_error_message,
 )
+from qinglong.local.app.display import display_options
 from qinglong.shared.errors import (
     NotFoundError,
     QinglongError,
@@ -149,6 +150,7 @@ def init(data_dir: str | None, profile: str | None, change_profile: bool) -> Non
 
 
 @local.command()
+@display_options
 @data_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def status(data_dir: str | None, as_json: bool) -> None:
@@ -165,9 +167,10 @@ def status(data_dir: str | None, as_json: bool) -> None:
         click.echo(json.dumps(view, indent=2, ensure_ascii=False))
         return
     from qinglong.local.app.status import describe_status
+    from qinglong.shared.display import fit_line
 
     for line in describe_status(view):
-        click.echo(line)
+        click.echo(fit_line(line))  # within the terminal's width; --wide: whole
 
 
 from qinglong.local.app import (  # noqa: E402

@@ -387,7 +387,8 @@ def _edited_value(name: str, item: object) -> str:
 
 def describe_next_slots(view: dict[str, Any]) -> list[str]:
     """Lines for ``task next``: each slot in the task's zone and in the viewer's."""
-    lines = [f"next slots of {view['task']} ({view['schedule']}, {view['timezone']})"
+    lines = [shared_display.fit_title("next slots of ", view["task"],
+                                      f" ({view['schedule']}, {view['timezone']})")
              + ("" if view["enabled"] else " — the task is disabled: none of them fires")]
     if not view["slots"]:
         lines.append("  none: @boot fires once per serve start, @once only when run by hand")
