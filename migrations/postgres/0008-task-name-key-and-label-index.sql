@@ -6,8 +6,9 @@
 -- (qinglong.shared.names.name_key); two live tasks of a project with equal keys are the same
 -- name (`Backup`/`backup`, full-width and ASCII digits). Rows written before this migration
 -- hold ASCII names only, whose key is lower(name); should two live ones of a project differ
--- only in case, the older keeps the lowered key and the others their own spelling, so the
--- index builds and nothing is renamed. NULL never appears after this migration (the
+-- only in case, the older keeps the lowered key and each other one gets `name/id` (a '/' is
+-- never in a name, so no later name can equal it): the index builds, nothing is renamed, and
+-- each is still found by its exact spelling. NULL never appears after this migration (the
 -- application always writes the key), but the column stays nullable: an additive migration
 -- must not break a replica of the previous version that inserts without it.
 ALTER TABLE tasks ADD COLUMN name_key text;
@@ -18,7 +19,7 @@ WHERE t.deleted_at IS NOT NULL OR NOT EXISTS (
     WHERE older.project_id = t.project_id AND older.deleted_at IS NULL
       AND lower(older.name) = lower(t.name)
       AND (older.created_at, older.id) < (t.created_at, t.id));
-UPDATE tasks SET name_key = name WHERE name_key IS NULL;
+UPDATE tasks SET name_key = name || '/' || id::text WHERE name_key IS NULL;
 
 CREATE UNIQUE INDEX tasks_live_name_key_idx ON tasks (project_id, name_key)
     WHERE deleted_at IS NULL;

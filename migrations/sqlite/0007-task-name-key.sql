@@ -5,8 +5,9 @@
 -- the unique index on live tasks' keys refuses the second one.
 --
 -- Rows written before this migration hold ASCII names only, whose key is lower(name). Should
--- two live ones already differ only in case, the older keeps the lowered key and the others
--- keep their own spelling as key, so the index can be built and nothing is renamed.
+-- two live ones already differ only in case, the older keeps the lowered key and each other
+-- one gets `name/id` (a '/' is never in a name, so no later name can equal it): the index
+-- can be built, nothing is renamed, and each is still found by its exact spelling.
 
 ALTER TABLE tasks ADD COLUMN name_key TEXT;
 
@@ -16,6 +17,6 @@ WHERE deleted_at_ms IS NOT NULL OR NOT EXISTS (
     WHERE older.deleted_at_ms IS NULL AND lower(older.name) = lower(tasks.name)
       AND (older.created_at_ms, older.id) < (tasks.created_at_ms, tasks.id));
 
-UPDATE tasks SET name_key = name WHERE name_key IS NULL;
+UPDATE tasks SET name_key = name || '/' || id WHERE name_key IS NULL;
 
 CREATE UNIQUE INDEX tasks_live_name_key ON tasks (name_key) WHERE deleted_at_ms IS NULL;

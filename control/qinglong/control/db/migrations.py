@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 # ADR-0379 §阶段验收: the reviewed hard cap moves exactly, one migration at a time.
 EXPECTED_MIGRATION_COUNT = 8
-EXPECTED_LAST_SHA256 = "be01c29fab0ed7e67f3c3c300f2cd7abe862a2a85b0d12e58f72c7f1993131b5"
+EXPECTED_LAST_SHA256 = "d5c1574c12966bb8991984176285042b42f51dccd42663e1a4b34e5719480703"
 
 LEDGER_TABLE = "ql3_migration_ledger"
 ADVISORY_LOCK_KEY = 0x716C335F6D6967  # "ql3_mig": one key for every replica and release
