@@ -61,7 +61,7 @@ def test_a_missing_control_url_names_the_variable_too() -> None:
     assert "Missing option '--control-url'" in out.stderr and "QL3_CONTROL_URL" in out.stderr
 
 
-def test_a_forbid_refusal_names_the_run_in_progress(ql3: Ql3, tmp_path: Path) -> None:
+def test_a_forbid_refusal_and_serves_log_name_the_run(ql3: Ql3, tmp_path: Path) -> None:
     gate = tmp_path / "gate"
     ql3.run("local", "task", "add", "京东签到", "--schedule", "@once", "--", "sh", "-c",
             f"echo 签到中; while [ ! -e {gate} ]; do sleep 0.1; done")
@@ -75,9 +75,14 @@ def test_a_forbid_refusal_names_the_run_in_progress(ql3: Ql3, tmp_path: Path) ->
         assert "京东签到#1 is running" in refused.stderr, refused.stderr
         assert "forbid" in refused.stderr and "ql3 local cancel 京东签到#1" in refused.stderr
         gate.touch()
+        assert wait_for(lambda: "京东签到#1: attempt 1 succeeded" in ql3.serve_log(), 15)
     finally:
         gate.touch()
         assert ql3.stop_serve(serve) == 0
+    # serve's log names runs as people type them, and says when each attempt starts
+    logged = ql3.serve_log()
+    assert "京东签到#1: attempt 1 started" in logged, logged
+    assert "京东签到#1: attempt 1 succeeded, run succeeded" in logged, logged
 
 
 def test_a_script_path_is_checked_when_the_task_is_added(ql3: Ql3, tmp_path: Path) -> None:
