@@ -278,7 +278,8 @@ def event_detail(detail: str | None) -> str:
         if item is None:
             continue
         if key.endswith("_ms") and isinstance(item, int) and not isinstance(item, bool):
-            if key.endswith(("_at_ms", "slot_ms", "until_ms", "next_fire_ms", "before_ms")):
+            if key.endswith(("_at_ms", "slot_ms", "until_ms", "next_fire_ms", "before_ms",
+                             "missed_ms")):
                 parts.append(f"{key[:-3]}={_t(iso(item))}")
             else:  # a length of time in ms (step_ms, after_ms, tolerance_ms)
                 parts.append(f"{key[:-3]}={item / 1000:g}s")
@@ -316,7 +317,14 @@ def describe_slot_event(event: dict[str, Any]) -> str | None:
     detail = json.loads(event["detail"])
     if kind == "slots_skipped":  # missed slots (downtime or a forward clock step)
         missed = f"{detail.get('skipped')}{' or more' if detail.get('at_least') else ''}"
-        until = detail.get("until_ms")
+        first, last = detail.get("first_missed_ms"), detail.get("last_missed_ms")
+        if first is not None:  # the slots missed, then the one that ran instead, if any
+            span = f" {_t(iso(first))}" + (
+                f" .. {_t(iso(last))}" if last is not None and last != first else "")
+            fired = detail.get("fired_slot_ms")
+            ran = f"; {_t(iso(fired))} ran instead" if fired is not None else ""
+            return f"{missed} missed slot(s){span} skipped: {detail.get('reason')}{ran}"
+        until = detail.get("until_ms")  # an event written before the missed slots were named
         span = f" up to {_t(iso(until))}" if until is not None else ""
         return f"{missed} missed slot(s){span} skipped: {detail.get('reason')}"
     if kind == "clock_step":  # this task's next fire time moved after a backward step
