@@ -50,7 +50,7 @@ def test_the_readme_cluster_section_ends_with_its_teardown_and_runs_twice(
     try:
         for _ in range(2):
             out = subprocess.run(["bash", "-c", script], cwd=ROOT, env=env, text=True,
-                                 capture_output=True, timeout=240, check=False)
+                                 capture_output=True, timeout=600, check=False)
             outputs.append(out.stdout + out.stderr)
             assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
             assert "hello from" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]

@@ -113,6 +113,16 @@ def test_a_qinglong_users_first_hour_through_ql3_cluster(cluster: Cluster) -> No
     runs = cli(cluster, url, admin, "runs", "--task", "京东签到").stdout.splitlines()
     assert runs[1].split()[0] == "京东签到#1" and "succeeded" in runs[1]
 
+    # a forbid refusal names the run in progress
+    cli(cluster, url, admin, "task", "add", "长任务", "--schedule", "@once", "--label",
+        "zone=a", "--", "sleep", "30")
+    cli(cluster, url, admin, "run", "长任务")
+    refused = cli(cluster, url, admin, "run", "长任务", code=1)
+    assert re.search(r"run refused: run 长任务#1 is (queued|dispatching|running) and the "
+                     r"task's concurrency policy is forbid", refused.stderr), refused.stderr
+    cli(cluster, url, admin, "cancel", "长任务@last", "--wait")
+    cli(cluster, url, admin, "task", "rm", "长任务")
+
     raw = cli(cluster, url, admin, "task", "list", "--json").stdout
     assert '"京东签到"' in raw and "\\u4eac" not in raw
     assert {t["name"] for t in json.loads(raw)} == {"京东签到", "每日 签到-2", "签到1"}
