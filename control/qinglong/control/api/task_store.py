@@ -17,6 +17,7 @@ connection acting as the runtime role. Rules held here:
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -54,11 +55,16 @@ DEFINITION_REASONS = {
 
 
 def _definition_reason(exc: ValidationError, values: dict[str, Any]) -> str | None:
-    """The reason for a refused schedule or zone, as ``ql3 local`` words it: a schedule's
-    names the field (``minute field '61' is invalid``: the schedule is no secret), a
+    """The reason for a refused schedule or zone, as ``ql3 local`` words it but without the
+    input: a schedule's names its field (``minute field is invalid (5 fields, …)``), a
     zone's adds the zone it most likely meant (``did you mean Asia/Shanghai?``)."""
-    if exc.field == "schedule":
-        return str(exc).partition(": ")[2] or None
+    if exc.field == "schedule":  # the field by name, never the text given for it
+        field = re.match(r"schedule: (second|minute|hour|day-of-month|month|day-of-week|"
+                         r"day of month|day of week)\b", str(exc))
+        if field is not None:
+            return f"{field.group(1)} field is invalid (" + \
+                DEFINITION_REASONS["schedule"].split(" (", 1)[1]
+        return None
     if exc.field == "timezone":
         from qinglong.shared.zones import suggest_zone
 
