@@ -167,10 +167,9 @@ def status(data_dir: str | None, as_json: bool) -> None:
         click.echo(json.dumps(view, indent=2, ensure_ascii=False))
         return
     from qinglong.local.app.status import describe_status
-    from qinglong.shared.display import fit_line
 
-    for line in describe_status(view):
-        click.echo(fit_line(line))  # within the terminal's width; --wide: whole
+    for line in describe_status(view):  # paths print whole: they are copied
+        click.echo(line)
 
 
 from qinglong.local.app import (  # noqa: E402

@@ -42,9 +42,7 @@ def settings_group() -> None:
 def _print_setting(view: dict[str, Any]) -> None:
     shown = view["value"] if view["value"] is not None else (
         f"(default) {view['default']}" if view["default"] is not None else "(not set)")
-    from qinglong.shared.display import fit_line
-
-    click.echo(fit_line(f"{view['key']:>16}: {shown}"))  # within the width; --wide: whole
+    click.echo(f"{view['key']:>16}: {shown}")  # whole: values are paths and commands
 
 
 @settings_group.command("show")
