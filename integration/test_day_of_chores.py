@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from harness import QL3, Ql3, alive_in_group, wait_for
+from qinglong.shared.display import text_width
 
 pytestmark = pytest.mark.integration
 
@@ -59,10 +60,21 @@ class Terminal:
             offsets = LOCAL_TIME.findall(line)  # adds the task's zone beside it)
             assert not offsets or "+08:00" in offsets, (args, line)
             assert "+00:00" not in offsets and not re.search(r"\d\dZ\b", line), (args, line)
-        if table:
-            too_wide = [line for line in out.splitlines() if len(line) > COLUMNS]
+        if table:  # screen columns: 京 takes two
+            too_wide = [line for line in out.splitlines() if text_width(line) > COLUMNS]
             assert not too_wide, (args, too_wide)
         return out
+
+    def fails(self, *args: str, code: int = 2) -> str:
+        """``ql3 local ARGS`` expected to fail with ``code``: its one stderr line."""
+        self._check_args(args)
+        proc = subprocess.run([QL3, "local", *args], env=self.env, capture_output=True,
+                              text=True, timeout=90, check=False)
+        assert proc.returncode == code, (args, proc.returncode, proc.stdout, proc.stderr)
+        assert "Traceback" not in proc.stderr, proc.stderr
+        lines = proc.stderr.splitlines()
+        assert len(lines) == 1, lines
+        return lines[0]
 
     def start(self, *args: str) -> subprocess.Popen[str]:
         """A command left running in another terminal (its stdout readable line by line)."""
@@ -255,3 +267,72 @@ def test_a_day_of_chores_on_an_80_column_terminal_without_json_sql_or_full_run_i
     logged = [line for line in served.splitlines() if " ql3 INFO " in line]
     assert logged and all(re.match(r"20\S+ \S+ \+08:00 ql3 INFO ", line) for line in logged)
     assert "owner: none" in sh("status")
+
+
+def test_a_qinglong_users_first_hour_with_chinese_names_zones_and_labels(
+    tmp_path: Path,
+) -> None:
+    """A Qinglong user on a machine set to Asia/Shanghai adds 京东签到 without --timezone,
+    sees it in Chinese (tables within 80 screen columns, JSON unescaped), lists it by label
+    and by a search, sees a zone only where it differs from the machine's, runs it by name
+    and reads its log by ``京东签到#1`` and ``京东签到@last``."""
+    import json
+
+    sh = Terminal(Ql3(tmp_path / "data"))
+    sh("init", "--profile", "standalone")
+
+    added = sh("task", "add", "京东签到", "--schedule", "0 8 * * *", "--label", "平台=京东",
+               "--", "sh", "-c", "echo 签到成功")
+    assert added.startswith("added task 京东签到 (")
+    sh("task", "add", "每日 签到-2", "--schedule", "0 9 * * *", "--timezone", "Europe/Berlin",
+       "--label", "平台=淘宝", "--", "sh", "-c", "echo 每日签到完成")
+    sh("task", "add", "backup.daily", "--schedule", "30 2 * * *", "--", "true")
+    sh("task", "add", "签到1", "--schedule", "@once", "--", "true")
+
+    # the same name under NFKC case-folding (full-width digit) is a duplicate
+    assert "already exists" in sh.fails("task", "add", "签到１", "--schedule", "@once",
+                                        "--", "true", code=1)
+    refused = sh.fails("task", "add", "京东/签到", "--schedule", "@once", "--", "true")
+    assert "letters or digits of any language" in refused and "京东签到" in refused
+    assert "did you mean Asia/Shanghai?" in sh.fails(
+        "task", "add", "x", "--schedule", "@once", "--timezone", "asia/shanghai", "--", "true")
+    assert "did you mean Asia/Shanghai?" in sh.fails(
+        "task", "add", "x", "--schedule", "@once", "--timezone", "Asia/Beijing", "--", "true")
+
+    # the machine's zone is the default, and shown only where a task differs from it
+    shown = sh("task", "show", "京东签到", table=True)
+    assert _field(shown, "timezone") == "Asia/Shanghai"
+    assert _field(shown, "labels") == "平台=京东"
+    listed = sh("task", "list", table=True).splitlines()
+    assert listed[0].split() == ["NAME", "SCHEDULE", "NEXT", "LAST", "RUN", "COMMAND",
+                                 "LABELS"]
+    jd = next(line for line in listed if line.startswith("京东签到 "))
+    berlin = next(line for line in listed if line.startswith("每日 签到-2 "))
+    assert "0 8 * * *" in jd and "(" not in jd.split("0 8 * * *")[1].split()[0]
+    assert "0 9 * * * (Europ" in berlin, berlin  # shortened to fit, never split
+    assert "平台=京东" in jd
+
+    def names(out: str) -> list[str]:
+        return sorted(line.split("  ")[0] for line in out.splitlines()[1:])
+
+    assert names(sh("task", "list", "--label", "平台=京东", table=True)) == ["京东签到"]
+    assert names(sh("task", "list", "--search", "签到", table=True)) == [
+        "京东签到", "每日 签到-2", "签到1"]
+    assert names(sh("task", "list", "--search", "完成")) == ["每日 签到-2"]  # its command
+    assert names(sh("task", "list", "--search", "BACKUP")) == ["backup.daily"]
+    assert names(sh("task", "list", "--label", "平台=京东", "--search", "每日")) == []
+
+    # Chinese output, run by name, its log by TASK#N and TASK@last
+    ran = sh("run", "京东签到").splitlines()
+    assert ran[0] == "签到成功" and ran[1].startswith("run 京东签到#1 ("), ran
+    assert sh("logs", "京东签到#1") == "签到成功\n"
+    assert sh("logs", "京东签到@last") == "签到成功\n"
+    runs = _runs(sh("runs", "--task", "京东签到", table=True))
+    assert [(r["ref"], r["status"]) for r in runs] == [("京东签到#1", "succeeded")]
+    inspected = sh("inspect", "京东签到@last", table=True)
+    assert inspected.startswith("run 京东签到#1 (")
+
+    proc = subprocess.run([QL3, "local", "task", "list", "--json"], env=sh.env,
+                          capture_output=True, text=True, timeout=60, check=True)
+    assert '"name": "京东签到"' in proc.stdout and "\\u4eac" not in proc.stdout
+    assert {t["name"] for t in json.loads(proc.stdout)} >= {"京东签到", "每日 签到-2"}

@@ -99,7 +99,7 @@ def test_tables_fit_80_columns_and_honour_columns_when_piped_and_wide_shows_all(
 ) -> None:
     name = "nightly-database-backup-of-the-accounting-server"
     ql3.run("local", "task", "add", name, "--schedule", "0 3 * * *", "--timezone",
-            "Europe/Berlin", "--", "/usr/local/bin/backup.sh", "--exclude",
+            "Europe/Berlin", "--no-check", "--", "/usr/local/bin/backup.sh", "--exclude",
             "/var/cache with spaces", "--verbose", "--compress-with-the-slowest-level")
     ql3.run("local", "run", name, check=False)
     _three_backup_runs(ql3, tmp_path)

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 from api_world import ApiWorld
 
+from qinglong.shared.names import NAME_RULE
+
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 SECRET = "s3cr3t-VALUE-7f1e"
 
@@ -206,8 +208,9 @@ def test_run_now_of_a_forbid_task_with_an_active_run_is_refused_409(api: ApiWorl
     api.sql("UPDATE runs SET status = %(s)s WHERE id = %(i)s", {"s": active, "i": first["id"]})
     refused = api.client.post("/v1/tasks/backup/run", headers=api.as_("operator"))
     assert refused.status_code == 409, refused.text
-    assert refused.json() == {"error": {"code": "run_refused", "message":
-                                        "a run of this task is active; policy forbid"}}
+    assert refused.json() == {"error": {"code": "run_refused", "message":  # names the run
+                                        f"run backup#1 is {active} and the task's "
+                                        "concurrency policy is forbid"}}
     assert api.sql("SELECT count(*) FROM runs") == [(1,)]
     assert api.sql("SELECT count(*) FROM task_events WHERE kind = 'run_requested'") == [(1,)]
     api.sql("UPDATE runs SET status = 'succeeded', finished_at = now() WHERE id = %(i)s",
@@ -274,8 +277,8 @@ def test_enable_records_the_slots_missed_while_disabled_in_the_ledger(api: ApiWo
 
 
 @pytest.mark.parametrize(("over", "message"), [
-    ({"schedule": "99 * * * * MARK"}, "body.schedule: not a valid cron expression (5 fields, "
-     "or 6 with seconds first, or an @ alias such as @daily)"),
+    ({"schedule": "99 * * * * MARK"}, "body.schedule: second field is invalid (5 fields, "
+     "or 6 with seconds first, or an @ alias such as @daily)"),  # the field, as locally
     ({"timezone": "Mars/MARK"}, "body.timezone: not an IANA time zone name (e.g. "
      "Asia/Shanghai)"),
     ({"timeout_s": "5"}, "body.timeout_s: not an integer"),
@@ -285,12 +288,12 @@ def test_enable_records_the_slots_missed_while_disabled_in_the_ledger(api: ApiWo
      "body.concurrency_policy: not one of 'forbid', 'allow' or 'replace'"),
     ({"env": {"1MARK": {"value": "x"}}},
      "body.env.* (key): use 1-128 ASCII letters, digits or '_', not starting with a digit"),
-    ({"name": "备份MARK"}, "body.name: use 1-128 ASCII letters, digits, '.', '_' or '-', "
-     "starting with a letter or digit"),
+    ({"name": "备份/MARK"}, f"body.name: {NAME_RULE}"),  # 备份MARK itself is a name
     ({"env": {"MARK": {"value": "x", "MARKED": True}}},
      "body.env.*: unknown field (accepted: secret, value)"),
     ({"timout_s": 5, "MARK": 1}, "body: unknown field (accepted: argv, bundle_digest, "
-     "catchup_grace_s, concurrency_policy, cwd, enabled, entry_point, env, labels, "
+     "caller_timezone, catchup_grace_s, concurrency_policy, cwd, enabled, entry_point, env, "
+     "labels, "
      "log_limit_bytes, log_retention_s, max_attempts, name, retry_backoff_cap_ms, "
      "retry_backoff_ms, schedule, shell, timeout_s, timezone)"),
 ], ids=["cron", "zone", "number-as-string", "range", "bool-as-int", "policy", "env-name",

@@ -250,10 +250,14 @@ def test_import_ensure_with_an_overlap_keeps_the_rotated_token_valid_until_it_en
     assert 0 < ahead[0].total_seconds() <= 2
     assert _status(api, old) == 403 and _status(api, new) == 403  # both authenticate
     listed = ql3("list", "--database-url", url).stdout.splitlines()
-    (old_line,) = [line for line in listed if line.startswith(made["id"])]
+    assert listed[0].split() == ["ID", "SCOPE", "POOL", "STATE", "NAME"]
+    assert all(len(line) <= 80 for line in listed), listed
+    at = listed.index(next(line for line in listed if line.startswith(made["id"])))
+    old_line, old_note = listed[at], listed[at + 1]
     (new_line,) = [line for line in listed if line.startswith(rotated["id"])]
-    assert " revokes at 20" in old_line and old_line.endswith("Z (pending)"), old_line
-    assert "revoke" not in new_line, new_line
+    assert " revoking " in old_line, old_line
+    assert old_note.startswith("  revokes at 20") and old_note.endswith("Z (pending)"), old_note
+    assert "revok" not in new_line and " live " in new_line, new_line
     as_json = {r["id"]: r for r in json.loads(ql3("list", "--database-url", url,
                                                   "--json").stdout)}
     assert as_json[made["id"]]["revocation_pending"] is True
@@ -266,9 +270,10 @@ def test_import_ensure_with_an_overlap_keeps_the_rotated_token_valid_until_it_en
         assert time.monotonic() < deadline, "the old token still authenticates"
         time.sleep(0.2)
     assert _status(api, new) == 403
-    listed = ql3("list", "--database-url", url).stdout
-    (old_line,) = [line for line in listed.splitlines() if line.startswith(made["id"])]
-    assert " revoked 20" in old_line and "pending" not in old_line, old_line
+    listed = ql3("list", "--database-url", url).stdout.splitlines()
+    at = listed.index(next(line for line in listed if line.startswith(made["id"])))
+    assert " revoked " in listed[at] and listed[at + 1].startswith("  revoked 20"), listed
+    assert "pending" not in listed[at + 1]
     assert api.sql("SELECT id::text FROM api_tokens WHERE name = 'pool-default'"
                    " AND (revoked_at IS NULL OR revoked_at > now())") == [(rotated["id"],)]
 

@@ -43,6 +43,16 @@ def test_missed_slots_say_how_many_up_to_when_and_why() -> None:
     assert capped == "1000 or more missed slot(s) skipped: misfire"
 
 
+def test_missed_slots_are_named_apart_from_the_one_that_ran() -> None:
+    """After a restart the event says which slots were missed, not the one that ran."""
+    line = describe_slot_event(_event(
+        "slots_skipped", skipped=9, at_least=False, reason="misfire",
+        first_missed_ms=T0 + 60_000, last_missed_ms=T0 + 540_000, fired_slot_ms=T0 + 600_000,
+        after_ms=T0, until_ms=T0 + 600_000))
+    assert line == ("9 missed slot(s) 2027-01-15 08:01:00 +00:00 .. 2027-01-15 08:09:00 +00:00"
+                    " skipped: misfire; 2027-01-15 08:10:00 +00:00 ran instead")
+
+
 def test_a_tasks_clock_step_event_names_the_new_next_fire_time() -> None:
     line = describe_slot_event(_event("clock_step", direction="backward",
                                       next_fire_ms=T0 + 2_000))

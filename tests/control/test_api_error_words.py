@@ -13,6 +13,7 @@ pytest.importorskip("fastapi")
 from qinglong.control.api.app import build_app
 from qinglong.control.api.context import ApiContext
 from qinglong.control.api.errors import reason
+from qinglong.shared.names import NAME_RULE
 
 
 def declared_patterns(node: Any) -> set[str]:
@@ -27,7 +28,7 @@ def declared_patterns(node: Any) -> set[str]:
 def test_every_declared_pattern_is_said_in_words() -> None:
     document = build_app(ApiContext(engine=None, project_id="p")).openapi()  # type: ignore[arg-type]
     patterns = declared_patterns(document)
-    assert r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$" in patterns  # task names, at least
+    assert r"^[a-z0-9][a-z0-9_.-]{0,62}$" in patterns  # pool names, at least
     for pattern in patterns:
         words = reason("string_pattern_mismatch", {"pattern": pattern})
         assert words != reason("string_pattern_mismatch", {"pattern": "^x+$"}), pattern
@@ -35,9 +36,10 @@ def test_every_declared_pattern_is_said_in_words() -> None:
 
 
 def test_a_task_name_reads_as_what_is_allowed() -> None:
-    assert reason("string_pattern_mismatch", {"pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"}
-                  ) == ("use 1-128 ASCII letters, digits, '.', '_' or '-', starting with a "
-                        "letter or digit")
+    # task names follow shared/names.py's rule, checked by a validator of ours: its words
+    # (letters or digits of any language, 汉字 named) are shown as they are
+    assert reason("value_error", {"error": NAME_RULE}) == NAME_RULE
+    assert "letters or digits of any language" in NAME_RULE and "京东签到" in NAME_RULE
     unknown = "contains characters that are not allowed here"  # a pattern without words
     assert reason("string_pattern_mismatch", {"pattern": "^x+$"}) == unknown
     assert reason("string_pattern_mismatch", None) == unknown

@@ -63,9 +63,9 @@ def test_secrets_never_appear_in_any_output(tmp_path: Path, cli: Ql3Cli) -> None
     cli.run("import-qinglong", str(install.db))  # the text report
     cli.json("import-qinglong", str(install.db))
     assert all(t["env"] == {} for t in cli.json("task", "list"))
-    for name in ("jd_sign", "hooks", "multi.2"):
+    for name in ("京东签到", "hooks", "multi.2"):
         assert cli.json("task", "show", name)["env"] == {}
-    cli.run("task", "show", "jd_sign")
+    cli.run("task", "show", "京东签到")
     views = cli.json("vars", "list")
     assert [(v["name"], v["value"], v["source"]) for v in views] == [
         ("JD_COOKIE", "********", "qinglong2"), ("PLAIN", "********", "qinglong2")]
@@ -138,3 +138,28 @@ def test_import_through_a_running_serve(tmp_path: Path, cli: Ql3Cli) -> None:
     assert serve.returncode == 0
     cli.outputs.append(log_path.read_text())
     _no_secrets(cli)
+
+
+def test_the_import_keeps_chinese_names_says_its_zone_and_fits_80_columns(
+    tmp_path: Path, cli: Ql3Cli,
+) -> None:
+    """A 2.x name that is a valid name stays the task's name (京东签到); a collision gets a
+    numeric suffix and the summary says it was renamed; the summary names the zone the
+    schedules are read in; every line fits 80 screen columns."""
+    from qinglong.shared.display import text_width
+
+    cli.env["COLUMNS"] = "80"
+    cli.run("task", "add", "dup", "--schedule", "@once", "--", "true")  # taken before
+    install = build_install(tmp_path / "ql", "2.21")
+    text = cli.run("import-qinglong", str(install.db)).stdout
+    lines = text.splitlines()
+    assert all(text_width(line) <= 80 for line in lines), lines
+    assert "schedules read in Asia/Shanghai (Qinglong's default; --timezone to change)" in lines
+    assert any(" 京东签到 '0 5 8 * * *'" in line for line in lines), lines
+    renamed = [line for line in lines if " dup-7 " in line]
+    assert renamed and "renamed from dup" in renamed[0], lines
+    shown = cli.run("task", "show", "京东签到").stdout
+    assert "timezone: Asia/Shanghai" in shown
+    other = cli.run("import-qinglong", str(install.db), "--timezone", "Europe/Berlin",
+                    "--dry-run").stdout
+    assert "schedules read in Europe/Berlin" in other

@@ -54,14 +54,14 @@ def test_every_pinned_version_imports_its_crons(
     scripts = str(install.scripts)
     assert report["scripts_dir"] == scripts  # data/db/database.sqlite -> data/scripts
 
-    sign = tasks["jd_sign"]  # "京东签到" has nothing ASCII: the script's stem names it
+    sign = tasks["京东签到"]  # a valid name stays the task's name (shared/names.py)
     assert sign.schedule == "0 5 8 * * *"  # 6 fields, seconds first, as 2.x wrote it
     assert sign.argv == ("node", f"{scripts}/jd_sign.js")
     assert sign.cwd == scripts
     assert sign.timezone == "Asia/Shanghai"
-    assert sign.labels == ("jd", "daily", "ql2-name:京东签到", "ql2:1")
-    assert tasks["Boot-job"].schedule == "@boot"
-    assert tasks["Boot-job"].argv == ("bash", f"{scripts}/boot.sh")
+    assert sign.labels == ("jd", "daily", "ql2:1")  # no ql2-name: label, the name is kept
+    assert tasks["Boot job"].schedule == "@boot"
+    assert tasks["Boot job"].argv == ("bash", f"{scripts}/boot.sh")
     manual = tasks["manual"]
     assert (manual.schedule, manual.argv) == ("@once", ("python3", f"{scripts}/tools/manual.py"))
     assert manual.cwd == f"{scripts}/tools"
@@ -72,7 +72,7 @@ def test_every_pinned_version_imports_its_crons(
     assert tasks["dup"].argv[1].endswith("dup_a.js")
     assert tasks["dup-8"].argv[1].endswith("dup_b.js")
     assert "ql2-name:dup" in tasks["dup-8"].labels
-    cafe = tasks["Cafe-Sync"]
+    cafe = tasks["Café Sync"]
     assert cafe.argv == ("ts-node", f"{scripts}/cafe.ts", "arg1")  # /ql/data/scripts re-based
     assert "ql2-name:Café Sync!" in cafe.labels
     assert tasks["shell"].argv == ("bash", "-c", "echo hi && date")
@@ -256,9 +256,10 @@ def test_unusable_rows_are_reported_not_imported(tmp_path: Path, repo: LocalRunR
 
 
 def test_names_are_transliterated_deterministically() -> None:
-    assert task_name_base("Café Sync!") == "Cafe-Sync"
-    assert task_name_base("京东签到") == ""
-    assert task_name_base("JD 签到 v2.0") == "JD-v2.0"
+    assert task_name_base("Café Sync!") == "Café Sync"
+    assert task_name_base("京东签到") == "京东签到"
+    assert task_name_base("JD 签到 v2.0") == "JD 签到 v2.0"
+    assert task_name_base("签到/每日#1") == "签到-每日-1"
     assert task_name_base("__x") == "x"
     assert task_name_base("a" * 300) == "a" * 100
     assert translate_command("task /ql/scripts/x.py", "/s").argv == ("python3", "/s/x.py")
@@ -275,6 +276,6 @@ def test_labels_and_names_edge_cases(tmp_path: Path, repo: LocalRunRepository) -
     install = build_install(tmp_path / "ql", "2.11", crons=crons, envs=[])
     import_qinglong(repo, str(install.db))
     assert [(t.name, t.labels) for t in repo.list_tasks()] == [
-        ("other", ("ql2:2",)), ("ql2-1", ("keep", "ql2:1"))]
+        ("other", ("ql2:2",)), ("京东", ("keep", "ql2:1"))]
     with pytest.raises(ValidationError, match="timezone"):
         import_qinglong(repo, str(install.db), timezone="Nowhere/Else")

@@ -35,8 +35,8 @@ def test_imported_crons_get_next_fire_times_from_the_first_ticks_and_boot_ones_n
 
     Scheduler(repo, lambda run_id: None).tick(T0)
     fires = {name: repo.next_fire_of(t.id) for name, t in tasks.items()}
-    assert fires["jd_sign"] == (T0 + 5 * 60_000, None)  # "0 5 8 * * *": 08:05:00 UTC today
-    assert fires["Boot-job"] == (None, None) and fires["manual"] == (None, None)
+    assert fires["京东签到"] == (T0 + 5 * 60_000, None)  # "0 5 8 * * *": 08:05:00 UTC today
+    assert fires["Boot job"] == (None, None) and fires["manual"] == (None, None)
     assert fires["disabled"][0] is None  # imported disabled: never computed, never due
     assert fires["timeout"] == (T0 + 5 * 60_000, None)  # "*/5 * * * *"
     assert repo.earliest_next_fire() == T0 + 5 * 60_000

@@ -175,7 +175,11 @@ def test_a_forward_step_is_downtime_the_latest_slot_fires_and_the_skip_says_cloc
     assert _slots(repo, task) == [T0 + 10 * 60_000]
     [skipped] = repo.task_events(task.id, limit=1)
     assert skipped.kind == "slots_skipped"
+    # the slots missed are named (T0+1 .. T0+9 minutes), apart from the one that ran
     assert _detail(skipped.detail) == {"skipped": 9, "at_least": False, "reason": "clock_step",
+                                       "first_missed_ms": T0 + 60_000,
+                                       "last_missed_ms": T0 + 9 * 60_000,
+                                       "fired_slot_ms": T0 + 10 * 60_000,
                                        "after_ms": T0, "until_ms": T0 + 10 * 60_000}
     [(_, step)] = repo.runtime_events("clock_step")
     assert step["direction"] == "forward" and step["step_ms"] == 10 * 60_000

@@ -156,9 +156,12 @@ def test_a_database_from_before_migration_0004_keeps_its_cursor_and_catches_up_o
         shutil.copy(path, old / path.name)
     clocks = Clocks()
     db = open_database(str(tmp_path / "u.db"), old)
-    task = LocalRunRepository(db, clock=clocks).create_task(Task(
-        id=uuid7(), name="minutely", argv=("true",), schedule="* * * * *",
-        schedule_cursor_ms=T0 - 5 * 60_000))  # it last fired five minutes ago
+    task = Task(id=uuid7(), name="minutely", argv=("true",), schedule="* * * * *",
+                schedule_cursor_ms=T0 - 5 * 60_000)  # it last fired five minutes ago
+    db.write(lambda c: c.execute(  # as the code of that schema wrote it
+        "INSERT INTO tasks (id, name, argv_json, schedule, timezone, schedule_cursor_ms,"
+        " created_at_ms, updated_at_ms) VALUES (?, ?, '[\"true\"]', ?, 'UTC', ?, ?, ?)",
+        (task.id, task.name, task.schedule, task.schedule_cursor_ms, T0, T0)))
     db.close()
     db = open_database(str(tmp_path / "u.db"))  # the upgrade applies 0004
     try:

@@ -72,3 +72,49 @@ def test_a_gap_in_migration_numbers_is_refused(tmp_path: Path, migrations: Path)
     (migrations / "0009-gap.sql").write_text("SELECT 1;\n")
     with pytest.raises(SchemaMismatchError, match="numbered"):
         open_database(str(tmp_path / "a.db"), migrations)
+
+
+def repo_names(db: object) -> list[str]:
+    from qinglong.local.storage.repository import LocalRunRepository
+
+    repo = LocalRunRepository(db)  # type: ignore[arg-type]
+    return [repo.get_task(n).name for n in ("Backup", "backup")]
+
+
+def test_the_name_key_migration_keeps_names_that_differ_only_in_case(
+    tmp_path: Path, migrations: Path,
+) -> None:
+    """0007 (task names as people write them): existing rows get ``lower(name)`` as key; two
+    live names that differ only in case both stay (the older keeps the lowered key); after
+    it, a name equal under NFKC case-folding to a live one is refused."""
+    from qinglong.local.storage.repository import LocalRunRepository
+    from qinglong.shared.domain import Task
+    from qinglong.shared.errors import ConflictError
+    from qinglong.shared.ids import uuid7
+
+    later = migrations / "0007-task-name-key.sql"
+    held = later.read_text()
+    later.unlink()
+    db = open_database(str(tmp_path / "a.db"), migrations)
+    rows = [("Backup", 1, None), ("backup", 2, None), ("Sync", 3, 5)]
+    db.write(lambda c: c.executemany(
+        "INSERT INTO tasks (id, name, argv_json, schedule, timezone, created_at_ms,"
+        " updated_at_ms, deleted_at_ms) VALUES (?, ?, '[\"true\"]', '@once', 'UTC', ?, ?, ?)",
+        [(uuid7(), name, at, at, gone) for name, at, gone in rows]))
+    db.close()
+    later.write_text(held)
+    db = open_database(str(tmp_path / "a.db"), migrations)
+    keys = dict(db.read(lambda c: c.execute("SELECT name, name_key FROM tasks").fetchall()))
+    assert keys["Backup"] == "backup" and keys["Sync"] == "sync"
+    assert keys["backup"].startswith("backup/")  # the younger of the two: its own key
+    assert repo_names(db) == ["Backup", "backup"]
+    repo = LocalRunRepository(db)
+    with pytest.raises(ConflictError):
+        repo.create_task(Task(id=uuid7(), name="BACKUP", argv=("true",), schedule="@once",
+                              timezone="UTC"))
+    repo.create_task(Task(id=uuid7(), name="签到1", argv=("true",), schedule="@once",
+                          timezone="UTC"))
+    with pytest.raises(ConflictError):
+        repo.create_task(Task(id=uuid7(), name="签到１", argv=("true",), schedule="@once",
+                              timezone="UTC"))
+    db.close()

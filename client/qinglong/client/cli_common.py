@@ -55,8 +55,10 @@ def connection(func: F) -> F:
     option or the variable it came from; a missing token exits 2 before anything is sent."""
 
     @functools.wraps(func)
-    def wrapper(*args: Any, control_url: str, timeout_s: float, **kwargs: Any) -> Any:
+    def wrapper(*args: Any, control_url: str | None, timeout_s: float, **kwargs: Any) -> Any:
         ctx = click.get_current_context()
+        if not control_url:
+            raise click.UsageError(f"Missing option '--control-url' (or set {ENV_URL}).", ctx)
         source = ctx.get_parameter_source("control_url")
         label = ENV_URL if source is click.core.ParameterSource.ENVIRONMENT else "--control-url"
         urls = parse_control_urls(control_url, label)
@@ -64,7 +66,7 @@ def connection(func: F) -> F:
             return func(*args, client=client, **kwargs)
 
     url = click.option(
-        "--control-url", "control_url", envvar=ENV_URL, required=True, metavar="URL[,URL…]",
+        "--control-url", "control_url", envvar=ENV_URL, default=None, metavar="URL[,URL…]",
         help="Base URL of control, http(s)://host:port, or several replicas' separated by "
              "commas (tried in order when one cannot be reached). Env QL3_CONTROL_URL. The "
              "token comes from QL3_TOKEN.")
@@ -77,7 +79,7 @@ def connection(func: F) -> F:
 
 def print_json(obj: Any) -> None:
     """``obj`` as indented JSON on stdout (the API's shapes: times ISO-8601 UTC)."""
-    click.echo(json.dumps(obj, indent=2))
+    click.echo(json.dumps(obj, indent=2, ensure_ascii=False))
 
 
 def segment(name: str) -> str:

@@ -104,8 +104,10 @@ def _command(argv: tuple[str, ...], shell: str | None) -> dict[str, Any]:
 @click.option("--schedule", required=True, metavar="CRON",
               help="5-field cron, 6 fields with seconds first, an @ alias such as @daily, "
                    "or @once (manual runs only; the cluster has no @boot).")
-@click.option("--timezone", default="UTC", show_default=True, metavar="TZ",
-              help="IANA time zone the schedule is read in.")
+@click.option("--timezone", default=None, metavar="TZ",
+              help="IANA time zone the schedule is read in [default: control's "
+                   "--default-timezone when set, else this machine's zone (TZ or "
+                   "/etc/localtime), else UTC].")
 @click.option("--timeout", type=click.IntRange(1, 2**31 - 1), default=None, metavar="SECONDS",
               help="Stop an attempt after this many seconds (TERM, grace, KILL).")
 @click.option("--max-attempts", type=click.IntRange(1, 100), default=1, show_default=True,
@@ -127,7 +129,8 @@ def _command(argv: tuple[str, ...], shell: str | None) -> dict[str, Any]:
 @click.argument("argv", nargs=-1)
 @json_option
 @connection
-def task_add(name: str, schedule: str, timezone: str, timeout: int | None, max_attempts: int,
+def task_add(name: str, schedule: str, timezone: str | None, timeout: int | None,
+             max_attempts: int,
              concurrency: str, env_pairs: tuple[str, ...], secret_env: tuple[str, ...],
              cwd: str | None, label_pairs: tuple[str, ...], shell: str | None,
              bundle: str | None, entry_point: str | None, argv: tuple[str, ...],
@@ -154,9 +157,19 @@ def task_add(name: str, schedule: str, timezone: str, timeout: int | None, max_a
         if key in env:
             raise ValidationError("secret_env", f"{key} is also given with --env")
         env[key] = {"value": value, "secret": True}
-    body = {"name": name, **command, "schedule": schedule, "timezone": timezone, "env": env,
+    body = {"name": name, **command, "schedule": schedule, "env": env,
             "cwd": cwd, "timeout_s": timeout, "max_attempts": max_attempts,
             "concurrency_policy": concurrency, "labels": _pairs(label_pairs, "--label")}
+    if timezone is not None:
+        body["timezone"] = timezone
+    else:  # control's --default-timezone wins over the caller's zone
+        from qinglong.shared.zones import machine_zone
+
+        caller, note = machine_zone()
+        if note is None:
+            body["caller_timezone"] = caller
+        else:
+            click.echo(f"note: {note}", err=True)
     if bundle is not None:
         body.update(bundle_digest=resolve_digest(client, bundle, "--bundle"),
                     entry_point=entry_point)
@@ -295,13 +308,24 @@ def task_edit(name: str, schedule: str | None, timezone: str | None, timeout: st
 
 
 @task.command("list")
+@click.option("--label", "label_filters", multiple=True, metavar="K=V",
+              help="Only tasks with this label (repeatable: all must match).")
+@click.option("--search", default=None, metavar="TEXT",
+              help="Only tasks whose name or command holds TEXT (case-insensitive).")
 @display_options
 @json_option
 @connection
-def task_list(as_json: bool, client: ControlClient) -> None:
+def task_list(label_filters: tuple[str, ...], search: str | None, as_json: bool,
+              client: ControlClient) -> None:
     """List the live tasks by name: schedule, next fire time, last run (status and
-    duration; --wide adds its finish time), command."""
-    items = client.items("/v1/tasks")
+    duration; --wide adds its finish time), command, labels."""
+    for item in label_filters:
+        if "=" not in item or item.startswith("="):
+            raise click.BadParameter("use K=V", param_hint="--label")
+    params: dict[str, Any] = {"label": list(label_filters)} if label_filters else {}
+    if search:
+        params["q"] = search
+    items = client.items("/v1/tasks", params or None)
     if as_json:
         print_json(items)
     else:

@@ -359,6 +359,8 @@ def _conflict(code: str, message: str, *, task: str | None, run: str | None,
     if code == "task_exists" and task is not None:
         return f"task {task!r} already exists"
     if code == "run_refused" and task is not None:
+        if "#" in message:  # control names the run in progress: `run 京东签到#3 is running…`
+            return f"run refused: {message}"
         return (f"run refused: a run of {task!r} is queued or running and its concurrency "
                 "policy is forbid")
     if code == "already_finished" and run is not None:

@@ -58,8 +58,12 @@ def task_command(task: dict[str, Any]) -> str:
 
 
 def schedule(task: dict[str, Any]) -> str:
-    """``0 3 * * * (Asia/Shanghai)``; the zone only when not UTC; ``-`` for manual only."""
-    zone = "" if task["timezone"] == "UTC" else f" ({task['timezone']})"
+    """``0 3 * * * (Asia/Shanghai)``; the zone only when it is not the viewer's (this
+    machine's zone, ``shared/zones.py``; UTC after ``--utc``); ``-`` for manual only."""
+    from qinglong.shared.zones import machine_zone
+
+    viewer = "UTC" if display.DISPLAY.utc else machine_zone()[0]
+    zone = "" if task["timezone"] == viewer else f" ({task['timezone']})"
     return f"{task.get('schedule') or '-'}{zone}"
 
 
@@ -68,12 +72,15 @@ def labels(values: dict[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(values.items())) or "-"
 
 
+TASK_FLEX = display.TASK_FLEX
+
+
 def print_tasks(tasks: list[dict[str, Any]]) -> None:
     """Tasks by name, as ``ql3 local task list`` prints them: schedule, next fire time
     (``disabled``), last run as status and duration (``succeeded 1m 05s``), command; the
     command, then the schedule, then the name are shortened to fit, never the next fire time
-    or the last run. ``--wide`` adds the enabled flag, policy, attempts, labels and the last
-    run's finish time."""
+    or the last run; a LABELS column when any task has labels. ``--wide`` adds the enabled
+    flag, policy, attempts and the last run's finish time."""
     if display.DISPLAY.wide:
         table(["name", "schedule", "enabled", "policy", "attempts", "next", "last run",
                "labels", "command"],
@@ -82,10 +89,23 @@ def print_tasks(tasks: list[dict[str, Any]]) -> None:
                 display.last_run_wide(x.get("last_run")), labels(x["labels"]),
                 task_command(x)] for x in tasks])
         return
-    table(["name", "schedule", "next", "last run", "command"],
-          [[x["name"], schedule(x), t(x["next_fire_at"]) if x["enabled"] else "disabled",
-            display.last_run_short(x.get("last_run")), task_command(x)] for x in tasks],
-          flexible=("command", "schedule", "name"), share=True)
+    with_labels = any(x["labels"] for x in tasks)
+    columns = ["name", "schedule", "next", "last run", "command",
+               *(["labels"] if with_labels else [])]
+
+    def rows(nexts: list[str]) -> list[list[str]]:
+        return [[x["name"], schedule(x), nexts[i] if x["enabled"] else "disabled",
+                 display.last_run_short(x.get("last_run")), task_command(x),
+                 *([labels(x["labels"])] if with_labels else [])]
+                for i, x in enumerate(tasks)]
+
+    nexts = [t(x["next_fire_at"]) for x in tasks]
+    if with_labels and display.table_width(columns, rows(nexts)) > display.terminal_width():
+        # the offset the times share said once, in the header (`NEXT (+08:00)`)
+        zone, nexts = display.compact_times([x["next_fire_at"] for x in tasks],
+                                            keep_date=True)
+        columns[2] = f"next ({zone})"
+    table(columns, rows(nexts), flexible=TASK_FLEX[with_labels], share=True)
 
 
 def exit_text(run: dict[str, Any]) -> str:
@@ -170,7 +190,8 @@ def detail_text(detail: dict[str, Any] | None) -> str:
         if item is None:
             continue
         text = item if isinstance(item, str) else (
-            display.value(item) if isinstance(item, bool | int | float) else json.dumps(item))
+            display.value(item) if isinstance(item, bool | int | float)
+            else json.dumps(item, ensure_ascii=False))
         parts.append(f"{key}={text}")
     return " ".join(parts)
 
@@ -265,8 +286,8 @@ def print_fields(pairs: list[tuple[str, object]]) -> None:
 
 def next_slots_lines(view: dict[str, Any]) -> list[str]:
     """Lines for ``task next``: each slot in the task's zone and in the viewer's."""
-    head = f"next slots of {view['task']} ({view['schedule'] or 'no schedule'}, " \
-           f"{view['timezone']})"
+    head = display.fit_title("next slots of ", view["task"],
+                             f" ({view['schedule'] or 'no schedule'}, {view['timezone']})")
     lines = [head + ("" if view["enabled"] else " — the task is disabled: none of them fires")]
     if not view["slots"]:
         lines.append("  none: the task runs only when asked (`ql3 cluster run`)")

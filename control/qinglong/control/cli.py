@@ -175,9 +175,14 @@ def migrate(database_url: str, runtime_role: str, as_json: bool) -> None:
         click.echo(json.dumps({"applied": list(result.applied), "ahead": list(result.ahead)},
                               sort_keys=True))
         return
-    click.echo(f"applied {len(result.applied)} migration(s): {', '.join(result.applied) or '-'}")
+    # one migration a line: every line within 80 columns
+    click.echo(f"applied {len(result.applied)} migration(s)" + (":" if result.applied else ""))
+    for name in result.applied:
+        click.echo(f"  {name}")
     if result.ahead:
-        click.echo(f"schema ahead of code by additive migration(s): {', '.join(result.ahead)}")
+        click.echo("schema ahead of code by additive migration(s):")
+        for name in result.ahead:
+            click.echo(f"  {name}")
 
 
 @control.command()

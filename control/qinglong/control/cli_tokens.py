@@ -286,9 +286,9 @@ def import_(database_url: str, name: str, scope: str, pool: str | None,
 @_url
 @_json
 def list_(database_url: str, as_json: bool) -> None:
-    """Every token: id, scope, pool, name, and its revocation: "revoked TIME", or
-    "revokes at TIME (pending)" while a rotation's overlap runs (it authenticates until
-    then). Never a token or hash."""
+    """Every token as a table (ID, SCOPE, POOL, STATE, NAME), STATE live, revoking (a
+    rotation's overlap runs: it authenticates until then) or revoked, the revocation's time
+    on the line below ("revokes at TIME (pending)", "revoked TIME"). Never a token or hash."""
     from qinglong.control.auth.tokens import list_tokens
     from qinglong.control.db.engine import create_engine
 
@@ -299,15 +299,27 @@ def list_(database_url: str, as_json: bool) -> None:
     finally:
         engine.dispose()
     if as_json:
-        click.echo(json.dumps(rows, default=str, sort_keys=True))
+        click.echo(json.dumps(rows, default=str, sort_keys=True, ensure_ascii=False))
         return
+    from qinglong.shared.display import fit_table
+
+    table, notes = [], []
     for row in rows:
-        revoked = ""
+        state, note = "live", ""
         if row["revoked_at"] is not None:
             when = f"{row['revoked_at']:%Y-%m-%dT%H:%M:%SZ}"
-            revoked = (f" revokes at {when} (pending)" if row["revocation_pending"]
-                       else f" revoked {when}")
-        click.echo(f"{row['id']} {row['scope']} {row['pool'] or '-'} {row['name']}{revoked}")
+            state, note = (("revoking", f"  revokes at {when} (pending)")
+                           if row["revocation_pending"] else ("revoked", f"  revoked {when}"))
+        table.append([str(row["id"]), row["scope"], row["pool"] or "-", state, row["name"]])
+        notes.append(note)
+    # a header row and lines within the terminal's width (the name gives way); a revocation's
+    # time on its own line below the token's
+    lines = fit_table(["id", "scope", "pool", "state", "name"], table, flexible=("name",))
+    click.echo(lines[0])
+    for line, note in zip(lines[1:], notes, strict=True):
+        click.echo(line)
+        if note:
+            click.echo(note)
 
 
 @token.command()

@@ -355,12 +355,22 @@ def _load_zone(name: str) -> tzinfo:
         if name == "UTC":  # the default zone works without any tz database
             return UTC
         if _has_tz_database():
-            raise TimeZoneNotFoundError(name, f"unknown IANA time zone {_excerpt(name)}"
-                                        " (not in this machine's tz database)") from exc
+            from qinglong.shared.zones import suggest_zone
+
+            guess = suggest_zone(name)
+            hint = (f"; did you mean {guess}?" if guess is not None and guess != name
+                    else " (not in this machine's tz database)")
+            raise TimeZoneNotFoundError(
+                name, f"unknown IANA time zone {_excerpt(name)}{hint}") from exc
         raise TimeZoneNotFoundError(
             name, f"time zone {_excerpt(name)} not found: {TZDATA_HINT}") from exc
     except (ValueError, OSError) as exc:
-        raise ValidationError("timezone", f"unknown IANA time zone {_excerpt(name)}") from exc
+        from qinglong.shared.zones import suggest_zone
+
+        guess = suggest_zone(name)
+        hint = f"; did you mean {guess}?" if guess is not None and guess != name else ""
+        raise ValidationError("timezone",
+                              f"unknown IANA time zone {_excerpt(name)}{hint}") from exc
 
 
 def _has_tz_database() -> bool:

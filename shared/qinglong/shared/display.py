@@ -14,6 +14,9 @@ task's zone): the click options that set :data:`DISPLAY` live with each command 
   flexible columns (a command, a note) are shortened first with ``…``, never wrapped; with
   ``--wide`` nothing is shortened. A run reference keeps its ``#N`` when shortened
   (``jd-daily-s…#4``): that is the part people type.
+- Widths are screen columns, not characters (:func:`text_width`): East Asian wide and
+  full-width characters take 2, so a table of Chinese names stays within 80 columns, and
+  shortening never splits a wide character (:func:`cut`).
 - Messages (a run's final status, errors) are never fitted: they print whole at any width.
 
 ``--json`` never goes through here: it keeps ISO-8601 UTC.
@@ -25,6 +28,7 @@ import datetime as dt
 import re
 import shlex
 import shutil
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +37,16 @@ ELLIPSIS = "…"
 DEFAULT_WIDTH = 80
 MIN_FLEX_WIDTH = 8  # a shortened flexible column keeps at least this many characters
 GAP = "  "
+
+
+# The flexible columns of a `task list` table (both profiles), by whether it has LABELS.
+# Without: command, schedule and name share the room. With: labels and command give way
+# first, down to 8 columns each; then the widest of the others — so a name, the part people
+# type, and a schedule's zone stay whole as long as they can.
+TASK_FLEX: dict[bool, tuple[str, ...]] = {
+    False: ("command", "schedule", "name"),
+    True: ("labels", "command"),
+}
 
 
 @dataclass(slots=True)
@@ -132,16 +146,70 @@ def short_id(run_id: str) -> str:
     return run_id[-8:]
 
 
+def char_width(char: str) -> int:
+    """Screen columns one character takes: 2 for East Asian wide and full-width ones
+    (``unicodedata.east_asian_width`` W or F: ``京``, ``１``), 0 for combining marks and
+    zero-width format characters, else 1."""
+    if unicodedata.combining(char) or unicodedata.category(char) in ("Mn", "Me", "Cf"):
+        return 0
+    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+
+
+def text_width(text: str) -> int:
+    """Screen columns ``text`` takes (:func:`char_width` summed): ``京东签到`` is 8."""
+    if text.isascii():
+        return len(text)
+    return sum(char_width(c) for c in text)
+
+
+def cut(text: str, width: int) -> str:
+    """The longest start of ``text`` that fits ``width`` columns; a wide character that
+    would straddle the edge is left out whole (never split)."""
+    if text_width(text) <= width:
+        return text
+    used = 0
+    for i, char in enumerate(text):
+        used += char_width(char)
+        if used > width:
+            return text[:i]
+    return text
+
+
+def pad(text: str, width: int) -> str:
+    """``text`` followed by spaces up to ``width`` columns (``str.ljust`` by screen width)."""
+    return text + " " * max(0, width - text_width(text))
+
+
+def fit_line(text: str, width: int | None = None) -> str:
+    """One line of prose or a summary cut to ``width`` columns (default
+    :func:`terminal_width`), ending in ``…`` when cut, unless ``--wide``."""
+    if DISPLAY.wide:
+        return text
+    return shorten(text, terminal_width() if width is None else width)
+
+
+def fit_title(before: str, name: str, after: str, width: int | None = None) -> str:
+    """``before + name + after`` within ``width`` columns (default :func:`terminal_width`):
+    the name gives way (``next slots of 京东签到每日…  (0 8 * * *, Asia/Shanghai)``),
+    never below 8 columns; whole with ``--wide``."""
+    if DISPLAY.wide:
+        return before + name + after
+    room = (terminal_width() if width is None else width) - text_width(before + after)
+    return before + shorten(name, max(room, MIN_FLEX_WIDTH)) + after
+
+
 def terminal_width() -> int:
     """``COLUMNS`` when set (piped output too), else the terminal's width, else 80."""
     return max(20, shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns)
 
 
 def shorten(text: str, width: int) -> str:
-    """``text`` cut to ``width`` characters, the last one ``…`` when something was cut."""
-    if len(text) <= width:
+    """``text`` cut to ``width`` screen columns (:func:`text_width`), the last one ``…`` when
+    something was cut; a wide character is never split (the line may then end a column
+    short)."""
+    if text_width(text) <= width:
         return text
-    return text[: max(0, width - 1)] + ELLIPSIS if width > 0 else ""
+    return cut(text, width - 1) + ELLIPSIS if width > 0 else ""
 
 
 _RUN_REF_END = re.compile(r"(?s)(.+)(#[0-9]+)")
@@ -150,18 +218,18 @@ _RUN_REF_END = re.compile(r"(?s)(.+)(#[0-9]+)")
 def shorten_ref(text: str, width: int) -> str:
     """A run reference cut to ``width`` keeping its ``#N`` (``jd-daily-s…#4``): the task
     name gives way, from its end; other text (or too small a width) as :func:`shorten`."""
-    if len(text) <= width:
+    if text_width(text) <= width:
         return text
     match = _RUN_REF_END.fullmatch(text)
     if match is None or width < len(match.group(2)) + 2:
         return shorten(text, width)
     tail = match.group(2)
-    return match.group(1)[: width - len(tail) - 1] + ELLIPSIS + tail
+    return cut(match.group(1), width - len(tail) - 1) + ELLIPSIS + tail
 
 
 def table_width(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> int:
     """How wide :func:`fit_table` lays the table out when nothing is shortened."""
-    widths = [max([len(c), *(len(" ".join(str(r[i]).splitlines())) for r in rows)])
+    widths = [max([text_width(c), *(text_width(" ".join(str(r[i]).splitlines())) for r in rows)])
               for i, c in enumerate(columns)]
     return sum(widths) + len(GAP) * (len(widths) - 1)
 
@@ -213,7 +281,8 @@ def fit_table(
     limit = terminal_width() if width is None else width
     cells = [[" ".join(str(c).splitlines()) for c in row] for row in rows]
     heads = [c.upper() for c in columns]
-    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(heads)]
+    widths = [max([text_width(h), *(text_width(r[i]) for r in cells)])
+              for i, h in enumerate(heads)]
     if not wide:
         excess = sum(widths) + len(GAP) * (len(widths) - 1) - limit
         flex = [columns.index(c) for c in flexible if c in columns]  # in priority order
@@ -242,8 +311,8 @@ def fit_table(
     keep_end = {columns.index(c) for c in refs if c in columns}
     lines = []
     for row in [heads, *cells]:
-        parts = [(shorten_ref if i in keep_end and row is not heads else shorten)(
-            cell, widths[i]).ljust(widths[i]) for i, cell in enumerate(row)]
+        parts = [pad((shorten_ref if i in keep_end and row is not heads else shorten)(
+            cell, widths[i]), widths[i]) for i, cell in enumerate(row)]
         lines.append(GAP.join(parts).rstrip())
     return lines
 

@@ -23,8 +23,8 @@ from typing import Literal
 from qinglong.shared.errors import QinglongError, ValidationError
 
 MIN_SUFFIX_HEX = 6
-_NUMBERED = re.compile(r"(?P<task>[^#@\s]+)#(?P<number>[0-9]{1,9})")
-_LAST = re.compile(r"(?P<task>[^#@\s]+)@last")
+_NUMBERED = re.compile(r"(?P<task>[^#@]+)#(?P<number>[0-9]{1,9})")
+_LAST = re.compile(r"(?P<task>[^#@]+)@last")
 _FULL_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _SUFFIX = re.compile(r"[0-9a-f-]+")
 FORMS_HINT = " (use TASK#N, TASK@last, a run id or the last 6+ hex digits of one)"

@@ -24,7 +24,9 @@ class ApiContext:
     ``(ready: bool, reasons: list[str], degraded: list[str])`` for ``/readyz`` (None: ready when
     ``SELECT 1`` answers). ``metrics``: the process's counters (``qinglong.control.metrics``);
     ``build_app`` creates one when None. ``max_pushes``: bundle pushes this replica receives
-    and checks at once (docs/operations.md "Push limits"); more answer 429."""
+    and checks at once (docs/operations.md "Push limits"); more answer 429.
+    ``default_timezone``: ``serve --default-timezone``, the zone of a new task that names
+    none (None: the caller's zone, else UTC)."""
 
     engine: Engine
     project_id: str
@@ -36,6 +38,7 @@ class ApiContext:
     metrics: Metrics | None = None
     max_pushes: int = 2
     extras: dict[str, Any] = field(default_factory=dict)
+    default_timezone: str | None = None
 
 
 def get_context(request: Request) -> ApiContext:

@@ -16,6 +16,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from qinglong.shared.names import NAME_RULE
+
 if TYPE_CHECKING:
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse
@@ -95,11 +97,9 @@ REASONS = {
 # holds every pattern the models declare to an entry here). Another pattern reads
 # "contains characters that are not allowed here".
 PATTERN_WORDS = {
-    r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$":  # task names (task_models.NAME_PATTERN)
-        "use 1-128 ASCII letters, digits, '.', '_' or '-', starting with a letter or digit",
     r"^[A-Za-z_][A-Za-z0-9_]{0,127}$":  # env names (task_models.ENV_NAME_PATTERN)
         "use 1-128 ASCII letters, digits or '_', not starting with a digit",
-    r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$":  # labels (task_models.LABEL_PATTERN)
+    r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$":  # label keys (task_models.LABEL_PATTERN)
         "use 1-63 ASCII letters, digits, '_', '.' or '-', starting with a letter or digit",
     r"^[a-z0-9][a-z0-9_.-]{0,62}$":  # worker pools (token_routes.POOL_PATTERN)
         "use 1-63 lowercase ASCII letters, digits, '_', '.' or '-', starting with a letter "
@@ -112,7 +112,7 @@ PATTERN_WORDS = {
 NOT_ALLOWED = REASONS["string_pattern_mismatch"]
 
 # messages our own validators raise (``ValueError`` in an AfterValidator) that may be shown
-OWN_MESSAGES = frozenset({"contains NUL", "is not valid Unicode"})
+OWN_MESSAGES = frozenset({"contains NUL", "is not valid Unicode", NAME_RULE})
 
 
 def reason(kind: str, ctx: Any) -> str:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
-from sqlalchemy import Select, cast, select
+from sqlalchemy import Select, cast, or_, select
 from sqlalchemy.types import Text
 
 from qinglong.control.api.context import get_context
@@ -33,6 +33,7 @@ from qinglong.control.api.runs import run_out, runs_with_task
 from qinglong.control.api.security import require
 from qinglong.control.auth.tokens import Principal
 from qinglong.control.db.tables import runs, tasks
+from qinglong.shared.names import name_key
 from qinglong.shared.run_refs import FORMS_HINT, NoSuchRunError, RunRef, parse_run_ref
 
 router = APIRouter(tags=["runs"], responses=ERRORS)
@@ -50,7 +51,8 @@ def _query(project_id: str, ref: RunRef) -> Select[Any]:
         return (query.where(cast(runs.c.id, Text).like("%" + ref.value))
                 .order_by(runs.c.id).limit(2))
     named = select(tasks.c.id).where(tasks.c.project_id == project_id,
-                                     tasks.c.name == ref.task)
+                                     or_(tasks.c.name == ref.task,
+                                         tasks.c.name_key == name_key(ref.task)))
     if ref.kind == "number":
         newest_task = (named.order_by(tasks.c.deleted_at.is_(None).desc(), tasks.c.id.desc())
                        .limit(1).scalar_subquery())

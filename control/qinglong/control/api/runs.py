@@ -18,7 +18,7 @@ from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from sqlalchemy import RowMapping, Select, exists, func, select, update
+from sqlalchemy import RowMapping, Select, exists, func, or_, select, update
 
 from qinglong.control.api.context import get_context
 from qinglong.control.api.errors import ApiError
@@ -33,7 +33,6 @@ from qinglong.control.api.run_models import (
     RunStatus,
 )
 from qinglong.control.api.security import require
-from qinglong.control.api.task_models import NAME_PATTERN
 from qinglong.control.auth.tokens import Principal
 from qinglong.control.db.tables import (
     attempts,
@@ -44,6 +43,7 @@ from qinglong.control.db.tables import (
     worker_incarnations,
 )
 from qinglong.shared.ids import uuid7
+from qinglong.shared.names import name_key
 
 router = APIRouter(tags=["runs"], responses=ERRORS)
 Viewer = Annotated[Principal, Depends(require("viewer"))]
@@ -86,7 +86,7 @@ def attempt_out(row: RowMapping) -> AttemptOut:
 @router.get("/v1/runs", response_model=RunPage)
 def get_runs(
     request: Request, _who: Viewer,
-    task: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
+    task: Annotated[str | None, Query(min_length=1, max_length=512)] = None,
     status: RunStatus | None = None,
     created_after: datetime | None = None,
     created_before: datetime | None = None,
@@ -98,7 +98,7 @@ def get_runs(
     ctx = get_context(request)
     query = runs_with_task(ctx.project_id)
     if task is not None:
-        query = query.where(tasks.c.name == task)
+        query = query.where(or_(tasks.c.name == task, tasks.c.name_key == name_key(task)))
     if status is not None:
         query = query.where(runs.c.status == status)
     if created_after is not None:

@@ -8,7 +8,8 @@ backoffs and grace ≥ 0 (PostgreSQL ``integer``), ``log_limit_bytes`` ≥ 1 and
 the log fails). Types are strict: a number given as a string (``"timeout_s": "5"``) or a
 boolean as a number is refused. Text never holds NUL or lone surrogates (PostgreSQL
 cannot store them): refused as 422 like any other invalid field. Env names match
-``[A-Za-z_][A-Za-z0-9_]*``; labels follow ``qinglong.shared.wire.check_labels``. Exactly one
+``[A-Za-z_][A-Za-z0-9_]*``; task names and label values follow ``shared/names.py`` (any
+script's letters and digits, NFC), label keys stay ASCII. Exactly one
 of ``argv`` and ``shell`` (a task created by this API always has a command) — unless the task
 runs a script bundle (``bundle_digest`` with ``entry_point``, docs/protocols.md §4.7): then
 at most one, none meaning "run the entry point", and no ``cwd``. Secret env values are
@@ -22,10 +23,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
+from qinglong.shared.names import NAME_RULE, check_name, is_valid_name
+
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 MAX_LOG_RETENTION_S = 100 * 366 * 86_400  # a century; far below timestamp overflow
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 _PLAIN = r"^[^\x00]*$"
@@ -42,7 +44,17 @@ def _storable(value: str) -> str:
     return value
 
 
-TaskName = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
+def _task_name(value: str) -> str:
+    """A task name or label value by ``shared/names.py``'s rule, NFC-normalized."""
+    if not is_valid_name(value):
+        raise ValueError(NAME_RULE)
+    return check_name(value)
+
+
+TaskName = Annotated[str, StringConstraints(min_length=1, max_length=512),
+                     AfterValidator(_task_name)]
+LabelValue = Annotated[str, StringConstraints(min_length=1, max_length=512),
+                       AfterValidator(_task_name)]
 EnvName = Annotated[str, StringConstraints(pattern=ENV_NAME_PATTERN)]
 LabelText = Annotated[str, StringConstraints(pattern=LABEL_PATTERN)]
 ArgText = Annotated[str, StringConstraints(min_length=1, max_length=4096, pattern=_PLAIN),
@@ -94,7 +106,10 @@ _EXAMPLE: dict[str, Any] = {
 
 
 class TaskCreate(BaseModel):
-    """``POST /v1/tasks``: a new task. ``schedule`` null: manual runs only."""
+    """``POST /v1/tasks``: a new task. ``schedule`` null: manual runs only. The task's zone
+    is ``timezone`` when given, else control's ``--default-timezone`` when set, else
+    ``caller_timezone`` (the zone of the machine the client runs on, sent by ``ql3
+    cluster task add``), else UTC; ``caller_timezone`` itself is not stored."""
 
     model_config = ConfigDict(extra="forbid", strict=True,
                               json_schema_extra={"examples": [_EXAMPLE]})
@@ -102,7 +117,8 @@ class TaskCreate(BaseModel):
     argv: Annotated[list[ArgText], Field(min_length=1, max_length=256)] | None = None
     shell: ShellText | None = None
     schedule: ScheduleText | None = None
-    timezone: ZoneText = "UTC"
+    timezone: ZoneText | None = None
+    caller_timezone: ZoneText | None = None
     env: Annotated[dict[EnvName, EnvValueIn], Field(max_length=256)] = Field(
         default_factory=dict)
     cwd: PathText | None = None
@@ -112,7 +128,7 @@ class TaskCreate(BaseModel):
     retry_backoff_cap_ms: Annotated[int, Field(ge=0, le=INT32_MAX)] = 600_000
     concurrency_policy: Policy = "forbid"
     catchup_grace_s: Annotated[int, Field(ge=0, le=INT32_MAX)] = 60
-    labels: Annotated[dict[LabelText, LabelText], Field(max_length=32)] = Field(
+    labels: Annotated[dict[LabelText, LabelValue], Field(max_length=32)] = Field(
         default_factory=dict)
     log_limit_bytes: Annotated[int, Field(ge=1, le=INT64_MAX)] = 16 * 1024 * 1024
     log_retention_s: Annotated[int, Field(ge=0, le=MAX_LOG_RETENTION_S)] = 7 * 86_400
@@ -143,7 +159,7 @@ class TaskPatch(BaseModel):
     retry_backoff_cap_ms: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = None
     concurrency_policy: Policy | None = None
     catchup_grace_s: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = None
-    labels: Annotated[dict[LabelText, LabelText], Field(max_length=32)] | None = None
+    labels: Annotated[dict[LabelText, LabelValue], Field(max_length=32)] | None = None
     log_limit_bytes: Annotated[int, Field(ge=1, le=INT64_MAX)] | None = None
     log_retention_s: Annotated[int, Field(ge=0, le=MAX_LOG_RETENTION_S)] | None = None
     enabled: bool | None = None

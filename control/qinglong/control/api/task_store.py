@@ -17,6 +17,7 @@ connection acting as the runtime role. Rules held here:
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,7 @@ from qinglong.shared.bundles import BundleError, normalize_entry_point
 from qinglong.shared.cron import parse_schedule
 from qinglong.shared.errors import ValidationError
 from qinglong.shared.ids import uuid7
-from qinglong.shared.wire import check_labels
+from qinglong.shared.names import NAME_RULE, check_task_labels, name_key
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection, RowMapping
@@ -49,9 +50,29 @@ DEFINITION_REASONS = {
     "schedule": "not a valid cron expression (5 fields, or 6 with seconds first, or an "
                 "@ alias such as @daily)",
     "timezone": "not an IANA time zone name (e.g. Asia/Shanghai)",
-    "labels": "keys and values: 1-63 ASCII letters, digits, '_', '.' or '-', starting with "
-              "a letter or digit; at most 32 pairs",
+    "labels": "keys: 1-63 ASCII letters, digits, '_', '.' or '-', starting with a letter "
+              "or digit; values: " + NAME_RULE.removeprefix("use ") + "; at most 32 pairs",
 }
+
+
+def _definition_reason(exc: ValidationError, values: dict[str, Any]) -> str | None:
+    """The reason for a refused schedule or zone, as ``ql3 local`` words it but without the
+    input: a schedule's names its field (``minute field is invalid (5 fields, …)``), a
+    zone's adds the zone it most likely meant (``did you mean Asia/Shanghai?``)."""
+    if exc.field == "schedule":  # the field by name, never the text given for it
+        field = re.match(r"schedule: (second|minute|hour|day-of-month|month|day-of-week|"
+                         r"day of month|day of week)\b", str(exc))
+        if field is not None:
+            return f"{field.group(1)} field is invalid (" + \
+                DEFINITION_REASONS["schedule"].split(" (", 1)[1]
+        return None
+    if exc.field == "timezone":
+        from qinglong.shared.zones import suggest_zone
+
+        guess = suggest_zone(str(values.get("timezone") or ""))
+        base = DEFINITION_REASONS["timezone"]
+        return f"{base}; did you mean {guess}?" if guess else base
+    return None
 
 
 def invalid(field: str, reason: str | None = None) -> ApiError:
@@ -88,9 +109,10 @@ def check_definition(values: dict[str, Any]) -> None:
                               "the cluster has none: use a cron schedule, or @once and run it")
         else:
             parse_schedule("@once", values["timezone"])  # the zone alone
-        check_labels(values.get("labels", {}))
+        if "labels" in values:
+            values["labels"] = check_task_labels(values["labels"])
     except ValidationError as exc:
-        raise invalid(exc.field) from None
+        raise invalid(exc.field, _definition_reason(exc, values)) from None
 
 
 def next_fire_at(conn: Connection, values: dict[str, Any]) -> datetime | None:
@@ -124,7 +146,7 @@ def check_bundle(conn: Connection, values: dict[str, Any]) -> None:
 
 def _integrity(exc: IntegrityError) -> ApiError | None:
     """The answer for a constraint a concurrent change broke, or None."""
-    if "tasks_live_name_idx" in str(exc.orig):
+    if "tasks_live_name_idx" in str(exc.orig) or "tasks_live_name_key_idx" in str(exc.orig):
         return ApiError(409, "task_exists", "a live task has this name")
     if "tasks_bundle_digest_fkey" in str(exc.orig):  # removed meanwhile
         return ApiError(422, "bundle_not_found", "no bundle has this digest: push it first")
@@ -139,9 +161,12 @@ def record_event(conn: Connection, task_id: str, kind: str, **detail: Any) -> No
 
 def live_task(conn: Connection, project_id: str, name: str, *, lock: bool = False
               ) -> RowMapping:
-    """The live task ``name`` of the project; ApiError 404 ``task_not_found`` otherwise."""
-    query = select(tasks).where(tasks.c.project_id == project_id, tasks.c.name == name,
-                                tasks.c.deleted_at.is_(None))
+    """The live task ``name`` of the project, found by its key (``shared/names.py``:
+    ``签到１`` finds ``签到1``); ApiError 404 ``task_not_found`` otherwise."""
+    query = (select(tasks)
+             .where(tasks.c.project_id == project_id, tasks.c.deleted_at.is_(None),
+                    or_(tasks.c.name == name, tasks.c.name_key == name_key(name)))
+             .order_by((tasks.c.name == name).desc()).limit(1))
     if lock:
         query = query.with_for_update()
     row = conn.execute(query).mappings().first()
@@ -184,7 +209,7 @@ def create_task(conn: Connection, project_id: str, values: dict[str, Any], by: s
     check_definition(values)
     check_bundle(conn, values)
     task_id = uuid7()
-    row = dict(values, id=task_id, project_id=project_id,
+    row = dict(values, id=task_id, project_id=project_id, name_key=name_key(values["name"]),
                next_fire_at=next_fire_at(conn, values), schedule_version=1)
     row.update(_stored_env(conn, keyring, task_id, dict(values.get("env") or {})))
     try:

@@ -7,11 +7,12 @@ the stored definition live in ``task_store.py``.
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
-from sqlalchemy import RowMapping, select
+from sqlalchemy import RowMapping, Text, cast, or_, select
 
 from qinglong.control.api.context import get_context
 from qinglong.control.api.errors import ApiError
@@ -19,7 +20,6 @@ from qinglong.control.api.models_common import ERRORS, ErrorBody, RunRef
 from qinglong.control.api.security import require
 from qinglong.control.api.task_last_run import last_run_of, last_run_out, with_last_run
 from qinglong.control.api.task_models import (
-    NAME_PATTERN,
     NULLABLE_ON_EDIT,
     EnvValueOut,
     OccurrenceOut,
@@ -45,12 +45,22 @@ from qinglong.control.auth.tokens import Principal
 from qinglong.control.db.tables import occurrences, tasks
 
 router = APIRouter(tags=["tasks"], responses=ERRORS)
-TaskNameParam = Annotated[str, Query(pattern=NAME_PATTERN)]
-TaskName = Annotated[str, Path(pattern=NAME_PATTERN, examples=["backup"])]
+# A name in a path or query is looked up, never stored: any text up to 512 characters (an
+# invalid name simply names no task, 404); lookups go by the name's key (shared/names.py).
+TaskNameParam = Annotated[str, Query(min_length=1, max_length=512)]
+TaskName = Annotated[str, Path(min_length=1, max_length=512, examples=["京东签到"])]
+LabelFilter = Annotated[list[str] | None, Query(max_length=32, examples=[["platform=京东"]])]
+SearchText = Annotated[str | None, Query(min_length=1, max_length=200)]
 Viewer = Annotated[Principal, Depends(require("viewer"))]
 Operator = Annotated[Principal, Depends(require("operator"))]
 Admin = Annotated[Principal, Depends(require("admin"))]
 Limit = Annotated[int, Query(ge=1, le=200)]
+
+
+def like_escape(text: str) -> str:
+    """``text`` for a LIKE pattern with ``\\`` as escape: ``%``, ``_`` and ``\\`` match
+    themselves."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 def task_out(row: RowMapping) -> TaskOut:
@@ -74,20 +84,44 @@ def _detail(conn: Any, row: RowMapping) -> TaskDetail:
 def post_task(body: TaskCreate, request: Request, who: Admin) -> TaskDetail:
     """Create a task (admin). 409 ``task_exists`` when a live task has the name."""
     ctx = get_context(request)
+    values = body.model_dump()
+    caller = values.pop("caller_timezone")
+    if values["timezone"] is None:
+        values["timezone"] = ctx.default_timezone or caller or "UTC"
     with ctx.engine.begin() as conn:
-        row = create_task(conn, ctx.project_id, body.model_dump(), who.name,
+        row = create_task(conn, ctx.project_id, values, who.name,
                           keyring=ctx.extras.get("keyring"))
         return _detail(conn, row)
 
 
 @router.get("/v1/tasks", response_model=TaskPage)
 def get_tasks(request: Request, _who: Viewer, cursor: TaskNameParam | None = None,
-              limit: Limit = 50) -> TaskPage:
+              limit: Limit = 50, label: LabelFilter = None,
+              q: SearchText = None) -> TaskPage:
     """Live tasks ordered by name, each with its last run (one query per page:
-    ``task_last_run.py``); keyset pages (``cursor``: the last name seen)."""
+    ``task_last_run.py``); keyset pages (``cursor``: the last name seen).
+
+    ``label=k=v`` (repeatable): only tasks carrying every one of those labels (AND; JSONB
+    containment through the GIN index of migration 0008). ``q``: only tasks whose name or
+    command holds the text, case-insensitive (a scan of the project's live tasks, bounded by
+    ``limit``; bench/task_search.py measures it at 10,000 tasks). 422 ``invalid_request``
+    for a label filter without ``=``. # docs/protocols.md §4.5"""
     ctx = get_context(request)
     query = with_last_run(select(tasks)).where(tasks.c.project_id == ctx.project_id,
                                 tasks.c.deleted_at.is_(None))
+    wanted: dict[str, str] = {}
+    for item in label or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ApiError(422, "invalid_request", "label: give each filter as key=value")
+        wanted[key] = unicodedata.normalize("NFC", value)
+    if wanted:
+        query = query.where(tasks.c.labels.contains(wanted))
+    if q is not None:
+        pattern = "%" + like_escape(q) + "%"
+        query = query.where(or_(tasks.c.name.ilike(pattern, escape="\\"),
+                                tasks.c.shell.ilike(pattern, escape="\\"),
+                                cast(tasks.c.argv, Text).ilike(pattern, escape="\\")))
     if cursor is not None:
         query = query.where(tasks.c.name > cursor)
     with ctx.engine.connect() as conn:
@@ -159,7 +193,9 @@ def run_task(name: TaskName, request: Request, who: Operator) -> RunRef:
         try:
             created = run_now(conn, str(task["id"]))
         except RunRefusedError as exc:
-            raise ApiError(409, "run_refused", str(exc)) from None
+            which = f"run {task['name']}#{exc.number}" if exc.number else "a run of it"
+            raise ApiError(409, "run_refused", f"{which} is {exc.status or 'in progress'} "
+                           "and the task's concurrency policy is forbid") from None
         record_event(conn, str(task["id"]), "run_requested", by=who.name)
         return RunRef(id=str(created.run_id), number=created.number)
 

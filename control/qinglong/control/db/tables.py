@@ -50,6 +50,7 @@ tasks = Table(
     Column("id", _uuid(), primary_key=True),
     Column("project_id", _uuid(), nullable=False),
     Column("name", Text, nullable=False),
+    Column("name_key", Text),  # 0008: shared.names.name_key(name), unique among live tasks
     Column("log_retention_s", BigInteger, nullable=False),
     Column("created_at", _TS, nullable=False),
     Column("argv", JSONB),

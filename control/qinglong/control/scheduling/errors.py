@@ -27,6 +27,13 @@ class ScheduleAdvanceLostError(ConcurrentUpdateError):
 
 class RunRefusedError(ConflictError):
     """Run now of a task whose concurrency policy is ``forbid`` while a run of it is queued,
-    dispatching or running: no run was created (``code`` ``run_refused``)."""
+    dispatching or running: no run was created (``code`` ``run_refused``). ``number`` and
+    ``status``: the run in progress (its number within the task, None for a run without one;
+    ``queued``, ``dispatching`` or ``running``), so the refusal can name it."""
 
     code = "run_refused"
+
+    def __init__(self, message: str, number: int | None = None, status: str = "") -> None:
+        super().__init__(message)
+        self.number = number
+        self.status = status

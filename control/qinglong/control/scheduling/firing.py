@@ -162,7 +162,9 @@ def run_now(conn: Connection, task_id: str) -> CreatedRun:
     active = [] if policy == "allow" else run_named(
         conn, queries()["active_runs"], {"task_id": task_id}).mappings().all()
     if policy == "forbid" and active:
-        raise RunRefusedError("a run of this task is active; policy forbid")
+        first = active[0]
+        raise RunRefusedError("a run of this task is active; policy forbid",
+                              first.get("number"), str(first["status"]))
     run = create_run(conn, task_id=task_id, trigger="manual")
     if run is None:  # a manual run has no slot: only a slot conflict answers None
         raise RunRefusedError("no run was created")

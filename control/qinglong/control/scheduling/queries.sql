@@ -72,9 +72,10 @@ FOR UPDATE
 
 -- active_runs --
 -- The task's runs that are queued, dispatching or running (runs_active_by_task_idx)
-SELECT id, status, cancel_requested_at
+SELECT id, status, cancel_requested_at, number
 FROM runs
 WHERE task_id = %(task_id)s AND status IN ('queued', 'dispatching', 'running')
+ORDER BY number
 
 -- request_cancel --
 -- Policy replace: ask one active run to stop (once), with its run event

@@ -57,10 +57,13 @@ def _listen(value: str) -> tuple[str, int]:
 @click.option("--secrets-keyring", envvar="QL3_SECRETS_KEYRING", default=None,
               help="File of the keyring sealing secret values (env QL3_SECRETS_KEYRING; "
                    "docs/operations.md). Required once `secrets enable` ran.")
+@click.option("--default-timezone", envvar="QL3_DEFAULT_TIMEZONE", default=None, metavar="TZ",
+              help="IANA zone of a new task that names none (wins over the zone the "
+                   "caller's client sends; an explicit --timezone wins over both).")
 def serve(database_url: str, runtime_role: str, listen: str, log_bucket: str,
           s3_endpoint: str | None, replica_id: str | None, lease_ms: int,
           heartbeat_ms: int, scheduler_tick_ms: int, drain_s: float,
-          max_pushes: int, secrets_keyring: str | None) -> None:
+          max_pushes: int, secrets_keyring: str | None, default_timezone: str | None) -> None:
     """Run a control replica: the HTTP API (OpenAPI at /openapi.json, /livez, /readyz,
     /metrics), the scheduler, lease recovery, retention enrollment and log retention.
 
@@ -87,6 +90,10 @@ def serve(database_url: str, runtime_role: str, listen: str, log_bucket: str,
     _checked_bucket(log_bucket)
     _s3_client(s3_endpoint)  # checks the endpoint's shape (exit 2 on a malformed one)
     keyring = _keyring(secrets_keyring)
+    if default_timezone is not None:
+        from qinglong.shared.cron import parse_schedule
+
+        parse_schedule("@once", default_timezone)  # an unknown zone exits 2, with a guess
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("botocore", "urllib3", "psycopg", "sqlalchemy", "uvicorn.error"):
@@ -96,7 +103,7 @@ def serve(database_url: str, runtime_role: str, listen: str, log_bucket: str,
         bucket=log_bucket, s3_endpoint=s3_endpoint,
         replica_id=(replica_id or socket.gethostname())[:60], lease_ms=lease_ms,
         heartbeat_ms=heartbeat_ms, scheduler_tick_ms=scheduler_tick_ms, drain_s=drain_s,
-        max_pushes=max_pushes)
+        max_pushes=max_pushes, default_timezone=default_timezone)
     replica = ControlReplica(settings, keyring=keyring)
     try:
         if replica.refuse_privileged_login(_url_label()):

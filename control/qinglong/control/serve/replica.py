@@ -48,7 +48,9 @@ class ServeSettings:
     dispatch lease and heartbeat handed to workers (heartbeat ≤ lease/3, C11);
     ``scheduler_tick_ms``: the longest pause between scheduler ticks; ``drain_s``: how long
     requests in flight may take at stop; ``replica_id``: names this replica's retention
-    claims; ``max_pushes``: bundle pushes received and checked at once."""
+    claims; ``max_pushes``: bundle pushes received and checked at once;
+    ``default_timezone``: the IANA zone of a new task that names none (None: the zone the
+    caller's client sends, else UTC; docs/protocols.md §4.5)."""
 
     database_url: str
     runtime_role: str
@@ -65,6 +67,7 @@ class ServeSettings:
     drain_s: float = 20.0
     max_pushes: int = 2
     occurrence_keep_days: int = OCCURRENCE_KEEP_DAYS_DEFAULT
+    default_timezone: str | None = None
 
 
 class ReadinessCache:
@@ -206,7 +209,8 @@ class ControlReplica:
                          lease_ms=self.settings.lease_ms,
                          heartbeat_ms=self.settings.heartbeat_ms, s3=self.s3,
                          bucket=self.settings.bucket, metrics=Metrics(),
-                         max_pushes=self.settings.max_pushes)
+                         max_pushes=self.settings.max_pushes,
+                         default_timezone=self.settings.default_timezone)
         ctx.extras["dispatch"] = self.dispatch
         ctx.extras["livelog"] = self.livelog = _live_log_hub(self.settings)
         ctx.extras["keyring"] = self.keyring

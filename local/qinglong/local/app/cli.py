@@ -16,6 +16,7 @@ from qinglong.local.app.cli_common import (
     datadir_of,
     os_error_message,
 )
+from qinglong.local.app.display import display_options
 from qinglong.shared.errors import (
     NotFoundError,
     QinglongError,
@@ -47,13 +48,28 @@ class _LazyGroup(click.Group):
 
             try:
                 module = importlib.import_module(self.lazy[cmd_name])
-            except ModuleNotFoundError as exc:
-                if not (exc.name or "").startswith("qinglong."):
-                    raise
-                raise ClusterPackageMissingError(cmd_name) from None
+            except ModuleNotFoundError:
+                # our cluster package, or a library only it brings (httpx after the
+                # runtime-only install of scripts/demo.sh): the command stands in as one
+                # that says what to install, so `ql3 --help` still lists and prints
+                return _missing_command(cmd_name)
             found = getattr(module, cmd_name)
             return found if isinstance(found, click.Command) else None
         return super().get_command(ctx, cmd_name)
+
+
+def _missing_command(name: str) -> click.Command:
+    """A stand-in for ``ql3 control|worker|cluster`` whose code or libraries are not
+    installed: listed by ``ql3 --help``, and any use (``--help`` included) exits 2 with
+    :class:`ClusterPackageMissingError`'s one line."""
+
+    def refuse() -> None:
+        raise ClusterPackageMissingError(name)
+
+    return click.Command(
+        name, callback=refuse, add_help_option=False,
+        help="(not installed: needs the qinglong-cluster distribution)",
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 
 
 class ClusterPackageMissingError(click.ClickException):
@@ -134,6 +150,7 @@ def init(data_dir: str | None, profile: str | None, change_profile: bool) -> Non
 
 
 @local.command()
+@display_options
 @data_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def status(data_dir: str | None, as_json: bool) -> None:
@@ -147,11 +164,11 @@ def status(data_dir: str | None, as_json: bool) -> None:
     if as_json:
         import json
 
-        click.echo(json.dumps(view, indent=2))
+        click.echo(json.dumps(view, indent=2, ensure_ascii=False))
         return
     from qinglong.local.app.status import describe_status
 
-    for line in describe_status(view):
+    for line in describe_status(view):  # paths print whole: they are copied
         click.echo(line)
 
 

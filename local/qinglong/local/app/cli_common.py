@@ -55,7 +55,7 @@ def datadir_of(path: str | None) -> DataDir:
 
 def print_json(obj: Any) -> None:
     """Print ``obj`` as indented JSON on stdout."""
-    click.echo(json.dumps(obj, indent=2, sort_keys=False))
+    click.echo(json.dumps(obj, indent=2, sort_keys=False, ensure_ascii=False))
 
 
 def wait_terminal(backend: Any, run_id: str) -> dict[str, Any]:

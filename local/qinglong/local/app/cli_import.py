@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import unicodedata
 from typing import Any
 
 import click
@@ -59,22 +60,37 @@ def import_qinglong(
 
 
 def print_report(report: dict[str, Any]) -> None:
-    """The import report as text: one line per imported task, skipped row and variable."""
+    """The import report as text, every line within the terminal's width (``--wide``: whole):
+    the counts, the zone the schedules are read in, then one line per imported task (with
+    ``renamed from NAME`` when the 2.x name was taken or not a valid name), skipped row and
+    variable."""
+    from qinglong.local.app.legacy_import import DEFAULT_TIMEZONE
+    from qinglong.shared import display
+
     summary = report["summary"]
     verb = "would import" if report["dry_run"] else "imported"
-    click.echo(f"{verb} {summary['tasks_imported']} task(s) and "
-               f"{summary['variables_imported']} variable(s) from {report['source']}; "
-               f"skipped {summary['tasks_skipped']} cron row(s) and "
-               f"{summary['variables_skipped']} env row(s)"
-               + (" (dry run: nothing changed)" if report["dry_run"] else ""))
+    fit = display.fit_line
+    click.echo(fit(f"{verb} {summary['tasks_imported']} task(s) and "
+                   f"{summary['variables_imported']} variable(s), skipped "
+                   f"{summary['tasks_skipped']} cron row(s) and "
+                   f"{summary['variables_skipped']} env row(s)"
+                   + (" (dry run: nothing changed)" if report["dry_run"] else "")))
+    click.echo(fit(f"from {report['source']}"))
+    click.echo(fit(f"schedules read in {report['timezone']}"
+                   + (" (Qinglong's default; --timezone to change)"
+                      if report["timezone"] == DEFAULT_TIMEZONE else "")))
     for task in report["tasks"]["imported"]:
         state = "" if task["enabled"] else " [disabled]"
-        notes = f" ({', '.join(task['warnings'])})" if task["warnings"] else ""
-        click.echo(f"  + {task['key']:>8} {task['name']} {task['schedule']!r}{state}{notes}")
+        notes = list(task["warnings"])
+        original = task.get("original_name") or ""
+        if original and unicodedata.normalize("NFC", original.strip()) != task["name"]:
+            notes.insert(0, f"renamed from {original}")
+        extra = f" ({', '.join(notes)})" if notes else ""
+        click.echo(fit(f"  + {task['key']:>8} {task['name']} {task['schedule']!r}{state}{extra}"))
     for row in report["tasks"]["skipped"]:
-        click.echo(f"  - {row['key'] or '?':>8} {row['name'] or '(no name)'}: {row['reason']}")
+        click.echo(fit(f"  - {row['key'] or '?':>8} {row['name'] or '(no name)'}: "
+                       f"{row['reason']}"))
     for var in report["variables"]["imported"]:
-        click.echo(f"  $ {var['name']} ({var['values']} value(s), {var['status']})")
+        click.echo(fit(f"  $ {var['name']} ({var['values']} value(s), {var['status']})"))
     for row in report["variables"]["skipped"]:
-        click.echo(f"  - env {row['id']} {row['name'] or '(no name)'}: {row['reason']}")
-
+        click.echo(fit(f"  - env {row['id']} {row['name'] or '(no name)'}: {row['reason']}"))

@@ -118,10 +118,7 @@ def inspect(run_id: str, data_dir: str | None, as_json: bool) -> None:
         print_json(view)
         return
     click.echo(output.describe_run(view))  # ends with the leftovers note, if any
-    for attempt in view["attempts"]:
-        click.echo("  " + output.describe_attempt(attempt))
-    for event in view["events"]:
-        click.echo("  " + output.describe_event(event))
+    output.print_inspect_tables(view)
 
 
 @click.command("cancel", epilog=RUN_HELP)

@@ -18,6 +18,7 @@ from qinglong.local.app.cli_common import (
     print_json,
 )
 from qinglong.local.app.cli_vars import read_secret
+from qinglong.local.app.display import display_options
 
 
 @click.group("settings")
@@ -41,10 +42,11 @@ def settings_group() -> None:
 def _print_setting(view: dict[str, Any]) -> None:
     shown = view["value"] if view["value"] is not None else (
         f"(default) {view['default']}" if view["default"] is not None else "(not set)")
-    click.echo(f"{view['key']:>16}: {shown}")
+    click.echo(f"{view['key']:>16}: {shown}")  # whole: values are paths and commands
 
 
 @settings_group.command("show")
+@display_options
 @data_dir_option
 @json_option
 def settings_show(data_dir: str | None, as_json: bool) -> None:

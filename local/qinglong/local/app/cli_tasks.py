@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import unicodedata
+from typing import Any
+
 import click
 
 from qinglong.local.app import output
@@ -31,8 +34,9 @@ def _parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
 @click.argument("name")
 @click.option("--schedule", required=True, metavar="CRON",
               help="5-field cron, 6 fields with seconds first, @boot or @once.")
-@click.option("--timezone", default="UTC", show_default=True, metavar="TZ",
-              help="IANA time zone the schedule is read in.")
+@click.option("--timezone", default=None, metavar="TZ",
+              help="IANA time zone the schedule is read in [default: this machine's zone, "
+                   "from TZ or /etc/localtime, else UTC].")
 @click.option("--timeout", type=float, default=None, metavar="SECONDS",
               help="Stop the attempt after this many seconds (TERM, grace, KILL).")
 @click.option("--max-attempts", type=int, default=1, show_default=True,
@@ -45,13 +49,15 @@ def _parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
 @secret_env_option
 @click.option("--cwd", default=None, metavar="DIR", help="Absolute working directory.")
 @click.option("--label", "labels", multiple=True, help="Free-form label (repeatable).")
+@click.option("--no-check", is_flag=True,
+              help="Add it even when the script path it runs does not exist (yet).")
 @click.argument("argv", nargs=-1, required=True)
 @data_dir_option
 @json_option
 def task_add(
     name: str,
     schedule: str,
-    timezone: str,
+    timezone: str | None,
     timeout: float | None,
     max_attempts: int,
     concurrency: str,
@@ -59,6 +65,7 @@ def task_add(
     secret_env: tuple[str, ...],
     cwd: str | None,
     labels: tuple[str, ...],
+    no_check: bool,
     argv: tuple[str, ...],
     data_dir: str | None,
     as_json: bool,
@@ -68,8 +75,15 @@ def task_add(
     Example: ql3 local task add backup --schedule '0 3 * * *' -- /usr/local/bin/backup.sh
 
     A task's PATH is systemd's default list (or the data directory's task_path setting)
-    unless --env PATH=... gives its own.
+    unless --env PATH=... gives its own. Without --timezone the schedule is read in this
+    machine's zone (TZ, else /etc/localtime), else UTC with a note.
     """
+    if timezone is None:
+        from qinglong.shared.zones import machine_zone
+
+        timezone, note = machine_zone()
+        if note is not None:
+            click.echo(f"note: {note}", err=True)
     spec = {
         "name": name,
         "argv": list(argv),
@@ -85,12 +99,29 @@ def task_add(
     }
     if not argv:
         raise ValidationError("argv", "the command must not be empty")
+    _check_script(argv, cwd, no_check)
     with open_backend(datadir_of(data_dir), "task add") as backend:
         view = backend.call("task_add", spec=spec)
     if as_json:
         print_json(view)
     else:
         click.echo(f"added task {view['name']} ({view['id']})")
+
+
+def _check_script(argv: tuple[str, ...], cwd: str | None, no_check: bool) -> None:
+    """The script path of ``argv`` (``shared/script_paths.py``): a relative one is added
+    with a warning on stderr naming where it will be looked up; a missing absolute one is
+    refused (ValidationError, exit 2) unless ``no_check``."""
+    from qinglong.shared.script_paths import check_script
+
+    try:
+        warning = check_script(argv, cwd)
+    except FileNotFoundError as exc:
+        if not no_check:
+            raise ValidationError("argv", f"{exc}: give --no-check to add it anyway") from None
+        return
+    if warning is not None:
+        click.echo(f"warning: {warning}", err=True)
 
 
 def _optional_number(value: str | None, option: str, kind: type[float] | type[int]) -> object:
@@ -122,6 +153,8 @@ def _optional_number(value: str | None, option: str, kind: type[float] | type[in
               help="Remove a secret environment variable (repeatable).")
 @click.option("--cwd", default=None, metavar="DIR|none",
               help="New absolute working directory, or 'none' for the default (home).")
+@click.option("--no-check", is_flag=True,
+              help="Take a new command even when the script path it runs does not exist.")
 @click.argument("argv", nargs=-1)
 @data_dir_option
 @json_option
@@ -137,6 +170,7 @@ def task_edit(
     secret_env: tuple[str, ...],
     secret_unset: tuple[str, ...],
     cwd: str | None,
+    no_check: bool,
     argv: tuple[str, ...],
     data_dir: str | None,
     as_json: bool,
@@ -170,6 +204,7 @@ def task_edit(
         changes["secret_env_unset"] = list(secret_unset)
     if argv:
         changes["argv"] = list(argv)
+        _check_script(argv, None if cwd is None or cwd.lower() == "none" else cwd, no_check)
     if not changes:
         raise click.UsageError("nothing to change: give at least one option or a command")
     with open_backend(datadir_of(data_dir), "task edit") as backend:
@@ -204,17 +239,37 @@ def task_next(name: str, count: int, data_dir: str | None, as_json: bool) -> Non
 
 
 @task.command("list")
+@click.option("--label", "label_filters", multiple=True, metavar="K=V",
+              help="Only tasks with this label (repeatable: all must match).")
+@click.option("--search", default=None, metavar="TEXT",
+              help="Only tasks whose name or command holds TEXT (case-insensitive).")
 @display_options
 @data_dir_option
 @json_option
-def task_list(data_dir: str | None, as_json: bool) -> None:
-    """List tasks."""
+def task_list(label_filters: tuple[str, ...], search: str | None, data_dir: str | None,
+              as_json: bool) -> None:
+    """List tasks, optionally only those with given labels or matching a text."""
     with open_backend(datadir_of(data_dir), "task list") as backend:
         tasks = backend.call("task_list")
+    tasks = [t for t in tasks if task_matches(t, label_filters, search)]
     if as_json:
         print_json(tasks)
     else:
         output.print_tasks(tasks)
+
+
+def task_matches(task: dict[str, Any], labels: tuple[str, ...], search: str | None) -> bool:
+    """Whether a task view passes ``task list``'s filters: every ``labels`` entry is one of
+    the task's labels (``k=v`` as written; NFC), and ``search`` (when given) is in its name
+    or its command, compared case-folded."""
+    have = {unicodedata.normalize("NFC", str(label)) for label in task.get("labels", [])}
+    if any(unicodedata.normalize("NFC", want) not in have for want in labels):
+        return False
+    if search:
+        needle = unicodedata.normalize("NFC", search).casefold()
+        haystack = f"{task['name']}\n{output.command(task['argv'])}".casefold()
+        return needle in haystack
+    return True
 
 
 @task.command("show")
@@ -233,6 +288,7 @@ def task_show(name: str, data_dir: str | None, as_json: bool) -> None:
                 "max_attempts", "cwd", "created_at"):
         click.echo(output.field(key, view[key]))
     click.echo(output.field("command", output.command(view["argv"])))
+    click.echo(output.field("labels", output.labels_text(view)))
     for key, value in sorted(view["env"].items()):
         click.echo(output.field("env", f"{key}={value}"))
     for key, value in view.get("secret_env", {}).items():  # masked or @VAR, never a value

@@ -103,6 +103,11 @@ def vars_set(name: str, argv_value: tuple[str, ...], from_file: str | None,
 
     Example: printf %s "$TOKEN" | ql3 local vars set PUSH_TOKEN
     """
+    if "=" in name:  # `vars set X=1`: the value is not taken from here, and never shown
+        bare = name.partition("=")[0]
+        raise ValidationError("variable", f"give the name alone: the value is read from stdin "
+                              f"(or --from-file), never the command line, e.g. "
+                              f"printf %s \"$VALUE\" | ql3 local vars set {bare}")
     if argv_value:
         raise ValidationError(f"variable {name}", "a value is never taken from the command "
                               "line (shell history, ps): pipe it on stdin or use --from-file")

@@ -64,6 +64,7 @@ from qinglong.local.process.launch_request import SINGLE_STRING_MAX_BYTES
 from qinglong.local.storage.repository import LocalRunRepository
 from qinglong.shared.cron import parse_schedule
 from qinglong.shared.errors import ConflictError, ValidationError
+from qinglong.shared.names import is_valid_name, name_key
 
 SOURCE_TAG = "qinglong2"
 KEY_LABEL_PREFIX = "ql2:"
@@ -86,7 +87,6 @@ SKIPPED_MODES = ("now", "conc", "desi")
 RESERVED_VARIABLES = ("PATH", "HOME", "LANG")
 _TIMEOUT = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
 _UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-_NOT_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -358,12 +358,20 @@ def wrap_hooks(command: _Command, before: str, after: str) -> tuple[str, ...]:
 
 
 def task_name_base(raw: str) -> str:
-    """A deterministic task-name base for any text: accents dropped (NFKD), other
-    characters outside ``[A-Za-z0-9._-]`` replaced by ``-``, at most 100 characters;
-    ``""`` when nothing usable is left."""
-    text = "".join(ch for ch in unicodedata.normalize("NFKD", raw) if ch.isascii())
-    text = re.sub(r"-{2,}", "-", _NOT_NAME.sub("-", text))
-    return text.lstrip("._-")[:MAX_NAME_BASE].rstrip("-")
+    """A deterministic task-name base for any text (``shared/names.py``'s rule): the 2.x
+    name itself when it is a valid name (``京东签到`` stays ``京东签到``), else NFC with
+    every character the rule refuses replaced by ``-`` (runs of them by one), leading
+    characters other than letters and digits dropped, at most 100 characters; ``""`` when
+    nothing usable is left."""
+    text = unicodedata.normalize("NFC", raw.strip())
+    if is_valid_name(text) and len(text) <= MAX_NAME_BASE:
+        return text
+    text = "".join(ch if is_valid_name("a" + ch + "a") else "-" for ch in text)
+    text = re.sub(r"-{2,}", "-", text)
+    while text and not is_valid_name(text[0]):
+        text = text[1:]
+    text = text[:MAX_NAME_BASE].rstrip(" -")
+    return text if is_valid_name(text) else ""
 
 
 def _labels(value: Any) -> list[str]:
@@ -510,7 +518,7 @@ def _plan_tasks(
         for label in task.labels:
             if label.startswith(KEY_LABEL_PREFIX):
                 done.setdefault(label[len(KEY_LABEL_PREFIX):], task.name)
-    live = {task.name for task in repo.list_tasks()}
+    live = {name_key(task.name) for task in repo.list_tasks()}
     rows: list[tuple[str, list[_Unit]]] = []
     for row in source.crons:
         source_id = _int(row.get("id"))
@@ -529,8 +537,9 @@ def _plan_tasks(
     plan: list[_Unit] = []
     for base, units in rows:
         primary = units[0]
-        name = base if base not in seen and base not in taken else f"{base}-{primary.source_id}"
-        seen.add(base)
+        free = name_key(base) not in seen and name_key(base) not in taken
+        name = base if free else f"{base}-{primary.source_id}"
+        seen.add(name_key(base))
         for unit in units:
             unit.name = name if unit.extra == 0 else f"{name}.{unit.extra}"
             if unit.key in done:
@@ -538,11 +547,11 @@ def _plan_tasks(
                                           "already_imported",
                                           f"imported before as task {done[unit.key]}"))
                 continue
-            if unit.name in taken:
+            if name_key(unit.name) in taken:
                 skipped.append(_skip_view(unit.source_id, unit.key, unit.original_name,
                                           "name_taken", f"a task named {unit.name} exists"))
                 continue
-            taken.add(unit.name)
+            taken.add(name_key(unit.name))
             if unit.original_name and unit.name != unit.original_name:
                 unit.labels.append(NAME_LABEL_PREFIX + unit.original_name)
             unit.labels.append(KEY_LABEL_PREFIX + unit.key)

@@ -82,7 +82,7 @@ def print_tasks(tasks: list[dict[str, Any]]) -> None:
     ``2026-12-02 09:30:00 +08:00`` whole and the schedule and command still get about 25
     columns between them."""
     if display.DISPLAY.wide:
-        rows = [
+        wide_rows = [
             [
                 t["name"],
                 _schedule(t),
@@ -91,27 +91,55 @@ def print_tasks(tasks: list[dict[str, Any]]) -> None:
                 _next_fire(t),
                 shared_display.last_run_wide(t.get("last_run")),
                 display.command(t["argv"]),
+                labels_text(t),
             ]
             for t in tasks
         ]
-        _table(["name", "schedule", "enabled", "policy", "next", "last run", "command"], rows)
+        _table(["name", "schedule", "enabled", "policy", "next", "last run", "command",
+                "labels"], wide_rows)
         return
-    rows = [
-        [
-            t["name"],
-            _schedule(t),
-            _next_fire(t) if t["enabled"] else "disabled",
-            shared_display.last_run_short(t.get("last_run")),
-            display.command(t["argv"]),
+    with_labels = any(t.get("labels") for t in tasks)
+    columns = ["name", "schedule", "next", "last run", "command",
+               *(["labels"] if with_labels else [])]
+
+    def rows(nexts: list[str]) -> list[list[str]]:
+        return [
+            [
+                t["name"],
+                _schedule(t),
+                nexts[i] if t["enabled"] else "disabled",
+                shared_display.last_run_short(t.get("last_run")),
+                display.command(t["argv"]),
+                *([labels_text(t)] if with_labels else []),
+            ]
+            for i, t in enumerate(tasks)
         ]
-        for t in tasks
-    ]
-    _table(["name", "schedule", "next", "last run", "command"], rows,
-           flexible=("command", "schedule", "name"), share=True)
+
+    nexts = [_next_fire(t) for t in tasks]
+    timed = [t for t in tasks if not t.get("next_fire_pending") and t.get("next_fire")]
+    room = display.terminal_width()
+    if with_labels and timed and shared_display.table_width(columns, rows(nexts)) > room:
+        # the offset the times share said once, in the header (`NEXT (+08:00)`)
+        zone, texts = shared_display.compact_times([t["next_fire"] for t in timed],
+                                                   keep_date=True)
+        shown = dict(zip([id(t) for t in timed], texts, strict=True))
+        nexts = [shown.get(id(t), n) for t, n in zip(tasks, nexts, strict=True)]
+        columns[2] = f"next ({zone})"
+    _table(columns, rows(nexts), flexible=shared_display.TASK_FLEX[with_labels], share=True)
+
+
+def labels_text(task: dict[str, Any]) -> str:
+    """A task's labels for a table or ``task show``: ``平台=京东,daily`` (``-``: none)."""
+    return ",".join(str(label) for label in task.get("labels", [])) or "-"
 
 
 def _schedule(task: dict[str, Any]) -> str:
-    zone = "" if task["timezone"] == "UTC" else f" ({task['timezone']})"
+    """The schedule, with the task's zone when it is not the viewer's (the zone ``task
+    add`` would default to here, or UTC after ``--utc``): ``0 8 * * * (Asia/Shanghai)``."""
+    from qinglong.shared.zones import machine_zone
+
+    viewer = "UTC" if display.DISPLAY.utc else machine_zone()[0]
+    zone = "" if task["timezone"] == viewer else f" ({task['timezone']})"
     return f"{task['schedule']}{zone}"
 
 
@@ -191,6 +219,56 @@ def describe_attempt(attempt: dict[str, Any]) -> str:
             f"{_t(attempt['started_at'])}, took {took}, handle {_s(attempt['handle'])}")
 
 
+def print_inspect_tables(view: dict[str, Any], indent: str = "  ") -> None:
+    """``inspect``'s attempts and events as tables within the terminal's width (as
+    ``ql3 cluster inspect`` prints them): attempts by number, status, exit, start, duration
+    and handle; events by time, kind, status change and detail (the handle and the detail
+    give way first, kinds stay whole). When the full times do not fit, the date and offset
+    they share are said once, in the titles. ``--wide``: every line whole."""
+    attempts, events = view["attempts"], view["events"]
+
+    def attempt_rows(starts: list[str]) -> list[list[str]]:
+        return [[str(a["number"]), a["status"], _attempt_exit(a), starts[i],
+                 display.span(a["started_at"], a["finished_at"]), _s(a["handle"])]
+                for i, a in enumerate(attempts)]
+
+    def event_rows(ats: list[str]) -> list[list[str]]:
+        return [[ats[i], e["kind"], _move(e), event_detail(e["detail"]) or "-"]
+                for i, e in enumerate(events)]
+
+    a_cols = ["attempt", "status", "exit", "started", "took", "handle"]
+    e_cols = ["at", "event", "status", "detail"]
+    starts = [_t(a["started_at"]) for a in attempts]
+    ats = [_t(e["at"]) for e in events]
+    room = display.terminal_width() - len(indent)
+    title = ""
+    if not display.DISPLAY.wide and max(
+            shared_display.table_width(a_cols, attempt_rows(starts)),
+            shared_display.table_width(e_cols, event_rows(ats))) > room:
+        zone, texts = shared_display.compact_times(
+            [a["started_at"] for a in attempts] + [e["at"] for e in events])
+        starts, ats = texts[:len(attempts)], texts[len(attempts):]
+        title = f" ({zone})"
+    if attempts:
+        click.echo(f"attempts{title}:")
+        _table(a_cols, attempt_rows(starts), flexible=("handle",), indent=indent)
+    if events:
+        click.echo(f"events{title}:")
+        _table(e_cols, event_rows(ats), flexible=("detail",), indent=indent)
+
+
+def _attempt_exit(attempt: dict[str, Any]) -> str:
+    if attempt["signal"] is not None:
+        return f"sig {attempt['signal']}"
+    return _s(attempt["exit_code"])
+
+
+def _move(event: dict[str, Any]) -> str:
+    if event.get("from") is None and event.get("to") is None:
+        return "-"
+    return f"{_s(event['from'])} -> {_s(event['to'])}"
+
+
 def describe_event(event: dict[str, Any]) -> str:
     """One line of ``inspect``: time, kind, status change and detail."""
     move = (f" {_s(event['from'])} -> {_s(event['to'])}"
@@ -217,13 +295,15 @@ def event_detail(detail: str | None) -> str:
         if item is None:
             continue
         if key.endswith("_ms") and isinstance(item, int) and not isinstance(item, bool):
-            if key.endswith(("_at_ms", "slot_ms", "until_ms", "next_fire_ms", "before_ms")):
+            if key.endswith(("_at_ms", "slot_ms", "until_ms", "next_fire_ms", "before_ms",
+                             "missed_ms")):
                 parts.append(f"{key[:-3]}={_t(iso(item))}")
             else:  # a length of time in ms (step_ms, after_ms, tolerance_ms)
                 parts.append(f"{key[:-3]}={item / 1000:g}s")
             continue
         text = item if isinstance(item, str) else (
-            _s(item) if isinstance(item, bool | int | float) else json.dumps(item))
+            _s(item) if isinstance(item, bool | int | float)
+            else json.dumps(item, ensure_ascii=False))
         parts.append(f"{key}={text}")
     return " ".join(parts)
 
@@ -254,7 +334,14 @@ def describe_slot_event(event: dict[str, Any]) -> str | None:
     detail = json.loads(event["detail"])
     if kind == "slots_skipped":  # missed slots (downtime or a forward clock step)
         missed = f"{detail.get('skipped')}{' or more' if detail.get('at_least') else ''}"
-        until = detail.get("until_ms")
+        first, last = detail.get("first_missed_ms"), detail.get("last_missed_ms")
+        if first is not None:  # the slots missed, then the one that ran instead, if any
+            span = f" {_t(iso(first))}" + (
+                f" .. {_t(iso(last))}" if last is not None and last != first else "")
+            fired = detail.get("fired_slot_ms")
+            ran = f"; {_t(iso(fired))} ran instead" if fired is not None else ""
+            return f"{missed} missed slot(s){span} skipped: {detail.get('reason')}{ran}"
+        until = detail.get("until_ms")  # an event written before the missed slots were named
         span = f" up to {_t(iso(until))}" if until is not None else ""
         return f"{missed} missed slot(s){span} skipped: {detail.get('reason')}"
     if kind == "clock_step":  # this task's next fire time moved after a backward step
@@ -325,7 +412,8 @@ def _edited_value(name: str, item: object) -> str:
 
 def describe_next_slots(view: dict[str, Any]) -> list[str]:
     """Lines for ``task next``: each slot in the task's zone and in the viewer's."""
-    lines = [f"next slots of {view['task']} ({view['schedule']}, {view['timezone']})"
+    lines = [shared_display.fit_title("next slots of ", view["task"],
+                                      f" ({view['schedule']}, {view['timezone']})")
              + ("" if view["enabled"] else " — the task is disabled: none of them fires")]
     if not view["slots"]:
         lines.append("  none: @boot fires once per serve start, @once only when run by hand")

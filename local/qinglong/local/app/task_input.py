@@ -11,8 +11,8 @@ from qinglong.shared.cron import parse_schedule
 from qinglong.shared.domain import ConcurrencyPolicy, Task
 from qinglong.shared.errors import ValidationError
 from qinglong.shared.ids import uuid7
+from qinglong.shared.names import check_name
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RESERVED_ENV = ("QL3_RECEIPT_", "QL3_LAUNCH_")
 MAX_ATTEMPTS = 100
@@ -44,10 +44,7 @@ class TaskInput:
             ValidationError: naming the field (name, schedule, timezone, argv, env, cwd,
                 timeout, max_attempts, concurrency, misfire_grace).
         """
-        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
-            raise ValidationError(
-                "name", "use 1-128 letters, digits, '.', '_' or '-', starting alphanumeric"
-            )
+        name = check_name(self.name)
         parse_schedule(self.schedule, self.timezone)
         validate_argv(self.argv)
         validate_env(self.env)
@@ -71,7 +68,7 @@ class TaskInput:
             raise ValidationError("misfire_grace", "must be between 0 s and 7 days")
         return Task(
             id=uuid7(),
-            name=self.name,
+            name=name,
             argv=tuple(self.argv),
             schedule=self.schedule,
             timezone=self.timezone,

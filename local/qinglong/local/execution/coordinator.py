@@ -52,6 +52,14 @@ SETTLE_RETRY_FIRST_S = 1.0
 SETTLE_RETRY_MAX_S = 30.0
 
 
+def run_label(run: Run, task: Task) -> str:
+    """How ``serve``'s log lines name a run: ``京东签到#3`` as people type it (``TASK#N``),
+    or ``TASK run …<last 8 hex digits>`` for a run without a number."""
+    if run.number is not None:
+        return f"{task.name}#{run.number}"
+    return f"{task.name} run …{run.id[-8:]}"
+
+
 @dataclass(frozen=True, slots=True)
 class ExecutionConfig:
     """Settings of the coordinator.
@@ -180,7 +188,7 @@ class ExecutionCoordinator:
             attempt, log_path=log_path, deadline_at_ms=deadline
         )
         if missing is not None:
-            log.warning("run %s of task %s not started: %s", run.id, task.name, missing)
+            log.warning("%s not started: %s", run_label(run, task), missing)
             return self._settle(attempt, task, AttemptStatus.FAILED, detail={
                 "launch_error": missing.code, "secret": missing.env_name,
                 "variable": missing.variable})
@@ -196,7 +204,7 @@ class ExecutionCoordinator:
         try:
             proc = self.launcher.start(request)  # step 3: ADR-0069 §2 steps 1-6
         except QinglongError as exc:
-            log.warning("launch failed for run %s: %s", run.id, exc.code)
+            log.warning("%s: launch failed: %s", run_label(run, task), exc.code)
             return self._settle(
                 attempt, task, AttemptStatus.FAILED,
                 # the message names what failed (a deleted cwd, say: issue 12 item 10); it
@@ -225,6 +233,7 @@ class ExecutionCoordinator:
             target=self._monitor, args=(live,), name=f"ql3-attempt-{attempt.id[-6:]}", daemon=True
         )
         live.thread.start()
+        log.info("%s: attempt %d started", run_label(run, task), attempt.number)
         return self.repo.get_run(run.id)
 
     def reattach(self, run: Run, task: Task, attempt: Attempt) -> bool:
@@ -246,8 +255,7 @@ class ExecutionCoordinator:
             target=self._monitor, args=(live,), name=f"ql3-attempt-{attempt.id[-6:]}", daemon=True
         )
         live.thread.start()
-        log.info("re-attached to run %s of task %s (attempt %d)", run.id, task.name,
-                 attempt.number)
+        log.info("%s: re-attached to attempt %d", run_label(run, task), attempt.number)
         return True
 
     # -- supervise ------------------------------------------------------------------------
@@ -404,8 +412,8 @@ class ExecutionCoordinator:
             attempt, outcome, exit_code=exit_code, signal=signal, wait_status=wait_status,
             finished_at_ms=finished_at_ms, detail=detail, retry_not_before_ms=retry_at,
         )
-        log.info("run %s of task %s: attempt %d %s, run %s", run.id, task.name,
-                 attempt.number, outcome.value, run.status.value)
+        log.info("%s: attempt %d %s, run %s", run_label(run, task), attempt.number,
+                 outcome.value, run.status.value)
         if self.on_settled is not None:
             self.on_settled(run)
         return run

@@ -269,12 +269,17 @@ def _start(argv: list[str], env: dict[bytes, bytes], out_w: int = -1) -> int:
 def _cannot_execute(name: str, exc: OSError, missing: bool) -> bytes:
     """The log line naming the command that could not start and why: not found in PATH
     (a bare name), the OS error for a path, and a hint when the file is there (its ``#!``
-    interpreter is missing)."""
+    interpreter is missing), and the working directory a relative path was looked up in."""
     why = exc.strerror or str(exc)
     if missing and "/" not in name:
         why = f"not found in PATH={os.environ.get('PATH', '')}"
     elif missing and os.path.lexists(name):
         why += " (the file exists: is the interpreter of its #! line missing?)"
+    elif missing and not name.startswith("/"):
+        try:
+            why += f" (looked up in the working directory {os.getcwd()})"
+        except OSError:
+            why += " (a relative path; the working directory is gone)"
     return f"ql3-wrapper: cannot execute '{name}': {why}\n".encode("utf-8", "surrogateescape")
 
 

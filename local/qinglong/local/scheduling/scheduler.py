@@ -173,9 +173,15 @@ class Scheduler:
             and slot <= entry.replay_until_ms
         if slot is not None and not (replayed and self.repo.slot_was_handled(task.id, slot)):
             self._fire(task, slot)
+        missed: tuple[int | None, int | None] = (None, None)
+        if due.skipped:  # the slots missed, not the one that ran (the event says which)
+            last_before = slot - 1 if slot is not None else due.new_cursor_ms
+            missed = (schedule.next_slot_after(cursor),
+                      schedule.latest_slot_at_or_before(last_before))
         self.repo.advance_schedule(
             entry, due.new_cursor_ms, schedule.next_slot_after(max(due.new_cursor_ms, now_ms)),
             skipped=due.skipped, capped=due.skipped_capped, reason=reason,
+            missed=missed, fired_ms=slot,
         )
 
     def _compute(self, entry: ScheduleEntry, now_ms: int) -> ComputedSchedule:

@@ -81,6 +81,12 @@ def admit_manual(repo: LocalRunRepository, task: Task, stop_run: Callable[[str],
 
     outcome = repo.admit_run(task.id, Trigger.MANUAL, None, manual, task.concurrency.value)
     if outcome.run is None:
+        active = repo.active_runs(task.id)
+        if active and active[0].number is not None:
+            ref = f"{task.name}#{active[0].number}"
+            raise ConflictError(f"run {ref} is {active[0].status.value} and the task's "
+                                f"concurrency policy is forbid: wait for it, or cancel it "
+                                f"(ql3 local cancel {ref})")
         raise ConflictError("the task already has a run in progress (policy forbid)")
     return outcome.run
 

@@ -43,6 +43,7 @@ from qinglong.shared.errors import (
     ValidationError,
 )
 from qinglong.shared.ids import uuid7, validate_uuid7
+from qinglong.shared.names import name_key
 from qinglong.shared.statuses import (
     ATTEMPT_ACTIVE,
     AttemptStatus,
@@ -133,13 +134,15 @@ class LocalRunRepository(
         at = self.clock()
 
         def op(conn: sqlite3.Connection) -> Task:
+            key = name_key(task.name)
             if conn.execute(
-                "SELECT 1 FROM tasks WHERE name = ? AND deleted_at_ms IS NULL", (task.name,)
+                "SELECT 1 FROM tasks WHERE (name = ? OR name_key = ?) AND deleted_at_ms IS NULL",
+                (task.name, key),
             ).fetchone():
                 raise ConflictError("a task with that name already exists")
             conn.execute(
-                f"INSERT INTO tasks ({TASK_COLUMNS}) VALUES "  # noqa: S608
-                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)",
+                f"INSERT INTO tasks ({TASK_COLUMNS}, name_key) VALUES "  # noqa: S608
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?)",
                 (
                     task.id,
                     task.name,
@@ -158,6 +161,7 @@ class LocalRunRepository(
                     task.schedule_cursor_ms,
                     at,
                     at,
+                    key,
                 ),
             )
             if secret_env:
@@ -178,9 +182,12 @@ class LocalRunRepository(
 
     @staticmethod
     def _task_by_name(conn: sqlite3.Connection, name: str) -> Task:
+        """The live task spelled ``name``, else the one whose key equals its key
+        (``shared/names.py``: ``签到１`` finds ``签到1``)."""
         row = conn.execute(
-            f"SELECT {TASK_COLUMNS} FROM tasks WHERE name = ? AND deleted_at_ms IS NULL",  # noqa: S608
-            (name,),
+            f"SELECT {TASK_COLUMNS} FROM tasks WHERE deleted_at_ms IS NULL"  # noqa: S608
+            " AND (name = ? OR name_key = ?) ORDER BY name = ? DESC LIMIT 1",
+            (name, name_key(name), name),
         ).fetchone()
         if row is None:
             raise NotFoundError(f"no such task '{name}'")

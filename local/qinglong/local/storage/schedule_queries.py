@@ -147,10 +147,14 @@ class ScheduleQueries:
         skipped: int = 0,
         capped: bool = False,
         reason: str = "misfire",
+        missed: tuple[int | None, int | None] = (None, None),
+        fired_ms: int | None = None,
     ) -> bool:
         """After a due entry was handled: store its new cursor and next fire time (Unix ms)
         and, when ``skipped`` > 0, one ``slots_skipped`` event, in one transaction; the
-        replay mark is dropped once the cursor reaches it.
+        replay mark is dropped once the cursor reaches it. The event names the slots missed:
+        ``first_missed_ms`` and ``last_missed_ms`` (``missed``, Unix ms) and, apart,
+        ``fired_slot_ms``, the slot that ran instead (None: none did).
 
         Compare-and-set on the version and next fire time read in ``entry``: False (nothing
         written) when the task changed meanwhile (disabled, removed, re-enabled, or another
@@ -172,6 +176,8 @@ class ScheduleQueries:
             if skipped:
                 insert_task_event(conn, at, "slots_skipped", entry.task.id, {
                     "skipped": skipped, "at_least": capped, "reason": reason,
+                    "first_missed_ms": missed[0], "last_missed_ms": missed[1],
+                    "fired_slot_ms": fired_ms,
                     # the slots considered: (after_ms, until_ms], the fired one excepted
                     "after_ms": entry.task.schedule_cursor_ms, "until_ms": cursor_ms})
             return True
