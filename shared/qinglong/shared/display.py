@@ -24,7 +24,6 @@ from __future__ import annotations
 import datetime as dt
 import re
 import shlex
-import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -134,6 +133,8 @@ def short_id(run_id: str) -> str:
 
 def terminal_width() -> int:
     """``COLUMNS`` when set (piped output too), else the terminal's width, else 80."""
+    import shutil  # here: shutil loads bz2 and lzma, which an idle serve never needs
+
     return max(20, shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns)
 
 
