@@ -7,6 +7,10 @@ Configured per data directory (:mod:`qinglong.local.app.settings`: ``notify_comm
   variables: push scripts find their tokens there) plus the run's facts as ``QL3_*``
   variables (:func:`fact_env`); its output is discarded (never in our logs); it runs in its
   own process group, and past the timeout the group gets TERM, then KILL one second later.
+* Channel URLs (``notify_urls``: Bark, Telegram, WeCom, DingTalk, Feishu, PushPlus,
+  ServerChan, Gotify, ntfy, email, webhooks) go through Apprise, the optional extra
+  ``qinglong[notify]``, from the same child process, retried with the shared backoff within
+  the channel's time (:mod:`qinglong.local.app.notify_child`).
 * The webhook gets a JSON POST of the facts (:func:`run_facts`): never a secret, never the
   log body. It is sent by a child process (:mod:`qinglong.local.app.notify_child`, so an
   idle ``serve`` never loads ``ssl``: ADR-0069's memory gate), bounded as a whole.
@@ -52,23 +56,25 @@ CHILD_MARGIN_S = 5.0
 
 @dataclass(frozen=True, slots=True)
 class NotifyConfig:
-    """``argv``/``webhook``: the channels (None: not configured); ``on``: statuses that
-    notify; ``timeout_s``: the bound of each channel."""
+    """``argv``/``webhook``: the channels (None: not configured); ``urls``: Apprise channel
+    URLs (secrets); ``on``: statuses that notify; ``timeout_s``: the bound of each channel."""
 
     argv: tuple[str, ...] | None = None
     webhook: str | None = None
     on: frozenset[str] = frozenset(keys.NOTIFY_ON_DEFAULT)
     timeout_s: float = keys.NOTIFY_TIMEOUT_DEFAULT_S
+    urls: tuple[str, ...] = ()
 
     @property
     def configured(self) -> bool:
         """True when at least one channel is set."""
-        return self.argv is not None or self.webhook is not None
+        return self.argv is not None or self.webhook is not None or bool(self.urls)
 
     @staticmethod
     def load(get_setting: Callable[[str], str | None]) -> NotifyConfig:
-        """Read the four settings (values stored by :func:`settings.normalise`)."""
+        """Read the five settings (values stored by :func:`settings.normalise`)."""
         argv = get_setting(keys.NOTIFY_COMMAND)
+        urls = get_setting(keys.NOTIFY_URLS)
         on = get_setting(keys.NOTIFY_ON)
         timeout = get_setting(keys.NOTIFY_TIMEOUT)
         return NotifyConfig(
@@ -76,6 +82,7 @@ class NotifyConfig:
             webhook=get_setting(keys.NOTIFY_WEBHOOK),
             on=frozenset(keys.NOTIFY_ON_DEFAULT if on is None else on.split(",")),
             timeout_s=keys.NOTIFY_TIMEOUT_DEFAULT_S if timeout is None else float(timeout),
+            urls=() if urls is None else tuple(json.loads(urls)),
         )
 
 
@@ -299,10 +306,12 @@ class Notifier:
         if config.argv is not None:
             env = {**self.env_source(), **fact_env(facts)}
             out.append(run_command(config.argv, env, self.cwd, config.timeout_s))
-        if config.webhook is not None:  # ssl loads in the child, never in serve
-            request = {"facts": facts, "webhook": config.webhook,
+        if config.webhook is not None or config.urls:  # ssl loads in the child, never serve
+            request = {"facts": facts, "webhook": config.webhook, "urls": list(config.urls),
                        "timeout_s": config.timeout_s}
-            out.extend(send_in_child(request, ("webhook",), config.timeout_s + CHILD_MARGIN_S))
+            channels = (*(["webhook"] if config.webhook else []),
+                        *(keys.channel_target(u).partition(":")[0] for u in config.urls))
+            out.extend(send_in_child(request, channels, config.timeout_s + CHILD_MARGIN_S))
         return out
 
 
@@ -313,4 +322,5 @@ def describe(config: NotifyConfig) -> str:
         parts.append(f"command {shlex.join(config.argv)}")
     if config.webhook is not None:
         parts.append(f"webhook {keys.mask_url(config.webhook)}")
+    parts.extend(keys.channel_target(u) for u in config.urls)
     return ", ".join(parts) or "no notifier configured"

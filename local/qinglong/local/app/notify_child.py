@@ -4,23 +4,34 @@
 JSON list of outcomes on stdout (the views of :class:`~qinglong.local.app.notifier.Delivery`),
 then exits 0. The request::
 
-    {"facts": {...}, "webhook": "https://…" | null, "timeout_s": 10.0}
+    {"facts": {...}, "webhook": "https://…" | null, "urls": ["bark://…", …],
+     "timeout_s": 10.0}
 
-Only this process imports ``urllib.request`` (and with it ``ssl``/libcrypto): an idle
-``serve`` stays within ADR-0069's edge memory gate (integration/test_edge_memory.py). The
-parent bounds the whole child (:func:`qinglong.local.app.notifier.send_in_child`), so a
+Channels go out in parallel, one thread each, each bounded by ``timeout_s`` seconds. ``urls``
+are Apprise URLs (Bark, Telegram, WeCom, DingTalk, Feishu, PushPlus, ServerChan, Gotify,
+ntfy, email, JSON webhooks...; the optional extra ``qinglong[notify]``): a failed send is
+retried with the shared backoff (:func:`qinglong.shared.backoff.retry_delay_s`, base 1 s,
+cap 8 s) while the channel's time lasts. An outcome names the URL's scheme and host only
+(:func:`~qinglong.local.app.settings.channel_target`), never a token.
+
+Only this process imports ``urllib.request`` (and with it ``ssl``/libcrypto) or Apprise: an
+idle ``serve`` stays within ADR-0069's edge memory gate (integration/test_edge_memory.py).
+The parent bounds the whole child (:func:`qinglong.local.app.notifier.send_in_child`), so a
 child that hangs costs one process group, killed, never the run.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 from typing import Any
+
+from qinglong.local.app.settings import channel_target
 
 USER_AGENT = "ql3-notify/1"
 
@@ -64,13 +75,80 @@ def post_webhook(url: str, facts: dict[str, Any], timeout_s: float) -> dict[str,
     return {"channel": "webhook", **outcome[0], "duration_ms": _ms_since(began)}
 
 
+RETRY_BASE_S = 1.0
+RETRY_CAP_S = 8.0
+
+
+def push_apprise(url: str, facts: dict[str, Any], timeout_s: float) -> dict[str, object]:
+    """Send the run's message through one Apprise URL, retrying a failure with the shared
+    backoff while ``timeout_s`` seconds last. Returns ``{"channel": scheme, "ok",
+    "target", "tries", "error"?, "duration_ms"}``."""
+    began = time.monotonic()
+    scheme = url.partition("://")[0].lower()
+    view: dict[str, object] = {"channel": scheme, "ok": False, "target": channel_target(url),
+                               "tries": 0}
+    try:
+        import apprise  # the optional extra qinglong[notify]; never imported by serve
+    except ImportError:
+        return {**view, "error": "Apprise is not installed: pip install 'qinglong[notify]'",
+                "duration_ms": _ms_since(began)}
+    from qinglong.shared.backoff import retry_delay_s
+
+    sender = apprise.Apprise()
+    if not sender.add(url):
+        return {**view, "error": "not a URL Apprise knows", "duration_ms": _ms_since(began)}
+    title = f"ql3: {facts.get('task')} {facts.get('status')}"
+    body = str(facts.get("message") or title)
+    tries = 0
+    while True:
+        tries += 1
+        try:
+            ok = bool(sender.notify(title=title, body=body))
+        except Exception:  # a plugin's failure is an outcome, never a crash of the child
+            ok = False
+        if ok:
+            return {**view, "ok": True, "tries": tries, "duration_ms": _ms_since(began)}
+        delay = retry_delay_s(tries, base_s=RETRY_BASE_S, cap_s=RETRY_CAP_S)
+        if time.monotonic() - began + delay >= timeout_s:
+            return {**view, "tries": tries, "error": "delivery failed",
+                    "duration_ms": _ms_since(began)}
+        time.sleep(delay)
+
+
 def handle(request: dict[str, Any]) -> list[dict[str, object]]:
-    """Send every channel the request names, in order; one view each."""
+    """Send every channel the request names at once, one thread each, each bounded by
+    ``timeout_s``; one view each, in the request's order (webhook first)."""
     facts = request["facts"]
     timeout_s = float(request["timeout_s"])
-    out: list[dict[str, object]] = []
+    jobs: list[tuple[str, Any]] = []
     if request.get("webhook"):
-        out.append(post_webhook(str(request["webhook"]), facts, timeout_s))
+        jobs.append(("webhook", lambda: post_webhook(str(request["webhook"]), facts, timeout_s)))
+    for url in request.get("urls") or ():
+        jobs.append((channel_target(str(url)),
+                     lambda u=str(url): push_apprise(u, facts, timeout_s)))
+    results: list[dict[str, object] | None] = [None] * len(jobs)
+
+    def run(index: int, job: Any) -> None:
+        results[index] = job()
+
+    threads = [threading.Thread(target=run, args=(i, job), daemon=True)
+               for i, (_, job) in enumerate(jobs)]
+    for thread in threads:
+        thread.start()
+    began = time.monotonic()
+    for thread in threads:
+        thread.join(max(0.0, timeout_s + 1 - (time.monotonic() - began)))
+    out: list[dict[str, object]] = []
+    for (name, _), result in zip(jobs, results, strict=True):
+        if result is not None:
+            out.append(result)
+            continue
+        channel = name.partition("://")[0]
+        late: dict[str, object] = {"channel": channel, "ok": False, "error": "timed out",
+                                   "timed_out": True}
+        if channel != "webhook":
+            late["target"] = name
+        out.append(late)
     return out
 
 
@@ -82,7 +160,7 @@ def main() -> int:
         return 2
     sys.stdout.write(json.dumps(handle(request)))
     sys.stdout.flush()
-    return 0
+    os._exit(0)  # a plugin thread past its bound must not hold the exit
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from qinglong.local.recovery.manual import resolve_run
 from qinglong.local.scheduling.slot_policy import admit_manual
 from qinglong.local.storage.repository import LocalRunRepository
 from qinglong.local.storage.secrets import SecretEntry, TaskSecretStore, masked
+from qinglong.local.storage.variables import VariableStore
 from qinglong.shared.domain import Task
 from qinglong.shared.errors import NotFoundError, QinglongError, ValidationError
 from qinglong.shared.ids import validate_uuid7
@@ -332,35 +333,65 @@ class LocalService:
             self._wake()
         return report
 
+    def _variables(self) -> VariableStore:
+        return VariableStore(self.repo.db, self.repo.clock, check_variables_size)
+
     def vars_list(self) -> list[dict[str, Any]]:
-        """Global variables by name: ``{"name", "value": "********", "source",
-        "updated_at"}``; the value is always masked."""
+        """Global variables by name: ``{"name", "value": "********", "secret", "source",
+        "enabled", "values": [{"index", "remark", "enabled", "updated_at"}]}``; a value is
+        never in it. ``enabled``: how many values a task receives."""
         return [
-            {"name": name, "value": VALUE_MASK, "source": source, "updated_at": iso(at)}
-            for name, source, at in self.repo.list_global_variables()
+            {"name": v.name, "value": VALUE_MASK, "secret": v.secret, "source": v.source,
+             "enabled": sum(1 for x in v.values if x.enabled),
+             "updated_at": iso(max((x.updated_at_ms for x in v.values), default=None)),
+             "values": [{"index": x.position, "remark": x.remark, "enabled": x.enabled,
+                         "updated_at": iso(x.updated_at_ms)} for x in v.values]}
+            for v in self._variables().entries()
         ]
 
-    def vars_set(self, name: str, value: str) -> dict[str, Any]:
-        """Set a global variable (source ``manual``): ``{"name", "changed"}``. The total of
-        all variables stays within the launcher's budget. Raises ValidationError (never
-        echoing the value)."""
-        from qinglong.local.app.legacy_import import GLOBAL_VARIABLES_MAX_BYTES
+    def vars_set(self, name: str, value: str, *, remark: str | None = None,
+                 index: int | None = None, add: bool = False,
+                 secret: bool | None = None) -> dict[str, Any]:
+        """Store a value of a global variable (source ``manual``): ``{"name", "index",
+        "changed"}``. ``add``: a new last value; ``index``: replace value #index; neither:
+        the variable becomes this one value. Limits (``execve``'s, within the launcher's
+        budget): ``NAME=joined`` at most 128 KiB, all variables within
+        GLOBAL_VARIABLES_MAX_BYTES. Raises ValidationError (never echoing the value),
+        NotFoundError for a missing index."""
+        store = self._variables()
+        before = self.repo.db.read(lambda c: c.execute(
+            "SELECT count(*) FROM global_variable_values WHERE name = ? AND value = ?"
+            " AND (? IS NULL OR position = ?)", (name, value, index, index)).fetchone()[0])
+        position = store.put(name, value, source="manual", remark=remark, position=index,
+                             append=add, secret=secret)
+        return {"name": name, "index": position, "changed": add or not before}
 
-        others = {n: v for n, v in self.repo.global_variables().items() if n != name}
-        size = sum(len(f"{n}={v}".encode("utf-8", "surrogateescape")) + 1
-                   for n, v in {**others, name: value}.items())
-        if size > GLOBAL_VARIABLES_MAX_BYTES:
-            raise ValidationError("variable", f"global variables are limited to "
-                                              f"{GLOBAL_VARIABLES_MAX_BYTES} bytes in all")
-        changed = self.repo.set_global_variable(name, value, "manual")
-        return {"name": name, "changed": changed}
+    def vars_enable(self, name: str, index: int | None, enabled: bool) -> dict[str, Any]:
+        """Enable or disable value #index of a variable (None: all of them); a disabled
+        value is kept. ``{"name", "index", "enabled", "changed"}``. Raises NotFoundError."""
+        changed = self._variables().set_enabled(name, index, enabled)
+        return {"name": name, "index": index, "enabled": enabled, "changed": changed}
 
-    def vars_rm(self, name: str) -> dict[str, Any]:
-        """Remove a global variable: ``{"name", "removed": True}``. Raises NotFoundError
-        naming it, or ConflictError naming the tasks whose secret refers to it."""
+    def vars_show(self, name: str, reveal: bool = False) -> dict[str, Any]:
+        """One variable as in :meth:`vars_list`; with ``reveal`` each value's ``value`` for a
+        non-secret variable. Raises NotFoundError, or ConflictError revealing a secret."""
+        view = next((v for v in self.vars_list() if v["name"] == name), None)
+        if view is None:
+            raise NotFoundError(f"no such variable {name!r}")
+        if reveal:
+            for item, value in zip(view["values"], self._variables().reveal(name), strict=True):
+                item["value"] = value
+        return view
+
+    def vars_rm(self, name: str, index: int | None = None) -> dict[str, Any]:
+        """Remove a global variable, or its value #index (the last value removes the
+        variable): ``{"name", "index", "removed": True}``. Raises NotFoundError naming it,
+        or ConflictError naming the tasks whose secret refers to it."""
+        if index is not None and not self._variables().remove_value(name, index):
+            return {"name": name, "index": index, "removed": True}
         if not self.secrets.remove_global_variable(name):
             raise NotFoundError(f"no such variable {name!r}")
-        return {"name": name, "removed": True}
+        return {"name": name, "index": index, "removed": True}
 
     # -- settings and notifications (issue 12 items 8-9) ----------------------------------
 
@@ -565,3 +596,24 @@ def _awaits_next_fire(task: Task, pending: object) -> bool:
     are never ``pending`` (the mark the store sets on every new task clears at ``serve``)."""
     manual = task.schedule.strip().lower() in ("@boot", "@once")
     return task.enabled and pending is not None and not manual
+
+
+def check_variables_size(env: dict[str, str]) -> None:
+    """Refuse global variables a task could not be started with: one ``NAME=value`` over
+    128 KiB (the kernel's MAX_ARG_STRLEN) or all of them over GLOBAL_VARIABLES_MAX_BYTES
+    (the launcher's share for them). Raises ValidationError naming the limit, never a
+    value."""
+    from qinglong.local.app.legacy_import import GLOBAL_VARIABLES_MAX_BYTES
+    from qinglong.local.process.launch_request import SINGLE_STRING_MAX_BYTES
+
+    total = 0
+    for name, value in env.items():
+        size = len(f"{name}={value}".encode("utf-8", "surrogateescape")) + 1
+        if size > SINGLE_STRING_MAX_BYTES:
+            raise ValidationError("variable", f"{name} would be {size} bytes with its enabled "
+                                              f"values joined; one variable is limited to "
+                                              f"{SINGLE_STRING_MAX_BYTES} bytes")
+        total += size
+    if total > GLOBAL_VARIABLES_MAX_BYTES:
+        raise ValidationError("variable", f"global variables are limited to "
+                                          f"{GLOBAL_VARIABLES_MAX_BYTES} bytes in all")
