@@ -74,6 +74,13 @@ FORBIDDEN = [
     "ALTER TABLE script_bundles ADD COLUMN evil int",
     "ALTER TABLE tasks DROP CONSTRAINT tasks_bundle_digest_fkey",
     "DROP INDEX tasks_bundle_digest_idx",
+    # 0009, global variables: values are written row by row, never truncated or re-shaped
+    "TRUNCATE global_variables",
+    "TRUNCATE global_variable_values",
+    "ALTER TABLE global_variable_values ADD COLUMN evil int",
+    "ALTER TABLE global_variable_values DROP CONSTRAINT global_variable_values_value_check",
+    "CREATE TRIGGER leak AFTER INSERT ON global_variable_values"
+    " FOR EACH ROW EXECUTE FUNCTION suppress_redundant_updates_trigger()",
 ]
 
 

@@ -42,6 +42,9 @@ RUNTIME_GRANTS: dict[str, frozenset[str]] = {
     "api_tokens": frozenset({"SELECT", "INSERT", "UPDATE"}),  # admin scope manages tokens
     # 0006, script bundles (docs/protocols.md §4.7): immutable rows, pushed and removed
     "script_bundles": frozenset({"SELECT", "INSERT", "DELETE"}),
+    # 0009, global variables (docs/protocols.md §4.5): operators set, reorder, remove values
+    "global_variables": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
+    "global_variable_values": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
 }
 
 

@@ -21,7 +21,7 @@ from sqlalchemy import (
     Table,
     Text,
 )
-from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP, UUID
 
 metadata = MetaData()
 
@@ -42,6 +42,27 @@ script_bundles = Table(
     Column("members", JSONB, nullable=False),
     Column("created_by", Text),
     Column("created_at", _TS, nullable=False),
+)
+
+# 0009, global variables (docs/protocols.md §4.5 "Global variables")
+global_variables = Table(
+    "global_variables", metadata,
+    Column("name", Text, primary_key=True),
+    Column("pools", ARRAY(Text)),
+    Column("secret", Boolean, nullable=False),
+    Column("updated_by", Text),
+    Column("updated_at", _TS, nullable=False),
+)
+
+global_variable_values = Table(
+    "global_variable_values", metadata,
+    Column("name", Text, ForeignKey("global_variables.name", ondelete="CASCADE"),
+           primary_key=True),
+    Column("position", Integer, primary_key=True),
+    Column("value", Text, nullable=False),
+    Column("remark", Text, nullable=False),
+    Column("enabled", Boolean, nullable=False),
+    Column("updated_at", _TS, nullable=False),
 )
 
 tasks = Table(
