@@ -138,3 +138,34 @@ def test_import_through_a_running_serve(tmp_path: Path, cli: Ql3Cli) -> None:
     assert serve.returncode == 0
     cli.outputs.append(log_path.read_text())
     _no_secrets(cli)
+
+
+def test_the_push_variables_of_config_sh_reach_the_scripts(tmp_path: Path, cli: Ql3Cli) -> None:
+    """The scripts' own sendNotify pushes keep working: ``export BARK_PUSH=...`` and friends
+    in 2.x's ``config/config.sh`` become global variables (an Envs row of the same name wins;
+    other settings, empty values and substitutions are left out)."""
+    script = 'echo "bark=[$BARK_PUSH] tg=[$TG_BOT_TOKEN] pp=[$PUSH_PLUS_TOKEN] ' \
+             'delay=[$RandomDelay] user=[$TG_USER_ID]"\n'
+    install = build_install(
+        tmp_path / "ql", "2.17",
+        crons=[{"id": 1, "name": "pushcheck", "command": "task pushcheck.sh",
+                "schedule": "@once"}],
+        scripts={"pushcheck.sh": script},
+    )
+    config = install.root / "data" / "config" / "config.sh"
+    config.parent.mkdir(parents=True)
+    config.write_text(
+        '## 通知\nexport BARK_PUSH="https://api.day.app/bark-secret-key"\n'
+        "export TG_BOT_TOKEN='123456:tg-secret-token'  # 机器人\n"
+        'export TG_USER_ID=""\nRandomDelay="300"\n'
+        'export PUSH_PLUS_TOKEN="$(cat /etc/token)"\nexport PUSH_PLUS_TOKEN="pp-from-config"\n')
+    report = cli.json("import-qinglong", str(install.db))
+    names = {v["name"] for v in report["variables"]["imported"]}
+    assert {"BARK_PUSH", "TG_BOT_TOKEN", "PUSH_PLUS_TOKEN"} <= names
+    assert "RandomDelay" not in names and "TG_USER_ID" not in names
+    run = cli.json("run", "pushcheck", "--wait")
+    log = cli.run("logs", run["id"]).stdout
+    assert "bark=[https://api.day.app/bark-secret-key] tg=[123456:tg-secret-token]" in log
+    assert "pp=[pp-from-config] delay=[] user=[]" in log
+    shown = cli.run("vars", "list").stdout + json.dumps(report)
+    assert "bark-secret-key" not in shown and "tg-secret-token" not in shown

@@ -42,7 +42,10 @@ Idempotency: every imported task carries label ``ql2:<id>`` (``ql2:<id>~<n>`` fo
 schedule); a row whose key is on any task, removed ones included, is skipped as
 ``already_imported``. ``Envs``: enabled rows (``status != 1``) with the same name are joined
 with ``&`` in the 2.x order (position descending, then id) into one global variable, stored
-with source ``qinglong2``. Reports name variables, never values.
+with source ``qinglong2``. The push variables ``config/config.sh`` sets (``BARK_PUSH``,
+``TG_BOT_TOKEN``, ``PUSH_PLUS_TOKEN``, …; :mod:`qinglong.local.app.legacy_config`) come as
+such variables too (id None), unless an Envs row has the name. Reports name variables,
+never values.
 """
 
 from __future__ import annotations
@@ -212,6 +215,10 @@ def read_legacy_database(db_path: str, scripts_dir: str | None = None) -> Legacy
         raise ValidationError("database", "not a readable SQLite database") from None
     finally:
         conn.close()
+    from qinglong.local.app.legacy_config import config_path, read_push_variables
+
+    envs += tuple({"id": None, "name": name, "value": value, "origin": "config.sh"}
+                  for name, value in read_push_variables(config_path(path)))
     return LegacySource(path, scripts, cron_columns, env_columns, crons, envs)
 
 
@@ -586,10 +593,13 @@ def _import_variables(
     """Enabled ``Envs`` rows joined by name with ``&`` (position descending, then id)."""
     skipped: list[dict[str, Any]] = []
     groups: dict[str, list[tuple[float, int, str]]] = {}
+    in_envs = {_text(r.get("name")) for r in source.envs if r.get("origin") != "config.sh"}
     for row in source.envs:
         source_id = _int(row.get("id"))
         name = _text(row.get("name"))
         value = row.get("value")
+        if row.get("origin") == "config.sh" and name in in_envs:
+            continue  # an Envs row of the same name wins (2.x exports Envs after config.sh)
         if _int(row.get("status")) == 1:
             skipped.append(_skip_view(source_id, None, name, "disabled", "disabled in 2.x"))
             continue
