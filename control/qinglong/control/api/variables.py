@@ -26,6 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from qinglong.control.api.context import get_context
 from qinglong.control.api.errors import ApiError
 from qinglong.control.api.security import require
+from qinglong.control.api.task_models import ENV_NAME_PATTERN
+from qinglong.control.api.token_routes import POOL_PATTERN
 from qinglong.control.auth.tokens import Principal
 from qinglong.control.db import variables as store
 from qinglong.shared.errors import NotFoundError, ValidationError
@@ -33,8 +35,7 @@ from qinglong.shared.errors import NotFoundError, ValidationError
 router = APIRouter(tags=["vars"])
 Viewer = Annotated[Principal, Depends(require("viewer"))]
 Operator = Annotated[Principal, Depends(require("operator"))]
-Name = Annotated[str, Path(pattern=store.NAME.pattern + "$", max_length=128)]
-POOL = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+Name = Annotated[str, Path(pattern=ENV_NAME_PATTERN)]
 
 
 class ValueIn(BaseModel):
@@ -46,7 +47,7 @@ class ValueIn(BaseModel):
     index: int | None = Field(default=None, ge=1)
     add: bool = False
     secret: bool | None = None
-    pools: list[Annotated[str, Field(pattern=POOL)]] | None = Field(
+    pools: list[Annotated[str, Field(pattern=POOL_PATTERN)]] | None = Field(
         default=None, min_length=1, max_length=64)
 
 

@@ -1,14 +1,9 @@
 """The push variables a Qinglong 2.x ``config/config.sh`` sets (docs/protocols.md §3.8).
 
-Qinglong's scripts push through their own ``sendNotify`` helpers, configured by variables
-(``BARK_PUSH``, ``TG_BOT_TOKEN``, ``PUSH_PLUS_TOKEN``, …) that users keep either as Envs rows
-or as ``export NAME="value"`` lines in ``data/config/config.sh``. ``import-qinglong`` carries
-both, so the scripts' own pushes keep working: this module reads the second.
-
-Only lines of the form ``[export ]NAME=VALUE`` (VALUE one shell word, quoted or not) whose
-NAME is a known push variable (:data:`PUSH_PREFIXES`) and whose value is not empty are taken;
-a value with ``$`` or a backquote (a substitution the shell would run) is left out. The file
-is read, never run. Values are secrets: nothing here logs or reports one.
+Scripts push through their own ``sendNotify`` helpers, configured by variables users keep as
+Envs rows or as ``export NAME="value"`` lines in ``config.sh``. Only ``[export ]NAME=WORD``
+lines of known push variables with a non-empty value and no ``$`` or backquote are taken;
+the file is read, never run.
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
-"""The notification child: sends over the network, so that `serve` never loads ssl.
+"""The notification child: ``python -m qinglong.local.app.notify_child``.
 
-``python -m qinglong.local.app.notify_child`` reads one JSON request on stdin and writes one
-JSON list of outcomes on stdout (the views of :class:`~qinglong.local.app.notifier.Delivery`),
-then exits 0. The request::
-
-    {"facts": {...}, "webhook": "https://…" | null, "urls": ["bark://…", …],
-     "timeout_s": 10.0}
-
-Channels go out in parallel, one thread each, each bounded by ``timeout_s`` seconds. ``urls``
-are Apprise URLs (Bark, Telegram, WeCom, DingTalk, Feishu, PushPlus, ServerChan, Gotify,
-ntfy, email, JSON webhooks...; the optional extra ``qinglong[notify]``): a failed send is
-retried with the shared backoff (:func:`qinglong.shared.backoff.retry_delay_s`, base 1 s,
-cap 8 s) while the channel's time lasts. An outcome names the URL's scheme and host only
-(:func:`~qinglong.local.app.settings.channel_target`), never a token.
-
-Only this process imports ``urllib.request`` (and with it ``ssl``/libcrypto) or Apprise: an
-idle ``serve`` stays within ADR-0069's edge memory gate (integration/test_edge_memory.py).
-The parent bounds the whole child (:func:`qinglong.local.app.notifier.send_in_child`), so a
-child that hangs costs one process group, killed, never the run.
+Reads ``{"facts", "webhook", "urls", "timeout_s"}`` as JSON on stdin, sends every channel
+at once (one thread each, each within ``timeout_s``) and writes a JSON list of
+:class:`~qinglong.local.app.notifier.Delivery` views. ``urls`` are Apprise URLs (the extra
+``qinglong[notify]``), a failure retried with the shared backoff (1 s base, 8 s cap) while
+time lasts; an outcome names scheme and host only. Only this process loads ssl or Apprise,
+so an idle ``serve`` stays within ADR-0069's memory gate; the parent bounds it as a whole.
 """
 
 from __future__ import annotations
@@ -41,12 +29,10 @@ def _ms_since(began: float) -> int:
 
 
 def post_webhook(url: str, facts: dict[str, Any], timeout_s: float) -> dict[str, object]:
-    """POST the facts as JSON; a 2xx answer within ``timeout_s`` seconds is success.
-
-    Returns a delivery view ``{"channel": "webhook", "ok", "http_status"?, "error"?,
-    "timed_out"?, "duration_ms"}`` (an error is a class of failure: never the URL). The
-    request runs on a helper thread, so a server that trickles bytes cannot hold it longer.
-    """
+    """POST the facts as JSON (2xx within ``timeout_s`` s: ok) from a helper thread, so a
+    trickling server cannot hold it longer. A view ``{"channel": "webhook", "ok",
+    "http_status"?, "error"? (a class of failure, never the URL), "timed_out"?,
+    "duration_ms"}``."""
     began = time.monotonic()
     outcome: list[dict[str, object]] = []
 
@@ -80,9 +66,8 @@ RETRY_CAP_S = 8.0
 
 
 def push_apprise(url: str, facts: dict[str, Any], timeout_s: float) -> dict[str, object]:
-    """Send the run's message through one Apprise URL, retrying a failure with the shared
-    backoff while ``timeout_s`` seconds last. Returns ``{"channel": scheme, "ok",
-    "target", "tries", "error"?, "duration_ms"}``."""
+    """Send through one Apprise URL, retrying with the shared backoff within ``timeout_s``
+    s: ``{"channel": scheme, "ok", "target", "tries", "error"?, "duration_ms"}``."""
     began = time.monotonic()
     scheme = url.partition("://")[0].lower()
     view: dict[str, object] = {"channel": scheme, "ok": False, "target": channel_target(url),
@@ -116,8 +101,7 @@ def push_apprise(url: str, facts: dict[str, Any], timeout_s: float) -> dict[str,
 
 
 def handle(request: dict[str, Any]) -> list[dict[str, object]]:
-    """Send every channel the request names at once, one thread each, each bounded by
-    ``timeout_s``; one view each, in the request's order (webhook first)."""
+    """Send every channel at once; one view each, in order (webhook first)."""
     facts = request["facts"]
     timeout_s = float(request["timeout_s"])
     jobs: list[tuple[str, Any]] = []

@@ -340,14 +340,13 @@ class LocalService:
         """Global variables by name: ``{"name", "value": "********", "secret", "source",
         "enabled", "values": [{"index", "remark", "enabled", "updated_at"}]}``; a value is
         never in it. ``enabled``: how many values a task receives."""
-        return [
-            {"name": v.name, "value": VALUE_MASK, "secret": v.secret, "source": v.source,
-             "enabled": sum(1 for x in v.values if x.enabled),
-             "updated_at": iso(max((x.updated_at_ms for x in v.values), default=None)),
-             "values": [{"index": x.position, "remark": x.remark, "enabled": x.enabled,
-                         "updated_at": iso(x.updated_at_ms)} for x in v.values]}
-            for v in self._variables().entries()
-        ]
+        views = self._variables().entries()
+        for v in views:
+            for x in v["values"]:
+                x["updated_at"] = iso(x.pop("updated_at_ms"))
+            v.update(value=VALUE_MASK, enabled=sum(x["enabled"] for x in v["values"]),
+                     updated_at=max((x["updated_at"] for x in v["values"]), default=None))
+        return views
 
     def vars_set(self, name: str, value: str, *, remark: str | None = None,
                  index: int | None = None, add: bool = False,

@@ -1,13 +1,10 @@
 """Global variables with several values (migration 0008, DESIGN.md §3.3).
 
-A variable ``NAME`` holds values at positions 1..n, each with a remark and an enabled flag;
-a task receives ``NAME`` = the enabled values joined with ``&`` in position order (as
-Qinglong 2.x does for a multi-account ``JD_COOKIE``), and no ``NAME`` at all while none is
-enabled. ``global_variables.value`` keeps that joined value, written in the same
-transaction as any change of a value (what ``--secret-env NAME=@VAR`` resolves). Values are
-secrets: :meth:`VariableStore.entries` returns remarks and flags only; values leave this
-module only for a task's environment, or through :meth:`VariableStore.reveal` for a variable
-stored with ``secret`` off. No error message here contains a value.
+A variable holds values at positions 1..n, each with a remark and an enabled flag; a task
+gets ``NAME`` = the enabled values joined with ``&`` (none enabled: no ``NAME``), which
+``global_variables.value`` keeps for ``--secret-env NAME=@VAR``. Values are secrets: they
+leave here only for a task's environment, or via :meth:`VariableStore.reveal` when the
+variable is not secret. No error message contains a value.
 """
 
 from __future__ import annotations
@@ -15,7 +12,7 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import Any
 
 from qinglong.local.storage.database import Database
 from qinglong.shared.errors import ConflictError, NotFoundError, ValidationError
@@ -23,27 +20,6 @@ from qinglong.shared.errors import ConflictError, NotFoundError, ValidationError
 JOIN = "&"
 REMARK_MAX_CHARS = 200
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-@dataclass(frozen=True, slots=True)
-class ValueInfo:
-    """One value's public facts: ``position`` (1-based), ``remark``, ``enabled``, and
-    ``updated_at_ms`` (epoch ms). Never the value."""
-
-    position: int
-    remark: str
-    enabled: bool
-    updated_at_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class VariableInfo:
-    """A variable's public facts: ``name``, ``secret``, ``source``, ``values`` in order."""
-
-    name: str
-    secret: bool
-    source: str
-    values: tuple[ValueInfo, ...]
 
 
 def check_name(name: object) -> str:
@@ -73,8 +49,7 @@ class VariableStore:
 
     def __init__(self, db: Database, clock: Callable[[], int],
                  check: Callable[[dict[str, str]], None] | None = None) -> None:
-        """``check(environment)`` runs inside each write's transaction on the environment
-        it would give tasks; what it raises rolls the write back (the size limits)."""
+        """``check(env)`` runs in each write's transaction; raising rolls it back."""
         self.db = db
         self.clock = clock
         self.check = check
@@ -86,16 +61,17 @@ class VariableStore:
 
     # -- reads ----------------------------------------------------------------------------
 
-    def entries(self) -> list[VariableInfo]:
-        """Every variable by name with its values' remarks and flags (no value)."""
-        def op(conn: sqlite3.Connection) -> list[VariableInfo]:
-            values: dict[str, list[ValueInfo]] = {}
+    def entries(self) -> list[dict[str, Any]]:
+        """Every variable by name: ``{"name", "secret", "source", "values": [{"index",
+        "remark", "enabled", "updated_at_ms"}]}``; never a value."""
+        def op(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            values: dict[str, list[dict[str, Any]]] = {}
             for name, pos, remark, on, at in conn.execute(
                     "SELECT name, position, remark, enabled, updated_at_ms"
                     " FROM global_variable_values ORDER BY name, position"):
-                values.setdefault(str(name), []).append(
-                    ValueInfo(int(pos), str(remark), bool(on), int(at)))
-            return [VariableInfo(str(n), bool(s), str(src), tuple(values.get(str(n), [])))
+                values.setdefault(name, []).append(
+                    {"index": pos, "remark": remark, "enabled": bool(on), "updated_at_ms": at})
+            return [{"name": n, "secret": bool(s), "source": src, "values": values.get(n, [])}
                     for n, s, src in conn.execute(
                         "SELECT name, secret, source FROM global_variables ORDER BY name")]
         return self.db.read(op)
@@ -126,14 +102,10 @@ class VariableStore:
     def put(self, name: str, value: str, *, source: str, remark: str | None = None,
             position: int | None = None, append: bool = False,
             secret: bool | None = None) -> int:
-        """Store ``value`` for ``name`` and return its position.
-
-        ``append``: a new last value (enabled). ``position``: replace the value there (it
-        must exist; keeps its flag and, without ``remark``, its remark). Neither: the
-        variable becomes this one value (enabled), as a plain ``vars set`` always did.
-        ``secret`` None keeps the variable's flag (a new variable is secret). Raises
-        ValidationError (never echoing the value) or NotFoundError for a missing position.
-        """
+        """Store ``value``; returns its position. ``append``: a new last value;
+        ``position``: replace that one (its flag, and remark unless given, kept); neither:
+        the variable becomes this one value. ``secret`` None keeps the flag (new: secret).
+        Raises ValidationError (never echoing the value), NotFoundError."""
         check_name(name)
         if not isinstance(value, str) or "\x00" in value:
             raise ValidationError("variable", "values must be strings without NUL bytes")
