@@ -158,5 +158,5 @@ def test_notify_test_sends_through_a_channel_and_urls_never_come_from_argv(
     _set_urls(ql3, f"bark://127.0.0.1:{receiver.port}/{DEVICE_KEY}")
     done = ql3.run("local", "notify", "test")
     assert done.stdout.startswith("bark: ok") and DEVICE_KEY not in done.stdout
-    assert [p for p in receiver.paths()] == ["/push"]
+    assert receiver.paths() == ["/push"]
     assert "[test]" in receiver.posts[0][1]["body"]

@@ -20,9 +20,9 @@ from qinglong.local.process.receipt_store import ReceiptStore
 from qinglong.local.recovery.evidence import attempt_evidence
 from qinglong.local.recovery.manual import resolve_run
 from qinglong.local.scheduling.slot_policy import admit_manual
+from qinglong.local.storage import variables
 from qinglong.local.storage.repository import LocalRunRepository
 from qinglong.local.storage.secrets import SecretEntry, TaskSecretStore, masked
-from qinglong.local.storage.variables import VariableStore
 from qinglong.shared.domain import Task
 from qinglong.shared.errors import NotFoundError, QinglongError, ValidationError
 from qinglong.shared.ids import validate_uuid7
@@ -333,14 +333,16 @@ class LocalService:
             self._wake()
         return report
 
-    def _variables(self) -> VariableStore:
-        return VariableStore(self.repo.db, self.repo.clock, check_variables_size)
+    def _vars(self, name: str, edit: Callable[[variables.Values], Any], *,
+              source: str | None = None, secret: bool | None = None) -> Any:
+        return variables.change(self.repo.db, self.repo.clock(), name, edit, source=source,
+                                secret=secret, check=check_variables_size)
 
     def vars_list(self) -> list[dict[str, Any]]:
         """Global variables by name: ``{"name", "value": "********", "secret", "source",
-        "enabled", "values": [{"index", "remark", "enabled", "updated_at"}]}``; a value is
-        never in it. ``enabled``: how many values a task receives."""
-        views = self._variables().entries()
+        "enabled", "updated_at", "values": [{"index", "remark", "enabled",
+        "updated_at"}]}``; never a value. ``enabled``: how many values a task receives."""
+        views = self.repo.db.read(variables.entries)
         for v in views:
             for x in v["values"]:
                 x["updated_at"] = iso(x.pop("updated_at_ms"))
@@ -352,24 +354,41 @@ class LocalService:
                  index: int | None = None, add: bool = False,
                  secret: bool | None = None) -> dict[str, Any]:
         """Store a value of a global variable (source ``manual``): ``{"name", "index",
-        "changed"}``. ``add``: a new last value; ``index``: replace value #index; neither:
-        the variable becomes this one value. Limits (``execve``'s, within the launcher's
-        budget): ``NAME=joined`` at most 128 KiB, all variables within
-        GLOBAL_VARIABLES_MAX_BYTES. Raises ValidationError (never echoing the value),
-        NotFoundError for a missing index."""
-        store = self._variables()
-        before = self.repo.db.read(lambda c: c.execute(
-            "SELECT count(*) FROM global_variable_values WHERE name = ? AND value = ?"
-            " AND (? IS NULL OR position = ?)", (name, value, index, index)).fetchone()[0])
-        position = store.put(name, value, source="manual", remark=remark, position=index,
-                             append=add, secret=secret)
-        return {"name": name, "index": position, "changed": add or not before}
+        "changed"}``. ``add``: a new last value; ``index``: replace value #index (its flag,
+        and remark unless given, kept); neither: the variable becomes this one value.
+        Limits: ``check_variables_size``. Raises ValidationError (never echoing the
+        value), NotFoundError for a missing index."""
+        if remark is not None and (len(remark) > 200 or not remark.isprintable()):
+            raise ValidationError("remark", "a remark is at most 200 characters on one line")
+
+        def edit(values: variables.Values) -> tuple[int, bool]:
+            if index is not None:
+                _at(values, name, index)
+                old = values[index - 1]
+                values[index - 1] = [value, old[1] if remark is None else remark, old[2]]
+                return index, old[0] != value
+            if not add:
+                changed = [v[0] for v in values] != [value]
+                values[:] = [[value, remark or "", True]]
+                return 1, changed
+            values.append([value, remark or "", True])
+            return len(values), True
+
+        position, changed = self._vars(name, edit, source="manual", secret=secret)
+        return {"name": name, "index": position, "changed": changed}
 
     def vars_enable(self, name: str, index: int | None, enabled: bool) -> dict[str, Any]:
         """Enable or disable value #index of a variable (None: all of them); a disabled
         value is kept. ``{"name", "index", "enabled", "changed"}``. Raises NotFoundError."""
-        changed = self._variables().set_enabled(name, index, enabled)
-        return {"name": name, "index": index, "enabled": enabled, "changed": changed}
+        def edit(values: variables.Values) -> int:
+            picked = values if index is None else [_at(values, name, index)]
+            changed = sum(1 for v in picked if bool(v[2]) != enabled)
+            for v in picked:
+                v[2] = enabled
+            return changed
+
+        return {"name": name, "index": index, "enabled": enabled,
+                "changed": self._vars(name, edit)}
 
     def vars_show(self, name: str, reveal: bool = False) -> dict[str, Any]:
         """One variable as in :meth:`vars_list`; with ``reveal`` each value's ``value`` for a
@@ -378,15 +397,24 @@ class LocalService:
         if view is None:
             raise NotFoundError(f"no such variable {name!r}")
         if reveal:
-            for item, value in zip(view["values"], self._variables().reveal(name), strict=True):
+            shown = self.repo.db.read(lambda c: variables.reveal(c, name))
+            for item, value in zip(view["values"], shown, strict=True):
                 item["value"] = value
         return view
 
     def vars_rm(self, name: str, index: int | None = None) -> dict[str, Any]:
-        """Remove a global variable, or its value #index (the last value removes the
-        variable): ``{"name", "index", "removed": True}``. Raises NotFoundError naming it,
-        or ConflictError naming the tasks whose secret refers to it."""
-        if index is not None and not self._variables().remove_value(name, index):
+        """Remove a global variable, or its value #index (later ones move up; the last
+        value removes the variable): ``{"name", "index", "removed": True}``. Raises
+        NotFoundError naming it, or ConflictError naming the tasks whose secret refers to
+        a variable it would remove."""
+        def edit(values: variables.Values) -> bool:
+            _at(values, name, index or 0)
+            if len(values) == 1:
+                return True  # the last value: the variable goes, references checked below
+            del values[(index or 0) - 1]
+            return False
+
+        if index is not None and not self._vars(name, edit):
             return {"name": name, "index": index, "removed": True}
         if not self.secrets.remove_global_variable(name):
             raise NotFoundError(f"no such variable {name!r}")
@@ -616,3 +644,10 @@ def check_variables_size(env: dict[str, str]) -> None:
     if total > GLOBAL_VARIABLES_MAX_BYTES:
         raise ValidationError("variable", f"global variables are limited to "
                                           f"{GLOBAL_VARIABLES_MAX_BYTES} bytes in all")
+
+
+def _at(values: list[list[Any]], name: str, index: int) -> list[Any]:
+    """Value #index (1-based) of ``values``; NotFoundError naming it."""
+    if not 1 <= index <= len(values):
+        raise NotFoundError(f"variable {name} has no value #{index}")
+    return values[index - 1]

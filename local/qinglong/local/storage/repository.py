@@ -8,7 +8,6 @@ race raises :class:`ConcurrentUpdateError`; nothing is overwritten silently.
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 import time
 from collections.abc import Callable, Mapping
@@ -54,7 +53,6 @@ from qinglong.shared.statuses import (
 )
 
 MAX_CANDIDATE_LIMIT = 256
-_GLOBAL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def now_ms() -> int:
@@ -740,39 +738,31 @@ class LocalRunRepository(
     # -- global variables (migration 0002) -------------------------------------------------
 
     def set_global_variable(self, name: str, value: str, source: str) -> bool:
-        """Make ``name`` the one enabled ``value`` every task receives (docs/protocols.md
-        §3.3; :mod:`qinglong.local.storage.variables` for several values).
+        """Make ``name`` the one enabled ``value`` every task receives (DESIGN.md §3.3;
+        :mod:`qinglong.local.storage.variables` for several values). ``name`` must match
+        ``[A-Za-z_][A-Za-z0-9_]*``; ``value`` a string without NUL; ``source`` says where it
+        came from (for example ``qinglong2``). Returns True when the stored values or
+        source changed. Raises ValidationError (which never echoes the value)."""
+        from qinglong.local.storage import variables
 
-        ``name`` must match ``[A-Za-z_][A-Za-z0-9_]*``; ``value`` a string without NUL;
-        ``source`` says where it came from (for example ``qinglong2``). Returns True when the
-        stored values or source changed. Raises ValidationError (which never echoes the value).
-        """
-        from qinglong.local.storage.variables import VariableStore, check_name
+        before = self.db.read(lambda c: c.execute(
+            "SELECT source FROM global_variables WHERE name = ?", (name,)).fetchone())
 
-        check_name(name)
-        if not isinstance(value, str) or "\x00" in value:
-            raise ValidationError("variable", "values must be strings without NUL bytes")
+        def edit(values: variables.Values) -> bool:
+            changed = values != [[value, "", True]]  # 1 == True: as read back
+            values[:] = [[value, "", True]]
+            return changed
 
-        def current(conn: sqlite3.Connection) -> tuple[list[tuple[str, int]], str | None]:
-            row = conn.execute("SELECT source FROM global_variables WHERE name = ?",
-                               (name,)).fetchone()
-            vals = [(str(v), int(on)) for v, on in conn.execute(
-                "SELECT value, enabled FROM global_variable_values WHERE name = ?"
-                " ORDER BY position", (name,))]
-            return vals, None if row is None else str(row[0])
-
-        if self.db.read(current) == ([(value, 1)], source):
-            return False
-        VariableStore(self.db, self.clock).put(name, value, source=source)
-        return True
+        changed = variables.change(self.db, self.clock(), name, edit, source=source)
+        return bool(changed or before is None or before[0] != source)
 
     def global_variables(self) -> dict[str, str]:
         """Every global variable with an enabled value as ``{name: the enabled values joined
         with &}``. The values are secrets: pass them to a task's environment, never to a
         view, a log line or an error message."""
-        from qinglong.local.storage.variables import VariableStore
+        from qinglong.local.storage.variables import environment
 
-        return VariableStore(self.db, self.clock).environment()
+        return self.db.read(environment)
 
     def list_global_variables(self) -> list[tuple[str, str, int]]:
         """``(name, source, updated_at_ms)`` of every global variable by name (no values)."""
