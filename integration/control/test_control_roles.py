@@ -81,6 +81,9 @@ FORBIDDEN = [
     "ALTER TABLE global_variable_values DROP CONSTRAINT global_variable_values_value_check",
     "CREATE TRIGGER leak AFTER INSERT ON global_variable_values"
     " FOR EACH ROW EXECUTE FUNCTION suppress_redundant_updates_trigger()",
+    "UPDATE notify_channels SET url = 'json://evil.example/'",
+    "DELETE FROM notifications",
+    "TRUNCATE notifications",
 ]
 
 

@@ -23,3 +23,32 @@ CREATE TABLE global_variable_values (
     updated_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (name, position)
 );
+
+-- Push channels of the cluster (docs/protocols.md §4.5 "Push channels"): Apprise URLs an
+-- admin configures (each a secret as a whole: answers show `target`, scheme and host), and
+-- one notification per (run, channel) for a run that ended in one of the channel's statuses.
+-- Replicas claim pending notifications (FOR UPDATE SKIP LOCKED, a claim that expires), send
+-- them and record the outcome: at least once, each with its stable id.
+CREATE TABLE notify_channels (
+    id          uuid PRIMARY KEY,
+    url         text NOT NULL CHECK (url ~ '^[A-Za-z][A-Za-z0-9+.-]{0,31}://\S+$'),
+    target      text NOT NULL,
+    notify_on   text[] NOT NULL DEFAULT '{failed,timed_out,lost}',
+    created_by  text,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE TABLE notifications (
+    id             uuid PRIMARY KEY,
+    run_id         uuid NOT NULL REFERENCES runs (id),
+    channel_id     uuid NOT NULL REFERENCES notify_channels (id) ON DELETE CASCADE,
+    status         text NOT NULL DEFAULT 'pending'
+                   CHECK (status IN ('pending', 'sent', 'failed')),
+    tries          integer NOT NULL DEFAULT 0,
+    claimed_until  timestamptz,
+    last_error     text,
+    created_at     timestamptz NOT NULL DEFAULT now(),
+    finished_at    timestamptz,
+    UNIQUE (run_id, channel_id)
+);
+CREATE INDEX notifications_pending_idx ON notifications (created_at) WHERE status = 'pending';

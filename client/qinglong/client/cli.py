@@ -236,8 +236,9 @@ def workers(state: str | None, limit: int, as_json: bool, client: ControlClient)
     print_json(items) if as_json else output.print_workers(items)
 
 
-from qinglong.client import cli_scripts, cli_tasks, cli_vars  # noqa: E402
+from qinglong.client import cli_notify, cli_scripts, cli_tasks, cli_vars  # noqa: E402
 
 cluster.add_command(cli_tasks.task)
 cluster.add_command(cli_scripts.script)
 cluster.add_command(cli_vars.vars_group)
+cluster.add_command(cli_notify.notify_group)

@@ -15,6 +15,7 @@ from qinglong.control.api import (
     health,
     logs,
     metrics,
+    notify_routes,
     run_resolve,
     runs,
     scripts,
@@ -44,7 +45,7 @@ def build_app(ctx: ApiContext) -> FastAPI:
     install_error_handlers(app)
     # run_resolve before runs: /v1/runs/resolve is not a /v1/runs/{run_id}
     for module in (health, metrics, tasks, run_resolve, runs, logs, scripts, token_routes,
-                   variables, worker_routes, workers):
+                   variables, notify_routes, worker_routes, workers):
         app.include_router(module.router)
     app.add_middleware(metrics.LatencyMiddleware, metrics=ctx.metrics)
     return app

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 # ADR-0379 §阶段验收: the reviewed hard cap moves exactly, one migration at a time.
 EXPECTED_MIGRATION_COUNT = 9
-EXPECTED_LAST_SHA256 = "6a25fee1f1fc083c31807ed018b19100acfd6d4424d6146926d340c1c98bb873"
+EXPECTED_LAST_SHA256 = "f9ebbfad4619c1a97efab963d86249a38503569c91c8395048cfd48be7105f89"
 
 LEDGER_TABLE = "ql3_migration_ledger"
 ADVISORY_LOCK_KEY = 0x716C335F6D6967  # "ql3_mig": one key for every replica and release

@@ -45,6 +45,8 @@ RUNTIME_GRANTS: dict[str, frozenset[str]] = {
     # 0009, global variables (docs/protocols.md §4.5): operators set, reorder, remove values
     "global_variables": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
     "global_variable_values": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
+    "notify_channels": frozenset({"SELECT", "INSERT", "DELETE"}),  # a URL is never edited
+    "notifications": frozenset({"SELECT", "INSERT", "UPDATE"}),  # outcomes are kept
 }
 
 

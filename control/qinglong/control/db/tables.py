@@ -65,6 +65,30 @@ global_variable_values = Table(
     Column("updated_at", _TS, nullable=False),
 )
 
+notify_channels = Table(
+    "notify_channels", metadata,
+    Column("id", _uuid(), primary_key=True),
+    Column("url", Text, nullable=False),
+    Column("target", Text, nullable=False),
+    Column("notify_on", ARRAY(Text), nullable=False),
+    Column("created_by", Text),
+    Column("created_at", _TS, nullable=False),
+)
+
+notifications = Table(
+    "notifications", metadata,
+    Column("id", _uuid(), primary_key=True),
+    Column("run_id", _uuid(), ForeignKey("runs.id"), nullable=False),
+    Column("channel_id", _uuid(), ForeignKey("notify_channels.id", ondelete="CASCADE"),
+           nullable=False),
+    Column("status", Text, nullable=False),
+    Column("tries", Integer, nullable=False),
+    Column("claimed_until", _TS),
+    Column("last_error", Text),
+    Column("created_at", _TS, nullable=False),
+    Column("finished_at", _TS),
+)
+
 tasks = Table(
     "tasks", metadata,
     Column("id", _uuid(), primary_key=True),

@@ -176,6 +176,7 @@ class ControlReplica:
     def _lifecycles(self) -> None:
         from datetime import UTC, datetime, timedelta
 
+        from qinglong.control import notify
         from qinglong.control.dispatch.recovery import LeaseRecovery, RecoveryConfig
         from qinglong.control.retention.claims import process_owner
         from qinglong.control.retention.enrollment import enrollment_sweep
@@ -234,6 +235,8 @@ class ControlReplica:
                             more=lambda r: bool(r.full)),
             PeriodicService("enrollment", enroll, period_s=ENROLLMENT_PERIOD_S),
             PeriodicService("occurrence_prune", prune, period_s=PRUNE_PERIOD_S),
+            PeriodicService("notify", lambda: notify.tick(self.engine), period_s=1.0,
+                            more=lambda n: n >= notify.BATCH),
         ])
         self._stoppables.append(sweeper)
         self._sweeper = sweeper
