@@ -37,7 +37,7 @@ def test_import_json_report_then_idempotent_reimport(tmp_path: Path, cli: Ql3Cli
 
     report = cli.json("import-qinglong", str(install.db))
     assert report["summary"] == {"tasks_imported": 13, "tasks_skipped": 3,
-                                 "variables_imported": 2, "variables_skipped": 2}
+                                 "variables_imported": 3, "variables_skipped": 1}
     assert {r["code"] for r in report["tasks"]["skipped"]} == {
         "ql_repo", "mode_conc", "subscription"}
     names = sorted(t["name"] for t in cli.json("task", "list"))
@@ -68,7 +68,8 @@ def test_secrets_never_appear_in_any_output(tmp_path: Path, cli: Ql3Cli) -> None
     cli.run("task", "show", "jd_sign")
     views = cli.json("vars", "list")
     assert [(v["name"], v["value"], v["source"]) for v in views] == [
-        ("JD_COOKIE", "********", "qinglong2"), ("PLAIN", "********", "qinglong2")]
+        ("JD_COOKIE", "********", "qinglong2"), ("PLAIN", "********", "qinglong2"),
+        ("TOKEN", "********", "qinglong2")]
     plain = cli.run("vars", "list").stdout
     assert "JD_COOKIE=********" in plain and "PLAIN=********" in plain
     # Error paths print one line, and no value either.
@@ -128,7 +129,7 @@ def test_import_through_a_running_serve(tmp_path: Path, cli: Ql3Cli) -> None:
             time.sleep(0.05)
         report = cli.json("import-qinglong", str(install.db))
         assert [t["name"] for t in report["tasks"]["imported"]] == ["later"]
-        assert [v["name"] for v in cli.json("vars", "list")] == ["JD_COOKIE", "PLAIN"]
+        assert [v["name"] for v in cli.json("vars", "list")] == ["JD_COOKIE", "PLAIN", "TOKEN"]
         bad_zone = cli.run("import-qinglong", str(install.db), "--timezone", "Mars/Base",
                            check=False)
         assert bad_zone.returncode == 2 and "timezone" in bad_zone.stderr

@@ -65,6 +65,16 @@ def reveal(conn: sqlite3.Connection, name: str) -> list[str]:
                                        " WHERE name = ? ORDER BY position", (name,))]
 
 
+def values_of(conn: sqlite3.Connection, name: str) -> Values | None:
+    """The ``[value, remark, enabled]`` of ``name`` in order, None when there is no such
+    variable (secrets: for comparisons, never for a view)."""
+    if not conn.execute("SELECT 1 FROM global_variables WHERE name = ?", (name,)).fetchone():
+        return None
+    return [[v, r, bool(e)] for v, r, e in conn.execute(
+        "SELECT value, remark, enabled FROM global_variable_values WHERE name = ?"
+        " ORDER BY position", (name,))]
+
+
 def change(db: Database, at: int, name: str, edit: Callable[[Values], Any], *,
            source: str | None = None, secret: bool | None = None,
            check: Callable[[dict[str, str]], None] | None = None) -> Any:
