@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import threading
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from qinglong.control.db.engine import run_named
@@ -47,13 +48,15 @@ def channel_target(url: str) -> str:
 def send(url: str, title: str, body: str, timeout_s: float = SEND_TIMEOUT_S) -> str | None:
     """Send once through an Apprise URL within ``timeout_s`` seconds; None on success,
     else a class of failure (never the URL)."""
-    try:
-        import apprise
-    except ImportError:
-        return "Apprise is not installed"
-    sender = apprise.Apprise()
-    if not sender.add(url):
-        return "not a URL Apprise knows"
+    with warnings.catch_warnings():  # Apprise's plugin imports warn (imghdr on 3.11)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            import apprise
+        except ImportError:
+            return "Apprise is not installed"
+        sender = apprise.Apprise()
+        if not sender.add(url):
+            return "not a URL Apprise knows"
     done: list[bool] = []
 
     def push() -> None:
@@ -99,7 +102,8 @@ def claim(engine: Engine) -> list[dict[str, Any]]:
             "   tries = n.tries + 1 FROM picked, notify_channels c, runs r, tasks t"
             " WHERE n.id = picked.id AND c.id = n.channel_id AND r.id = n.run_id"
             "   AND t.id = r.task_id"
-            " RETURNING n.id, n.run_id, n.tries, c.url, c.target, r.status, r.number AS"
+            " RETURNING n.id::text AS id, n.run_id::text AS run_id, n.tries, c.url, c.target,"
+            "   r.status, r.number AS"
             "   run_number, t.name AS task_name"),
             {"batch": BATCH, "claim": CLAIM_S}).mappings()]
 
