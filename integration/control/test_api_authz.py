@@ -33,6 +33,11 @@ REQUIRED: dict[tuple[str, str], str | None] = {
     ("POST", "/v1/tokens/{token_id}/revoke"): "admin",
     ("GET", "/v1/scripts"): "viewer", ("GET", "/v1/scripts/{digest}"): "viewer",
     ("POST", "/v1/scripts"): "operator", ("DELETE", "/v1/scripts/{digest}"): "operator",
+    ("GET", "/v1/vars"): "viewer", ("POST", "/v1/vars/{name}"): "operator",
+    ("POST", "/v1/vars/{name}/enable"): "operator",
+    ("POST", "/v1/vars/{name}/disable"): "operator", ("DELETE", "/v1/vars/{name}"): "operator",
+    ("GET", "/v1/notify/channels"): "admin", ("POST", "/v1/notify/channels"): "admin",
+    ("DELETE", "/v1/notify/channels/{channel_id}"): "admin", ("POST", "/v1/notify/test"): "admin",
 }
 RANK = {"viewer": 1, "operator": 2, "admin": 3}
 

@@ -86,6 +86,16 @@ FORBIDDEN = [
     "TRUNCATE secret_sealing",
     "ALTER TABLE tasks DROP COLUMN sealed_env",
     "DROP INDEX tasks_plaintext_secret_idx",
+    # 0009, global variables: values are written row by row, never truncated or re-shaped
+    "TRUNCATE global_variables",
+    "TRUNCATE global_variable_values",
+    "ALTER TABLE global_variable_values ADD COLUMN evil int",
+    "ALTER TABLE global_variable_values DROP CONSTRAINT global_variable_values_value_check",
+    "CREATE TRIGGER leak AFTER INSERT ON global_variable_values"
+    " FOR EACH ROW EXECUTE FUNCTION suppress_redundant_updates_trigger()",
+    "UPDATE notify_channels SET url = 'json://evil.example/'",
+    "DELETE FROM notifications",
+    "TRUNCATE notifications",
 ]
 
 

@@ -70,7 +70,8 @@ def env_rows() -> list[dict[str, Any]]:
     """2.x Envs: a duplicated name (joined), a disabled one, an unusable name."""
     return [
         {"id": 1, "name": "JD_COOKIE", "value": "secret-one", "position": 2},
-        {"id": 2, "name": "JD_COOKIE", "value": "secret-two", "position": 5},
+        {"id": 2, "name": "JD_COOKIE", "value": "secret-two", "position": 5,
+         "remarks": "账号二"},
         {"id": 3, "name": "TOKEN", "value": "tok-secret", "status": 1},
         {"id": 4, "name": "bad-name", "value": "x"},
         {"id": 5, "name": "PLAIN", "value": "plain-secret"},

@@ -37,7 +37,7 @@ def test_import_json_report_then_idempotent_reimport(tmp_path: Path, cli: Ql3Cli
 
     report = cli.json("import-qinglong", str(install.db))
     assert report["summary"] == {"tasks_imported": 13, "tasks_skipped": 3,
-                                 "variables_imported": 2, "variables_skipped": 2}
+                                 "variables_imported": 3, "variables_skipped": 1}
     assert {r["code"] for r in report["tasks"]["skipped"]} == {
         "ql_repo", "mode_conc", "subscription"}
     names = sorted(t["name"] for t in cli.json("task", "list"))
@@ -68,7 +68,8 @@ def test_secrets_never_appear_in_any_output(tmp_path: Path, cli: Ql3Cli) -> None
     cli.run("task", "show", "京东签到")
     views = cli.json("vars", "list")
     assert [(v["name"], v["value"], v["source"]) for v in views] == [
-        ("JD_COOKIE", "********", "qinglong2"), ("PLAIN", "********", "qinglong2")]
+        ("JD_COOKIE", "********", "qinglong2"), ("PLAIN", "********", "qinglong2"),
+        ("TOKEN", "********", "qinglong2")]
     plain = cli.run("vars", "list").stdout
     assert "JD_COOKIE=********" in plain and "PLAIN=********" in plain
     # Error paths print one line, and no value either.
@@ -128,7 +129,7 @@ def test_import_through_a_running_serve(tmp_path: Path, cli: Ql3Cli) -> None:
             time.sleep(0.05)
         report = cli.json("import-qinglong", str(install.db))
         assert [t["name"] for t in report["tasks"]["imported"]] == ["later"]
-        assert [v["name"] for v in cli.json("vars", "list")] == ["JD_COOKIE", "PLAIN"]
+        assert [v["name"] for v in cli.json("vars", "list")] == ["JD_COOKIE", "PLAIN", "TOKEN"]
         bad_zone = cli.run("import-qinglong", str(install.db), "--timezone", "Mars/Base",
                            check=False)
         assert bad_zone.returncode == 2 and "timezone" in bad_zone.stderr
@@ -163,3 +164,34 @@ def test_the_import_keeps_chinese_names_says_its_zone_and_fits_80_columns(
     other = cli.run("import-qinglong", str(install.db), "--timezone", "Europe/Berlin",
                     "--dry-run").stdout
     assert "schedules read in Europe/Berlin" in other
+
+
+def test_the_push_variables_of_config_sh_reach_the_scripts(tmp_path: Path, cli: Ql3Cli) -> None:
+    """The scripts' own sendNotify pushes keep working: ``export BARK_PUSH=...`` and friends
+    in 2.x's ``config/config.sh`` become global variables (an Envs row of the same name wins;
+    other settings, empty values and substitutions are left out)."""
+    script = 'echo "bark=[$BARK_PUSH] tg=[$TG_BOT_TOKEN] pp=[$PUSH_PLUS_TOKEN] ' \
+             'delay=[$RandomDelay] user=[$TG_USER_ID]"\n'
+    install = build_install(
+        tmp_path / "ql", "2.17",
+        crons=[{"id": 1, "name": "pushcheck", "command": "task pushcheck.sh",
+                "schedule": "@once"}],
+        scripts={"pushcheck.sh": script},
+    )
+    config = install.root / "data" / "config" / "config.sh"
+    config.parent.mkdir(parents=True)
+    config.write_text(
+        '## 通知\nexport BARK_PUSH="https://api.day.app/bark-secret-key"\n'
+        "export TG_BOT_TOKEN='123456:tg-secret-token'  # 机器人\n"
+        'export TG_USER_ID=""\nRandomDelay="300"\n'
+        'export PUSH_PLUS_TOKEN="$(cat /etc/token)"\nexport PUSH_PLUS_TOKEN="pp-from-config"\n')
+    report = cli.json("import-qinglong", str(install.db))
+    names = {v["name"] for v in report["variables"]["imported"]}
+    assert {"BARK_PUSH", "TG_BOT_TOKEN", "PUSH_PLUS_TOKEN"} <= names
+    assert "RandomDelay" not in names and "TG_USER_ID" not in names
+    run = cli.json("run", "pushcheck", "--wait")
+    log = cli.run("logs", run["id"]).stdout
+    assert "bark=[https://api.day.app/bark-secret-key] tg=[123456:tg-secret-token]" in log
+    assert "pp=[pp-from-config] delay=[] user=[]" in log
+    shown = cli.run("vars", "list").stdout + json.dumps(report)
+    assert "bark-secret-key" not in shown and "tg-secret-token" not in shown

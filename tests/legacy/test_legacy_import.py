@@ -21,6 +21,7 @@ from qinglong.local.app.legacy_import import (
     task_name_base,
     translate_command,
 )
+from qinglong.local.storage import variables
 from qinglong.local.storage.migrations import open_database
 from qinglong.local.storage.repository import LocalRunRepository
 from qinglong.shared.domain import Task
@@ -120,13 +121,18 @@ def test_envs_become_joined_global_variables(tmp_path: Path, repo: LocalRunRepos
         "JD_COOKIE": "secret-two&secret-one",  # position descending, as 2.x lists them
         "PLAIN": "plain-secret",
     }
-    assert [(v["name"], v["values"], v["status"], v["ids"])
+    assert [(v["name"], v["values"], v["enabled"], v["status"], v["ids"])
             for v in report["variables"]["imported"]] == [
-        ("JD_COOKIE", 2, "new", [2, 1]), ("PLAIN", 1, "new", [5])]
+        ("JD_COOKIE", 2, 2, "new", [2, 1]), ("PLAIN", 1, 1, "new", [5]),
+        ("TOKEN", 1, 0, "new", [3])]  # a disabled row is kept, disabled
     skipped = {row["id"]: row["code"] for row in report["variables"]["skipped"]}
-    assert skipped == {3: "disabled", 4: "invalid_name"}
-    assert [n for n, s, _ in repo.list_global_variables()] == ["JD_COOKIE", "PLAIN"]
+    assert skipped == {4: "invalid_name"}
+    assert [n for n, s, _ in repo.list_global_variables()] == ["JD_COOKIE", "PLAIN", "TOKEN"]
     assert {s for _, s, _ in repo.list_global_variables()} == {"qinglong2"}
+    values = {v["name"]: [(x["remark"], x["enabled"]) for x in v["values"]]
+              for v in repo.db.read(variables.entries)}
+    assert values["JD_COOKIE"] == [("账号二", True), ("", True)]
+    assert values["TOKEN"] == [("", False)]
     text = repr(report)
     assert not [s for s in SECRETS if s in text]
 
@@ -194,7 +200,7 @@ def test_only_known_existing_columns_are_read(tmp_path: Path) -> None:
     install = build_install(tmp_path / "ql", "2.11")
     source = read_legacy_database(str(install.db))
     assert source.cron_columns == ("id", "name", "command", "schedule", "isDisabled", "labels")
-    assert source.env_columns == ("id", "name", "value", "status", "position")
+    assert source.env_columns == ("id", "name", "value", "status", "position", "remarks")
     assert LegacySource.from_json(source.to_json()) == source
     upgraded = read_legacy_database(str(build_install(tmp_path / "up", "2.21").db))
     assert "work_dir" in upgraded.cron_columns and "pid" not in upgraded.cron_columns

@@ -69,7 +69,8 @@ def test_a_failing_migration_leaves_no_trace(tmp_path: Path, migrations: Path) -
 
 
 def test_a_gap_in_migration_numbers_is_refused(tmp_path: Path, migrations: Path) -> None:
-    (migrations / "0009-gap.sql").write_text("SELECT 1;\n")
+    gap = len(list(migrations.glob("*.sql"))) + 2
+    (migrations / f"{gap:04d}-gap.sql").write_text("SELECT 1;\n")
     with pytest.raises(SchemaMismatchError, match="numbered"):
         open_database(str(tmp_path / "a.db"), migrations)
 

@@ -182,8 +182,10 @@ def workers(state: str | None, limit: int, as_json: bool, client: ControlClient)
     print_json(items) if as_json else output.print_workers(items)
 
 
-from qinglong.client import cli_logs, cli_scripts, cli_tasks  # noqa: E402
+from qinglong.client import cli_logs, cli_notify, cli_scripts, cli_tasks, cli_vars  # noqa: E402
 
 cluster.add_command(cli_logs.logs)
 cluster.add_command(cli_tasks.task)
 cluster.add_command(cli_scripts.script)
+cluster.add_command(cli_vars.vars_group)
+cluster.add_command(cli_notify.notify_group)

@@ -27,7 +27,6 @@ from __future__ import annotations
 import datetime as dt
 import re
 import shlex
-import shutil
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -200,6 +199,8 @@ def fit_title(before: str, name: str, after: str, width: int | None = None) -> s
 
 def terminal_width() -> int:
     """``COLUMNS`` when set (piped output too), else the terminal's width, else 80."""
+    import shutil  # here: shutil loads bz2 and lzma, which an idle serve never needs
+
     return max(20, shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns)
 
 

@@ -16,11 +16,13 @@ from qinglong.control.api import (
     health,
     logs,
     metrics,
+    notify_routes,
     run_resolve,
     runs,
     scripts,
     tasks,
     token_routes,
+    variables,
     worker_routes,
     workers,
 )
@@ -45,7 +47,7 @@ def build_app(ctx: ApiContext) -> FastAPI:
     install_error_handlers(app)
     # run_resolve before runs: /v1/runs/resolve is not a /v1/runs/{run_id}
     for module in (health, metrics, tasks, run_resolve, runs, logs, scripts, token_routes,
-                   worker_routes, workers):
+                   variables, notify_routes, worker_routes, workers):
         app.include_router(module.router)
     # every body but a bundle push's passes the bounded JSON decoder before any route
     app.add_middleware(JsonBodyGuard, raw_paths=frozenset({scripts.PUSH_PATH}))

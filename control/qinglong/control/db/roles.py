@@ -47,6 +47,11 @@ RUNTIME_GRANTS: dict[str, frozenset[str]] = {
     "attempt_log_chunks": frozenset({"SELECT", "INSERT", "DELETE"}),
     # 0011, sealed secrets (docs/operations.md): the switch is set and moved, never removed
     "secret_sealing": frozenset({"SELECT", "INSERT", "UPDATE"}),
+    # 0009, global variables (docs/protocols.md §4.5): operators set, reorder, remove values
+    "global_variables": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
+    "global_variable_values": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
+    "notify_channels": frozenset({"SELECT", "INSERT", "DELETE"}),  # a URL is never edited
+    "notifications": frozenset({"SELECT", "INSERT", "UPDATE"}),  # outcomes are kept
 }
 
 

@@ -22,7 +22,7 @@ from sqlalchemy import (
     Table,
     Text,
 )
-from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP, UUID
 
 metadata = MetaData()
 
@@ -43,6 +43,51 @@ script_bundles = Table(
     Column("members", JSONB, nullable=False),
     Column("created_by", Text),
     Column("created_at", _TS, nullable=False),
+)
+
+# 0009, global variables (docs/protocols.md §4.5 "Global variables")
+global_variables = Table(
+    "global_variables", metadata,
+    Column("name", Text, primary_key=True),
+    Column("pools", ARRAY(Text)),
+    Column("secret", Boolean, nullable=False),
+    Column("updated_by", Text),
+    Column("updated_at", _TS, nullable=False),
+)
+
+global_variable_values = Table(
+    "global_variable_values", metadata,
+    Column("name", Text, ForeignKey("global_variables.name", ondelete="CASCADE"),
+           primary_key=True),
+    Column("position", Integer, primary_key=True),
+    Column("value", Text, nullable=False),
+    Column("remark", Text, nullable=False),
+    Column("enabled", Boolean, nullable=False),
+    Column("updated_at", _TS, nullable=False),
+)
+
+notify_channels = Table(
+    "notify_channels", metadata,
+    Column("id", _uuid(), primary_key=True),
+    Column("url", Text, nullable=False),
+    Column("target", Text, nullable=False),
+    Column("notify_on", ARRAY(Text), nullable=False),
+    Column("created_by", Text),
+    Column("created_at", _TS, nullable=False),
+)
+
+notifications = Table(
+    "notifications", metadata,
+    Column("id", _uuid(), primary_key=True),
+    Column("run_id", _uuid(), ForeignKey("runs.id"), nullable=False),
+    Column("channel_id", _uuid(), ForeignKey("notify_channels.id", ondelete="CASCADE"),
+           nullable=False),
+    Column("status", Text, nullable=False),
+    Column("tries", Integer, nullable=False),
+    Column("claimed_until", _TS),
+    Column("last_error", Text),
+    Column("created_at", _TS, nullable=False),
+    Column("finished_at", _TS),
 )
 
 tasks = Table(

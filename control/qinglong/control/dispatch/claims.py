@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from qinglong.control.db.engine import run_named
+from qinglong.control.db.variables import pool_environment
 from qinglong.control.dispatch.config import DispatchConfig
 from qinglong.control.dispatch.errors import UnknownIncarnationError
 from qinglong.control.dispatch.statements import sql
@@ -50,10 +51,13 @@ def claim_attempts(engine: Engine, config: DispatchConfig, *, pool_id: str,
     ``request.incarnation_id`` (an incarnation of ``pool_id``, not stopped), in one
     transaction; each ClaimedAttempt carries its lease and the lease/heartbeat timing.
 
-    Raises UnknownIncarnationError (nothing changed) when the incarnation is unknown, stopped
-    or of another pool. Sealed secret values are opened with ``keyring`` for the attempts
-    handed out only (secrets/store.py); SecretsKeyMissingError (nothing changed) when some
-    are sealed and ``keyring`` is None. An empty answer means nothing was due or matched.
+    Each attempt's env is the global variables in ``pool_id``'s scope
+    (:func:`~qinglong.control.db.variables.pool_environment`) with the task's own env over
+    them. Raises UnknownIncarnationError (nothing changed) when the incarnation is unknown,
+    stopped or of another pool. Sealed secret values are opened with ``keyring`` for the
+    attempts handed out only (secrets/store.py); SecretsKeyMissingError (nothing changed)
+    when some are sealed and ``keyring`` is None. An empty answer means nothing was due or
+    matched.
     """
     limit = min(request.max_attempts, config.max_claim)
     with engine.begin() as conn:
@@ -70,18 +74,20 @@ def claim_attempts(engine: Engine, config: DispatchConfig, *, pool_id: str,
             held = {r["task_id"] for r in run_named(
                 conn, sql("lock_replace_tasks"), {"task_ids": replace}).mappings()}
         claimed = []
+        shared_env = pool_environment(conn, pool_id=pool_id) if picked else {}
         for row in picked:
             if row["concurrency_policy"] == "replace" and row["task_id"] not in held:
                 continue  # another claimer decides for this task right now
             attempt = _claim_one(conn, config, row["run_id"], request.incarnation_id,
-                                 keyring)
+                                 keyring, shared_env)
             if attempt is not None:
                 claimed.append(attempt)
     return ClaimAnswer(claimed)
 
 
 def _claim_one(conn: Connection, config: DispatchConfig, run_id: str,
-               incarnation_id: str, keyring: Keyring | None) -> ClaimedAttempt | None:
+               incarnation_id: str, keyring: Keyring | None,
+               shared_env: Mapping[str, str]) -> ClaimedAttempt | None:
     row = run_named(conn, sql("claim_run"), {
         "run_id": run_id, "attempt_id": uuid7(), "incarnation_id": incarnation_id,
         "lease_s": config.lease_ms / 1000.0, "run_event_id": uuid7(),
@@ -94,8 +100,8 @@ def _claim_one(conn: Connection, config: DispatchConfig, run_id: str,
         run_id=row["run_id"], task_id=row["task_id"], task_name=row["name"],
         run_number=int(row["run_number"]), attempt_number=int(row["attempt_number"]),
         argv=list(row["argv"]) if row["argv"] is not None else None, shell=row["shell"],
-        env=flatten_env(opened_env(keyring, row["task_id"], row["env"] or {},
-                                   row["sealed_env"])), cwd=row["cwd"],
+        env={**shared_env, **flatten_env(opened_env(keyring, row["task_id"], row["env"] or {},
+                                                    row["sealed_env"]))}, cwd=row["cwd"],
         timeout_ms=int(timeout_s) * 1000 if timeout_s is not None else None,
         log_limit_bytes=int(row["log_limit_bytes"]), lease_ms=config.lease_ms,
         heartbeat_ms=config.heartbeat_ms, bundle_digest=row["bundle_digest"],

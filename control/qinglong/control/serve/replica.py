@@ -219,6 +219,7 @@ class ControlReplica:
     def _lifecycles(self) -> None:
         from datetime import UTC, datetime, timedelta
 
+        from qinglong.control import notify
         from qinglong.control.dispatch.recovery import LeaseRecovery, RecoveryConfig
         from qinglong.control.retention.claims import process_owner
         from qinglong.control.retention.enrollment import enrollment_sweep
@@ -304,6 +305,8 @@ class ControlReplica:
             PeriodicService("occurrence_prune", prune, period_s=PRUNE_PERIOD_S),
             PeriodicService("partial_log_sweep", sweep_partial,
                             period_s=PARTIAL_LOG_SWEEP_PERIOD_S, more=lambda n: n >= 100),
+            PeriodicService("notify", lambda: notify.tick(self.engine), period_s=1.0,
+                            more=lambda n: n >= notify.BATCH),
         ])
         self._stoppables.append(sweeper)
         self._sweeper = sweeper

@@ -19,6 +19,7 @@ from qinglong.local.app.cli_common import (
 )
 from qinglong.local.app.cli_vars import read_secret
 from qinglong.local.app.display import display_options
+from qinglong.shared.errors import ValidationError
 
 
 @click.group("settings")
@@ -33,6 +34,11 @@ def settings_group() -> None:
                       variables
     notify_webhook    http(s) URL that gets the facts as a JSON POST (give "-"
                       to read it from stdin; shown by host only)
+    notify_urls       push channels: Apprise URLs (bark://, tgram://,
+                      wecombot://, dingtalk://, feishu://, pushplus://,
+                      schan://, gotify://, ntfy://, mailto://, json://...),
+                      read from stdin ("-") only; shown by scheme and host;
+                      needs pip install 'qinglong[notify]'
     notify_on         statuses that notify (default failed,timed_out,lost; add
                       succeeded)
     notify_timeout_s  seconds each notifier may take, 1-25 (default 10)
@@ -70,6 +76,9 @@ def settings_set(key: str, value: str, data_dir: str | None, as_json: bool) -> N
 
     Example: ql3 local settings set notify_command '/usr/local/bin/push.sh --to ops'
     """
+    if key == keys.NOTIFY_URLS and value != "-":
+        raise ValidationError(key, "channel URLs hold tokens and are never taken from the "
+                                   "command line: give - and pipe them on stdin")
     if value == "-":
         value = read_secret(key)
     with open_backend(datadir_of(data_dir), "settings set") as backend:
@@ -117,6 +126,7 @@ def notify_test(data_dir: str | None, as_json: bool) -> None:
                 {k: v for k, v in done.items() if k not in ("channel", "ok")}))
             click.echo(f"{done['channel']}: {'ok' if done['ok'] else 'FAILED'} ({extra})")
     if not view["configured"]:
-        fail("no notifier configured (ql3 local settings set notify_command|notify_webhook)")
+        fail("no notifier configured (ql3 local settings set "
+             "notify_command|notify_webhook|notify_urls)")
     if not all(d["ok"] for d in view["deliveries"]):
         raise SystemExit(1)

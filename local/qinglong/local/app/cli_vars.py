@@ -75,7 +75,10 @@ def vars_group() -> None:
 @data_dir_option
 @json_option
 def vars_list(data_dir: str | None, as_json: bool) -> None:
-    """List global variables by name; values are never shown."""
+    """List global variables: each value's index, on/off and remark; values never shown.
+
+    A task receives NAME = the enabled values joined with & in their order.
+    """
     with open_backend(datadir_of(data_dir), "vars list") as backend:
         views: list[dict[str, Any]] = backend.call("vars_list")
     if as_json:
@@ -84,8 +87,70 @@ def vars_list(data_dir: str | None, as_json: bool) -> None:
     if not views:
         click.echo("no global variables")
     for view in views:
-        click.echo(f"{view['name']}={view['value']}  (source {view['source']}, "
-                   f"updated {display.when(view['updated_at'])})")
+        _echo_variable(view)
+
+
+def _echo_variable(view: dict[str, Any]) -> None:
+    kind = "secret" if view["secret"] else "plain"
+    on = f"{view['enabled']} of {len(view['values'])} on"
+    click.echo(f"{view['name']}={view['value']}  ({kind}, {on}, from {view['source']})")
+    for item in view["values"]:
+        remark = f"  {item['remark']}" if item["remark"] else ""
+        shown = f"  = {item['value']}" if "value" in item else ""
+        line = f"  #{item['index']} {'on ' if item['enabled'] else 'off'}{remark}{shown}"
+        click.echo(line.rstrip())
+
+
+@vars_group.command("show")
+@click.argument("name")
+@click.option("--reveal", is_flag=True,
+              help="Print the values (a variable set with --plain only; secrets never).")
+@data_dir_option
+@json_option
+def vars_show(name: str, reveal: bool, data_dir: str | None, as_json: bool) -> None:
+    """Show global variable NAME: its values' index, on/off and remark."""
+    with open_backend(datadir_of(data_dir), "vars show") as backend:
+        view: dict[str, Any] = backend.call("vars_show", name=name, reveal=reveal)
+    if as_json:
+        print_json(view)
+    else:
+        _echo_variable(view)
+
+
+def _toggle(name: str, index: int | None, enabled: bool, data_dir: str | None,
+            as_json: bool) -> None:
+    with open_backend(datadir_of(data_dir), "vars enable") as backend:
+        view = backend.call("vars_enable", name=name, index=index, enabled=enabled)
+    if as_json:
+        print_json(view)
+        return
+    which = "every value" if index is None else f"value #{index}"
+    state = "enabled" if enabled else "disabled (kept)"
+    click.echo(f"{name}: {which} {state}" + ("" if view["changed"] else ", unchanged"))
+
+
+index_option = click.option("--index", "index", type=click.IntRange(min=1), default=None,
+                            metavar="N", help="The value at position N (see vars list).")
+
+
+@vars_group.command("enable")
+@click.argument("name")
+@index_option
+@data_dir_option
+@json_option
+def vars_enable(name: str, index: int | None, data_dir: str | None, as_json: bool) -> None:
+    """Enable value N of NAME (every value without --index)."""
+    _toggle(name, index, True, data_dir, as_json)
+
+
+@vars_group.command("disable")
+@click.argument("name")
+@index_option
+@data_dir_option
+@json_option
+def vars_disable(name: str, index: int | None, data_dir: str | None, as_json: bool) -> None:
+    """Disable value N of NAME (every value without --index); the value is kept."""
+    _toggle(name, index, False, data_dir, as_json)
 
 
 @vars_group.command("set")
@@ -95,11 +160,19 @@ def vars_list(data_dir: str | None, as_json: bool) -> None:
 @click.argument("argv_value", nargs=-1, metavar="")
 @click.option("--from-file", default=None, metavar="FILE",
               help="Read the value from FILE instead of stdin.")
+@click.option("--add", is_flag=True, help="Add the value after the others (multi-account).")
+@index_option
+@click.option("--remark", default=None, metavar="TEXT", help="A note on this value.")
+@click.option("--plain/--secret", "plain", default=None,
+              help="--plain: `vars show --reveal` may print the values (default --secret).")
 @data_dir_option
 @json_option
-def vars_set(name: str, argv_value: tuple[str, ...], from_file: str | None,
+def vars_set(name: str, argv_value: tuple[str, ...], from_file: str | None, add: bool,
+             index: int | None, remark: str | None, plain: bool | None,
              data_dir: str | None, as_json: bool) -> None:
     """Set global variable NAME; its value is read from stdin (or --from-file), never argv.
+
+    Without --add or --index, NAME becomes this one value. Each value may be 128 KiB.
 
     Example: printf %s "$TOKEN" | ql3 local vars set PUSH_TOKEN
     """
@@ -113,22 +186,27 @@ def vars_set(name: str, argv_value: tuple[str, ...], from_file: str | None,
                               "line (shell history, ps): pipe it on stdin or use --from-file")
     value = read_secret(f"variable {name}", from_file)
     with open_backend(datadir_of(data_dir), "vars set") as backend:
-        view = backend.call("vars_set", name=name, value=value)
+        view = backend.call("vars_set", name=name, value=value, remark=remark, index=index,
+                            add=add, secret=None if plain is None else not plain)
     if as_json:
         print_json(view)
     else:
-        click.echo(f"{'set' if view['changed'] else 'unchanged'} variable {name}")
+        which = f" value #{view['index']}" if add or index is not None else ""
+        click.echo(f"{'set' if view['changed'] else 'unchanged'} variable {name}{which}")
 
 
 @vars_group.command("rm")
 @click.argument("name")
+@index_option
 @data_dir_option
 @json_option
-def vars_rm(name: str, data_dir: str | None, as_json: bool) -> None:
-    """Remove global variable NAME (refused while a task's --secret-env refers to it)."""
+def vars_rm(name: str, index: int | None, data_dir: str | None, as_json: bool) -> None:
+    """Remove global variable NAME, or only its value N (refused while a task's
+    --secret-env refers to the variable it would remove)."""
     with open_backend(datadir_of(data_dir), "vars rm") as backend:
-        view = backend.call("vars_rm", name=name)
+        view = backend.call("vars_rm", name=name, index=index)
     if as_json:
         print_json(view)
     else:
-        click.echo(f"removed variable {name}")
+        click.echo(f"removed variable {name}" if index is None
+                   else f"removed value #{index} of {name}")

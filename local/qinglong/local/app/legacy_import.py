@@ -40,9 +40,14 @@ Mapping of a ``Crontabs`` row:
 
 Idempotency: every imported task carries label ``ql2:<id>`` (``ql2:<id>~<n>`` for an extra
 schedule); a row whose key is on any task, removed ones included, is skipped as
-``already_imported``. ``Envs``: enabled rows (``status != 1``) with the same name are joined
-with ``&`` in the 2.x order (position descending, then id) into one global variable, stored
-with source ``qinglong2``. Reports name variables, never values.
+``already_imported``. ``Envs``: the rows of one name become the values of one global
+variable (source ``qinglong2``) in the 2.x order (position descending, then id), each with
+its ``remarks`` and enabled unless ``status = 1`` (a disabled row is kept, disabled); a task
+receives the enabled ones joined with ``&``. The push variables ``config/config.sh`` sets
+(``BARK_PUSH``, ``TG_BOT_TOKEN``, ``PUSH_PLUS_TOKEN``, …;
+:mod:`qinglong.local.app.legacy_config`) come as such variables too (id None), unless an
+Envs row has the name. Reports name variables,
+never values.
 """
 
 from __future__ import annotations
@@ -57,10 +62,12 @@ import unicodedata
 import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from qinglong.local.app.task_input import TaskInput
 from qinglong.local.process.launch_request import SINGLE_STRING_MAX_BYTES
+from qinglong.local.storage import variables
 from qinglong.local.storage.repository import LocalRunRepository
 from qinglong.shared.cron import parse_schedule
 from qinglong.shared.errors import ConflictError, ValidationError
@@ -78,7 +85,7 @@ CRON_COLUMNS = (
     "id", "name", "command", "schedule", "isDisabled", "labels", "sub_id", "extra_schedules",
     "task_before", "task_after", "work_dir", "allow_multiple_instances",
 )
-ENV_COLUMNS = ("id", "name", "value", "status", "position")
+ENV_COLUMNS = ("id", "name", "value", "status", "position", "remarks")
 INTERPRETERS: Mapping[str, tuple[str, ...]] = {
     ".js": ("node",), ".py": ("python3",), ".sh": ("bash",), ".ts": ("ts-node",),
 }
@@ -212,6 +219,10 @@ def read_legacy_database(db_path: str, scripts_dir: str | None = None) -> Legacy
         raise ValidationError("database", "not a readable SQLite database") from None
     finally:
         conn.close()
+    from qinglong.local.app.legacy_config import config_path, read_push_variables
+
+    envs += tuple({"id": None, "name": name, "value": value, "origin": "config.sh"}
+                  for name, value in read_push_variables(config_path(path)))
     return LegacySource(path, scripts, cron_columns, env_columns, crons, envs)
 
 
@@ -438,7 +449,7 @@ def import_source(
                                  "extra_schedule", "argv", "enabled", "timeout_s",
                                  "concurrency", "cwd", "labels", "warnings"}],
                    "skipped": [{"id", "key", "name", "code", "reason"}]},
-         "variables": {"imported": [{"name", "values", "status", "ids"}],
+         "variables": {"imported": [{"name", "values", "enabled", "status", "ids"}],
                        "skipped": [{"id", "name", "code", "reason"}]},
          "summary": {"tasks_imported", "tasks_skipped", "variables_imported",
                      "variables_skipped"}}
@@ -594,14 +605,14 @@ def _import_variables(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Enabled ``Envs`` rows joined by name with ``&`` (position descending, then id)."""
     skipped: list[dict[str, Any]] = []
-    groups: dict[str, list[tuple[float, int, str]]] = {}
+    groups: dict[str, list[tuple[float, int, str, str, bool]]] = {}
+    in_envs = {_text(r.get("name")) for r in source.envs if r.get("origin") != "config.sh"}
     for row in source.envs:
         source_id = _int(row.get("id"))
         name = _text(row.get("name"))
         value = row.get("value")
-        if _int(row.get("status")) == 1:
-            skipped.append(_skip_view(source_id, None, name, "disabled", "disabled in 2.x"))
-            continue
+        if row.get("origin") == "config.sh" and name in in_envs:
+            continue  # an Envs row of the same name wins (2.x exports Envs after config.sh)
         if not _ENV_NAME.fullmatch(name) or name.startswith(("QL3_RECEIPT_", "QL3_LAUNCH_")):
             skipped.append(_skip_view(source_id, None, name, "invalid_name",
                                       "not usable as a variable name ([A-Za-z_][A-Za-z0-9_]*)"))
@@ -616,7 +627,9 @@ def _import_variables(
             continue
         position = row.get("position")
         order = float(position) if isinstance(position, int | float) else -math.inf
-        groups.setdefault(name, []).append((-order, source_id or 0, str(value)))
+        remark = " ".join(_text(row.get("remarks")).split())[:200]
+        groups.setdefault(name, []).append(
+            (-order, source_id or 0, str(value), remark, _int(row.get("status")) != 1))
     current = repo.global_variables()
     budget = sum(
         len(f"{k}={v}".encode()) + 1 for k, v in current.items() if k not in groups
@@ -624,9 +637,10 @@ def _import_variables(
     imported: list[dict[str, Any]] = []
     for name in sorted(groups):
         parts = sorted(groups[name])
-        value = "&".join(p[2] for p in parts)
+        values = [[p[2], p[3], p[4]] for p in parts]
         ids = [p[1] for p in parts]
-        size = len(f"{name}={value}".encode("utf-8", "surrogateescape")) + 1
+        value = "&".join(p[2] for p in parts if p[4])
+        size = len(f"{name}={value}".encode("utf-8", "surrogateescape")) + 1 if value else 0
         if size > SINGLE_STRING_MAX_BYTES or budget + size > GLOBAL_VARIABLES_MAX_BYTES:
             skipped.extend(
                 _skip_view(i, None, name, "too_large",
@@ -635,15 +649,16 @@ def _import_variables(
             )
             continue
         budget += size
-        if name not in current:
-            status = "new"
-        elif current[name] == value:
-            status = "unchanged"
-        else:
-            status = "updated"
+        old = repo.db.read(partial(variables.values_of, name=name))
+        status = "new" if old is None else "unchanged" if old == values else "updated"
         if not dry_run and status != "unchanged":
-            repo.set_global_variable(name, value, SOURCE_TAG)
-        imported.append({"name": name, "values": len(parts), "status": status, "ids": ids})
+            def edit(vals: variables.Values, new: variables.Values = values) -> None:
+                vals[:] = new
+
+            variables.change(repo.db, repo.clock(), name, edit, source=SOURCE_TAG)
+        imported.append({"name": name, "values": len(parts),
+                         "enabled": sum(1 for p in parts if p[4]), "status": status,
+                         "ids": ids})
     return imported, skipped
 
 

@@ -7,9 +7,13 @@ Configured per data directory (:mod:`qinglong.local.app.settings`: ``notify_comm
   variables: push scripts find their tokens there) plus the run's facts as ``QL3_*``
   variables (:func:`fact_env`); its output is discarded (never in our logs); it runs in its
   own process group, and past the timeout the group gets TERM, then KILL one second later.
+* Channel URLs (``notify_urls``: Bark, Telegram, WeCom, DingTalk, Feishu, PushPlus,
+  ServerChan, Gotify, ntfy, email, webhooks) go through Apprise, the optional extra
+  ``qinglong[notify]``, from the same child process, retried with the shared backoff within
+  the channel's time (:mod:`qinglong.local.app.notify_child`).
 * The webhook gets a JSON POST of the facts (:func:`run_facts`): never a secret, never the
-  log body. It is waited for at most the timeout (on a helper thread, so a server that
-  trickles bytes cannot hold the worker longer).
+  log body. It is sent by a child process (:mod:`qinglong.local.app.notify_child`, so an
+  idle ``serve`` never loads ``ssl``: ADR-0069's memory gate), bounded as a whole.
 
 One bounded queue and one worker thread in ``serve``: :meth:`Notifier.submit` never blocks
 (a full queue drops the notification and logs that it did), so the scheduler and admission
@@ -27,12 +31,10 @@ import os
 import queue
 import shlex
 import signal
-import socket
 import subprocess
+import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,28 +50,31 @@ log = logging.getLogger(__name__)
 
 QUEUE_MAX = 64
 KILL_AFTER_TERM_S = 1.0
-USER_AGENT = "ql3-notify/1"
+CHILD_MARGIN_S = 5.0
+"""Seconds the notification child may take beyond its channels' own bounds (start-up)."""
 
 
 @dataclass(frozen=True, slots=True)
 class NotifyConfig:
-    """``argv``/``webhook``: the channels (None: not configured); ``on``: statuses that
-    notify; ``timeout_s``: the bound of each channel."""
+    """``argv``/``webhook``: the channels (None: not configured); ``urls``: Apprise channel
+    URLs (secrets); ``on``: statuses that notify; ``timeout_s``: the bound of each channel."""
 
     argv: tuple[str, ...] | None = None
     webhook: str | None = None
     on: frozenset[str] = frozenset(keys.NOTIFY_ON_DEFAULT)
     timeout_s: float = keys.NOTIFY_TIMEOUT_DEFAULT_S
+    urls: tuple[str, ...] = ()
 
     @property
     def configured(self) -> bool:
         """True when at least one channel is set."""
-        return self.argv is not None or self.webhook is not None
+        return self.argv is not None or self.webhook is not None or bool(self.urls)
 
     @staticmethod
     def load(get_setting: Callable[[str], str | None]) -> NotifyConfig:
-        """Read the four settings (values stored by :func:`settings.normalise`)."""
+        """Read the five settings (values stored by :func:`settings.normalise`)."""
         argv = get_setting(keys.NOTIFY_COMMAND)
+        urls = get_setting(keys.NOTIFY_URLS)
         on = get_setting(keys.NOTIFY_ON)
         timeout = get_setting(keys.NOTIFY_TIMEOUT)
         return NotifyConfig(
@@ -77,6 +82,7 @@ class NotifyConfig:
             webhook=get_setting(keys.NOTIFY_WEBHOOK),
             on=frozenset(keys.NOTIFY_ON_DEFAULT if on is None else on.split(",")),
             timeout_s=keys.NOTIFY_TIMEOUT_DEFAULT_S if timeout is None else float(timeout),
+            urls=() if urls is None else tuple(json.loads(urls)),
         )
 
 
@@ -115,7 +121,7 @@ def run_facts(run: Run, *, test: bool = False) -> dict[str, Any]:
         how = f"signal {run.signal}"
     return {
         "kind": "ql3.test" if test else "ql3.run_finished",
-        "host": socket.gethostname(),
+        "host": os.uname().nodename,
         "task": run.task_name,
         "task_id": run.task_id,
         "run_id": run.id,
@@ -189,36 +195,32 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
-def post_webhook(url: str, facts: dict[str, Any], timeout_s: float) -> Delivery:
-    """POST the facts as JSON; a 2xx answer within ``timeout_s`` is success."""
+def send_in_child(request: dict[str, Any], channels: tuple[str, ...],
+                  bound_s: float) -> list[Delivery]:
+    """Run :mod:`qinglong.local.app.notify_child` with ``request`` on its stdin, in its own
+    process group, for at most ``bound_s`` seconds (then the group gets TERM, KILL one second
+    later); its outcomes, or one failed :class:`Delivery` per name in ``channels`` when it
+    timed out, could not start or answered nonsense. Never raises for a child's failure."""
     began = time.monotonic()
-    outcome: list[Delivery] = []
-
-    def post() -> None:
-        request = urllib.request.Request(  # noqa: S310 (scheme checked when it was set)
-            url, data=json.dumps(facts).encode(), method="POST",
-            headers={"Content-Type": "application/json", "User-Agent": USER_AGENT})
-        try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as reply:  # noqa: S310
-                status = int(reply.status)
-            outcome.append(Delivery("webhook", 200 <= status < 300, {"http_status": status}))
-        except urllib.error.HTTPError as exc:
-            outcome.append(Delivery("webhook", False, {"http_status": exc.code,
-                                                       "error": f"HTTP {exc.code}"}))
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            reason = getattr(exc, "reason", exc)
-            text = reason.strerror if isinstance(reason, OSError) and reason.strerror else (
-                type(reason).__name__)
-            outcome.append(Delivery("webhook", False, {"error": f"unreachable: {text}"}))
-
-    thread = threading.Thread(target=post, name="ql3-notify-webhook", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    if not outcome:
-        return Delivery("webhook", False, {"error": "timed out", "timed_out": True,
-                                           "duration_ms": _ms_since(began)})
-    done = outcome[0]
-    return Delivery(done.channel, done.ok, {**done.detail, "duration_ms": _ms_since(began)})
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "qinglong.local.app.notify_child"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError as exc:
+        return [Delivery(c, False, {"error": f"cannot start: {exc.strerror or exc}"})
+                for c in channels]
+    try:
+        out, _ = proc.communicate(json.dumps(request).encode(), timeout=bound_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        return [Delivery(c, False, {"error": "timed out", "timed_out": True,
+                                    "duration_ms": _ms_since(began)}) for c in channels]
+    try:
+        views = json.loads(out)
+        return [Delivery(str(v.pop("channel")), bool(v.pop("ok")), v) for v in views]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return [Delivery(c, False, {"error": f"notifier exited {proc.returncode}"})
+                for c in channels]
 
 
 def _ms_since(began: float) -> int:
@@ -304,8 +306,12 @@ class Notifier:
         if config.argv is not None:
             env = {**self.env_source(), **fact_env(facts)}
             out.append(run_command(config.argv, env, self.cwd, config.timeout_s))
-        if config.webhook is not None:
-            out.append(post_webhook(config.webhook, facts, config.timeout_s))
+        if config.webhook is not None or config.urls:  # ssl loads in the child, never serve
+            request = {"facts": facts, "webhook": config.webhook, "urls": list(config.urls),
+                       "timeout_s": config.timeout_s}
+            channels = (*(["webhook"] if config.webhook else []),
+                        *(keys.channel_target(u).partition(":")[0] for u in config.urls))
+            out.extend(send_in_child(request, channels, config.timeout_s + CHILD_MARGIN_S))
         return out
 
 
@@ -316,4 +322,5 @@ def describe(config: NotifyConfig) -> str:
         parts.append(f"command {shlex.join(config.argv)}")
     if config.webhook is not None:
         parts.append(f"webhook {keys.mask_url(config.webhook)}")
+    parts.extend(keys.channel_target(u) for u in config.urls)
     return ", ".join(parts) or "no notifier configured"

@@ -60,9 +60,17 @@ def call(service: LocalService, op: str, args: dict[str, Any]) -> Any:
         if op == "vars_list":
             return service.vars_list()
         if op == "vars_set":
-            return service.vars_set(str(args["name"]), str(args["value"]))
+            return service.vars_set(
+                str(args["name"]), str(args["value"]), remark=_opt_str(args.get("remark")),
+                index=_opt_int(args.get("index")), add=bool(args.get("add", False)),
+                secret=None if args.get("secret") is None else bool(args["secret"]))
+        if op == "vars_enable":
+            return service.vars_enable(str(args["name"]), _opt_int(args.get("index")),
+                                       bool(args["enabled"]))
+        if op == "vars_show":
+            return service.vars_show(str(args["name"]), bool(args.get("reveal", False)))
         if op == "vars_rm":
-            return service.vars_rm(str(args["name"]))
+            return service.vars_rm(str(args["name"]), _opt_int(args.get("index")))
         if op == "settings_show":
             return service.settings_show()
         if op == "settings_set":
@@ -75,3 +83,11 @@ def call(service: LocalService, op: str, args: dict[str, Any]) -> Any:
             raise
         raise ValidationError("request", f"bad arguments for {op}") from None
     raise ValidationError("request", "unknown operation")
+
+
+def _opt_int(value: object) -> int | None:
+    return None if value is None else int(str(value))
+
+
+def _opt_str(value: object) -> str | None:
+    return None if value is None else str(value)

@@ -21,6 +21,7 @@ from qinglong.local.process.receipt_store import ReceiptStore
 from qinglong.local.recovery.evidence import attempt_evidence
 from qinglong.local.recovery.manual import resolve_run
 from qinglong.local.scheduling.slot_policy import admit_manual
+from qinglong.local.storage import variables
 from qinglong.local.storage.repository import LocalRunRepository
 from qinglong.local.storage.secrets import SecretEntry, TaskSecretStore, masked
 from qinglong.shared.domain import Task
@@ -333,35 +334,92 @@ class LocalService:
             self._wake()
         return report
 
+    def _vars(self, name: str, edit: Callable[[variables.Values], Any], *,
+              source: str | None = None, secret: bool | None = None) -> Any:
+        return variables.change(self.repo.db, self.repo.clock(), name, edit, source=source,
+                                secret=secret, check=check_variables_size)
+
     def vars_list(self) -> list[dict[str, Any]]:
-        """Global variables by name: ``{"name", "value": "********", "source",
-        "updated_at"}``; the value is always masked."""
-        return [
-            {"name": name, "value": VALUE_MASK, "source": source, "updated_at": iso(at)}
-            for name, source, at in self.repo.list_global_variables()
-        ]
+        """Global variables by name: ``{"name", "value": "********", "secret", "source",
+        "enabled", "updated_at", "values": [{"index", "remark", "enabled",
+        "updated_at"}]}``; never a value. ``enabled``: how many values a task receives."""
+        views = self.repo.db.read(variables.entries)
+        for v in views:
+            for x in v["values"]:
+                x["updated_at"] = iso(x.pop("updated_at_ms"))
+            v.update(value=VALUE_MASK, enabled=sum(x["enabled"] for x in v["values"]),
+                     updated_at=max((x["updated_at"] for x in v["values"]), default=None))
+        return views
 
-    def vars_set(self, name: str, value: str) -> dict[str, Any]:
-        """Set a global variable (source ``manual``): ``{"name", "changed"}``. The total of
-        all variables stays within the launcher's budget. Raises ValidationError (never
-        echoing the value)."""
-        from qinglong.local.app.legacy_import import GLOBAL_VARIABLES_MAX_BYTES
+    def vars_set(self, name: str, value: str, *, remark: str | None = None,
+                 index: int | None = None, add: bool = False,
+                 secret: bool | None = None) -> dict[str, Any]:
+        """Store a value of a global variable (source ``manual``): ``{"name", "index",
+        "changed"}``. ``add``: a new last value; ``index``: replace value #index (its flag,
+        and remark unless given, kept); neither: the variable becomes this one value.
+        Limits: ``check_variables_size``. Raises ValidationError (never echoing the
+        value), NotFoundError for a missing index."""
+        if remark is not None and (len(remark) > 200 or not remark.isprintable()):
+            raise ValidationError("remark", "a remark is at most 200 characters on one line")
 
-        others = {n: v for n, v in self.repo.global_variables().items() if n != name}
-        size = sum(len(f"{n}={v}".encode("utf-8", "surrogateescape")) + 1
-                   for n, v in {**others, name: value}.items())
-        if size > GLOBAL_VARIABLES_MAX_BYTES:
-            raise ValidationError("variable", f"global variables are limited to "
-                                              f"{GLOBAL_VARIABLES_MAX_BYTES} bytes in all")
-        changed = self.repo.set_global_variable(name, value, "manual")
-        return {"name": name, "changed": changed}
+        def edit(values: variables.Values) -> tuple[int, bool]:
+            if index is not None:
+                _at(values, name, index)
+                old = values[index - 1]
+                values[index - 1] = [value, old[1] if remark is None else remark, old[2]]
+                return index, old[0] != value
+            if not add:
+                changed = [v[0] for v in values] != [value]
+                values[:] = [[value, remark or "", True]]
+                return 1, changed
+            values.append([value, remark or "", True])
+            return len(values), True
 
-    def vars_rm(self, name: str) -> dict[str, Any]:
-        """Remove a global variable: ``{"name", "removed": True}``. Raises NotFoundError
-        naming it, or ConflictError naming the tasks whose secret refers to it."""
+        position, changed = self._vars(name, edit, source="manual", secret=secret)
+        return {"name": name, "index": position, "changed": changed}
+
+    def vars_enable(self, name: str, index: int | None, enabled: bool) -> dict[str, Any]:
+        """Enable or disable value #index of a variable (None: all of them); a disabled
+        value is kept. ``{"name", "index", "enabled", "changed"}``. Raises NotFoundError."""
+        def edit(values: variables.Values) -> int:
+            picked = values if index is None else [_at(values, name, index)]
+            changed = sum(1 for v in picked if bool(v[2]) != enabled)
+            for v in picked:
+                v[2] = enabled
+            return changed
+
+        return {"name": name, "index": index, "enabled": enabled,
+                "changed": self._vars(name, edit)}
+
+    def vars_show(self, name: str, reveal: bool = False) -> dict[str, Any]:
+        """One variable as in :meth:`vars_list`; with ``reveal`` each value's ``value`` for a
+        non-secret variable. Raises NotFoundError, or ConflictError revealing a secret."""
+        view = next((v for v in self.vars_list() if v["name"] == name), None)
+        if view is None:
+            raise NotFoundError(f"no such variable {name!r}")
+        if reveal:
+            shown = self.repo.db.read(lambda c: variables.reveal(c, name))
+            for item, value in zip(view["values"], shown, strict=True):
+                item["value"] = value
+        return view
+
+    def vars_rm(self, name: str, index: int | None = None) -> dict[str, Any]:
+        """Remove a global variable, or its value #index (later ones move up; the last
+        value removes the variable): ``{"name", "index", "removed": True}``. Raises
+        NotFoundError naming it, or ConflictError naming the tasks whose secret refers to
+        a variable it would remove."""
+        def edit(values: variables.Values) -> bool:
+            _at(values, name, index or 0)
+            if len(values) == 1:
+                return True  # the last value: the variable goes, references checked below
+            del values[(index or 0) - 1]
+            return False
+
+        if index is not None and not self._vars(name, edit):
+            return {"name": name, "index": index, "removed": True}
         if not self.secrets.remove_global_variable(name):
             raise NotFoundError(f"no such variable {name!r}")
-        return {"name": name, "removed": True}
+        return {"name": name, "index": index, "removed": True}
 
     # -- settings and notifications (issue 12 items 8-9) ----------------------------------
 
@@ -571,3 +629,31 @@ def _awaits_next_fire(task: Task, pending: object) -> bool:
     are never ``pending`` (the mark the store sets on every new task clears at ``serve``)."""
     manual = task.schedule.strip().lower() in ("@boot", "@once")
     return task.enabled and pending is not None and not manual
+
+
+def check_variables_size(env: dict[str, str]) -> None:
+    """Refuse global variables a task could not be started with: one ``NAME=value`` over
+    128 KiB (the kernel's MAX_ARG_STRLEN) or all of them over GLOBAL_VARIABLES_MAX_BYTES
+    (the launcher's share for them). Raises ValidationError naming the limit, never a
+    value."""
+    from qinglong.local.app.legacy_import import GLOBAL_VARIABLES_MAX_BYTES
+    from qinglong.local.process.launch_request import SINGLE_STRING_MAX_BYTES
+
+    total = 0
+    for name, value in env.items():
+        size = len(f"{name}={value}".encode("utf-8", "surrogateescape")) + 1
+        if size > SINGLE_STRING_MAX_BYTES:
+            raise ValidationError("variable", f"{name} would be {size} bytes with its enabled "
+                                              f"values joined; one variable is limited to "
+                                              f"{SINGLE_STRING_MAX_BYTES} bytes")
+        total += size
+    if total > GLOBAL_VARIABLES_MAX_BYTES:
+        raise ValidationError("variable", f"global variables are limited to "
+                                          f"{GLOBAL_VARIABLES_MAX_BYTES} bytes in all")
+
+
+def _at(values: list[list[Any]], name: str, index: int) -> list[Any]:
+    """Value #index (1-based) of ``values``; NotFoundError naming it."""
+    if not 1 <= index <= len(values):
+        raise NotFoundError(f"variable {name} has no value #{index}")
+    return values[index - 1]

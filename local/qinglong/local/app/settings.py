@@ -12,6 +12,11 @@ applies to the next attempt or notification without restarting ``serve``:
                           stored as a JSON list (written as one shell-quoted string).
 ``notify_webhook``        an ``http(s)://`` URL that gets a JSON POST then. Treated as a
                           secret (it often carries a token): shown as scheme and host only.
+``notify_urls``           one or more Apprise URLs (``bark://``, ``tgram://``, ``wecombot://``,
+                          ``dingtalk://``, ``feishu://``, ``pushplus://``, ``schan://``,
+                          ``gotify://``, ``ntfy://``, ``mailto://``, ``json://``...), separated
+                          by spaces or lines, sent by the optional ``qinglong[notify]``. Each
+                          URL is a secret as a whole: shown as scheme (and host) only.
 ``notify_on``             comma-separated statuses (default ``failed,timed_out,lost``; may add
                           ``succeeded`` and ``cancelled``).
 ``notify_timeout_s``      seconds each channel may take, 1–25 (default 10).
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import urllib.parse
 from collections.abc import Callable
@@ -33,9 +39,12 @@ from qinglong.shared.errors import ValidationError
 TASK_PATH = "task_path"
 NOTIFY_COMMAND = "notify_command"
 NOTIFY_WEBHOOK = "notify_webhook"
+NOTIFY_URLS = "notify_urls"
 NOTIFY_ON = "notify_on"
 NOTIFY_TIMEOUT = "notify_timeout_s"
-KEYS = (TASK_PATH, NOTIFY_COMMAND, NOTIFY_WEBHOOK, NOTIFY_ON, NOTIFY_TIMEOUT)
+KEYS = (TASK_PATH, NOTIFY_COMMAND, NOTIFY_WEBHOOK, NOTIFY_URLS, NOTIFY_ON, NOTIFY_TIMEOUT)
+NOTIFY_URLS_MAX = 16
+_APPRISE_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}://\S+")
 NOTIFY_ON_DEFAULT = ("failed", "timed_out", "lost")
 NOTIFY_ON_ALLOWED = ("failed", "timed_out", "lost", "succeeded", "cancelled")
 NOTIFY_TIMEOUT_DEFAULT_S = 10.0
@@ -74,6 +83,14 @@ def normalise(key: str, value: str) -> str:
                 c.isspace() for c in value.strip()):
             raise ValidationError(key, "use an http:// or https:// URL")
         return value.strip()
+    if key == NOTIFY_URLS:
+        urls = list(dict.fromkeys(value.split()))
+        if not urls or len(urls) > NOTIFY_URLS_MAX or not all(
+                _APPRISE_URL.fullmatch(u) for u in urls):
+            raise ValidationError(key, f"give 1-{NOTIFY_URLS_MAX} channel URLs such as "
+                                       "bark://HOST/KEY or tgram://TOKEN/CHAT, separated by "
+                                       "spaces or lines")
+        return json.dumps(urls)
     if key == NOTIFY_ON:
         names = [n.strip() for n in value.split(",") if n.strip()]
         bad = [n for n in names if n not in NOTIFY_ON_ALLOWED]
@@ -92,12 +109,15 @@ def normalise(key: str, value: str) -> str:
 
 def shown(key: str, stored: str | None) -> dict[str, Any]:
     """One setting as a view: ``{"key", "value", "default"}``; ``value`` is None when unset,
-    a webhook shows ``scheme://host/…`` only, a command its shell-quoted argv."""
+    a webhook shows ``scheme://host/…`` only, channel URLs :func:`channel_target` each, a
+    command its shell-quoted argv."""
     value: str | None = stored
     if stored is not None and key == NOTIFY_WEBHOOK:
         value = mask_url(stored)
     elif stored is not None and key == NOTIFY_COMMAND:
         value = shlex.join(json.loads(stored))
+    elif stored is not None and key == NOTIFY_URLS:
+        value = ", ".join(channel_target(u) for u in json.loads(stored))
     return {"key": key, "value": value, "default": DEFAULTS.get(key)}
 
 
@@ -123,3 +143,14 @@ def mask_url(url: str) -> str:
     except ValueError:
         port = ""
     return f"{parsed.scheme}://{host}{port}/…"
+
+
+def channel_target(url: str) -> str:
+    """A channel URL as shown, ``bark://push.example.com/…``: the scheme, and the host when
+    it looks like one (a dot, ``localhost`` or an IPv6 literal); never a path, query or user
+    info, nor a host part that is a token (``tgram://123:ABC/…`` shows as ``tgram://…``)."""
+    scheme, _, rest = url.partition("://")
+    host = rest.split("/", 1)[0].rpartition("@")[2]
+    name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    shown = host if ("." in name or name == "localhost" or name.startswith("[")) else ""
+    return f"{scheme.lower()}://{shown}/…" if shown else f"{scheme.lower()}://…"

@@ -8,7 +8,6 @@ race raises :class:`ConcurrentUpdateError`; nothing is overwritten silently.
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 import time
 from collections.abc import Callable, Mapping
@@ -55,7 +54,6 @@ from qinglong.shared.statuses import (
 )
 
 MAX_CANDIDATE_LIMIT = 256
-_GLOBAL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def now_ms() -> int:
@@ -514,7 +512,7 @@ class LocalRunRepository(
         self, attempt: Attempt, *, log_path: str, deadline_at_ms: int | None
     ) -> Attempt:
         """Persist the start intent: ``claimed -> starting`` with the log path and the
-        durable deadline (docs/protocols.md §3.3), before the launcher is called."""
+        durable deadline (DESIGN.md §3.3), before the launcher is called."""
         at = self.clock()
 
         def op(conn: sqlite3.Connection) -> Attempt:
@@ -747,42 +745,31 @@ class LocalRunRepository(
     # -- global variables (migration 0002) -------------------------------------------------
 
     def set_global_variable(self, name: str, value: str, source: str) -> bool:
-        """Insert or replace a global variable every task receives (docs/protocols.md §3.3).
+        """Make ``name`` the one enabled ``value`` every task receives (DESIGN.md §3.3;
+        :mod:`qinglong.local.storage.variables` for several values). ``name`` must match
+        ``[A-Za-z_][A-Za-z0-9_]*``; ``value`` a string without NUL; ``source`` says where it
+        came from (for example ``qinglong2``). Returns True when the stored values or
+        source changed. Raises ValidationError (which never echoes the value)."""
+        from qinglong.local.storage import variables
 
-        ``name`` must match ``[A-Za-z_][A-Za-z0-9_]*``; ``value`` a string without NUL;
-        ``source`` says where it came from (for example ``qinglong2``). Returns True when the
-        stored value or source changed. Raises ValidationError (which never echoes the value).
-        """
-        if not isinstance(name, str) or not _GLOBAL_NAME.fullmatch(name):
-            raise ValidationError("variable", "names must match [A-Za-z_][A-Za-z0-9_]*")
-        if not isinstance(value, str) or "\x00" in value:
-            raise ValidationError("variable", "values must be strings without NUL bytes")
-        at = self.clock()
+        before = self.db.read(lambda c: c.execute(
+            "SELECT source FROM global_variables WHERE name = ?", (name,)).fetchone())
 
-        def op(conn: sqlite3.Connection) -> bool:
-            row = conn.execute(
-                "SELECT value, source FROM global_variables WHERE name = ?", (name,)
-            ).fetchone()
-            if row is not None and (str(row[0]), str(row[1])) == (value, source):
-                return False
-            conn.execute(
-                "INSERT INTO global_variables (name, value, source, updated_at_ms)"
-                " VALUES (?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value,"
-                " source = excluded.source, updated_at_ms = excluded.updated_at_ms",
-                (name, value, source, at),
-            )
-            return True
+        def edit(values: variables.Values) -> bool:
+            changed = values != [[value, "", True]]  # 1 == True: as read back
+            values[:] = [[value, "", True]]
+            return changed
 
-        return self.db.write(op)
+        changed = variables.change(self.db, self.clock(), name, edit, source=source)
+        return bool(changed or before is None or before[0] != source)
 
     def global_variables(self) -> dict[str, str]:
-        """Every global variable as ``{name: value}``. The values are secrets: pass them to
-        a task's environment, never to a view, a log line or an error message."""
-        return self.db.read(
-            lambda c: {
-                str(n): str(v) for n, v in c.execute("SELECT name, value FROM global_variables")
-            }
-        )
+        """Every global variable with an enabled value as ``{name: the enabled values joined
+        with &}``. The values are secrets: pass them to a task's environment, never to a
+        view, a log line or an error message."""
+        from qinglong.local.storage.variables import environment
+
+        return self.db.read(environment)
 
     def list_global_variables(self) -> list[tuple[str, str, int]]:
         """``(name, source, updated_at_ms)`` of every global variable by name (no values)."""

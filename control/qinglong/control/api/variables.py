@@ -1,0 +1,148 @@
+"""Global-variable routes (docs/protocols.md §4.5 "Global variables"), Qinglong's 环境变量.
+
+Scopes: writes need ``operator``; ``GET /v1/vars`` needs ``viewer`` and answers names, pool
+scopes, remarks and flags: no answer, error, event or log line carries a value. A value
+comes in a JSON body (the CLI reads it from stdin, never argv).
+
+* ``GET /v1/vars``: every variable with its values' index, remark and enabled flag.
+* ``POST /v1/vars/{name}``: ``{"value", "remark"?, "index"?, "add"?, "secret"?,
+  "pools"?}`` stores a value (``add``: a new last one; ``index``: replace that one; neither:
+  the variable becomes this one value); ``pools`` present sets the scope (null: every pool).
+  Answers ``{"name", "index"}``.
+* ``POST /v1/vars/{name}/enable`` and ``/disable``: ``{"index"?}`` (none: every value).
+* ``DELETE /v1/vars/{name}?index=N``: the variable, or its value #N.
+
+Refusals: 422 ``invalid_variable`` naming the limit (a value over 128 KiB, a pool's
+variables over 1 MiB), 404 ``not_found``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from qinglong.control.api.context import get_context
+from qinglong.control.api.errors import ApiError
+from qinglong.control.api.security import require
+from qinglong.control.api.task_models import ENV_NAME_PATTERN
+from qinglong.control.api.token_routes import POOL_PATTERN
+from qinglong.control.auth.tokens import Principal
+from qinglong.control.db import variables as store
+from qinglong.shared.errors import NotFoundError, ValidationError
+
+router = APIRouter(tags=["vars"])
+Viewer = Annotated[Principal, Depends(require("viewer"))]
+Operator = Annotated[Principal, Depends(require("operator"))]
+Name = Annotated[str, Path(pattern=ENV_NAME_PATTERN)]
+
+
+class ValueIn(BaseModel):
+    """A value to store (a secret: never echoed in an error)."""
+
+    model_config = ConfigDict(extra="forbid")
+    value: str = Field(max_length=store.VALUE_MAX_BYTES)
+    remark: str | None = Field(default=None, max_length=store.REMARK_MAX_CHARS)
+    index: int | None = Field(default=None, ge=1)
+    add: bool = False
+    secret: bool | None = None
+    pools: list[Annotated[str, Field(pattern=POOL_PATTERN)]] | None = Field(
+        default=None, min_length=1, max_length=64)
+
+
+class ToggleIn(BaseModel):
+    """Which value to enable or disable (None: all of them)."""
+
+    model_config = ConfigDict(extra="forbid")
+    index: int | None = Field(default=None, ge=1)
+
+
+class ValueOut(BaseModel):
+    """One value's public facts; never the value."""
+
+    index: int
+    remark: str
+    enabled: bool
+    updated_at: Any
+
+
+class VariableOut(BaseModel):
+    """A variable's public facts: ``pools`` None means every pool."""
+
+    name: str
+    pools: list[str] | None
+    secret: bool
+    updated_by: str | None
+    updated_at: Any
+    values: list[ValueOut]
+
+
+class StoredOut(BaseModel):
+    """The answer to a write."""
+
+    name: str
+    index: int | None
+    changed: int | None = None
+
+
+def _refusal(exc: Exception) -> ApiError:
+    if isinstance(exc, NotFoundError):
+        return ApiError(404, "not_found", str(exc))
+    return ApiError(422, "invalid_variable", str(exc).partition(": ")[2] or str(exc))
+
+
+@router.get("/v1/vars", response_model=list[VariableOut])
+def list_vars(request: Request, _who: Viewer) -> list[VariableOut]:
+    """Every variable by name: scope, secret flag, each value's index, remark and flag."""
+    with get_context(request).engine.connect() as conn:
+        rows = store.list_variables(conn)
+    return [VariableOut(**row) for row in rows]
+
+
+@router.post("/v1/vars/{name}", response_model=StoredOut)
+def set_var(name: Name, body: ValueIn, request: Request, who: Operator) -> StoredOut:
+    """Store a value (operator); see the module's description."""
+    try:
+        with get_context(request).engine.begin() as conn:
+            index = store.put_value(
+                conn, name, body.value, who=who.name, remark=body.remark, index=body.index,
+                add=body.add, secret=body.secret, pools=body.pools,
+                set_pools="pools" in body.model_fields_set)
+    except (NotFoundError, ValidationError) as exc:
+        raise _refusal(exc) from None
+    return StoredOut(name=name, index=index)
+
+
+def _toggle(name: str, body: ToggleIn, request: Request, who: Principal,
+            enabled: bool) -> StoredOut:
+    try:
+        with get_context(request).engine.begin() as conn:
+            changed = store.set_enabled(conn, name, body.index, enabled, who.name)
+    except (NotFoundError, ValidationError) as exc:
+        raise _refusal(exc) from None
+    return StoredOut(name=name, index=body.index, changed=changed)
+
+
+@router.post("/v1/vars/{name}/enable", response_model=StoredOut)
+def enable_var(name: Name, body: ToggleIn, request: Request, who: Operator) -> StoredOut:
+    """Enable value #index (operator; none: every value)."""
+    return _toggle(name, body, request, who, True)
+
+
+@router.post("/v1/vars/{name}/disable", response_model=StoredOut)
+def disable_var(name: Name, body: ToggleIn, request: Request, who: Operator) -> StoredOut:
+    """Disable value #index (operator; none: every value); the value is kept."""
+    return _toggle(name, body, request, who, False)
+
+
+@router.delete("/v1/vars/{name}", status_code=204, response_class=Response)
+def remove_var(name: Name, request: Request, _who: Operator,
+               index: Annotated[int | None, Query(ge=1)] = None) -> Response:
+    """Remove the variable, or its value #index (operator)."""
+    try:
+        with get_context(request).engine.begin() as conn:
+            store.remove(conn, name, index)
+    except NotFoundError as exc:
+        raise _refusal(exc) from None
+    return Response(status_code=204)

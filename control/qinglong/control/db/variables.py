@@ -1,0 +1,189 @@
+"""Global variables of the cluster (migration 0009, docs/protocols.md §4.5 "Global variables").
+
+A variable ``NAME`` has a pool scope (None: every pool), a secret flag and ordered values,
+each with a remark and an enabled flag. A claim answer gets, for the claiming pool, each
+variable in scope as the enabled values joined with ``&`` in position order
+(:func:`pool_environment`); a variable with no enabled value is left out. Values leave this
+module only through :func:`pool_environment`: :func:`list_variables` returns names, scopes,
+remarks and flags. No error message here contains a value.
+
+Limits (``execve``'s): one value and one joined variable at most 128 KiB, every variable
+of one pool's scope together at most 1 MiB (:data:`ENV_MAX_BYTES`), checked inside the
+writing transaction (a refused write changes nothing).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from qinglong.control.db.engine import run_named
+from qinglong.shared.errors import NotFoundError, ValidationError
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+JOIN = "&"
+VALUE_MAX_BYTES = 128 * 1024
+ENV_MAX_BYTES = 1024 * 1024
+REMARK_MAX_CHARS = 200
+_SHIFT = 1_000_000_000  # moves positions out of the way while renumbering
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
+def check_name(name: str) -> str:
+    """``name`` if it is ``[A-Za-z_][A-Za-z0-9_]*`` (1-128); raises ValidationError."""
+    if not NAME.fullmatch(name):
+        raise ValidationError("name", "a variable name is [A-Za-z_][A-Za-z0-9_]*, 1-128 "
+                                      "characters")
+    return name
+
+
+def _lock(conn: Connection, name: str) -> dict[str, Any]:
+    row = run_named(conn, "SELECT name, pools, secret FROM global_variables WHERE name ="
+                          " %(name)s FOR UPDATE", {"name": name}).mappings().first()
+    if row is None:
+        raise NotFoundError(f"no such variable {name!r}")
+    return dict(row)
+
+
+def list_variables(conn: Connection) -> list[dict[str, Any]]:
+    """Every variable by name: ``{"name", "pools" (list or None), "secret", "updated_by",
+    "updated_at", "values": [{"index", "remark", "enabled", "updated_at"}]}``; never a
+    value."""
+    values: dict[str, list[dict[str, Any]]] = {}
+    for row in run_named(conn, "SELECT name, position, remark, enabled, updated_at FROM"
+                               " global_variable_values ORDER BY name, position").mappings():
+        values.setdefault(row["name"], []).append(
+            {"index": row["position"], "remark": row["remark"], "enabled": row["enabled"],
+             "updated_at": row["updated_at"]})
+    return [{**dict(row), "values": values.get(row["name"], [])}
+            for row in run_named(conn, "SELECT name, pools, secret, updated_by, updated_at"
+                                       " FROM global_variables ORDER BY name").mappings()]
+
+
+def pool_environment(conn: Connection, pool_name: str | None = None, *,
+                     pool_id: str | None = None) -> dict[str, str]:
+    """``{NAME: enabled values joined with &}`` for the variables whose scope reaches the
+    pool named ``pool_name`` (or with id ``pool_id``); secrets, for a claim answer only."""
+    out: dict[str, list[str]] = {}
+    for row in run_named(conn, (
+            "SELECT v.name, x.value FROM global_variables v"
+            " JOIN global_variable_values x ON x.name = v.name AND x.enabled"
+            " WHERE v.pools IS NULL OR coalesce(%(pool)s, (SELECT p.name FROM worker_pools p"
+            "   WHERE p.id = %(pool_id)s)) = ANY (v.pools)"
+            " ORDER BY v.name, x.position"), {"pool": pool_name, "pool_id": pool_id}):
+        out.setdefault(row[0], []).append(row[1])
+    return {name: JOIN.join(vals) for name, vals in out.items()}
+
+
+def _check_sizes(conn: Connection) -> None:
+    """Refuse a state some pool's tasks could not be started with (ValidationError)."""
+    pools = [r[0] for r in run_named(conn, "SELECT name FROM worker_pools")]
+    scoped = {r[0] for r in run_named(
+        conn, "SELECT DISTINCT unnest(pools) FROM global_variables WHERE pools IS NOT NULL")}
+    for pool in sorted(set(pools) | scoped | {""}):
+        total = 0
+        for name, value in pool_environment(conn, pool).items():
+            size = len(name) + 2 + len(value.encode("utf-8", "surrogateescape"))
+            if size > VALUE_MAX_BYTES:
+                raise ValidationError("value", f"{name} would be {size} bytes with its enabled "
+                                               f"values joined; one variable is limited to "
+                                               f"{VALUE_MAX_BYTES} bytes")
+            total += size
+        if total > ENV_MAX_BYTES:
+            raise ValidationError("value", f"the variables of a pool are limited to "
+                                           f"{ENV_MAX_BYTES} bytes in all")
+
+
+def put_value(conn: Connection, name: str, value: str, *, who: str, remark: str | None,
+              index: int | None, add: bool, secret: bool | None,
+              pools: Sequence[str] | None, set_pools: bool) -> int:
+    """Store ``value`` for ``name`` in the caller's transaction; returns its index.
+
+    ``add``: a new last value (enabled); ``index``: replace that value (keeping its flag,
+    and its remark unless ``remark`` is given); neither: the variable becomes this one
+    value. ``set_pools``: the scope becomes ``pools`` (None: every pool); otherwise a new
+    variable reaches every pool and an existing one keeps its scope. Raises
+    ValidationError (never echoing the value) or NotFoundError (no such index).
+    """
+    check_name(name)
+    if "\x00" in value or len(value.encode("utf-8", "surrogateescape")) > VALUE_MAX_BYTES:
+        raise ValidationError("value", f"a value is text without NUL bytes, at most "
+                                       f"{VALUE_MAX_BYTES} bytes")
+    if remark is not None and (len(remark) > REMARK_MAX_CHARS or any(
+            ord(c) < 32 or ord(c) == 127 for c in remark)):
+        raise ValidationError("remark", f"a remark is at most {REMARK_MAX_CHARS} characters "
+                                        "on one line")
+    params = {"name": name, "who": who, "pools": list(pools) if pools else None,
+              "set_pools": set_pools, "secret": secret}
+    run_named(conn, (
+        "INSERT INTO global_variables (name, pools, secret, updated_by)"
+        " VALUES (%(name)s, %(pools)s, coalesce(%(secret)s, true), %(who)s)"
+        " ON CONFLICT (name) DO UPDATE SET updated_by = excluded.updated_by,"
+        " updated_at = now(), secret = coalesce(%(secret)s, global_variables.secret),"
+        " pools = CASE WHEN %(set_pools)s THEN excluded.pools ELSE global_variables.pools END"),
+        params)
+    _lock(conn, name)
+    args = {"name": name, "value": value, "remark": remark, "index": index}
+    if index is not None:
+        done = run_named(conn, (
+            "UPDATE global_variable_values SET value = %(value)s,"
+            " remark = coalesce(%(remark)s, remark), updated_at = now()"
+            " WHERE name = %(name)s AND position = %(index)s"), args).rowcount
+        if not done:
+            raise NotFoundError(f"variable {name} has no value #{index}")
+        position = index
+    else:
+        if not add:
+            run_named(conn, "DELETE FROM global_variable_values WHERE name = %(name)s", args)
+        position = int(run_named(conn, (
+            "INSERT INTO global_variable_values (name, position, value, remark)"
+            " SELECT %(name)s, coalesce(max(position), 0) + 1, %(value)s,"
+            " coalesce(%(remark)s, '') FROM global_variable_values WHERE name = %(name)s"
+            " RETURNING position"), args).scalar_one())
+    _check_sizes(conn)
+    return position
+
+
+def set_enabled(conn: Connection, name: str, index: int | None, enabled: bool,
+                who: str) -> int:
+    """Enable or disable value #index (None: all); the value is kept. Returns how many
+    changed. Raises NotFoundError."""
+    _lock(conn, name)
+    args = {"name": name, "index": index, "enabled": enabled, "who": who}
+    if index is not None and run_named(conn, (
+            "SELECT 1 FROM global_variable_values WHERE name = %(name)s"
+            " AND position = %(index)s"), args).first() is None:
+        raise NotFoundError(f"variable {name} has no value #{index}")
+    changed = run_named(conn, (
+        "UPDATE global_variable_values SET enabled = %(enabled)s, updated_at = now()"
+        " WHERE name = %(name)s AND (%(index)s::int IS NULL OR position = %(index)s)"
+        " AND enabled <> %(enabled)s"), args).rowcount
+    run_named(conn, "UPDATE global_variables SET updated_by = %(who)s, updated_at = now()"
+                    " WHERE name = %(name)s", args)
+    _check_sizes(conn)
+    return int(changed)
+
+
+def remove(conn: Connection, name: str, index: int | None) -> None:
+    """Remove the variable, or its value #index (later values move up; the last value
+    removes the variable). Raises NotFoundError."""
+    _lock(conn, name)
+    args = {"name": name, "index": index}
+    if index is None:
+        run_named(conn, "DELETE FROM global_variables WHERE name = %(name)s", args)
+        return
+    if not run_named(conn, "DELETE FROM global_variable_values WHERE name = %(name)s"
+                           " AND position = %(index)s", args).rowcount:
+        raise NotFoundError(f"variable {name} has no value #{index}")
+    run_named(conn, (  # two steps: the primary key is checked per row
+        "UPDATE global_variable_values SET position = position + %(shift)s"
+        " WHERE name = %(name)s AND position > %(index)s"), {**args, "shift": _SHIFT})
+    run_named(conn, (
+        "UPDATE global_variable_values SET position = position - %(shift)s - 1"
+        " WHERE name = %(name)s AND position > %(shift)s"), {**args, "shift": _SHIFT})
+    if run_named(conn, "SELECT 1 FROM global_variable_values WHERE name = %(name)s",
+                 args).first() is None:
+        run_named(conn, "DELETE FROM global_variables WHERE name = %(name)s", args)

@@ -1,0 +1,73 @@
+"""Global variables of the cluster (环境变量) through the real ``ql3 cluster``, real control,
+a real worker, PostgreSQL and moto (docs/protocols.md §4.5 "Global variables").
+
+Several values per name with remarks and on/off flags, the enabled ones joined with ``&``
+into each attempt's environment, the task's own env over them, a pool scope (a claim answer
+carries only the variables of the claiming pool's scope), the viewer reading names, remarks
+and flags only and refused writes, values never in any answer or output.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from cluster_kit import Cluster
+from test_cluster_cli import cli, runs_json, started_cluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.postgres]
+COOKIES = ("pt_key=AAAsecret1;", "pt_key=BBBsecret2;", "pt_key=CCCsecret3;")
+
+
+def _run_and_read(cluster: Cluster, url: str, token: str, task: str) -> str:
+    cli(cluster, url, token, "run", task, "--wait", code=None)
+    runs = runs_json(cluster, url, token, task)
+    return str(cli(cluster, url, token, "logs", f"{task}#{len(runs)}").stdout)
+
+
+def test_values_remarks_flags_scope_and_override_reach_each_attempt(cluster: Cluster) -> None:
+    urls, tokens = started_cluster(cluster, replicas=1)
+    url, op, viewer = urls[0], tokens["operator"], tokens["viewer"]
+    for n, (cookie, remark) in enumerate(zip(COOKIES, ("账号一", "账号二", "账号三"),
+                                             strict=True)):
+        extra = ("--add",) if n else ()
+        out = cli(cluster, url, op, "vars", "set", "JD_COOKIE", *extra, "--remark", remark,
+                  stdin=cookie)
+        assert f"value #{n + 1}" in out.stdout
+    cli(cluster, url, op, "vars", "disable", "JD_COOKIE", "--index", "2")
+    cli(cluster, url, op, "vars", "set", "OTHER_POOL_ONLY", "--pool", "pool-b",
+        stdin="not-for-pool-a")
+    cli(cluster, url, op, "vars", "set", "GREETING", stdin="from-vars")
+    cli(cluster, url, tokens["admin"], "task", "add", "jd_sign", "--schedule", "@once",
+        "--env", "GREETING=from-task", "--", "sh", "-c",
+        'echo "ck=[$JD_COOKIE] other=[$OTHER_POOL_ONLY] greeting=[$GREETING]"')
+
+    log = _run_and_read(cluster, url, op, "jd_sign")
+    assert f"ck=[{COOKIES[0]}&{COOKIES[2]}]" in log
+    assert "other=[]" in log and "greeting=[from-task]" in log
+
+    cli(cluster, url, op, "vars", "enable", "JD_COOKIE", "--index", "2")
+    cli(cluster, url, op, "vars", "rm", "JD_COOKIE", "--index", "1")
+    assert f"ck=[{COOKIES[1]}&{COOKIES[2]}]" in _run_and_read(cluster, url, op, "jd_sign")
+
+    listed = cli(cluster, url, viewer, "vars", "list").stdout
+    assert "JD_COOKIE=********  (2 of 2 on, all pools)" in listed and "账号二" in listed
+    assert "pools pool-b" in listed
+    views: list[dict[str, Any]] = json.loads(
+        cli(cluster, url, viewer, "vars", "list", "--json").stdout)
+    jd = next(v for v in views if v["name"] == "JD_COOKIE")
+    assert [(v["index"], v["remark"], v["enabled"]) for v in jd["values"]] == [
+        (1, "账号二", True), (2, "账号三", True)]
+    denied = cli(cluster, url, viewer, "vars", "set", "X", stdin="v", code=None)
+    assert denied.returncode != 0 and "operator" in denied.stderr
+
+    refused = cli(cluster, url, op, "vars", "set", "BIG", stdin="x" * (128 * 1024 + 1),
+                  code=None)
+    assert refused.returncode != 0 and "x" * 64 not in refused.stderr
+
+    with cluster.api(url, tokens["admin"]) as api:
+        everything = json.dumps(api.get("/v1/vars").json()) + api.get("/metrics").text
+        events = api.get("/v1/runs", params={"task": "jd_sign"}).text
+    everything += events + listed + json.dumps(views) + "".join(p.log() for p in cluster.procs)
+    assert not any(secret in everything for secret in (*COOKIES, "not-for-pool-a"))

@@ -1,0 +1,95 @@
+"""Global variables as Qinglong users keep them (环境变量), through the real `ql3 local`.
+
+A name holds several values in order (multi-account ``JD_COOKIE``), each with a remark and an
+enabled flag; a task receives the enabled ones joined with ``&``; disabling keeps a value;
+a value over 128 KiB is refused; a secret value is never printed, a ``--plain`` one is shown
+by ``vars show NAME --reveal`` (DESIGN.md §3.3).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness import Ql3
+from test_task_env_secrets import ql3_input
+
+pytestmark = pytest.mark.integration
+
+COOKIES = ("pt_key=AAAsecret1;pt_pin=甲;", "pt_key=BBBsecret2;pt_pin=乙;",
+           "pt_key=CCCsecret3;pt_pin=丙;")
+
+
+def _run_output(ql3: Ql3, task: str) -> str:
+    ql3.run("local", "run", task)
+    run = ql3.json("local", "runs", "--task", task)[0]
+    return str(ql3.run("local", "logs", run["id"]).stdout)
+
+
+def test_several_values_with_remarks_join_enabled_ones_with_ampersand(
+    ql3: Ql3, tmp_path: Path
+) -> None:
+    for n, (cookie, remark) in enumerate(zip(COOKIES, ("账号一", "账号二", "账号三"),
+                                             strict=True)):
+        extra = ("--add",) if n else ()
+        done = ql3_input(ql3, cookie, "local", "vars", "set", "JD_COOKIE", *extra,
+                         "--remark", remark)
+        assert done.returncode == 0, done.stderr
+        assert (f"value #{n + 1}" in done.stdout) == bool(n)
+    ql3.run("local", "task", "add", "jd_sign", "--schedule", "@once", "--",
+            "sh", "-c", 'printf "[%s]\\n" "$JD_COOKIE"')
+    assert f"[{'&'.join(COOKIES)}]" in _run_output(ql3, "jd_sign")
+
+    off = ql3.run("local", "vars", "disable", "JD_COOKIE", "--index", "2")
+    assert "value #2 disabled (kept)" in off.stdout
+    assert f"[{COOKIES[0]}&{COOKIES[2]}]" in _run_output(ql3, "jd_sign")
+
+    listed = ql3.run("local", "vars", "list").stdout
+    assert "2 of 3 on" in listed and "账号二" in listed
+    assert [(v["index"], v["remark"], v["enabled"])
+            for v in ql3.json("local", "vars", "list")[0]["values"]] == [
+        (1, "账号一", True), (2, "账号二", False), (3, "账号三", True)]
+
+    ql3.run("local", "vars", "enable", "JD_COOKIE", "--index", "2")
+    ql3.run("local", "vars", "rm", "JD_COOKIE", "--index", "1")
+    assert f"[{COOKIES[1]}&{COOKIES[2]}]" in _run_output(ql3, "jd_sign")
+
+    ql3.run("local", "vars", "disable", "JD_COOKIE")  # every value: the variable is unset
+    assert "[]" in _run_output(ql3, "jd_sign")
+    assert [v["enabled"] for v in ql3.json("local", "vars", "show", "JD_COOKIE")["values"]] \
+        == [False, False]
+
+    printed = "\n".join(
+        ql3.run("local", *args, check=False).stdout + ql3.run("local", *args, check=False).stderr
+        for args in (("vars", "list"), ("vars", "list", "--json"),
+                     ("vars", "show", "JD_COOKIE"), ("vars", "show", "JD_COOKIE", "--reveal"),
+                     ("task", "show", "jd_sign"), ("inspect", "jd_sign@last")))
+    assert not any(secret in printed for secret in ("AAAsecret1", "BBBsecret2", "CCCsecret3"))
+
+
+def test_reveal_prints_a_plain_value_and_refuses_a_secret_one(ql3: Ql3) -> None:
+    assert ql3_input(ql3, "zh_CN.UTF-8", "local", "vars", "set", "LANG_HINT",
+                     "--plain").returncode == 0
+    shown = ql3.json("local", "vars", "show", "LANG_HINT", "--reveal")
+    assert shown["secret"] is False and shown["values"][0]["value"] == "zh_CN.UTF-8"
+    assert "value" not in ql3.json("local", "vars", "show", "LANG_HINT")["values"][0]
+
+    assert ql3_input(ql3, "s3cr3t-token", "local", "vars", "set", "PUSH_KEY").returncode == 0
+    refused = ql3.run("local", "vars", "show", "PUSH_KEY", "--reveal", check=False)
+    assert refused.returncode != 0 and "secret" in refused.stderr
+    assert "s3cr3t-token" not in refused.stdout + refused.stderr
+
+
+def test_a_value_over_128_kib_is_refused_and_nothing_is_lost(ql3: Ql3) -> None:
+    assert ql3_input(ql3, "keep-me", "local", "vars", "set", "BIG").returncode == 0
+    huge = "x" * (128 * 1024 + 1)
+    refused = ql3_input(ql3, huge, "local", "vars", "set", "BIG", "--add")
+    assert refused.returncode != 0 and "x" * 64 not in refused.stderr
+    assert len(ql3.json("local", "vars", "show", "BIG")["values"]) == 1
+    # within one value's limit, but the variables together exceed what a task can start with
+    big = "y" * (100 * 1024)
+    refused = ql3_input(ql3, big, "local", "vars", "set", "BIG", "--add")
+    assert refused.returncode != 0 and "limited to" in refused.stderr
+    assert json.loads(ql3.run("local", "vars", "list", "--json").stdout)[0]["enabled"] == 1
