@@ -52,12 +52,9 @@ FORBIDDEN = [
     " VALUES (99, '0099-x.sql', repeat('e', 64), true)",
     "UPDATE ql3_migration_ledger SET additive = true",
     "DELETE FROM ql3_migration_ledger",
-    "DELETE FROM events",
     # 0005, the cluster engine: tasks are removed softly, history is append-only, pools are
     # the schema owner's, tokens are never deleted (revoked instead)
     "DELETE FROM tasks",
-    "DELETE FROM runs",
-    "DELETE FROM attempts",
     "UPDATE task_events SET kind = 'x'",
     "DELETE FROM task_events",
     "INSERT INTO worker_pools (id, name) VALUES (gen_random_uuid(), 'evil')",
@@ -74,6 +71,15 @@ FORBIDDEN = [
     "ALTER TABLE script_bundles ADD COLUMN evil int",
     "ALTER TABLE tasks DROP CONSTRAINT tasks_bundle_digest_fkey",
     "DROP INDEX tasks_bundle_digest_idx",
+    # 0010, history pruning: runs, attempts and events may be deleted (by the pruning batch),
+    # never truncated; the one job row is never added to nor removed
+    "TRUNCATE runs",
+    "TRUNCATE attempts",
+    "TRUNCATE events",
+    "INSERT INTO history_prune_jobs (id) VALUES (1)",
+    "DELETE FROM history_prune_jobs",
+    "TRUNCATE history_prune_jobs",
+    "ALTER TABLE history_prune_jobs ADD COLUMN evil int",
 ]
 
 

@@ -26,9 +26,10 @@ COLUMN_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "REFERENCES")  # grantable pe
 # ADR-0379 §2: controls SELECT/INSERT/UPDATE/DELETE, tombstones SELECT/INSERT only.
 RUNTIME_GRANTS: dict[str, frozenset[str]] = {
     "tasks": frozenset({"SELECT", "INSERT", "UPDATE"}),
-    "runs": frozenset({"SELECT", "INSERT", "UPDATE"}),
-    "attempts": frozenset({"SELECT", "INSERT", "UPDATE"}),
-    "events": frozenset({"SELECT", "INSERT"}),
+    # DELETE on runs, attempts, events: history pruning (0010; docs/operations.md)
+    "runs": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
+    "attempts": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
+    "events": frozenset({"SELECT", "INSERT", "DELETE"}),
     "run_attempt_log_artifacts": frozenset({"SELECT", "INSERT"}),
     "run_attempt_log_retention_controls": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
     "run_attempt_log_artifact_tombstones": frozenset({"SELECT", "INSERT"}),
@@ -42,6 +43,8 @@ RUNTIME_GRANTS: dict[str, frozenset[str]] = {
     "api_tokens": frozenset({"SELECT", "INSERT", "UPDATE"}),  # admin scope manages tokens
     # 0006, script bundles (docs/protocols.md §4.7): immutable rows, pushed and removed
     "script_bundles": frozenset({"SELECT", "INSERT", "DELETE"}),
+    # 0010, history pruning: the one job row is locked and updated, never added or removed
+    "history_prune_jobs": frozenset({"SELECT", "UPDATE"}),
 }
 
 

@@ -18,6 +18,7 @@ from sqlalchemy import (
     ForeignKey,
     Integer,
     MetaData,
+    SmallInteger,
     Table,
     Text,
 )
@@ -74,6 +75,7 @@ tasks = Table(
     Column("version", BigInteger, nullable=False),
     Column("updated_at", _TS, nullable=False),
     Column("deleted_at", _TS),
+    Column("history_retention_s", BigInteger),  # 0010: NULL = the cluster default
 )
 
 runs = Table(
@@ -240,4 +242,24 @@ run_attempt_log_artifact_tombstones = Table(
     Column("retired_at", _TS, nullable=False),
     Column("evidence", Text, nullable=False),
     Column("evidence_sha256", Text, nullable=False),
+)
+
+# 0010: the history pruning job, one row (docs/operations.md "History pruning")
+history_prune_jobs = Table(
+    "history_prune_jobs", metadata,
+    Column("id", SmallInteger, primary_key=True),
+    Column("retention_s", BigInteger, nullable=False),
+    Column("keep_runs", Integer, nullable=False),
+    Column("cursor_finished_at", _TS, nullable=False),
+    Column("cursor_run_id", _uuid(), nullable=False),
+    Column("passes", BigInteger, nullable=False),
+    Column("last_batch_at", _TS),
+    Column("last_batch_owner", Text),
+    Column("last_batch_scanned", Integer, nullable=False),
+    Column("last_batch_runs", Integer, nullable=False),
+    Column("last_batch_attempts", Integer, nullable=False),
+    Column("last_batch_events", Integer, nullable=False),
+    Column("last_batch_occurrences", Integer, nullable=False),
+    Column("last_batch_kept", Integer, nullable=False),
+    Column("total_runs", BigInteger, nullable=False),
 )

@@ -177,6 +177,7 @@ class ControlReplica:
         from datetime import UTC, datetime, timedelta
 
         from qinglong.control.dispatch.recovery import LeaseRecovery, RecoveryConfig
+        from qinglong.control.history.prune import prune_batch
         from qinglong.control.retention.claims import process_owner
         from qinglong.control.retention.enrollment import enrollment_sweep
         from qinglong.control.retention.sweeper import RunAttemptLogRetentionSweeper
@@ -234,6 +235,10 @@ class ControlReplica:
                             more=lambda r: bool(r.full)),
             PeriodicService("enrollment", enroll, period_s=ENROLLMENT_PERIOD_S),
             PeriodicService("occurrence_prune", prune, period_s=PRUNE_PERIOD_S),
+            # docs/operations.md "History pruning": one bounded batch, again at once while full
+            PeriodicService("history_prune",
+                            lambda: prune_batch(self.engine, self.settings.replica_id),
+                            period_s=PRUNE_PERIOD_S, more=lambda b: b is not None and b.full),
         ])
         self._stoppables.append(sweeper)
         self._sweeper = sweeper

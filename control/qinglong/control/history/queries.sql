@@ -1,0 +1,128 @@
+-- Cluster history pruning (docs/operations.md "History pruning"; migration 0010). Times come
+-- from now() only.
+
+-- prune_batch_plan --
+-- Pin the batch's plan in its transaction, as retention's claim_plan does: without statistics
+-- the only plans left walk the runs_finished_idx from the cursor and reach every other row by key
+SELECT set_config('enable_sort', 'off', true), set_config('enable_hashjoin', 'off', true),
+       set_config('enable_mergejoin', 'off', true), set_config('enable_seqscan', 'off', true),
+       set_config('enable_bitmapscan', 'off', true)
+
+-- prune_batch --
+-- One bounded batch: lock the job row (SKIP LOCKED: another replica holds it, nothing
+-- happens), walk at most %(limit)s terminal runs past the horizon from the cursor in
+-- (finished_at, id) order, judge each by key, delete what is due and move the cursor.
+-- A run is due when it is terminal, older than its task's history retention (or the job's),
+-- has at least keep_runs newer runs of its task, no attempt with a live lease, and no log
+-- artifact without a tombstone (ADR-0379 runs first). A due run with a tombstone keeps its
+-- run, attempt and artifact rows (the tombstones' foreign keys; the runtime role never deletes
+-- one): only its events and occurrences go. Foreign keys are checked at the statement's end,
+-- so the sibling deletes may run in any order.
+WITH job AS MATERIALIZED (
+    SELECT j.retention_s, j.keep_runs, j.cursor_finished_at, j.cursor_run_id
+    FROM history_prune_jobs j
+    WHERE j.id = 1
+    FOR UPDATE SKIP LOCKED
+), horizon AS MATERIALIZED (
+    SELECT j.*, now() - make_interval(secs => least(j.retention_s, coalesce(
+               (SELECT t.history_retention_s FROM tasks t
+                WHERE t.history_retention_s IS NOT NULL
+                ORDER BY t.history_retention_s LIMIT 1), j.retention_s))) AS h
+    FROM job j
+), scanned AS MATERIALIZED (
+    SELECT r.id, r.task_id, r.status, r.finished_at
+    FROM horizon z
+    CROSS JOIN LATERAL (
+        SELECT r.id, r.task_id, r.status, r.finished_at
+        FROM runs r
+        WHERE r.finished_at IS NOT NULL AND r.finished_at < z.h
+          AND (r.finished_at, r.id) > (z.cursor_finished_at, z.cursor_run_id)
+        ORDER BY r.finished_at, r.id
+        LIMIT %(limit)s
+    ) r
+), judged AS MATERIALIZED (
+    SELECT s.id, v.due, v.tombstoned
+    FROM scanned s
+    CROSS JOIN horizon z
+    CROSS JOIN LATERAL (
+        SELECT s.status IN ('succeeded', 'failed', 'cancelled', 'timed_out', 'lost')
+               AND s.finished_at < now() - make_interval(
+                   secs => coalesce(t.history_retention_s, z.retention_s))
+               AND (SELECT count(*) FROM (SELECT 1 FROM runs n
+                                          WHERE n.task_id = s.task_id AND n.id > s.id
+                                          LIMIT z.keep_runs) newer) >= z.keep_runs
+               AND NOT EXISTS (SELECT 1 FROM attempts a
+                               WHERE a.run_id = s.id
+                                 AND (a.status IN ('claimed', 'starting', 'running')
+                                      OR a.lease_expires_at > now()))
+               AND NOT EXISTS (SELECT 1 FROM attempts a
+                               JOIN run_attempt_log_artifacts la ON la.attempt_id = a.id
+                               WHERE a.run_id = s.id
+                                 AND NOT EXISTS (
+                                     SELECT 1 FROM run_attempt_log_artifact_tombstones tb
+                                     WHERE tb.attempt_id = a.id)) AS due,
+               EXISTS (SELECT 1 FROM attempts a
+                       JOIN run_attempt_log_artifact_tombstones tb ON tb.attempt_id = a.id
+                       WHERE a.run_id = s.id) AS tombstoned
+        FROM tasks t
+        WHERE t.id = s.task_id
+        OFFSET 0
+    ) v
+), due AS MATERIALIZED (
+    SELECT id, tombstoned FROM judged WHERE due
+), gone AS MATERIALIZED (
+    SELECT id FROM due WHERE NOT tombstoned
+), gone_attempts AS MATERIALIZED (
+    SELECT a.id FROM gone g JOIN attempts a ON a.run_id = g.id
+), del_occurrences AS (
+    DELETE FROM occurrences o USING due d WHERE o.run_id = d.id RETURNING 1
+), del_events AS (
+    DELETE FROM events e USING due d WHERE e.run_id = d.id RETURNING 1
+-- (live-log chunk rows: one more CTE here, DELETE ... USING gone_attempts g)
+), del_attempts AS (
+    DELETE FROM attempts a USING gone_attempts g WHERE a.id = g.id RETURNING 1
+), del_runs AS (
+    DELETE FROM runs r USING gone g WHERE r.id = g.id RETURNING 1
+), tally AS MATERIALIZED (
+    SELECT (SELECT count(*) FROM scanned) AS scanned,
+           (SELECT finished_at FROM scanned ORDER BY finished_at DESC, id DESC LIMIT 1)
+               AS last_finished_at,
+           (SELECT id FROM scanned ORDER BY finished_at DESC, id DESC LIMIT 1) AS last_id,
+           (SELECT count(*) FROM del_runs) AS runs,
+           (SELECT count(*) FROM del_attempts) AS attempts,
+           (SELECT count(*) FROM del_events) AS events,
+           (SELECT count(*) FROM del_occurrences) AS occurrences,
+           (SELECT count(*) FROM due WHERE tombstoned) AS kept
+)
+UPDATE history_prune_jobs j
+SET cursor_finished_at = CASE WHEN k.scanned < %(limit)s THEN '-infinity'
+                              ELSE k.last_finished_at END,
+    cursor_run_id = CASE WHEN k.scanned < %(limit)s
+                         THEN '00000000-0000-0000-0000-000000000000'::uuid
+                         ELSE k.last_id END,
+    passes = j.passes + CASE WHEN k.scanned < %(limit)s THEN 1 ELSE 0 END,
+    last_batch_at = now(), last_batch_owner = %(owner)s,
+    last_batch_scanned = k.scanned, last_batch_runs = k.runs,
+    last_batch_attempts = k.attempts, last_batch_events = k.events,
+    last_batch_occurrences = k.occurrences, last_batch_kept = k.kept,
+    total_runs = j.total_runs + k.runs
+FROM tally k, job
+WHERE j.id = 1
+RETURNING k.scanned, k.runs, k.attempts, k.events, k.occurrences, k.kept
+
+-- status --
+-- The job row, the horizon and how many terminal runs are past it (an index-only count: an
+-- operator's view, not a claim)
+WITH z AS (
+    SELECT j.*, now() - make_interval(secs => least(j.retention_s, coalesce(
+               (SELECT t.history_retention_s FROM tasks t
+                WHERE t.history_retention_s IS NOT NULL
+                ORDER BY t.history_retention_s LIMIT 1), j.retention_s))) AS h
+    FROM history_prune_jobs j WHERE j.id = 1
+)
+SELECT z.retention_s, z.keep_runs, z.h, z.passes, z.last_batch_at, z.last_batch_owner,
+       z.last_batch_scanned, z.last_batch_runs, z.last_batch_attempts, z.last_batch_events,
+       z.last_batch_occurrences, z.last_batch_kept, z.total_runs,
+       (SELECT count(*) FROM runs r WHERE r.finished_at IS NOT NULL AND r.finished_at < z.h)
+           AS past_horizon
+FROM z
