@@ -36,3 +36,11 @@ INSERT INTO history_prune_jobs (id) VALUES (1);
 CREATE INDEX runs_finished_idx ON runs (finished_at, id) WHERE finished_at IS NOT NULL;
 -- prune_occurrences walks the ledger by last slot, oldest first.
 CREATE INDEX occurrences_last_slot_idx ON occurrences (last_slot);
+-- Deleting a run or an attempt checks every foreign key that references it: each referencing
+-- column needs an index, or each deleted row scans the referencing table.
+CREATE INDEX events_attempt_idx ON events (attempt_id) WHERE attempt_id IS NOT NULL;
+CREATE INDEX run_attempt_log_artifacts_run_idx ON run_attempt_log_artifacts (run_id);
+CREATE INDEX run_attempt_log_retention_controls_run_idx
+    ON run_attempt_log_retention_controls (run_id);
+CREATE INDEX run_attempt_log_artifact_tombstones_run_idx
+    ON run_attempt_log_artifact_tombstones (run_id);

@@ -3,10 +3,11 @@
 
 -- prune_batch_plan --
 -- Pin the batch's plan in its transaction, as retention's claim_plan does: without statistics
--- the only plans left walk the runs_finished_idx from the cursor and reach every other row by key
+-- the only plans left walk runs_finished_idx from the cursor and reach every other row by key;
+-- JIT off: the priced-out costs would otherwise compile the plan (seconds) for a few rows
 SELECT set_config('enable_sort', 'off', true), set_config('enable_hashjoin', 'off', true),
        set_config('enable_mergejoin', 'off', true), set_config('enable_seqscan', 'off', true),
-       set_config('enable_bitmapscan', 'off', true)
+       set_config('enable_bitmapscan', 'off', true), set_config('jit', 'off', true)
 
 -- prune_batch --
 -- One bounded batch: lock the job row (SKIP LOCKED: another replica holds it, nothing

@@ -129,7 +129,7 @@ VALUES (%(id)s, %(task_id)s, %(outcome)s, %(first_slot)s, %(last_slot)s, %(slot_
 -- occurrences_last_slot_idx (0010) in order and deletes each picked row by key
 SELECT set_config('enable_sort', 'off', true), set_config('enable_hashjoin', 'off', true),
        set_config('enable_mergejoin', 'off', true), set_config('enable_seqscan', 'off', true),
-       set_config('enable_bitmapscan', 'off', true)
+       set_config('enable_bitmapscan', 'off', true), set_config('jit', 'off', true)
 
 -- prune_occurrences --
 -- Delete at most %(limit)s ledger rows whose last slot is before %(older_than)s, oldest first.
