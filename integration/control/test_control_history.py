@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,11 @@ def _run(conn: psycopg.Connection[Any], task: str, *, days_ago: float, status: s
                      " VALUES (%s, %s, %s, %s, 'deleted', now(), '{}', repeat('d', 64))",
                      (attempt, PROJECT, run, f"wlog-{attempt}"))
     return run
+
+
+def _width(line: str) -> int:
+    """Terminal columns: wide (CJK) characters take two."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in line)
 
 
 def _left(conn: psycopg.Connection[Any], run: str) -> tuple[int, int, int, int]:
@@ -156,7 +162,7 @@ def test_history_status_shows_what_is_due_and_the_last_batch(pg_db: PgDb) -> Non
                             capture_output=True, text=True, timeout=60, check=False)
     assert before.returncode == 0, before.stderr
     assert "待清理" in before.stdout and " 3" in before.stdout
-    assert all(len(line) <= 80 for line in before.stdout.splitlines())
+    assert all(_width(line) <= 80 for line in before.stdout.splitlines())
     _prune_all(pg_db, limit=2)
     after = subprocess.run([QL3, "control", "history", "status", "--json"], env=env,
                            capture_output=True, text=True, timeout=60, check=False)

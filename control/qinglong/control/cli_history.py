@@ -64,5 +64,5 @@ def render(out: dict[str, Any]) -> list[str]:
         lines.append(f"上一批      {last['at'][:19]}Z  {last['owner'][:30]}")
         lines.append(f"            扫描 {last['scanned']}  运行 {last['runs']}  "
                      f"尝试 {last['attempts']}  事件 {last['events']}  "
-                     f"占位 {last['occurrences']}  保留 {last['kept']}")
+                     f"调度 {last['occurrences']}  保留 {last['kept']}")
     return lines

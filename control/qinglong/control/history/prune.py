@@ -16,7 +16,7 @@ grow with the table, with or without planner statistics
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -95,4 +95,4 @@ def history_status(conn: Connection) -> dict[str, Any]:
 
 
 def _iso(at: datetime) -> str:
-    return at.isoformat()
+    return at.astimezone(UTC).isoformat()
