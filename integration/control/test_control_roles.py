@@ -80,6 +80,12 @@ FORBIDDEN = [
     "DELETE FROM history_prune_jobs",
     "TRUNCATE history_prune_jobs",
     "ALTER TABLE history_prune_jobs ADD COLUMN evil int",
+    # orphan collection's evidence is append-only; its job row is never added nor removed
+    "UPDATE orphan_log_objects SET outcome = 'deleted'",
+    "DELETE FROM orphan_log_objects",
+    "TRUNCATE orphan_log_objects",
+    "INSERT INTO orphan_sweep_jobs (id) VALUES (1)",
+    "DELETE FROM orphan_sweep_jobs",
 ]
 
 

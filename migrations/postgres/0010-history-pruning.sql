@@ -44,3 +44,39 @@ CREATE INDEX run_attempt_log_retention_controls_run_idx
     ON run_attempt_log_retention_controls (run_id);
 CREATE INDEX run_attempt_log_artifact_tombstones_run_idx
     ON run_attempt_log_artifact_tombstones (run_id);
+
+-- Orphan log objects (docs/operations.md "Orphan log objects"): an attempt that ended without
+-- a verified artifact may still have PUT its log (key p/<project>/wlog-<attempt>). The sweep
+-- walks such attempts past their lease plus a margin, from a cursor, under the job row's lease.
+CREATE TABLE orphan_sweep_jobs (
+    id                  smallint PRIMARY KEY CHECK (id = 1),
+    cursor_finished_at  timestamptz NOT NULL DEFAULT '-infinity',
+    cursor_attempt_id   uuid NOT NULL DEFAULT '00000000-0000-0000-0000-000000000000',
+    lease_owner         text,
+    lease_expires_at    timestamptz,
+    last_sweep_at       timestamptz
+);
+INSERT INTO orphan_sweep_jobs (id) VALUES (1);
+-- The sweep's walk: remote attempts that ended, by (finished_at, id).
+CREATE INDEX attempts_orphan_walk_idx ON attempts (finished_at, id)
+    WHERE executor = 'remote_worker' AND finished_at IS NOT NULL;
+
+-- The sweep's own evidence, one row per attempt looked at (never ADR-0379's tombstones): no
+-- foreign key, identities kept as values, so history pruning is never held by it.
+CREATE TABLE orphan_log_objects (
+    attempt_id   uuid PRIMARY KEY,
+    project_id   uuid NOT NULL,
+    run_id       uuid NOT NULL,
+    bucket       text NOT NULL,
+    object_key   text NOT NULL,
+    -- deleted: the object seen was deleted; already_absent: gone between HEAD and DELETE;
+    -- absent: nothing was uploaded; changed: the object changed after HEAD (412), kept;
+    -- foreign: its metadata names another attempt, kept
+    outcome      text NOT NULL CHECK (outcome IN ('deleted', 'already_absent', 'absent',
+                                                  'changed', 'foreign')),
+    etag         text,
+    version_id   text,
+    size_bytes   bigint,
+    swept_at     timestamptz NOT NULL DEFAULT now(),
+    swept_by     text NOT NULL
+);

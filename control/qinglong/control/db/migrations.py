@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 # ADR-0379 §阶段验收: the reviewed hard cap moves exactly, one migration at a time.
 EXPECTED_MIGRATION_COUNT = 10
-EXPECTED_LAST_SHA256 = "4043ada1bcae13e363d02bb890a3fc25526e7eb20477d712a38a0a3656ec41ab"
+EXPECTED_LAST_SHA256 = "d1a8897f05363de64951d2ec67125ac62d8b7c1ede371f6d3e501b5a8bc15929"
 
 LEDGER_TABLE = "ql3_migration_ledger"
 ADVISORY_LOCK_KEY = 0x716C335F6D6967  # "ql3_mig": one key for every replica and release

@@ -45,6 +45,9 @@ RUNTIME_GRANTS: dict[str, frozenset[str]] = {
     "script_bundles": frozenset({"SELECT", "INSERT", "DELETE"}),
     # 0010, history pruning: the one job row is locked and updated, never added or removed
     "history_prune_jobs": frozenset({"SELECT", "UPDATE"}),
+    # 0010, orphan log objects: the job row is leased and moved; evidence is append-only
+    "orphan_sweep_jobs": frozenset({"SELECT", "UPDATE"}),
+    "orphan_log_objects": frozenset({"SELECT", "INSERT"}),
 }
 
 

@@ -263,3 +263,29 @@ history_prune_jobs = Table(
     Column("last_batch_kept", Integer, nullable=False),
     Column("total_runs", BigInteger, nullable=False),
 )
+
+# 0010: orphan log object collection (docs/operations.md "Orphan log objects")
+orphan_sweep_jobs = Table(
+    "orphan_sweep_jobs", metadata,
+    Column("id", SmallInteger, primary_key=True),
+    Column("cursor_finished_at", _TS, nullable=False),
+    Column("cursor_attempt_id", _uuid(), nullable=False),
+    Column("lease_owner", Text),
+    Column("lease_expires_at", _TS),
+    Column("last_sweep_at", _TS),
+)
+
+orphan_log_objects = Table(
+    "orphan_log_objects", metadata,
+    Column("attempt_id", _uuid(), primary_key=True),
+    Column("project_id", _uuid(), nullable=False),
+    Column("run_id", _uuid(), nullable=False),
+    Column("bucket", Text, nullable=False),
+    Column("object_key", Text, nullable=False),
+    Column("outcome", Text, nullable=False),
+    Column("etag", Text),
+    Column("version_id", Text),
+    Column("size_bytes", BigInteger),
+    Column("swept_at", _TS, nullable=False),
+    Column("swept_by", Text, nullable=False),
+)
