@@ -127,3 +127,68 @@ SELECT z.retention_s, z.keep_runs, z.h, z.passes, z.last_batch_at, z.last_batch_
        (SELECT count(*) FROM runs r WHERE r.finished_at IS NOT NULL AND r.finished_at < z.h)
            AS past_horizon
 FROM z
+
+-- orphan_lease --
+-- Lease the orphan sweep's job row to %(owner)s for %(lease_s)s seconds, unless another owner
+-- holds an unexpired lease (or the row is locked right now: SKIP LOCKED); returns the cursor
+WITH job AS MATERIALIZED (
+    SELECT id FROM orphan_sweep_jobs
+    WHERE id = 1
+      AND (lease_expires_at IS NULL OR lease_expires_at <= now() OR lease_owner = %(owner)s)
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE orphan_sweep_jobs j
+SET lease_owner = %(owner)s,
+    lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_s)s)
+FROM job
+WHERE j.id = job.id
+RETURNING j.cursor_finished_at, j.cursor_attempt_id::text
+
+-- orphan_walk_plan --
+-- Pin the walk's plan (as prune_batch_plan): attempts_orphan_walk_idx from the cursor, the rest
+-- by key
+SELECT set_config('enable_sort', 'off', true), set_config('enable_hashjoin', 'off', true),
+       set_config('enable_mergejoin', 'off', true), set_config('enable_seqscan', 'off', true),
+       set_config('enable_bitmapscan', 'off', true), set_config('jit', 'off', true)
+
+-- orphan_walk --
+-- At most %(limit)s remote attempts that ended more than %(margin_s)s seconds ago, after the
+-- cursor in (finished_at, id) order; ``orphan``: no artifact row names its log and the sweep
+-- has no evidence for it yet (its key may hold an object nobody will ever read)
+SELECT a.id::text AS attempt_id, a.finished_at, r.project_id::text, r.id::text AS run_id,
+       v.orphan
+FROM (SELECT id, run_id, finished_at FROM attempts
+      WHERE executor = 'remote_worker' AND finished_at IS NOT NULL
+        AND finished_at < now() - make_interval(secs => %(margin_s)s)
+        AND (finished_at, id) > (%(cursor_finished_at)s::timestamptz,
+                                 %(cursor_attempt_id)s::uuid)
+      ORDER BY finished_at, id
+      LIMIT %(limit)s) a
+JOIN runs r ON r.id = a.run_id
+CROSS JOIN LATERAL (
+    SELECT NOT EXISTS (SELECT 1 FROM run_attempt_log_artifacts la WHERE la.attempt_id = a.id)
+           AND NOT EXISTS (SELECT 1 FROM orphan_log_objects o WHERE o.attempt_id = a.id)
+           AS orphan
+    OFFSET 0
+) v
+ORDER BY a.finished_at, a.id
+
+-- orphan_record --
+-- One attempt's evidence (the first sweep to record it wins)
+INSERT INTO orphan_log_objects (attempt_id, project_id, run_id, bucket, object_key, outcome,
+                                etag, version_id, size_bytes, swept_by)
+VALUES (%(attempt_id)s, %(project_id)s, %(run_id)s, %(bucket)s, %(object_key)s, %(outcome)s,
+        %(etag)s, %(version_id)s, %(size_bytes)s, %(owner)s)
+ON CONFLICT (attempt_id) DO NOTHING
+
+-- orphan_release --
+-- Move the cursor and release the lease, fenced by a lease still held at this statement's clock
+UPDATE orphan_sweep_jobs
+SET cursor_finished_at = %(cursor_finished_at)s, cursor_attempt_id = %(cursor_attempt_id)s,
+    lease_owner = NULL, lease_expires_at = NULL, last_sweep_at = now()
+WHERE id = 1 AND lease_owner = %(owner)s AND lease_expires_at > clock_timestamp()
+RETURNING 1
+
+-- orphan_status --
+-- Evidence by outcome
+SELECT outcome, count(*) FROM orphan_log_objects GROUP BY outcome
