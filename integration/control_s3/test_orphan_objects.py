@@ -33,7 +33,7 @@ def _attempt(db: PgDb, *, status: str = "lost", artifact: bool = False,
     task, run, attempt = uuid7(), uuid7(), uuid7()
     with db.connect() as conn:
         conn.execute("INSERT INTO tasks (id, project_id, name, log_retention_s)"
-                     " VALUES (%s, %s, '备份', 0)", (task, PROJECT))
+                     " VALUES (%s, %s, %s, 0)", (task, PROJECT, "备份-" + task[-6:]))
         conn.execute("INSERT INTO runs (id, project_id, task_id, owner, status, finished_at)"
                      " VALUES (%s, %s, %s, 'runtime', %s, now())",
                      (run, PROJECT, task, "lost" if status == "lost" else "succeeded"))

@@ -82,7 +82,7 @@ def sweep_orphans(engine: Engine, store: S3ObjectStore, client: Any, bucket: str
             "limit": limit, "margin_s": float(margin_s), "cursor_finished_at": lease[0],
             "cursor_attempt_id": lease[1]}).all()
     result = OrphanSweep(leased=True, walked=len(walked))
-    cursor: tuple[datetime, str] = (lease[0], lease[1])
+    cursor: tuple[datetime | str, str] = (lease[0], lease[1])  # text: '-infinity'
     evidence: list[dict[str, Any]] = []
     for attempt_id, finished_at, project_id, run_id, orphan in walked:
         if orphan:

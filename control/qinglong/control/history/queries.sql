@@ -142,7 +142,7 @@ SET lease_owner = %(owner)s,
     lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_s)s)
 FROM job
 WHERE j.id = job.id
-RETURNING j.cursor_finished_at, j.cursor_attempt_id::text
+RETURNING j.cursor_finished_at::text, j.cursor_attempt_id::text
 
 -- orphan_walk_plan --
 -- Pin the walk's plan (as prune_batch_plan): attempts_orphan_walk_idx from the cursor, the rest
@@ -184,7 +184,8 @@ ON CONFLICT (attempt_id) DO NOTHING
 -- orphan_release --
 -- Move the cursor and release the lease, fenced by a lease still held at this statement's clock
 UPDATE orphan_sweep_jobs
-SET cursor_finished_at = %(cursor_finished_at)s, cursor_attempt_id = %(cursor_attempt_id)s,
+SET cursor_finished_at = %(cursor_finished_at)s::timestamptz,
+    cursor_attempt_id = %(cursor_attempt_id)s::uuid,
     lease_owner = NULL, lease_expires_at = NULL, last_sweep_at = now()
 WHERE id = 1 AND lease_owner = %(owner)s AND lease_expires_at > clock_timestamp()
 RETURNING 1
