@@ -3,7 +3,8 @@
 ``python bench/history.py [RUNS] [TASKS]`` (default 100,000 runs over 100 tasks). One migrated
 database is seeded with RUNS finished runs 100–200 days old (each: one attempt, three events,
 one occurrence; past the 90-day history retention, so all but each task's newest 20 are due)
-and 20,000 queued runs of as many other tasks for the dispatch claim. It is cloned twice, in the same run:
+and 20,000 queued runs of as many other tasks for the dispatch claim. It is cloned twice, in
+the same run:
 
 - pruned: one thread runs ``prune_batch`` (500 runs a batch, the serve default) until nothing is
   due while another runs dispatch ``pick_runs`` (16 runs, rolled back) back to back;
@@ -25,11 +26,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_support import cloned_database, db_url, migrated_database, role_url  # noqa: E402
-
-from qinglong.control.db.engine import create_engine  # noqa: E402
-from qinglong.control.dispatch.statements import sql as dispatch_sql  # noqa: E402
-from qinglong.control.history.prune import prune_batch  # noqa: E402
+from bench_support import cloned_database, db_url, migrated_database, role_url
+from qinglong.control.db.engine import create_engine
+from qinglong.control.dispatch.statements import sql as dispatch_sql
+from qinglong.control.history.prune import prune_batch
 
 PROJECT = "00000000-0000-7000-8000-0000000000aa"
 POOL = "00000000-0000-7000-8000-0000000000bb"
@@ -100,8 +100,12 @@ def sizes(name: str) -> dict[str, int]:
     import psycopg
     with psycopg.connect(db_url(name), autocommit=True) as conn:
         conn.execute("VACUUM")
-        return {t: int(conn.execute("SELECT pg_total_relation_size(%s)", (t,)).fetchone()[0])
-                for t in TABLES}
+        out = {}
+        for t in TABLES:
+            row = conn.execute("SELECT pg_total_relation_size(%s)", (t,)).fetchone()
+            assert row is not None
+            out[t] = int(row[0])
+        return out
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -116,7 +120,7 @@ def main() -> None:
         seed(template, runs, tasks)
         print(f"seeded {runs} runs over {tasks} tasks in {time.perf_counter() - t0:.1f} s")
         with cloned_database(template) as pruned_db:
-            stop, lat_p = threading.Event(), []
+            stop, lat_p = threading.Event(), list[float]()
             th = threading.Thread(target=claims, args=(role_url(pruned_db, role), stop, lat_p))
             th.start()
             engine = create_engine(role_url(pruned_db, role), pool_size=1, max_overflow=0)
@@ -135,7 +139,7 @@ def main() -> None:
             th.join()
             after = sizes(pruned_db)
         with cloned_database(template) as base_db:
-            stop, lat_b = threading.Event(), []
+            stop, lat_b = threading.Event(), list[float]()
             th = threading.Thread(target=claims, args=(role_url(base_db, role), stop, lat_b))
             th.start()
             time.sleep(wall)
