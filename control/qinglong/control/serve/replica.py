@@ -177,6 +177,7 @@ class ControlReplica:
         from datetime import UTC, datetime, timedelta
 
         from qinglong.control.dispatch.recovery import LeaseRecovery, RecoveryConfig
+        from qinglong.control.history.orphans import sweep_orphans
         from qinglong.control.history.prune import prune_batch
         from qinglong.control.retention.claims import process_owner
         from qinglong.control.retention.enrollment import enrollment_sweep
@@ -239,6 +240,11 @@ class ControlReplica:
             PeriodicService("history_prune",
                             lambda: prune_batch(self.engine, self.settings.replica_id),
                             period_s=PRUNE_PERIOD_S, more=lambda b: b is not None and b.full),
+            # docs/operations.md "Orphan log objects": the retention sweeper's store (probed)
+            PeriodicService("orphan_sweep", lambda: sweep_orphans(
+                self.engine, sweeper.store, self.s3, self.settings.bucket,
+                str(process_owner(self.settings.replica_id))), period_s=PRUNE_PERIOD_S,
+                more=lambda r: r.walked >= 50 and r.stopped is None),
         ])
         self._stoppables.append(sweeper)
         self._sweeper = sweeper
