@@ -11,7 +11,6 @@ and the sweep (as the runtime role) deletes the object it HEADs.
 from __future__ import annotations
 
 import http.server
-import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -79,17 +78,17 @@ def test_a_worker_killed_between_put_and_complete_leaves_an_orphan_collected_onc
     admin, pool = cluster.token("admin"), cluster.token("worker", pool="p1")
     control = cluster.start_control("c1", lease_ms=3000, heartbeat_ms=1000)
     with cluster.api(control.url or "", admin) as api:
-        r = api.post("/v1/tasks", json={"name": "日志", "shell": "echo 你好; echo done"})
+        r = api.post("/v1/tasks", json={"name": "rizhi", "shell": "echo 你好; echo done"})
         assert r.status_code == 201, r.text
-        r = api.post("/v1/tasks/日志/run")
+        r = api.post("/v1/tasks/rizhi/run")
         assert r.status_code == 201, r.text
         run_id = r.json()["id"]
     s3 = make_client(cluster.s3_endpoint, timeout_s=5, **CREDS)
     with holding_proxy(control.url or "") as (url, held):
         worker = cluster.start_worker("w1", pool, url)
         assert wait_for(held.is_set, 60), worker.log()
-        worker.proc.send_signal(signal.SIGKILL)
-        worker.proc.wait(10)
+        worker.kill()  # SIGKILL while its completion is held
+        assert not worker.alive()
     with cluster.db.connect() as conn:
         attempt, project = conn.execute(
             "SELECT a.id::text, r.project_id::text FROM attempts a JOIN runs r"
