@@ -47,7 +47,8 @@ FINALIZED = 500  # the control the finalize statements work on: held under a liv
 OWNER, TOKEN = "bench/" + "0" * 32, "00000000-0000-7000-8000-0000000000dd"
 STATEMENTS = ("retention claim", "retention lock_control", "retention retire_control",
               "retention record_failure", "dispatch pick_runs", "scheduler due_tasks",
-              "recovery expired_leases", "history prune_batch", "scheduler prune_occurrences")
+              "recovery expired_leases", "history prune_batch", "scheduler prune_occurrences",
+              "orphan walk")
 
 
 def _named(get: Callable[[str], str], name: str) -> tuple[str, str | None]:
@@ -94,6 +95,9 @@ def _statements() -> dict[str, tuple[str, str | None, dict[str, Any]]]:
                                 {"limit": HISTORY_BATCH, "owner": "bench"}),
         "scheduler prune_occurrences": (*_named(scheduling, "prune_occurrences"), {
             "older_than": (datetime.now(UTC) - timedelta(hours=1)).isoformat(), "limit": 100}),
+        "orphan walk": (*_named(history_sql().__getitem__, "orphan_walk"), {
+            "limit": 50, "margin_s": 3600.0, "cursor_finished_at": "-infinity",
+            "cursor_attempt_id": "00000000-0000-0000-0000-000000000000"}),
     }
 
 
