@@ -54,7 +54,7 @@ def holding_proxy(upstream: str) -> Iterator[tuple[str, threading.Event]]:
             self.end_headers()
             self.wfile.write(r.content)
 
-        do_GET = do_POST = do_PUT = do_DELETE = _forward
+        do_GET = do_POST = do_PUT = do_DELETE = _forward  # noqa: N815 (http.server names)
 
         def log_message(self, *_args: Any) -> None:
             pass
