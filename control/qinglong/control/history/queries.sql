@@ -71,19 +71,21 @@ WITH job AS MATERIALIZED (
     ) v
 ), due AS MATERIALIZED (
     SELECT id, tombstoned FROM judged WHERE due
-), gone AS MATERIALIZED (
-    SELECT id FROM due WHERE NOT tombstoned
-), gone_attempts AS MATERIALIZED (
-    SELECT a.id FROM gone g JOIN attempts a ON a.run_id = g.id
+), due_attempts AS MATERIALIZED (
+    SELECT a.id, d.tombstoned FROM due d JOIN attempts a ON a.run_id = d.id
 ), del_occurrences AS (
     DELETE FROM occurrences o USING due d WHERE o.run_id = d.id RETURNING 1
 ), del_events AS (
     DELETE FROM events e USING due d WHERE e.run_id = d.id RETURNING 1
--- (live-log chunk rows: one more CTE here, DELETE ... USING gone_attempts g)
+-- Live-log chunk rows (tombstoned or not, like events) are one more CTE here:
+-- ), del_chunks AS (
+--     DELETE FROM attempt_log_chunks c USING due_attempts d WHERE c.attempt_id = d.id
+--     RETURNING 1
 ), del_attempts AS (
-    DELETE FROM attempts a USING gone_attempts g WHERE a.id = g.id RETURNING 1
+    DELETE FROM attempts a USING due_attempts d WHERE a.id = d.id AND NOT d.tombstoned
+    RETURNING 1
 ), del_runs AS (
-    DELETE FROM runs r USING gone g WHERE r.id = g.id RETURNING 1
+    DELETE FROM runs r USING due d WHERE r.id = d.id AND NOT d.tombstoned RETURNING 1
 ), tally AS MATERIALIZED (
     SELECT (SELECT count(*) FROM scanned) AS scanned,
            (SELECT finished_at FROM scanned ORDER BY finished_at DESC, id DESC LIMIT 1)
