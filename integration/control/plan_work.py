@@ -24,7 +24,7 @@ from psycopg import sql
 # before any row is written.
 TABLES = ("tasks", "runs", "attempts", "events", "run_attempt_log_artifacts",
           "run_attempt_log_retention_controls", "run_attempt_log_artifact_tombstones",
-          "worker_pools", "worker_incarnations")
+          "worker_pools", "worker_incarnations", "occurrences")
 
 PROJECT = "00000000-0000-7000-8000-0000000000aa"
 POOL = "00000000-0000-7000-8000-0000000000bb"
@@ -40,7 +40,8 @@ def key(kind: int, n: int | str) -> str:
 # {lo} < g <= {hi}: one INSERT … SELECT per table. Task g: runnable (argv), due to fire.
 # Retention (kind 2/3): a succeeded run and its remote attempt with a log artifact and a due
 # control. Dispatch (kind 4): a queued run of task g. Recovery (kind 5/6): a running run whose
-# attempt's lease expired.
+# attempt's lease expired. History (kind 0/7/8/9): an older succeeded run of task g (its oldest
+# id) with a local attempt, an event and its occurrence, which history pruning may delete.
 _SEED = f"""
 INSERT INTO tasks (id, project_id, name, log_retention_s, argv, schedule, next_fire_at)
   SELECT {key(1, 'g')}, '{PROJECT}'::uuid, 't' || g, 0, '["true"]', '* * * * *',
@@ -57,6 +58,10 @@ INSERT INTO runs (id, project_id, task_id, owner, status, finished_at, not_befor
   UNION ALL
   SELECT {key(5, 'g')}, '{PROJECT}'::uuid, {key(1, 'g')}, 'runtime', 'running', NULL,
          now() - interval '1 day'
+  FROM generate_series({{lo}} + 1, {{hi}}) g
+  UNION ALL
+  SELECT {key(0, 'g')}, '{PROJECT}'::uuid, {key(1, 'g')}, 'runtime', 'succeeded',
+         now() - interval '2 days' + g * interval '1 microsecond', now() - interval '2 days'
   FROM generate_series({{lo}} + 1, {{hi}}) g;
 INSERT INTO attempts (id, run_id, number, executor, status, finished_at, lease_token,
                       lease_version, lease_expires_at, worker_incarnation_id)
@@ -67,6 +72,18 @@ INSERT INTO attempts (id, run_id, number, executor, status, finished_at, lease_t
   SELECT {key(6, 'g')}, {key(5, 'g')}, 1, 'remote_worker', 'running', NULL,
          gen_random_uuid(), 1, now() - interval '1 hour' + g * interval '1 microsecond',
          '{INCARNATION}'::uuid
+  FROM generate_series({{lo}} + 1, {{hi}}) g
+  UNION ALL
+  SELECT {key(7, 'g')}, {key(0, 'g')}, 1, 'local_process', 'succeeded',
+         now() - interval '2 days', NULL, 0, NULL, NULL
+  FROM generate_series({{lo}} + 1, {{hi}}) g;
+INSERT INTO events (id, run_id, attempt_id, kind, to_status)
+  SELECT {key(8, 'g')}, {key(0, 'g')}, {key(7, 'g')}, 'run', 'succeeded'
+  FROM generate_series({{lo}} + 1, {{hi}}) g;
+INSERT INTO occurrences (id, task_id, outcome, first_slot, last_slot, run_id)
+  SELECT {key(9, 'g')}, {key(1, 'g')}, 'run_created',
+         now() - interval '2 days' + g * interval '1 microsecond',
+         now() - interval '2 days' + g * interval '1 microsecond', {key(0, 'g')}
   FROM generate_series({{lo}} + 1, {{hi}}) g;
 INSERT INTO run_attempt_log_artifacts (id, attempt_id, project_id, run_id, bucket, object_key,
     size_bytes, sha256, content_type, metadata)

@@ -11,6 +11,7 @@ at most twice the smaller, in rows read over all plan nodes and in shared buffer
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -30,6 +31,8 @@ from plan_work import (
 
 from qinglong.control.dispatch.recovery import BATCH_DEFAULT
 from qinglong.control.dispatch.statements import sql as dispatch_sql
+from qinglong.control.history.prune import BATCH_DEFAULT as HISTORY_BATCH
+from qinglong.control.history.prune import queries as history_sql
 from qinglong.control.retention.claims import MAX_CLAIM_LIMIT
 from qinglong.control.retention.claims import queries as retention_sql
 from qinglong.control.scheduling.run_creation import queries as scheduling_sql
@@ -44,7 +47,8 @@ FINALIZED = 500  # the control the finalize statements work on: held under a liv
 OWNER, TOKEN = "bench/" + "0" * 32, "00000000-0000-7000-8000-0000000000dd"
 STATEMENTS = ("retention claim", "retention lock_control", "retention retire_control",
               "retention record_failure", "dispatch pick_runs", "scheduler due_tasks",
-              "recovery expired_leases")
+              "recovery expired_leases", "history prune_batch", "scheduler prune_occurrences",
+              "orphan walk")
 
 
 def _named(get: Callable[[str], str], name: str) -> tuple[str, str | None]:
@@ -85,6 +89,15 @@ def _statements() -> dict[str, tuple[str, str | None, dict[str, Any]]]:
                                 {"limit": PAGE_SIZE_DEFAULT}),
         "recovery expired_leases": (*_named(dispatch_sql, "expired_leases"),
                                     {"limit": BATCH_DEFAULT}),
+        # history pruning (0010): the job keeps 1 run per task and prunes past one hour, so
+        # each batch deletes HISTORY_BATCH of the older runs (kind 0) and judges them all
+        "history prune_batch": (*_named(history_sql().__getitem__, "prune_batch"),
+                                {"limit": HISTORY_BATCH, "owner": "bench"}),
+        "scheduler prune_occurrences": (*_named(scheduling, "prune_occurrences"), {
+            "older_than": (datetime.now(UTC) - timedelta(hours=1)).isoformat(), "limit": 100}),
+        "orphan walk": (*_named(history_sql().__getitem__, "orphan_walk"), {
+            "limit": 50, "margin_s": 3600.0, "cursor_finished_at": "-infinity",
+            "cursor_attempt_id": "00000000-0000-0000-0000-000000000000"}),
     }
 
 
@@ -108,6 +121,7 @@ def measured(pg_template: PgDb) -> Iterator[dict[str, dict[str, Work]]]:
         out: dict[str, dict[str, Work]] = {}
         with db.connect() as conn:
             prepare(conn)
+            conn.execute("UPDATE history_prune_jobs SET retention_s = 3600, keep_runs = 1")
             seed(conn, 0, SMALL)
             # the finalize statements' control, held under a live lease (version 1)
             conn.execute("UPDATE run_attempt_log_retention_controls SET claim_version = 1,"

@@ -52,12 +52,9 @@ FORBIDDEN = [
     " VALUES (99, '0099-x.sql', repeat('e', 64), true)",
     "UPDATE ql3_migration_ledger SET additive = true",
     "DELETE FROM ql3_migration_ledger",
-    "DELETE FROM events",
     # 0005, the cluster engine: tasks are removed softly, history is append-only, pools are
     # the schema owner's, tokens are never deleted (revoked instead)
     "DELETE FROM tasks",
-    "DELETE FROM runs",
-    "DELETE FROM attempts",
     "UPDATE task_events SET kind = 'x'",
     "DELETE FROM task_events",
     "INSERT INTO worker_pools (id, name) VALUES (gen_random_uuid(), 'evil')",
@@ -94,8 +91,22 @@ FORBIDDEN = [
     "CREATE TRIGGER leak AFTER INSERT ON global_variable_values"
     " FOR EACH ROW EXECUTE FUNCTION suppress_redundant_updates_trigger()",
     "UPDATE notify_channels SET url = 'json://evil.example/'",
-    "DELETE FROM notifications",
     "TRUNCATE notifications",
+    # 0010, history pruning: runs, attempts and events may be deleted (by the pruning batch),
+    # never truncated; the one job row is never added to nor removed
+    "TRUNCATE runs",
+    "TRUNCATE attempts",
+    "TRUNCATE events",
+    "INSERT INTO history_prune_jobs (id) VALUES (1)",
+    "DELETE FROM history_prune_jobs",
+    "TRUNCATE history_prune_jobs",
+    "ALTER TABLE history_prune_jobs ADD COLUMN evil int",
+    # orphan collection's evidence is append-only; its job row is never added nor removed
+    "UPDATE orphan_log_objects SET outcome = 'deleted'",
+    "DELETE FROM orphan_log_objects",
+    "TRUNCATE orphan_log_objects",
+    "INSERT INTO orphan_sweep_jobs (id) VALUES (1)",
+    "DELETE FROM orphan_sweep_jobs",
 ]
 
 

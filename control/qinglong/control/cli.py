@@ -430,15 +430,17 @@ def _sweep_until_stopped(engine: Engine, client: Any, owner: Any, log_bucket: st
 
 
 def _add_commands() -> None:
-    """``token`` (cli_tokens.py), ``secrets`` (cli_secrets.py) and ``serve``
-    (serve/command.py) live in their own modules; none imports anything heavy at module
-    level."""
+    """``token`` (cli_tokens.py), ``secrets`` (cli_secrets.py), ``history`` (cli_history.py)
+    and ``serve`` (serve/command.py) live in their own modules; none imports anything heavy at
+    module level."""
+    from qinglong.control.cli_history import history
     from qinglong.control.cli_secrets import secrets
     from qinglong.control.cli_tokens import token
     from qinglong.control.serve.command import serve
 
     control.add_command(secrets)
     control.add_command(token)
+    control.add_command(history)
     control.add_command(serve)
 
 

@@ -26,9 +26,10 @@ COLUMN_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "REFERENCES")  # grantable pe
 # ADR-0379 §2: controls SELECT/INSERT/UPDATE/DELETE, tombstones SELECT/INSERT only.
 RUNTIME_GRANTS: dict[str, frozenset[str]] = {
     "tasks": frozenset({"SELECT", "INSERT", "UPDATE"}),
-    "runs": frozenset({"SELECT", "INSERT", "UPDATE"}),
-    "attempts": frozenset({"SELECT", "INSERT", "UPDATE"}),
-    "events": frozenset({"SELECT", "INSERT"}),
+    # DELETE on runs, attempts, events: history pruning (0010; docs/operations.md)
+    "runs": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
+    "attempts": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
+    "events": frozenset({"SELECT", "INSERT", "DELETE"}),
     "run_attempt_log_artifacts": frozenset({"SELECT", "INSERT"}),
     "run_attempt_log_retention_controls": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
     "run_attempt_log_artifact_tombstones": frozenset({"SELECT", "INSERT"}),
@@ -51,7 +52,13 @@ RUNTIME_GRANTS: dict[str, frozenset[str]] = {
     "global_variables": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
     "global_variable_values": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
     "notify_channels": frozenset({"SELECT", "INSERT", "DELETE"}),  # a URL is never edited
-    "notifications": frozenset({"SELECT", "INSERT", "UPDATE"}),  # outcomes are kept
+    # outcomes are kept while their run is; history pruning deletes them with it (0010)
+    "notifications": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
+    # 0010, history pruning: the one job row is locked and updated, never added or removed
+    "history_prune_jobs": frozenset({"SELECT", "UPDATE"}),
+    # 0010, orphan log objects: the job row is leased and moved; evidence is append-only
+    "orphan_sweep_jobs": frozenset({"SELECT", "UPDATE"}),
+    "orphan_log_objects": frozenset({"SELECT", "INSERT"}),
 }
 
 

@@ -19,6 +19,7 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
+    SmallInteger,
     Table,
     Text,
 )
@@ -121,6 +122,7 @@ tasks = Table(
     Column("version", BigInteger, nullable=False),
     Column("updated_at", _TS, nullable=False),
     Column("deleted_at", _TS),
+    Column("history_retention_s", BigInteger),  # 0010: NULL = the cluster default
     Column("sealed_env", JSONB),  # 0011: {"NAME": sealed value}, secrets/store.py
 )
 
@@ -313,4 +315,50 @@ secret_sealing = Table(  # 0011: present = sealing is on (docs/operations.md)
     Column("enabled_by", Text, nullable=False),
     Column("enabled_at", _TS, nullable=False),
     Column("updated_at", _TS, nullable=False),
+)
+
+# 0010: the history pruning job, one row (docs/operations.md "History pruning")
+history_prune_jobs = Table(
+    "history_prune_jobs", metadata,
+    Column("id", SmallInteger, primary_key=True),
+    Column("retention_s", BigInteger, nullable=False),
+    Column("keep_runs", Integer, nullable=False),
+    Column("cursor_finished_at", _TS, nullable=False),
+    Column("cursor_run_id", _uuid(), nullable=False),
+    Column("passes", BigInteger, nullable=False),
+    Column("last_batch_at", _TS),
+    Column("last_batch_owner", Text),
+    Column("last_batch_scanned", Integer, nullable=False),
+    Column("last_batch_runs", Integer, nullable=False),
+    Column("last_batch_attempts", Integer, nullable=False),
+    Column("last_batch_events", Integer, nullable=False),
+    Column("last_batch_occurrences", Integer, nullable=False),
+    Column("last_batch_kept", Integer, nullable=False),
+    Column("total_runs", BigInteger, nullable=False),
+)
+
+# 0010: orphan log object collection (docs/operations.md "Orphan log objects")
+orphan_sweep_jobs = Table(
+    "orphan_sweep_jobs", metadata,
+    Column("id", SmallInteger, primary_key=True),
+    Column("cursor_finished_at", _TS, nullable=False),
+    Column("cursor_attempt_id", _uuid(), nullable=False),
+    Column("lease_owner", Text),
+    Column("lease_expires_at", _TS),
+    Column("last_sweep_at", _TS),
+)
+
+orphan_log_objects = Table(
+    "orphan_log_objects", metadata,
+    Column("attempt_id", _uuid(), primary_key=True),
+    Column("project_id", _uuid(), nullable=False),
+    Column("run_id", _uuid(), nullable=False),
+    Column("bucket", Text, nullable=False),
+    Column("object_key", Text, nullable=False),
+    Column("outcome", Text, nullable=False),
+    Column("etag", Text),
+    Column("version_id", Text),
+    Column("size_bytes", BigInteger),
+    Column("swept_at", _TS, nullable=False),
+    Column("swept_by", Text, nullable=False),
 )

@@ -77,8 +77,10 @@ def record_skips(conn: Connection, schedule: Schedule, task_id: str, outcome: Ou
 def prune_occurrences(conn: Connection, *, older_than: datetime, limit: int) -> int:
     """Delete at most ``limit`` (1..10,000) ledger rows whose last slot is before
     ``older_than`` (aware datetime), oldest first, skipping rows another pruner holds; in the
-    caller's transaction. Returns rows deleted; 0 means nothing is left to prune. Run it
-    before run history is pruned (a ``run_created`` row references its run).
+    caller's transaction (whose planner settings it pins, ``prune_occurrences_plan``: its
+    work does not grow with the ledger, ``integration/control/test_control_claim_work.py``).
+    Returns rows deleted; 0 means nothing is left to prune. Run it before run history is
+    pruned (a ``run_created`` row references its run).
 
     Raises ValidationError for a limit outside 1..10,000 or a naive datetime.
     """
@@ -86,5 +88,6 @@ def prune_occurrences(conn: Connection, *, older_than: datetime, limit: int) -> 
         raise ValidationError("limit", f"{limit} outside 1..{PRUNE_LIMIT_MAX}")
     if older_than.utcoffset() is None:
         raise ValidationError("older_than", "must be an aware datetime")
+    run_named(conn, queries()["prune_occurrences_plan"])  # bounded without statistics
     return run_named(conn, queries()["prune_occurrences"],
                      {"older_than": older_than, "limit": limit}).rowcount

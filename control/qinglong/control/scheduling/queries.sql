@@ -125,11 +125,24 @@ INSERT INTO occurrences (id, task_id, outcome, first_slot, last_slot, slot_count
 VALUES (%(id)s, %(task_id)s, %(outcome)s, %(first_slot)s, %(last_slot)s, %(slot_count)s,
         %(run_id)s)
 
+-- prune_occurrences_plan --
+-- Pin the prune's plan in its transaction: without statistics the only plan left walks
+-- occurrences_last_slot_idx (0010) in order and deletes each picked row by key
+SELECT set_config('enable_sort', 'off', true), set_config('enable_hashjoin', 'off', true),
+       set_config('enable_mergejoin', 'off', true), set_config('enable_seqscan', 'off', true),
+       set_config('enable_bitmapscan', 'off', true), set_config('jit', 'off', true)
+
 -- prune_occurrences --
--- Delete at most %(limit)s ledger rows whose last slot is before %(older_than)s, oldest first
-DELETE FROM occurrences
-WHERE id IN (SELECT id FROM occurrences
-             WHERE last_slot < %(older_than)s
-             ORDER BY last_slot
-             LIMIT %(limit)s
-             FOR UPDATE SKIP LOCKED)
+-- Delete at most %(limit)s ledger rows whose last slot is before %(older_than)s, oldest first.
+-- The picked rows are fixed first (a MATERIALIZED CTE: a plain IN (subquery LIMIT n) may run
+-- the subquery again per row under a nested loop and delete more than n)
+WITH picked AS MATERIALIZED (
+    SELECT id FROM occurrences
+    WHERE last_slot < %(older_than)s
+    ORDER BY last_slot
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM occurrences o
+USING picked p
+WHERE o.id = p.id

@@ -221,6 +221,8 @@ class ControlReplica:
 
         from qinglong.control import notify
         from qinglong.control.dispatch.recovery import LeaseRecovery, RecoveryConfig
+        from qinglong.control.history.orphans import sweep_orphans
+        from qinglong.control.history.prune import prune_batch
         from qinglong.control.retention.claims import process_owner
         from qinglong.control.retention.enrollment import enrollment_sweep
         from qinglong.control.retention.objects import make_client
@@ -307,6 +309,15 @@ class ControlReplica:
                             period_s=PARTIAL_LOG_SWEEP_PERIOD_S, more=lambda n: n >= 100),
             PeriodicService("notify", lambda: notify.tick(self.engine), period_s=1.0,
                             more=lambda n: n >= notify.BATCH),
+            # docs/operations.md "History pruning": one bounded batch, again at once while full
+            PeriodicService("history_prune",
+                            lambda: prune_batch(self.engine, self.settings.replica_id),
+                            period_s=PRUNE_PERIOD_S, more=lambda b: b is not None and b.full),
+            # docs/operations.md "Orphan log objects": the retention sweeper's store (probed)
+            PeriodicService("orphan_sweep", lambda: sweep_orphans(
+                self.engine, sweeper.store, self.s3, self.settings.bucket,
+                str(process_owner(self.settings.replica_id))), period_s=PRUNE_PERIOD_S,
+                more=lambda r: r.walked >= 50 and r.stopped is None),
         ])
         self._stoppables.append(sweeper)
         self._sweeper = sweeper

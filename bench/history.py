@@ -1,0 +1,159 @@
+"""Claim latency while cluster history is pruned, and table sizes after VACUUM.
+
+``python bench/history.py [RUNS] [TASKS]`` (default 100,000 runs over 100 tasks). One migrated
+database is seeded with RUNS finished runs 100–200 days old (each: one attempt, three events,
+one occurrence; past the 90-day history retention, so all but each task's newest 20 are due)
+and 20,000 queued runs of as many other tasks for the dispatch claim. It is cloned twice, in
+the same run:
+
+- pruned: one thread runs ``prune_batch`` (500 runs a batch, the serve default) until nothing is
+  due while another runs dispatch ``pick_runs`` (16 runs, rolled back) back to back;
+- baseline: the same claim loop for the same wall time, nothing pruned.
+
+Prints the claim latency p50/p99 (ms) of both and the p99 ratio (the issue's target: ≤ 1.5),
+the pruning rate (runs/s), and ``pg_total_relation_size`` of runs, attempts, events and
+occurrences after a plain ``VACUUM`` of each clone (baseline: the history kept; pruned: after
+pruning). None of this is a test: bench/README.md records the figures.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_support import cloned_database, db_url, migrated_database, role_url
+from qinglong.control.db.engine import create_engine
+from qinglong.control.dispatch.statements import sql as dispatch_sql
+from qinglong.control.history.prune import prune_batch
+
+PROJECT = "00000000-0000-7000-8000-0000000000aa"
+POOL = "00000000-0000-7000-8000-0000000000bb"
+INCARNATION = "00000000-0000-7000-8000-0000000000cc"
+QUEUED = 20_000
+TABLES = ("runs", "attempts", "events", "occurrences")
+
+
+def _key(kind: int, n: str) -> str:
+    return f"('00000000-0000-7000-8{kind:03x}-' || lpad(to_hex({n}), 12, '0'))::uuid"
+
+
+def seed(name: str, runs: int, tasks: int) -> None:
+    """RUNS old runs with their history and QUEUED due runs over TASKS tasks (one transaction,
+    foreign-key triggers skipped: consistent by construction), then VACUUM ANALYZE."""
+    t = f"(g % {tasks}) + 1"
+    import psycopg
+    with psycopg.connect(db_url(name), autocommit=True) as conn:
+        with conn.transaction():
+            conn.execute("SET LOCAL session_replication_role = replica")
+            conn.execute(f"INSERT INTO worker_pools (id, name) VALUES ('{POOL}', 'p')".encode())
+            conn.execute(f"INSERT INTO worker_incarnations (id, pool_id, name, concurrency)"
+                         f" VALUES ('{INCARNATION}', '{POOL}', 'w', 4)".encode())
+            conn.execute(f"""
+INSERT INTO tasks (id, project_id, name, log_retention_s, argv)
+  SELECT {_key(1, 'g')}, '{PROJECT}', '任务' || g, 0, '["true"]'
+  FROM generate_series(1, 2 * {tasks}) g;
+INSERT INTO runs (id, project_id, task_id, owner, status, finished_at, not_before)
+  SELECT {_key(2, 'g')}, '{PROJECT}', {_key(1, t)}, 'runtime', 'succeeded',
+         now() - interval '200 days' + g * (interval '100 days' / {runs}), now()
+  FROM generate_series(1, {runs}) g;
+INSERT INTO attempts (id, run_id, number, executor, status, finished_at)
+  SELECT {_key(3, 'g')}, {_key(2, 'g')}, 1, 'local_process', 'succeeded',
+         now() - interval '150 days'
+  FROM generate_series(1, {runs}) g;
+INSERT INTO events (id, run_id, attempt_id, kind, to_status)
+  SELECT {_key(4, 'g * 3 + k')}, {_key(2, 'g')}, {_key(3, 'g')}, 'run', 'succeeded'
+  FROM generate_series(1, {runs}) g, generate_series(0, 2) k;
+INSERT INTO occurrences (id, task_id, outcome, first_slot, last_slot, run_id)
+  SELECT {_key(7, 'g')}, {_key(1, t)}, 'run_created', now() - interval '150 days',
+         now() - interval '150 days', {_key(2, 'g')}
+  FROM generate_series(1, {runs}) g;
+INSERT INTO runs (id, project_id, task_id, owner, status, not_before)
+  SELECT {_key(8, 'g')}, '{PROJECT}', {_key(1, f"{t} + {tasks}")}, 'runtime', 'queued',
+         now() - interval '1 hour' + g * interval '1 microsecond'
+  FROM generate_series(1, {QUEUED}) g;
+""".encode())
+        conn.execute("VACUUM ANALYZE")
+
+
+def claims(url: str, stop: threading.Event, out: list[float]) -> None:
+    """``pick_runs`` (16) back to back, each in a transaction rolled back; ms per claim."""
+    engine = create_engine(url, pool_size=1, max_overflow=0)
+    params = {"incarnation_id": INCARNATION, "pool_id": POOL, "limit": 16}
+    try:
+        with engine.connect() as conn:
+            while not stop.is_set():
+                t0 = time.perf_counter()
+                with conn.begin() as tx:
+                    conn.exec_driver_sql(dispatch_sql("pick_runs"), params).all()
+                    tx.rollback()
+                out.append((time.perf_counter() - t0) * 1000)
+    finally:
+        engine.dispose()
+
+
+def sizes(name: str) -> dict[str, int]:
+    import psycopg
+    with psycopg.connect(db_url(name), autocommit=True) as conn:
+        conn.execute("VACUUM")
+        out = {}
+        for t in TABLES:
+            row = conn.execute("SELECT pg_total_relation_size(%s)", (t,)).fetchone()
+            assert row is not None
+            out[t] = int(row[0])
+        return out
+
+
+def pct(xs: list[float], q: float) -> float:
+    return statistics.quantiles(xs, n=100)[int(q) - 1] if len(xs) > 1 else float("nan")
+
+
+def main() -> None:
+    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
+    tasks = int(sys.argv[2]) if len(sys.argv) > 2 else 100
+    with migrated_database("ql3b_hist") as (template, role):
+        t0 = time.perf_counter()
+        seed(template, runs, tasks)
+        print(f"seeded {runs} runs over {tasks} tasks in {time.perf_counter() - t0:.1f} s")
+        with cloned_database(template) as pruned_db:
+            stop, lat_p = threading.Event(), list[float]()
+            th = threading.Thread(target=claims, args=(role_url(pruned_db, role), stop, lat_p))
+            th.start()
+            engine = create_engine(role_url(pruned_db, role), pool_size=1, max_overflow=0)
+            deleted, t0 = 0, time.perf_counter()
+            try:
+                while True:
+                    batch = prune_batch(engine, "bench", limit=500)
+                    assert batch is not None
+                    deleted += batch.runs
+                    if not batch.full and batch.runs == 0:
+                        break
+            finally:
+                engine.dispose()
+            wall = time.perf_counter() - t0
+            stop.set()
+            th.join()
+            after = sizes(pruned_db)
+        with cloned_database(template) as base_db:
+            stop, lat_b = threading.Event(), list[float]()
+            th = threading.Thread(target=claims, args=(role_url(base_db, role), stop, lat_b))
+            th.start()
+            time.sleep(wall)
+            stop.set()
+            th.join()
+            before = sizes(base_db)
+    print(f"pruned {deleted} runs in {wall:.1f} s ({deleted / wall:.0f} runs/s)")
+    print(f"claims: baseline n={len(lat_b)} p50 {pct(lat_b, 50):.2f} p99 {pct(lat_b, 99):.2f} ms;"
+          f" while pruning n={len(lat_p)} p50 {pct(lat_p, 50):.2f} p99 {pct(lat_p, 99):.2f} ms;"
+          f" p99 ratio {pct(lat_p, 99) / pct(lat_b, 99):.2f}")
+    for t in TABLES:
+        print(f"{t:12} after VACUUM: kept history {before[t] / 2**20:8.1f} MiB,"
+              f" pruned {after[t] / 2**20:8.1f} MiB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Cluster history pruning (docs/operations.md "History pruning")."""

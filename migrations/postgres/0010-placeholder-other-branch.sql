@@ -1,4 +1,0 @@
--- additive: true
--- PLACEHOLDER on branch h20-secrets only: number 0010 belongs to another branch in flight;
--- drop this file at merge (take the other branch's 0010).
-SELECT 1;
