@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from panel_harness import Web, start_web
 
 from harness import Ql3, wait_for
-from panel_harness import Web, start_web
 
 pytestmark = pytest.mark.integration
 
