@@ -62,6 +62,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             "Asia/Shanghai", "--label", "京东签到", "--", "sh", "-c",
             f"echo 京东签到 开始; printf '\\033[32m成功\\033[0m\\n'; echo '{EVIL}'; "
             "sleep 2; echo 京东签到 完成")
+    ql3.run("local", "task", "add", "many-lines", "--schedule", "0 4 * * *", "--", "sh", "-c",
+            "i=0; while [ $i -lt 6500 ]; do echo \"第 $i 行\"; i=$((i+1)); done")
     for i in range(3):
         ql3.run("local", "task", "add", f"chore-{i}", "--schedule", f"{i} 3 * * *",
                 "--label", "维护", "--", "true")
@@ -115,6 +117,24 @@ def test_run_a_task_and_watch_its_log_live_with_output_as_text(world: World) -> 
     assert page.locator("#run-status").inner_text() == "succeeded"
     assert world.csp_errors == [], world.csp_errors[0][:400]
     _shot(page, "run-zh-CN-desktop")
+
+
+def test_a_long_log_keeps_5000_lines_in_the_page_and_downloads_whole(world: World) -> None:
+    page = world.page("zh-CN")
+    page.goto(world.web.base + "/")
+    page.locator("tr", has_text="many-lines").get_by_role("button", name="运行 many-lines").click()
+    page.wait_for_url("**/runs/*")
+    page.locator("#log[data-done='true']").wait_for(timeout=30_000)
+    log = page.locator("#log")
+    assert log.locator(".line").count() == 5000
+    assert log.locator(".line").last.inner_text() == "第 6499 行"
+    assert log.locator(".line").first.inner_text() == "第 1500 行"
+    assert log.locator(".earlier").inner_text() == "更早的行已省略…"
+    with page.expect_download() as download:
+        page.get_by_role("link", name="下载完整日志").click()
+    whole = Path(download.value.path()).read_text()
+    assert whole.splitlines() == [f"第 {i} 行" for i in range(6500)]
+    assert world.csp_errors == []
 
 
 def test_a_post_without_csrf_is_refused_in_the_browser_session(world: World) -> None:

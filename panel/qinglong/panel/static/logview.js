@@ -64,10 +64,13 @@ function start(box) {
     const done = document.createElement("span");
     done.className = "ended";
     done.textContent = box.dataset.ended + " (" + JSON.parse(event.data) + ")";
-    requestAnimationFrame(() => { flush(); box.appendChild(done); });
-    const status = document.getElementById("run-status");
-    if (status) status.textContent = JSON.parse(event.data);
-    box.dataset.done = "true";
+    requestAnimationFrame(() => {
+      flush();
+      box.appendChild(done);
+      const status = document.getElementById("run-status");
+      if (status) status.textContent = JSON.parse(event.data);
+      box.dataset.done = "true";  // after the last line is in the page
+    });
   });
   source.addEventListener("unavailable", () => source.close());
 }
