@@ -99,7 +99,7 @@ def test_tasks_run_and_live_log_through_the_real_owner(ql3: Ql3, tmp_path: Path)
 
 
 def test_socket_ops_page_tasks_and_long_poll_the_log(ql3: Ql3) -> None:
-    from qinglong.local.app.client import SocketBackend
+    from qinglong.local.app.client import RemoteValidationError, SocketBackend
 
     for i in range(5):
         ql3.run("local", "task", "add", f"task-{i}", "--schedule", "0 8 * * *",
@@ -112,6 +112,12 @@ def test_socket_ops_page_tasks_and_long_poll_the_log(ql3: Ql3) -> None:
         page = sock.call("task_page", offset=1, limit=2, query="")
         assert page["total"] == 6 and len(page["tasks"]) == 2
         assert sock.call("task_page", offset=0, limit=50, query="批")["total"] == 2
+        assert [t["name"] for t in sock.call("task_page", offset=0, limit=200,
+                                             query="TASK-")["tasks"]] == [
+            f"task-{i}" for i in range(5)]  # by name, case-insensitive
+        for bad in ({"limit": 0}, {"limit": 201}, {"offset": -1}):
+            with pytest.raises(RemoteValidationError):
+                sock.call("task_page", **bad)
         run = sock.call("run_now", name="slow")
         chunk = sock.call("logs_wait", run_id=run["id"], offset=0, timeout_s=20)
         assert "完成" in chunk["data"] and chunk["offset"] == len(chunk["data"].encode())
@@ -131,3 +137,48 @@ def test_without_the_extra_web_exits_2_naming_it(ql3: Ql3) -> None:
     assert proc.returncode == 2
     assert "pip install 'qinglong[web]'" in proc.stderr
     assert Path(QL3).exists()
+
+
+def test_twenty_open_log_views_hold_neither_the_panel_nor_the_owner(ql3: Ql3) -> None:
+    """Each log view waits with `logs_wait` on its own socket connection thread: with twenty
+    streams open on a quiet run, pages and `ql3 local` commands still answer."""
+    import threading
+
+    ql3.run("local", "task", "add", "quiet", "--schedule", "0 8 * * *", "--",
+            "sh", "-c", "echo 起; sleep 30; echo 止")
+    serve = ql3.start_serve()
+    web = start_web(ql3)
+    stop = threading.Event()
+    opened: list[int] = []
+    try:
+        with httpx.Client(base_url=web.base, timeout=30) as http:
+            http.get(web.link)
+            csrf = _csrf(http.get("/").text)
+            run_path = http.post("/tasks/quiet/run", data={"csrf": csrf},
+                                 headers={"Origin": web.base},
+                                 follow_redirects=False).headers["location"]
+
+            def view() -> None:
+                with http.stream("GET", f"{run_path}/log/stream") as stream:
+                    for line in stream.iter_lines():
+                        if line.startswith("id: "):
+                            opened.append(1)
+                        if stop.is_set():
+                            return
+
+            threads = [threading.Thread(target=view, daemon=True) for _ in range(20)]
+            for thread in threads:
+                thread.start()
+            assert wait_for(lambda: len(opened) >= 20, 30), len(opened)  # all streaming
+            page = http.get("/", timeout=10)
+            assert page.status_code == 200 and "quiet" in page.text
+            listed = ql3.run("local", "task", "list", timeout=10)
+            assert "quiet" in listed.stdout
+            stop.set()
+            ql3.run("local", "cancel", run_path.rsplit("/", 1)[1])
+            for thread in threads:
+                thread.join(30)
+    finally:
+        stop.set()
+        assert web.stop() == 0
+        ql3.stop_serve(serve)
