@@ -137,6 +137,19 @@ def test_a_long_log_keeps_5000_lines_in_the_page_and_downloads_whole(world: Worl
     assert world.csp_errors == []
 
 
+def test_search_box_filters_the_table_in_place_with_htmx(world: World) -> None:
+    page = world.page("en-US")
+    page.goto(world.web.base + "/")
+    assert page.locator("tbody tr").count() == 5
+    page.evaluate("document.body.dataset.marker = 'same-page'")
+    page.fill("#q", "维护")
+    wait_for(lambda: page.locator("tbody tr").count() == 3, 10)
+    assert page.locator("tbody tr").count() == 3  # chore-0..2, by their label
+    assert page.evaluate("document.body.dataset.marker") == "same-page"  # no reload
+    assert "q=" in page.url  # pushed: the filtered list has its own address
+    assert world.csp_errors == []
+
+
 def test_a_post_without_csrf_is_refused_in_the_browser_session(world: World) -> None:
     page = world.page("zh-CN")
     page.goto(world.web.base + "/")

@@ -168,3 +168,26 @@ def test_language_switch_is_remembered(client: TestClient) -> None:
     csrf = _signed_in(client)
     client.post("/lang?next=/", data={"csrf": csrf, "lang": "en"}, headers={"Origin": BASE})
     assert '<html lang="en">' in client.get("/").text
+
+
+class ManyTasks(FakeBackend):
+    def task_page(self, offset: int, limit: int, query: str) -> dict[str, Any]:
+        self.calls.append(("task_page", (offset, limit, query)))
+        names = [f"task-{i:03d}" for i in range(120)]
+        rows = [{"name": n, "labels": [], "schedule": "0 8 * * *", "timezone": "UTC",
+                 "next_fire": None, "last_run": None, "enabled": True}
+                for n in names[offset:offset + limit]]
+        return {"tasks": rows, "total": 120, "offset": offset, "limit": limit}
+
+
+def test_the_task_list_is_paged_by_the_server() -> None:
+    backend = ManyTasks()
+    client = TestClient(create_app(backend, Sessions("one-time")), base_url=BASE)
+    _signed_in(client)
+    page = client.get("/?offset=50&q=task").text
+    assert backend.calls[-1] == ("task_page", (50, 50, "task"))
+    assert "task-050" in page and "task-099" in page and "task-100" not in page
+    assert "第 51–100 条，共 120 条" in page
+    assert "offset=0" in page and "offset=100" in page  # previous and next
+    partial = client.get("/?offset=100", headers={"HX-Request": "true"}).text
+    assert "<html" not in partial and "第 101–120 条，共 120 条" in partial
