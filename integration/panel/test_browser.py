@@ -114,7 +114,7 @@ def test_run_a_task_and_watch_its_log_live_with_output_as_text(world: World) -> 
     assert log.locator("script, img").count() == 0
     assert page.evaluate("window.__pwned") is None
     assert log.locator(".ansi-green-fg", has_text="成功").count() == 1
-    assert page.locator("#run-status").inner_text() == "succeeded"
+    assert page.locator("#run-status").inner_text() == "成功"  # the status, in Chinese
     assert world.csp_errors == [], world.csp_errors[0][:400]
     _shot(page, "run-zh-CN-desktop")
 
@@ -176,7 +176,7 @@ def test_pages_pass_axe_and_are_screenshot_at_desktop_and_375px(
             width = page.evaluate("document.documentElement.scrollWidth")
             assert width <= PHONE["width"]
         _shot(page, f"tasks-{lang}-{label}")
-        page.get_by_role("link", name="succeeded").first.click()
+        page.get_by_role("link", name="成功" if lang == "zh-CN" else "succeeded").first.click()
         page.wait_for_url("**/runs/*")
         page.locator("#log[data-done='true']").wait_for(timeout=20_000)
         assert _axe_serious(page) == []

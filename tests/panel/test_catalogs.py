@@ -40,3 +40,12 @@ def test_every_key_the_templates_use_is_in_every_catalog() -> None:
 def test_language_is_the_switch_then_accept_language_then_chinese(
         cookie: str | None, accept: str | None, lang: str) -> None:
     assert i18n.negotiate(cookie, accept) == lang
+
+
+def test_every_run_status_has_a_name_in_every_catalog() -> None:
+    from qinglong.shared.statuses import RunStatus
+
+    for lang in i18n.LANGUAGES:
+        names = i18n.catalog(lang)
+        assert sorted(s.value for s in RunStatus if f"status.{s.value}" not in names) == [], lang
+    assert i18n.catalog("zh-CN")["status.succeeded"] == "成功"

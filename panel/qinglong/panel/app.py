@@ -152,7 +152,9 @@ def create_app(backend: PanelBackend, sessions: Sessions) -> Starlette:
             return render(request, "owner_down.html", 503)
         except BackendRefusedError:
             return render(request, "error.html", 404, message_key="error.not_found")
-        return render(request, "run.html", run=run)
+        names = {key[len("status."):]: text for key, text in i18n.catalog(
+            request.state.lang).items() if key.startswith("status.")}
+        return render(request, "run.html", run=run, statuses_json=json.dumps(names))
 
     async def log_stream(request: Request) -> Response:
         run = request.path_params["run"]

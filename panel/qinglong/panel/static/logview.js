@@ -56,6 +56,8 @@ function start(box) {
     }
   }
 
+  const statuses = JSON.parse(box.dataset.statuses || "{}");
+  const statusName = (status) => statuses[status] || status;
   const source = new EventSource(box.dataset.stream);
   source.onmessage = (event) => push(JSON.parse(event.data));
   source.addEventListener("end", (event) => {
@@ -63,12 +65,16 @@ function start(box) {
     if (partial) { pending.push(partial); partial = ""; }
     const done = document.createElement("span");
     done.className = "ended";
-    done.textContent = box.dataset.ended + " (" + JSON.parse(event.data) + ")";
+    const final = JSON.parse(event.data);
+    done.textContent = box.dataset.ended + " (" + statusName(final) + ")";
     requestAnimationFrame(() => {
       flush();
       box.appendChild(done);
       const status = document.getElementById("run-status");
-      if (status) status.textContent = JSON.parse(event.data);
+      if (status) {
+        status.textContent = statusName(final);
+        status.className = "status status-" + final;
+      }
       box.dataset.done = "true";  // after the last line is in the page
     });
   });
