@@ -191,3 +191,11 @@ def test_the_task_list_is_paged_by_the_server() -> None:
     assert "offset=0" in page and "offset=100" in page  # previous and next
     partial = client.get("/?offset=100", headers={"HX-Request": "true"}).text
     assert "<html" not in partial and "第 101–120 条，共 120 条" in partial
+
+
+@pytest.mark.parametrize("target", ["//evil.example/", "/\\evil.example/", "https://evil.example/"])
+def test_after_a_form_the_panel_never_redirects_off_site(client: TestClient, target: str) -> None:
+    csrf = _signed_in(client)
+    reply = client.post("/tasks/x/enable", params={"next": target}, data={"csrf": csrf},
+                        headers={"Origin": BASE}, follow_redirects=False)
+    assert reply.status_code == 303 and reply.headers["location"] == "/"

@@ -224,4 +224,5 @@ def create_app(backend: PanelBackend, sessions: Sessions) -> Starlette:
 def _back(request: Request) -> str:
     """Where to go after a form: the same-origin page named by ``next`` (a path), else /."""
     target = request.query_params.get("next", "/")
-    return target if target.startswith("/") and not target.startswith("//") else "/"
+    safe = target.startswith("/") and not target.startswith(("//", "/\\"))
+    return target if safe and "\\" not in target else "/"
