@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,9 +25,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "integration"))
 sys.path.insert(0, str(ROOT / "integration" / "panel"))
 
-from harness import Ql3  # noqa: E402
 from panel_harness import start_web  # noqa: E402
 
+from harness import Ql3  # noqa: E402
 from qinglong.local.app.client import SocketBackend  # noqa: E402
 
 SCRIPT = ("import sys, time\n"
