@@ -76,6 +76,14 @@ def test_tasks_run_and_live_log_through_the_real_owner(ql3: Ql3, tmp_path: Path)
                                 follow_redirects=False)
             assert started.status_code == 303, started.text
             run_path = started.headers["location"]
+            off = http.post("/tasks/other/disable", data={"csrf": csrf},
+                            headers={"Origin": web.base}, follow_redirects=False)
+            assert off.status_code == 303
+            assert ql3.json("local", "task", "show", "other")["enabled"] is False
+            assert "已禁用" in http.get("/", params={"q": "other"}).text
+            http.post("/tasks/other/enable", headers={"Origin": web.base,
+                                                      "X-CSRF-Token": csrf})
+            assert ql3.json("local", "task", "show", "other")["enabled"] is True
             detail = http.get(run_path)
             assert detail.status_code == 200 and "jd-sign" in detail.text
             events: list[str] = []
