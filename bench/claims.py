@@ -16,6 +16,12 @@ server:   ``pg_stat_database.active_time`` of the run's own database (millisecon
           executing statements; every run gets a fresh clone) per row retired.
 client CPU: user + system CPU seconds of the client processes over the run, per row (µs).
 
+no ANALYZE: ours again on a clone of a second template holding NOSTATS_ROWS due controls
+          that was never analyzed, its tables' autovacuum (hence autoanalyze) off: a
+          restore, a bulk enrollment or a new replica's first minutes. The claim must stay
+          as fast as on the analyzed template (docs/protocols.md §4.3); those runs last at
+          most NOSTATS_SECONDS so they never run out of due rows.
+
 Each configuration runs on a fresh clone of one seeded database, interleaved per session
 count, for ROUNDS rounds; medians are printed.
 Usage: python bench/claims.py [SECONDS_PER_RUN (8)] [ROUNDS (3)]
@@ -48,6 +54,11 @@ SESSIONS = (1, 2, 4)
 LIMIT = 16
 LEASE_S = 60.0
 ROWS = 160_000  # > 13k rows/s × the longest run: no session may run out of due rows
+NOSTATS_ROWS = 100_000  # the never-analyzed template (docs/protocols.md §4.3)
+NOSTATS_SECONDS = 4  # × 13k rows/s < NOSTATS_ROWS
+# the tables a claim and finalize read: autovacuum off on the never-analyzed template
+NOSTATS_TABLES = ("tasks", "runs", "attempts", "run_attempt_log_artifacts",
+                  "run_attempt_log_retention_controls", "run_attempt_log_artifact_tombstones")
 
 
 # claim columns handed to the finalize blocks (pgbench variable prefix, RETURNING column)
@@ -57,8 +68,8 @@ _HANDED = {"a": "attempt_id", "v": "claim_version", "p": "project_id", "r": "run
 
 def pgbench_script(path: Path) -> None:
     """Write the pgbench script: the claim and finalize statements of queries.sql verbatim,
-    with ``%(name)s`` turned into pgbench's ``:name``, in ours' round trips: BEGIN | claim |
-    COMMIT, then per row [BEGIN; lock_control] and [retire_control; COMMIT] pipelined.
+    with ``%(name)s`` turned into pgbench's ``:name``, in ours' round trips: BEGIN | claim_plan
+    | claim | COMMIT, then per row [BEGIN; lock_control] and [retire_control; COMMIT] pipelined.
     pgbench cannot ``\\gset`` inside a pipeline, so retire_control takes the claim's values
     (what the locked row holds when the fence holds) and a fixed ``retired_at``."""
     from qinglong.control.retention.claims import queries
@@ -68,7 +79,7 @@ def pgbench_script(path: Path) -> None:
                        for i in range(1, LIMIT + 1))
     arrays = ", ".join(f"array_agg({col}) AS {col}s" for col in _HANDED.values())
     claim_sql = " ".join(q["claim"].split())  # pgbench: one SQL command per line
-    lines = ["BEGIN;",
+    lines = ["BEGIN;", " ".join(q["claim_plan"].split()) + ";",  # as claims.claim() does
              f"WITH claimed AS ({claim_sql}) SELECT {handed}"
              f" FROM (SELECT {arrays} FROM claimed WHERE leased) s",
              "\\gset", "COMMIT;"]
@@ -96,6 +107,20 @@ class Run(NamedTuple):
     client_us_per_row: float
     round_trips_per_row: float
     server_us_per_row: float
+
+
+def never_analyzed(db: str) -> bool:
+    """True when no table of ``NOSTATS_TABLES`` in ``db`` was analyzed (by hand or by
+    autovacuum) and the planner holds no column statistics for them."""
+    import psycopg
+
+    with psycopg.connect(db_url(db), autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT bool_and(analyze_count = 0 AND autoanalyze_count = 0),"
+            " (SELECT count(*) FROM pg_stats WHERE tablename = ANY(%(t)s))"
+            " FROM pg_stat_user_tables WHERE relname = ANY(%(t)s)",
+            {"t": list(NOSTATS_TABLES)}).fetchone()
+    return row is not None and bool(row[0]) and row[1] == 0
 
 
 def server_active_ms(db: str) -> float:
@@ -215,19 +240,31 @@ def main() -> None:
         with psycopg.connect(db_url(tmpl), autocommit=True) as conn:
             seed_bulk(conn, ROWS)
             conn.execute("VACUUM ANALYZE")
-        runs: dict[str, dict[int, list[Run]]] = {
-            kind: {n: [] for n in SESSIONS} for kind in ("pgbench", "ours")}
-        for _ in range(rounds):
-            for n in SESSIONS:  # interleaved, so drift hits all alike
-                with cloned_database(tmpl) as db:
-                    runs["pgbench"][n].append(run_pgbench(db, role, n, seconds, script))
-                with cloned_database(tmpl) as db:
-                    runs["ours"][n].append(run_ours(db, role, n, seconds))
+        with migrated_database("ql3bench_nostats") as (bare, bare_role):
+            with psycopg.connect(db_url(bare), autocommit=True) as conn:
+                for table in NOSTATS_TABLES:
+                    conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+                seed_bulk(conn, NOSTATS_ROWS)
+            runs: dict[str, dict[int, list[Run]]] = {
+                kind: {n: [] for n in SESSIONS} for kind in ("pgbench", "ours", "nostats")}
+            for _ in range(rounds):
+                for n in SESSIONS:  # interleaved, so drift hits all alike
+                    with cloned_database(tmpl) as db:
+                        runs["pgbench"][n].append(run_pgbench(db, role, n, seconds, script))
+                    with cloned_database(tmpl) as db:
+                        runs["ours"][n].append(run_ours(db, role, n, seconds))
+                    with cloned_database(bare) as db:
+                        runs["nostats"][n].append(run_ours(db, bare_role, n,
+                                                           min(seconds, NOSTATS_SECONDS)))
+                        assert never_analyzed(db), "the no-ANALYZE clone was analyzed"
         with admin() as conn:
             version = conn.execute("SHOW server_version").fetchone()
-    print(f"PostgreSQL {version[0] if version else '?'}; {ROWS} due controls per run; "
-          f"{seconds} s per run; {rounds} rounds; claim limit {LIMIT}; no S3")
-    print(f"{'sessions':>8}  {'ours rows/s':>11}  {'round trips/row':>15}"
+    print(f"PostgreSQL {version[0] if version else '?'}; {ROWS} due controls per run "
+          f"(analyzed), {NOSTATS_ROWS} never analyzed; {seconds} s per run "
+          f"({min(seconds, NOSTATS_SECONDS)} s without statistics); {rounds} rounds; "
+          f"claim limit {LIMIT}; no S3")
+    print(f"{'sessions':>8}  {'ours rows/s':>11}  {'no ANALYZE rows/s':>17}"
+          f"  {'round trips/row':>15}"
           f"  {'server µs/row':>13}  {'client CPU µs/row':>17}"
           f"  {'pgbench rows/s':>14}  {'pgbench server µs/row':>21}")
 
@@ -236,6 +273,7 @@ def main() -> None:
 
     for n in SESSIONS:
         print(f"{n:>8}  {median('ours', n, 'rows_per_s'):>11.0f}"
+              f"  {median('nostats', n, 'rows_per_s'):>17.0f}"
               f"  {median('ours', n, 'round_trips_per_row'):>15.2f}"
               f"  {median('ours', n, 'server_us_per_row'):>13.0f}"
               f"  {median('ours', n, 'client_us_per_row'):>17.0f}"

@@ -61,22 +61,33 @@ def test_run_runs_and_task_list_through_the_socket_return_the_documented_json(ql
 
 
 def test_logs_follow_streams_a_running_tasks_output(ql3: Ql3) -> None:
+    """The follower starts once two lines are written, so its first read gets both: the
+    rest is read through the same buffered reader (``communicate`` after ``readline`` reads
+    the pipe's fd directly and loses what ``readline`` buffered, the line-2 loss once seen
+    under load)."""
     serve = ql3.start_serve()
     try:
         ql3.run("local", "task", "add", "talker", "--schedule", "@once", "--", "sh", "-c",
-                "for i in 1 2 3 4; do echo line-$i; sleep 0.5; done")
+                "for i in 1 2 3 4; do echo line-$i; sleep 1.5; done")
         run = ql3.json("local", "run", "talker")
+        log = ql3.data_dir / "logs" / ql3.json("local", "inspect", run["id"])["task_id"] / (
+            f"{run['id']}.1.log")
+        assert wait_for(lambda: log.exists() and b"line-2" in log.read_bytes(), 20)
         follower = subprocess.Popen([QL3, "local", "logs", run["id"], "--follow"], env=ql3.env,
-                                    stdout=subprocess.PIPE, text=True)
-        assert follower.stdout is not None
-        first = follower.stdout.readline()
-        status_at_first_line = ql3.json("local", "runs")[0]["status"]
-        rest, _ = follower.communicate(timeout=20)
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        with follower:
+            assert follower.stdout is not None and follower.stderr is not None
+            first = follower.stdout.readline()
+            status_at_first_line = ql3.json("local", "runs")[0]["status"]
+            rest = follower.stdout.read()
+            status_line = follower.stderr.read()
+            assert follower.wait(20) == 0
     finally:
         assert ql3.stop_serve(serve) == 0
     assert first.strip() == "line-1"
     assert status_at_first_line == "running"
     assert rest.split() == ["line-2", "line-3", "line-4"]
+    assert status_line.startswith("run talker#1 succeeded, exit code 0, took ")
 
 
 def test_second_serve_on_a_served_directory_is_refused(ql3: Ql3) -> None:
@@ -92,10 +103,11 @@ def test_second_serve_on_a_served_directory_is_refused(ql3: Ql3) -> None:
 def test_kill_9_of_serve_leaves_the_task_running_and_the_next_serve_settles_it_from_its_receipt(
     ql3: Ql3, tmp_path: Path
 ) -> None:
-    """Case C02: the run ends succeeded with exit code 0 from its receipt."""
-    marker = tmp_path / "done"
+    """The run ends succeeded with exit code 0 from its receipt. The task waits for a gate
+    file the test creates once serve is gone (a fixed sleep raced the test under load)."""
+    marker, gate = tmp_path / "done", tmp_path / "gate"
     ql3.run("local", "task", "add", "slow", "--schedule", "@once", "--", "sh", "-c",
-            f"sleep 2; echo finished > {marker}")
+            f"while [ ! -e {gate} ]; do sleep 0.1; done; echo finished > {marker}")
     serve = ql3.start_serve()
     run = ql3.json("local", "run", "slow")
     assert wait_for(lambda: ql3.json("local", "runs")[0]["status"] == "running", 10)
@@ -106,6 +118,7 @@ def test_kill_9_of_serve_leaves_the_task_running_and_the_next_serve_settles_it_f
     os.killpg(pgid, 0)  # the task's group survived its owner
     runs = ql3.json("local", "runs")
     assert runs[0]["status"] == "running" and "needs recovery" in runs[0]["recovery"]
+    gate.touch()
     assert wait_for(marker.exists, 10)
     receipt = ql3.data_dir / "receipts" / attempt["id"][-2:] / f"{attempt['id']}.receipt"
     assert wait_for(receipt.exists, 10)

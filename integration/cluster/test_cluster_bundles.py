@@ -183,3 +183,38 @@ def test_tasks_cannot_name_an_unknown_digest_or_a_missing_entry_point(
         answer = scene.api.post("/v1/tasks", json={"name": "nope", **body})
         assert (answer.status_code, answer.json()["error"]["code"]) == (422, code)
     assert scene.api.get("/v1/tasks/nope").status_code == 404
+
+
+def test_a_recorded_bundle_hiding_a_file_as_a_directory_is_refused_by_the_worker(
+        scene: Scene, tmp_path: Path) -> None:
+    """A bundle recorded before control refused a type-0 member named "x/" (GNU tar lists
+    it as an empty directory): the worker's extractor refuses it too and nothing runs."""
+    import gzip
+    import json
+    import tarfile
+
+    marker = tmp_path / "ran"
+    script = f"#!/bin/sh\ntouch {marker}\n".encode()
+    info = tarfile.TarInfo("x/")
+    info.type, info.size = tarfile.REGTYPE, len(script)
+    data = gzip.compress(info.tobuf(tarfile.USTAR_FORMAT) + script
+                         + b"\0" * (-len(script) % 512) + b"\0" * 1024)
+    refused = scene.api.post("/v1/scripts", content=data,
+                             headers={"Content-Type": "application/gzip"})
+    assert refused.json()["error"]["reason"] == "corrupt", refused.text
+    digest = hashlib.sha256(data).hexdigest()
+    scene.s3.put_object(Bucket=scene.cluster.bucket, Key=f"bundles/sha256/{digest}", Body=data)
+    member = {"path": "x", "kind": "file", "size_bytes": len(script), "mode": 0o755}
+    scene.db.execute(
+        "INSERT INTO script_bundles (digest, object_key, size_bytes, member_count, "
+        "unpacked_bytes, members, created_by) VALUES (%s, %s, %s, 1, %s, %s, 'old')",
+        (digest, f"bundles/sha256/{digest}", len(data), len(script), json.dumps([member])))
+    scene.db.commit()
+    made = scene.api.post("/v1/tasks", json={"name": "hidden-x", "bundle_digest": digest,
+                                             "entry_point": "x"})
+    assert made.status_code == 201, made.text
+    run = scene.wait_run(scene.run("hidden-x"))
+    ((_, status, reason, started_at, _),) = scene.attempts(run["id"])
+    assert (status, reason, started_at) == ("failed", "bundle_invalid", None)
+    assert not marker.exists()
+    assert list((scene.cluster.tmp / "spool-w1" / "work").iterdir()) == []

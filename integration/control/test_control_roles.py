@@ -74,6 +74,12 @@ FORBIDDEN = [
     "ALTER TABLE script_bundles ADD COLUMN evil int",
     "ALTER TABLE tasks DROP CONSTRAINT tasks_bundle_digest_fkey",
     "DROP INDEX tasks_bundle_digest_idx",
+    # 0007, live logs: a chunk row is appended or deleted, never rewritten; the window and
+    # the sweep's index are the owner's
+    "UPDATE attempt_log_chunks SET data = ''::bytea",
+    "TRUNCATE attempt_log_chunks",
+    "ALTER TABLE attempt_log_chunks ADD COLUMN evil int",
+    "DROP INDEX attempts_partial_log_idx",
 ]
 
 

@@ -97,11 +97,12 @@ def test_integrity_mismatches_answer_their_documented_503_codes(
         close_world(api)
 
 
-def test_a_running_attempt_s_log_is_pending_and_a_lost_one_s_is_not_found(
+def test_a_running_attempt_s_log_is_readable_and_a_lost_one_without_output_is_not_found(
         pg_db: PgDb, s3: Any, make_bucket: Callable[[bool], str]) -> None:
-    """404 ``log_pending`` (with its own message) while the attempt is claimed, starting or
-    running; 404 ``log_not_found`` once it ended without a log (lost) and for an unknown id.
-    Both codes are documented under the route's 404 in OpenAPI."""
+    """200 with the log so far (empty here: no chunk yet) while the attempt is claimed,
+    starting or running — no more 404 ``log_pending`` (docs/protocols.md §4.4); 404
+    ``log_not_found`` once it ended without any log (lost) and for an unknown id. Both codes
+    are documented under the route's 404 in OpenAPI."""
     api = open_world(pg_db, s3=s3, bucket=make_bucket(False))
     try:
         project_id, task_id, run_id, attempt_id = uuid7(), uuid7(), uuid7(), uuid7()
@@ -117,10 +118,10 @@ def test_a_running_attempt_s_log_is_pending_and_a_lost_one_s_is_not_found(
         for status in ("claimed", "starting", "running"):
             api.sql("UPDATE attempts SET status = %(s)s WHERE id = %(a)s",
                     {"s": status, "a": attempt_id})
-            pending = api.client.get(f"/v1/attempts/{attempt_id}/log", headers=viewer)
-            assert (pending.status_code, pending.json()) == (404, {"error": {
-                "code": "log_pending",
-                "message": "the attempt has not finished; its log is uploaded when it ends"}})
+            running = api.client.get(f"/v1/attempts/{attempt_id}/log", headers=viewer)
+            assert (running.status_code, running.content) == (200, b"")
+            assert (running.headers["QL3-Attempt-Status"],
+                    running.headers["QL3-Log-State"]) == (status, "running")
         api.sql("UPDATE attempts SET status = 'lost', finished_at = now() WHERE id = %(a)s",
                 {"a": attempt_id})
         lost = api.client.get(f"/v1/attempts/{attempt_id}/log", headers=viewer)

@@ -9,9 +9,10 @@ Seeding, before each generated case, of what the operation needs:
   uploaded log in moto; an aimed bundle push sends a valid gzip tar.
 - Worker endpoints (called with a worker-pool token of pool ``pool-a``, labels
   ``zone=a``): an incarnation of that pool registered and, for the lease writes (started,
-  heartbeat, log-upload, complete), a queued run of task ``fuzz-worker`` (labels ``zone=a``)
-  claimed through ``dispatch.claims.claim_attempts``, so a live lease exists (for the bundle
-  grant, a run of task ``fuzz-bundle``, which names a pushed bundle).
+  heartbeat, log-upload, log-chunk, complete), a queued run of task ``fuzz-worker``
+  (labels ``zone=a``) claimed through ``dispatch.claims.claim_attempts``, so a live lease
+  exists (for the bundle grant, a run of task ``fuzz-bundle``, which names a pushed
+  bundle).
 
 About half the cases are *aimed*: their path parameters point at the seeded objects and,
 for the worker endpoints, the generated body's fence fields (``lease``, ``incarnation_id``,
@@ -62,6 +63,7 @@ WORKER_OPS: dict[str, tuple[type[wire._Wire], frozenset[str], bool]] = {
     "/v1/worker/log-upload": (wire.LogUploadRequest, frozenset({"lease"}), True),
     "/v1/worker/bundle": (wire.BundleRequest, frozenset({"lease", "digest"}), True),
     "/v1/worker/complete": (wire.CompletionReport, frozenset({"lease", "log"}), True),
+    "/v1/worker/log-chunk": (wire.LogChunkBatch, frozenset({"chunks"}), True),
     "/v1/worker/stopped": (wire.WorkerStopped, frozenset({"incarnation_id"}), False),
 }
 
@@ -178,6 +180,8 @@ class WorkerSeed:
                                                               "size_bytes": 3}},
             "/v1/worker/complete": {"lease": lease, "outcome": "failed", "exit_code": 1,
                                     "signal": None, "log": None},
+            "/v1/worker/log-chunk": {"chunks": [{"lease": lease, "offset": 0, "data": "aGkK",
+                                                 "skipped": False}]},
         }[path]
 
 

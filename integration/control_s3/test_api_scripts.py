@@ -259,3 +259,24 @@ def test_a_worker_gets_a_presigned_get_only_for_its_attempts_bundle(
     assert world.client.delete("/v1/tasks/w", headers=admin).status_code == 204
     assert world.client.delete(f"/v1/scripts/{digest}",
                                headers=world.as_("operator")).status_code == 409
+
+
+def test_a_file_named_as_a_directory_or_an_archive_without_its_end_is_refused_as_corrupt(
+        world: ApiWorld, direct_s3: Any) -> None:
+    """GNU tar lists a type-0 member named "x/" as an empty directory (its script hidden
+    from a reviewer); a garbage header used to end the archive silently."""
+    script = b"#!/bin/sh\necho hidden\n"
+    info = tarfile.TarInfo("x/")
+    info.type, info.size = tarfile.REGTYPE, len(script)
+    hidden = info.tobuf(tarfile.USTAR_FORMAT) + script + b"\0" * (-len(script) % 512)
+    ok = tarfile.TarInfo("run.sh")
+    ok.size = 5
+    good = ok.tobuf(tarfile.USTAR_FORMAT) + b"true\n" + b"\0" * 507
+    garbage = b"garbage".ljust(512, b"!")
+    for raw in (good + hidden + b"\0" * 1024, good + garbage + hidden + b"\0" * 1024):
+        answer = push(world, gzip.compress(raw))
+        assert answer.status_code == 422, answer.text
+        error = answer.json()["error"]
+        assert (error["code"], error["reason"]) == ("bundle_invalid", "corrupt")
+        assert "hidden" not in answer.text
+    assert direct_s3.list_objects_v2(Bucket=world.ctx.bucket).get("KeyCount", 0) == 0

@@ -192,8 +192,8 @@ def test_the_openapi_document_describes_every_worker_body(
     doc = _client(pg_db, engine, direct_s3, "b").get("/openapi.json").json()
     paths = {p for p in doc["paths"] if p.startswith("/v1/worker/")}
     assert paths == {f"/v1/worker/{name}" for name in (
-        "register", "claim", "started", "heartbeat", "log-upload", "bundle", "complete",
-        "stopped")}
+        "register", "claim", "started", "heartbeat", "log-upload", "bundle", "log-chunk",
+        "complete", "stopped")}
     for path in paths:
         op = doc["paths"][path]["post"]
         schema = op["requestBody"]["content"]["application/json"]["schema"]

@@ -13,7 +13,7 @@ import pytest
 from fake_control import TOKEN, make_attempt
 from worker_kit import wait_group_gone
 
-from qinglong.worker.spool import TRUNCATION_MARKER
+from qinglong.worker.spool import marker_line
 
 pytestmark = pytest.mark.integration
 
@@ -33,8 +33,11 @@ def test_output_is_capped_at_the_log_limit_with_one_marker_line(control, start_w
     start_worker()
     done = control.wait_for("complete")[0]
     _headers, body = control.puts[0]
-    marker = TRUNCATION_MARKER.format(limit=100).encode()
-    assert body == b"a" * 100 + marker
+    # head: 50 bytes; tail: two 25-byte segments, the last full one and the current one
+    # (9955 bytes past the head = 398 × 25 + 5: 30 bytes kept)
+    marker = marker_line(10005 - 50 - 30, after_newline=False)
+    assert body == b"a" * 50 + marker + b"a" * 25 + b"tail\n"
+    assert done["layout"] == {"raw_bytes": 10005, "head_bytes": 50, "tail_offset": 9975}
     assert done["log"] == {"sha256": hashlib.sha256(body).hexdigest(), "size_bytes": len(body),
                            "content_type": "text/plain; charset=utf-8"}
     assert done["outcome"] == "succeeded"

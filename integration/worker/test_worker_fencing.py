@@ -4,11 +4,12 @@ process, real process groups, real signals; control is an in-process HTTP fake."
 from __future__ import annotations
 
 import signal
+import threading
 import time
 
 import pytest
 from fake_control import make_attempt
-from worker_kit import live_members, wait_group_gone
+from worker_kit import live_members, pids_running, unique_sleep, wait_group_gone, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -41,24 +42,81 @@ def test_control_silent_worker_kills_attempt_before_the_lease_could_expire(contr
     assert control.seen("complete") == []
 
 
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().rpartition(")")[2].split()[0]
+
+
+def _freeze_on_next_heartbeat(control, worker) -> threading.Event:
+    """Arm the fake: the next heartbeat request stops the worker (SIGSTOP, seen stopped in
+    /proc) before its answer is written, so the worker is frozen with a heartbeat in flight
+    and reads that answer only when it resumes — the worst case for the fence, made certain
+    rather than left to chance. The event is set once the worker is stopped."""
+    frozen = threading.Event()
+
+    def hook(_body: object) -> None:
+        control.hooks.pop("heartbeat", None)
+        worker.proc.send_signal(signal.SIGSTOP)
+        wait_until(lambda: _state(worker.proc.pid) == "T", 5.0, "worker stopped")
+        frozen.set()
+
+    control.hooks["heartbeat"] = hook
+    return frozen
+
+
+def _no_completion_within(control, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert control.seen("complete") == []
+        assert control.seen("log-upload") == []
+        time.sleep(0.05)
+
+
 def test_frozen_worker_attempt_dies_by_the_wrappers_copy_of_the_fence(control, start_worker):
-    """C21: a worker stopped (SIGSTOP) cannot kill anything; the wrapper holds its fence
-    deadline and kills the group before the lease, renewed no later than last_ok, ends."""
-    attempt = make_attempt(BACKGROUNDED, lease_ms=3000, heartbeat_ms=500)
+    """A worker stopped (SIGSTOP) cannot kill anything; the wrapper holds its fence
+    deadline and kills the group before the lease, renewed no later than last_ok, ends. The
+    worker is frozen with a heartbeat in flight (the answer it reads on resuming would renew
+    a live fence): it must still forget the attempt."""
+    attempt = make_attempt(BACKGROUNDED, lease_ms=3000, heartbeat_ms=1000)
     control.queue.append(attempt)
     worker = start_worker()
     pgid = control.wait_for("started")[0]["pid"]
-    control.wait_for("heartbeat", count=2)
-    worker.proc.send_signal(signal.SIGSTOP)
+    control.wait_for("heartbeat", count=1)
+    frozen = _freeze_on_next_heartbeat(control, worker)
     try:
-        time.sleep(0.1)  # a heartbeat already in flight lands
+        assert frozen.wait(5.0)
         last_ok = control.last_ok_heartbeat[attempt["lease"]["attempt_id"]]
         gone_at = wait_group_gone(pgid, timeout_s=4.0)
         assert gone_at < last_ok + 3.0
     finally:
         worker.proc.send_signal(signal.SIGCONT)
-    time.sleep(0.5)
-    assert control.seen("complete") == []
+    _no_completion_within(control, 2.0)
+
+
+def test_frozen_worker_with_a_heartbeat_in_flight_never_completes(control, start_worker):
+    """The command ended by itself; its leftover ignores TERM, so the worker waits out the
+    grace (5 s) before its KILL. Frozen then, with a heartbeat in flight, past its fence: the
+    wrapper KILLs the leftover on its copy of the deadline. On resuming, the worker reads the
+    heartbeat's 200 (sent before the deadline, so it would move it 1 s past now): a fence that
+    passed stays passed, and the attempt is forgotten — no log upload, no completion."""
+    sleeper = unique_sleep()
+    control.queue.append(make_attempt(f"( trap '' TERM; exec sleep {sleeper} ) & exit 0",
+                                      lease_ms=3000, heartbeat_ms=1000))
+    worker = start_worker("--grace", "5")
+    pgid = control.wait_for("started")[0]["pid"]
+    wait_until(lambda: len(pids_running(["sleep", sleeper])) == 1, 5.0, "leftover running")
+    leftover = pids_running(["sleep", sleeper])[0]
+    wait_until(lambda: len(live_members(pgid)) == 2, 5.0, "sh ended (wrapper + leftover)")
+    time.sleep(0.2)  # the worker sends its TERM within a supervision tick (50 ms)
+    frozen = _freeze_on_next_heartbeat(control, worker)
+    try:
+        assert frozen.wait(5.0)
+        wait_until(lambda: not pids_running(["sleep", sleeper]), 4.0,
+                   f"leftover {leftover} killed by the wrapper's fence")
+    finally:
+        worker.proc.send_signal(signal.SIGCONT)
+    _no_completion_within(control, 3.0)
+    assert "fence" in worker.stderr()
 
 
 def test_409_on_heartbeat_kills_the_group_at_once_and_never_completes(control, start_worker):
@@ -106,8 +164,9 @@ def test_409_on_started_kills_the_group_at_once_and_sends_nothing_more(control,
     control.force["started"] = 409
     control.queue.append(make_attempt(BACKGROUNDED, lease_ms=3000, heartbeat_ms=500))
     start_worker()
-    started_at = time.monotonic()
     pgid = control.wait_for("started")[0]["pid"]
+    with control.lock:  # when the 409 was answered: the worker's start-up is not counted
+        started_at = next(at for at, route, _ in control.log if route == "started")
     wait_group_gone(pgid, timeout_s=1.5)
     assert time.monotonic() - started_at < 1.5
     time.sleep(0.7)  # more than one heartbeat period

@@ -293,3 +293,26 @@ def test_bad_service_settings_are_refused(service: dict[str, Any], expect: str) 
     with pytest.raises(helm_python.HelmValuesError) as caught:
         _service(type="LoadBalancer", **service)
     assert expect in str(caught.value)
+
+
+def _mib(quantity: str) -> float:
+    units = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024}
+    for suffix, factor in units.items():
+        if quantity.endswith(suffix):
+            return float(quantity[: -len(suffix)]) * factor
+    return float(quantity) / (1024 * 1024)
+
+
+def test_control_tmp_holds_every_concurrent_push_with_margin(minimal: Rendered) -> None:
+    """Each push control checks at once spools up to 32 MiB (MAX_COMPRESSED_BYTES) under
+    /tmp: the default sizeLimit holds ``--max-pushes`` of them plus 32 MiB."""
+    from qinglong.shared.bundles import MAX_COMPRESSED_BYTES
+
+    deployment = minimal.one("Deployment", CONTROL)
+    spec = deployment["spec"]["template"]["spec"]
+    (serve,) = [c for c in spec["containers"] if c["name"] == "control"]
+    pushes = int(_flag(serve["args"], "--max-pushes"))
+    assert pushes == 2
+    (tmp,) = [v for v in spec["volumes"] if v["name"] == "tmp"]
+    push_mib = MAX_COMPRESSED_BYTES / (1024 * 1024)
+    assert _mib(tmp["emptyDir"]["sizeLimit"]) >= pushes * push_mib + 32

@@ -1,8 +1,13 @@
-"""The per-attempt log size cap (issue 3 item 6): the wrapper keeps at most the cap and then
-one marker line, the command runs to its end, and its exit code is kept."""
+"""The per-attempt log cap (docs/protocols.md §3.3 "Bounded output"): past the cap the log
+keeps its head (cap // 2 bytes), one marker line with the count of bytes left out, and the
+last cap - cap // 2 bytes, kept on disk while the command runs; the command runs to its end
+and its exit code is kept."""
 
 from __future__ import annotations
 
+import os
+import random
+import time
 from pathlib import Path
 
 import pytest
@@ -31,7 +36,8 @@ def test_output_beyond_the_cap_is_cut_with_one_marker_and_the_command_finishes(
     data, code = _run(env, f"head -c 50000 /dev/zero | tr '\\0' x; echo done >&2; "
                            f"touch {env.marker}; exit 4")
     assert code == 4
-    assert data == b"x" * CAP + b"\n[ql3: output cut at 1000 bytes]\n"
+    assert data == (b"x" * 500 + b"\n[ql3: 49005 bytes of output left out here]\n"
+                    + b"x" * 495 + b"done\n")
     assert env.marker.exists(), "the command ran to its end although its output was cut"
 
 
@@ -55,3 +61,79 @@ def test_a_background_writer_cannot_keep_the_attempt_open(env: Env) -> None:
     receipt = launcher.store.read(request.attempt_id)
     assert receipt is not None and receipt.outcome is ReceiptOutcome.EXITED
     assert len(Path(request.output_path).read_bytes()) <= CAP + 64
+
+
+def _layout(log: Path) -> dict[str, int]:
+    text = (log.parent / (log.name + ".layout")).read_text()
+    assert text.startswith("ql3-log-layout@v1 ") and text.endswith("\n")
+    return {k: int(v) for k, v in (f.split("=") for f in text.split()[1:])}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_head_marker_and_tail_are_exact_and_never_split_a_character(
+    env: Env, seed: int
+) -> None:
+    rng = random.Random(seed)
+    chars = ["a", "\n", "中", "é", "😀", "Ж"]
+    raw = "".join(rng.choice(chars) for _ in range(rng.randrange(700, 9000))).encode()
+    source = env.tmp / "out.bin"
+    source.write_bytes(raw)
+    cap = rng.choice([100, 101, 999, 1000, 4096])
+    request = env.request(argv=("sh", "-c", f"cat {source}"))
+    with env.launcher(log_cap_bytes=cap).start(request) as proc:
+        proc.open_gate()
+        assert proc.wait(20) == 0
+    log = Path(request.output_path)
+    data = log.read_bytes()
+    layout = _layout(log)
+    head, tail_from, tail_at = layout["head"], layout["tail_from"], layout["tail_at"]
+    assert cap // 2 - 3 <= head <= cap // 2
+    assert cap - head - 3 <= len(raw) - tail_from <= cap - head
+    marker = (b"" if raw[:head].endswith(b"\n") else b"\n") + (
+        b"[ql3: %d bytes of output left out here]\n" % (tail_from - head))
+    assert data == raw[:head] + marker + raw[tail_from:]
+    assert tail_at == head + len(marker)
+    raw[:head].decode()  # no character cut at either end
+    raw[tail_from:].decode()
+    assert not list(log.parent.glob(".*"))  # no temporary or segment file left
+
+
+def test_a_log_within_the_cap_has_no_layout(env: Env) -> None:
+    request = env.request(argv=("sh", "-c", f"head -c {CAP} /dev/zero"))
+    with env.launcher(log_cap_bytes=CAP).start(request) as proc:
+        proc.open_gate()
+        assert proc.wait(20) == 0
+    log = Path(request.output_path)
+    assert log.read_bytes() == b"\0" * CAP
+    assert os.listdir(log.parent) == [log.name]
+
+
+def _status_kib(pid: int, key: str) -> int:
+    with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith(key + ":"))
+
+
+def _peak_kib(env: Env, script: str) -> int:
+    """The wrapper's VmHWM once ``script`` has touched the marker (it then sleeps)."""
+    env.marker.unlink(missing_ok=True)
+    request = env.request(argv=("sh", "-c", f"{script}; touch {env.marker}; sleep 30"))
+    with env.launcher(log_cap_bytes=16 * 1024 * 1024).start(request) as proc:
+        proc.open_gate()
+        deadline = time.monotonic() + 120
+        while not env.marker.exists():
+            assert time.monotonic() < deadline, "the command did not finish in time"
+            time.sleep(0.1)
+        peak = _status_kib(proc.pid, "VmHWM")
+        proc.kill_group()
+        proc.wait(10)
+    return peak
+
+
+def test_wrapper_memory_stays_at_its_target_while_200_mb_pass_the_cap(env: Env) -> None:
+    """The tail is kept on disk: the wrapper's peak RSS (VmHWM) with 200 MB of output under
+    a 16 MiB cap is that of a wrapper whose command prints nothing, within 512 KiB, and
+    within its 10 MiB target (bench/README.md, footprint.py)."""
+    quiet = _peak_kib(env, "true")
+    flooded = _peak_kib(env, "head -c 200000000 /dev/urandom")
+    assert flooded - quiet <= 512, f"wrapper peak RSS {flooded} KiB, quiet {quiet} KiB"
+    assert flooded <= 10 * 1024, f"wrapper peak RSS {flooded} KiB"

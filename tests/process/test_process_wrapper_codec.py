@@ -13,8 +13,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from qinglong.local.process import launcher
-from qinglong.local.process.launch_request import DEFAULT_WRAPPER_PATH
-from qinglong.local.process.wrapper_digest import WRAPPER_SHA256
+from qinglong.local.process.launch_request import (
+    DEFAULT_WRAPPER_PATH,
+    LOG_CAP_PATH,
+    OUTPUT_MASK_PATH,
+)
+from qinglong.local.process.wrapper_digest import (
+    LOG_CAP_SHA256,
+    OUTPUT_MASK_SHA256,
+    WRAPPER_SHA256,
+)
 from qinglong.shared.handles import ProcessHandle
 from qinglong.shared.ids import uuid7
 from qinglong.shared.process.identity import capture_handle
@@ -43,11 +51,23 @@ def test_wrapper_digest_matches_the_pinned_constant() -> None:
     )
 
 
+@pytest.mark.parametrize(("path", "pinned"), [(OUTPUT_MASK_PATH, OUTPUT_MASK_SHA256),
+                                             (LOG_CAP_PATH, LOG_CAP_SHA256)])
+def test_the_wrappers_output_files_match_their_pinned_digests(path: str, pinned: str) -> None:
+    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    assert digest == pinned, f"{path} changed: update its digest in wrapper_digest.py"
+
+
 def test_wrapper_imports_only_its_allowed_modules() -> None:
     source = Path(DEFAULT_WRAPPER_PATH).read_text(encoding="utf-8")
     imports = {line.split()[1] for line in source.splitlines() if line.startswith("import ")}
-    assert imports == {"fcntl", "os", "_signal", "select", "sys", "time"}  # _signal: no enum
+    assert imports == {"fcntl", "marshal", "os", "_signal", "sys", "time"}  # _signal: no enum
     assert not [line for line in source.splitlines() if line.startswith("from ")]
+    for path in (OUTPUT_MASK_PATH, LOG_CAP_PATH):  # compiled into the wrapper at run time
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        runtime = {line.split()[1] for line in lines if line.startswith("import ")}
+        assert runtime <= {"os", "select"}
+        assert not [line for line in lines if line.startswith("from ")]
 
 
 def test_wrapper_environment_contract_matches_the_launcher() -> None:
@@ -56,6 +76,9 @@ def test_wrapper_environment_contract_matches_the_launcher() -> None:
     assert wrapper.ENV_GATE_FD == launcher.ENV_GATE_FD
     assert wrapper.ENV_LC_CTYPE == launcher.ENV_LC_CTYPE
     assert wrapper.ENV_RECEIPT_DIR == launcher.ENV_RECEIPT_DIR
+    for name in ("ENV_LOG_CAP", "ENV_LOG_DIR_FD", "ENV_LOG_NAME", "ENV_SECRET_NAMES",
+                 "ENV_LIB_FDS"):
+        assert getattr(wrapper, name) == getattr(launcher, name)
     assert wrapper.EXIT_NOT_STARTED == launcher.WRAPPER_EXIT_NOT_STARTED
     for name in (launcher.ENV_RUN_ID, launcher.ENV_GATE_FD, launcher.ENV_RECEIPT_DIR):
         assert name.startswith(("QL3_LAUNCH_", "QL3_RECEIPT_"))

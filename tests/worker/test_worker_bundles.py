@@ -4,6 +4,7 @@ MockTransport standing in for the presigned URL."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import os
@@ -241,3 +242,24 @@ def test_checkouts_left_by_a_killed_worker_are_removed_unless_their_lock_is_held
         assert sorted(os.listdir(store.work_dir)) == ["alive"]
     finally:
         os.close(held)
+
+
+def hidden_file_bundle(script: bytes) -> bytes:
+    """A gzip tar whose only member is named "x/" with tar type 0 and carries ``script``:
+    GNU tar lists it as an empty directory."""
+    info = tarfile.TarInfo("x/")
+    info.type, info.size = tarfile.REGTYPE, len(script)
+    raw = info.tobuf(tarfile.USTAR_FORMAT) + script + b"\0" * (-len(script) % 512)
+    return gzip.compress(raw + b"\0" * 1024)
+
+
+def test_a_file_named_as_a_directory_is_invalid_and_nothing_is_extracted(
+        tmp_path: Path) -> None:
+    data = hidden_file_bundle(b"#!/bin/sh\necho hidden\n")
+    digest = hashlib.sha256(data).hexdigest()
+    bucket = Bucket(data)
+    store = store_for(tmp_path, bucket)
+    with pytest.raises(BundleFailure) as caught:
+        store.checkout(claimed(digest, entry_point="x"), bucket.grant(digest), deadline())
+    assert caught.value.reason == "bundle_invalid"
+    assert os.listdir(store.work_dir) == []

@@ -10,6 +10,8 @@ import uuid
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from qinglong.shared import wire
 from qinglong.shared.errors import ValidationError
@@ -29,7 +31,7 @@ from qinglong.worker.errors import (
 from qinglong.worker.fencing import LeaseFence, fence_margin_ms
 from qinglong.worker.group_wrapper import take_input
 from qinglong.worker.process import decode_status
-from qinglong.worker.spool import TRUNCATION_MARKER, CappedCopier
+from qinglong.worker.spool import CappedCopier, marker_line
 
 LEASE = wire.LeaseRef(attempt_id=uuid7(), lease_token=str(uuid.uuid4()), lease_version=1)
 
@@ -39,20 +41,27 @@ def test_fence_deadline_is_send_time_plus_lease_minus_margin_and_only_moves_forw
     assert fence_margin_ms(60000) == 6000
     fence = LeaseFence(sent_at=100.0, lease_ms=30000)
     assert fence.deadline == pytest.approx(100.0 + 27.0)
-    fence.renewed(sent_at=90.0, lease_ms=30000)  # a late answer of an older request
+    fence.renewed(sent_at=90.0, lease_ms=30000, now=111.0)  # a late answer of an older request
     assert fence.deadline == pytest.approx(127.0)
-    fence.renewed(sent_at=110.0, lease_ms=30000)
+    assert fence.renewed(sent_at=110.0, lease_ms=30000, now=111.0)
     assert fence.deadline == pytest.approx(137.0)
     assert fence.expired(now=137.0)
     assert not fence.expired(now=136.9)
+
+
+def test_a_fence_that_passed_stays_passed_whatever_answer_comes_later():
+    fence = LeaseFence(sent_at=100.0, lease_ms=3000)  # deadline 102
+    assert not fence.renewed(sent_at=101.5, lease_ms=3000, now=102.0)  # read after a freeze
+    assert fence.deadline == pytest.approx(102.0)
+    assert fence.expired(now=102.0)
 
 
 def test_fence_listeners_hear_the_deadline_now_and_each_forward_move_only():
     fence = LeaseFence(sent_at=100.0, lease_ms=3000)
     heard: list[float] = []
     fence.subscribe(heard.append)
-    fence.renewed(sent_at=99.0, lease_ms=3000)  # older: the deadline does not move
-    fence.renewed(sent_at=101.0, lease_ms=3000)
+    fence.renewed(sent_at=99.0, lease_ms=3000, now=101.0)  # older: the deadline does not move
+    fence.renewed(sent_at=101.0, lease_ms=3000, now=101.0)
     assert heard == pytest.approx([102.0, 103.0])
 
 
@@ -165,18 +174,54 @@ def test_exit_status_follows_the_shell_convention():
     assert decode_status(-9).signal == 9
 
 
-def test_capped_copier_keeps_the_limit_then_one_marker(tmp_path):
+def _copy(tmp_path, limit: int, pieces: list[bytes]):
     r, w = os.pipe()
     spool = tmp_path / "s.log"
     fd = os.open(spool, os.O_WRONLY | os.O_CREAT, 0o600)
-    copier = CappedCopier(r, fd, 10)
+    seen: list[bytes] = []
+    copier = CappedCopier(r, fd, limit, spool, on_output=seen.append)
     copier.start()
-    for _ in range(5):
-        os.write(w, b"0123456789")
+    for piece in pieces:
+        os.write(w, piece)
     os.close(w)
-    copier.finish(1.0)
-    assert spool.read_bytes() == b"0123456789" + TRUNCATION_MARKER.format(limit=10).encode()
+    result = copier.finish(1.0)
+    assert b"".join(seen) == b"".join(pieces)  # the live stream sees every raw byte
+    assert list(tmp_path.glob("s.tail*")) == []
+    return spool.read_bytes(), result, copier
+
+
+def test_capped_copier_keeps_head_marker_and_tail(tmp_path):
+    body, result, copier = _copy(tmp_path, 10, [b"0123456789"] * 5)
+    assert body == b"01234" + marker_line(42, after_newline=False) + b"789"
     assert copier.truncated
+    assert result.raw_bytes == 50
+    assert result.layout == wire.LogLayout(raw_bytes=50, head_bytes=5, tail_offset=47)
+
+
+def test_capped_copier_under_the_limit_keeps_everything_and_no_layout(tmp_path):
+    body, result, copier = _copy(tmp_path, 100, [b"x" * 30, b"y" * 40, b"z" * 30])
+    assert body == b"x" * 30 + b"y" * 40 + b"z" * 30
+    assert (result.raw_bytes, result.layout, copier.truncated) == (100, None, False)
+
+
+@given(st.lists(st.text(min_size=1, max_size=40).map(str.encode), min_size=1, max_size=30),
+       st.integers(min_value=4, max_value=200))
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_capped_copier_never_splits_a_utf8_character(tmp_path_factory, pieces, limit):
+    tmp = tmp_path_factory.mktemp("cap")
+    body, result, _ = _copy(tmp, limit, pieces)
+    raw = b"".join(pieces)
+    if result.layout is None:
+        assert body == raw
+        return
+    lay = result.layout
+    head, tail = raw[:lay.head_bytes], raw[lay.tail_offset:]
+    left_out = lay.tail_offset - lay.head_bytes
+    assert body == head + marker_line(left_out, head == b"" or head.endswith(b"\n")) + tail
+    head.decode()  # whole characters both sides of the marker
+    tail.decode()
+    assert lay.head_bytes + (lay.raw_bytes - lay.tail_offset) <= limit
 
 
 def test_attempt_environment_is_clean_and_task_values_win():

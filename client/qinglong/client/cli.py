@@ -14,9 +14,6 @@ Resolved lazily by ``ql3`` (``local/app/cli.py``), so ``ql3 local`` never loads 
 
 from __future__ import annotations
 
-import sys
-from typing import Any
-
 import click
 
 from qinglong.client import output
@@ -29,9 +26,7 @@ from qinglong.client.cli_common import (
     segment,
     wait_terminal,
 )
-from qinglong.client.errors import ControlNotFoundError, LogRetiredError
 from qinglong.client.http import ControlClient
-from qinglong.shared.display import when
 from qinglong.shared.errors import QinglongError, RunNotSucceededError
 
 RUN_STATUSES = ("queued", "dispatching", "running", "succeeded", "failed", "cancelled",
@@ -134,55 +129,6 @@ def no_worker_hint(client: ControlClient, task_name: str) -> str | None:
     return f"no live worker has the labels {output.labels(wanted)}: the run waits for one"
 
 
-@cluster.command("logs", epilog=RUN_HELP)
-@click.argument("ref", metavar="RUN")
-@click.option("--tail", type=click.IntRange(1, 100_000), default=None, metavar="N",
-              help="Only the last N lines of the newest attempt.")
-@display_options
-@connection
-def logs(ref: str, tail: int | None, client: ControlClient) -> None:
-    """Print the output of run RUN, every attempt's in order (a worker uploads an attempt's
-    log when the attempt ends). A log retired by retention is named with when it was retired,
-    and the exit code is then 1."""
-    view = client.get(f"/v1/runs/{resolve_run(client, ref)['id']}", run=ref)
-    attempts: list[dict[str, Any]] = view["attempts"]
-    if not attempts:
-        click.echo(f"run {output.ref(view)} has no attempt yet ({view['status']})", err=True)
-        return
-    retired: LogRetiredError | None = None
-    for attempt in attempts[-1:] if tail is not None else attempts:
-        number = attempt["number"]
-        if len(attempts) > 1:
-            click.echo(f"== attempt {number} ==", err=True)
-        try:
-            data = client.request("GET", f"/v1/attempts/{attempt['id']}/log").content
-        except LogRetiredError as exc:
-            retired = LogRetiredError(f"the log of attempt {number} was retired by retention "
-                                      f"at {when(exc.retired_at)} ({exc.outcome})",
-                                      exc.retired_at, exc.outcome)
-            click.echo(f"the log of attempt {number} is gone (retired at "
-                       f"{when(exc.retired_at)})", err=True)
-            continue
-        except ControlNotFoundError as exc:
-            if exc.error_code == "log_pending":
-                click.echo(f"attempt {number} is {attempt['status']}: its log is uploaded when "
-                           "it ends", err=True)
-                continue
-            if exc.error_code == "log_not_found":
-                why = attempt.get("reason")  # a lost attempt's reason may be "lost" again
-                ended = attempt["status"] + (f": {why}" if why and why != attempt["status"]
-                                             else "")
-                click.echo(f"attempt {number} left no log ({ended})", err=True)
-                continue
-            raise
-        if tail is not None:
-            data = b"".join(data.splitlines(keepends=True)[-tail:])
-        sys.stdout.buffer.write(data)
-        sys.stdout.flush()
-    if retired is not None:
-        raise retired
-
-
 @cluster.command("cancel", epilog=RUN_HELP)
 @click.argument("ref", metavar="RUN")
 @click.option("--wait", is_flag=True, help="Wait until the run has ended (exit 0 only if it "
@@ -236,7 +182,8 @@ def workers(state: str | None, limit: int, as_json: bool, client: ControlClient)
     print_json(items) if as_json else output.print_workers(items)
 
 
-from qinglong.client import cli_scripts, cli_tasks  # noqa: E402
+from qinglong.client import cli_logs, cli_scripts, cli_tasks  # noqa: E402
 
+cluster.add_command(cli_logs.logs)
 cluster.add_command(cli_tasks.task)
 cluster.add_command(cli_scripts.script)

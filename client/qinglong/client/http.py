@@ -149,11 +149,13 @@ class ControlClient:
     def request(self, method: str, path: str, *, params: dict[str, Any] | None = None,
                 body: Any = None, content: bytes | None = None,
                 content_type: str = "application/octet-stream", task: str | None = None,
-                run: str | None = None, script: str | None = None) -> httpx.Response:
+                run: str | None = None, script: str | None = None,
+                timeout_s: float | None = None) -> httpx.Response:
         """``method path`` (``/v1/...``) answered 2xx, through the first replica that takes
         it. ``body`` is sent as JSON; ``content`` (instead) as raw bytes of ``content_type``
         (a bundle's gzip tar). ``task`` / ``run`` / ``script`` (a bundle digest): what the
-        request is about, named in error lines (``no such task 'x'``). Raises the typed
+        request is about, named in error lines (``no such task 'x'``). ``timeout_s``
+        replaces the client's read timeout for this request (a long poll). Raises the typed
         errors of the module docstring."""
         idempotent = method.upper() in IDEMPOTENT
         params = {k: v for k, v in (params or {}).items() if v is not None}
@@ -164,8 +166,10 @@ class ControlClient:
             index = (self._current + step) % len(self.urls)
             url = shown_url(self.urls[index])
             try:
+                extra: dict[str, Any] = {} if timeout_s is None else {
+                    "timeout": httpx.Timeout(self.timeout_s, read=timeout_s)}
                 response = self._https[index].request(
-                    method, path, params=params,
+                    method, path, params=params, **extra,
                     **({"json": body} if content is None else {
                         "content": content, "headers": {"Content-Type": content_type}}))
             except httpx.ConnectError as exc:  # nothing was sent: the next replica may take it

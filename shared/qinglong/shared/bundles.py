@@ -19,7 +19,13 @@ Rules a member must pass (``BundleError.reason`` in brackets):
 - at most ``members`` entries, files of at most ``unpacked_bytes`` in total, at most
   ``compressed_bytes`` compressed (``BundleTooLargeError``, reasons ``too_many_members``,
   ``too_large_unpacked``, ``too_large_compressed``); decompression itself is bounded too;
-- at least one regular file [``empty``]; the archive parses [``not_gzip``, ``corrupt``].
+- a name ending in ``/`` only for a directory that carries no data [``corrupt``] (GNU tar
+  lists a file named ``x/`` as an empty directory, hiding its content from a reviewer);
+- at least one regular file [``empty``]; the archive parses [``not_gzip``, ``corrupt``],
+  ends with its two end-of-archive blocks and holds only zeros after them [``corrupt``];
+- every header passes our own pass first (``qinglong.shared.bundle_headers``): an extended
+  header (PAX, GNU long name) of more than 64 KiB is refused before ``tarfile`` reads it
+  [``header_too_large``, a ``BundleTooLargeError``].
 
 Modes are reduced to ``0o755`` (a file whose owner-execute bit is set) or ``0o644``, and
 ``0o755`` for directories: setuid, setgid, sticky and write bits for others never survive.
@@ -40,7 +46,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast
 
-from qinglong.shared.errors import QinglongError, ValidationError
+from qinglong.shared.bundle_errors import BundleError, BundleTooLargeError
+from qinglong.shared.bundle_headers import HeaderGuard
+from qinglong.shared.errors import QinglongError
 
 MIB = 1024 * 1024
 MAX_COMPRESSED_BYTES = 32 * MIB
@@ -48,6 +56,13 @@ MAX_MEMBERS = 10_000
 MAX_UNPACKED_BYTES = 256 * MIB
 MAX_PATH_CHARS = 1024
 MAX_COMPONENT_CHARS = 255
+CHUNK_BYTES = 65536
+__all__ = [  # the errors live in bundle_errors (shared with bundle_headers), named here too
+    "CHUNK_BYTES", "DEFAULT_LIMITS", "DIR_MODE", "EXEC_MODE", "FILE_MODE", "MAX_COMPONENT_CHARS",
+    "MAX_COMPRESSED_BYTES", "MAX_MEMBERS", "MAX_PATH_CHARS", "MAX_UNPACKED_BYTES", "MIB",
+    "BundleError", "BundleLimits", "BundleTooLargeError", "Manifest", "Member", "OnDir",
+    "OnFile", "PackError", "check_member", "normalize_entry_point", "normalize_name", "pack",
+    "sanitized_mode", "scan"]
 FILE_MODE, EXEC_MODE, DIR_MODE = 0o644, 0o755, 0o755
 _FILE_TYPES = (tarfile.REGTYPE, tarfile.AREGTYPE)
 _LINK_TYPES = (tarfile.SYMTYPE, tarfile.LNKTYPE)
@@ -69,24 +84,6 @@ class BundleLimits:
 
 
 DEFAULT_LIMITS = BundleLimits()
-
-
-class BundleError(ValidationError):
-    """A bundle (or an entry point) our checker refuses. ``reason`` is a stable snake_case
-    class (see the module docstring); the message names a member's position, never its
-    name or content."""
-
-    code = "bundle_invalid"
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__("bundle", message)
-        self.reason = reason
-
-
-class BundleTooLargeError(BundleError):
-    """A bound of ``BundleLimits`` was passed (HTTP 413 at control)."""
-
-    code = "bundle_too_large"
 
 
 class PackError(QinglongError):
@@ -246,6 +243,12 @@ def check_member(info: tarfile.TarInfo, index: int) -> Member | None:
         raise BundleError("link", f"{where} is a link")
     if info.type not in (*_FILE_TYPES, tarfile.DIRTYPE) or info.issparse():
         raise BundleError("special_file", f"{where} is not a regular file or directory")
+    named = info.pax_headers.get("path", info.name)  # tarfile strips a PAX path's "/"
+    if (named.endswith("/") or info.name.endswith("/")) and info.type != tarfile.DIRTYPE:
+        # GNU tar lists a file named "x/" as an empty directory: a reviewer would not see
+        # the code it carries
+        raise BundleError("corrupt", f"{where} has a name ending in '/' and is not a "
+                                     "directory")
     if info.type == tarfile.DIRTYPE and info.size:
         # tarfile skips no data after a directory header (a file named "x/" is read as one):
         # the next header would be read from inside that data, and tarfile ends the archive
@@ -282,12 +285,15 @@ def scan(source: IO[bytes], limits: BundleLimits = DEFAULT_LIMITS, *,
     members: list[Member] = []
     try:
         with gzip.GzipFile(fileobj=compressed, mode="rb") as gz:
-            unpacked = io.BufferedReader(_Bounded(gz.read, limits.decompressed_cap(),
+            guard = HeaderGuard(gz.read)
+            unpacked = io.BufferedReader(_Bounded(guard.read, limits.decompressed_cap(),
                                                   BundleTooLargeError(
                                                       "too_large_unpacked",
                                                       "the archive unpacks beyond the bound")))
+            seen = 0
             with tarfile.open(fileobj=cast(IO[bytes], unpacked), mode="r|") as tar:
                 for index, info in enumerate(tar, start=1):
+                    seen = index
                     if index > limits.members:
                         raise BundleTooLargeError("too_many_members",
                                                   f"more than {limits.members} members")
@@ -307,6 +313,13 @@ def scan(source: IO[bytes], limits: BundleLimits = DEFAULT_LIMITS, *,
                         stream = tar.extractfile(info)
                         assert stream is not None  # a regular file always has one
                         on_file(member, stream)
+            # §4.7: the archive ends with its end-of-archive blocks and only zeros follow;
+            # the digest covers no byte the manifest does not account for
+            while unpacked.read(CHUNK_BYTES):
+                pass
+            guard.finish()
+            if guard.members != seen:
+                raise BundleError("corrupt", "the archive's headers do not parse alike")
     except BundleError:
         raise
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile, ValueError) as exc:

@@ -15,7 +15,7 @@ version) triple fences every write after the claim — a mismatch is 409 ``lease
 - ``POST /v1/worker/heartbeat``          HeartbeatReport -> HeartbeatAnswer
 - ``POST /v1/worker/log-upload``         LogUploadRequest -> LogUploadGrant
 - ``POST /v1/worker/bundle``             BundleRequest -> BundleGrant (a presigned GET)
-- ``POST /v1/worker/log-chunk``          LogChunkBatch -> LogChunkAnswer (live log, §4.7)
+- ``POST /v1/worker/log-chunk``          LogChunkBatch -> LogChunkAnswer (live log, §4.9)
 - ``POST /v1/worker/complete``           CompletionReport -> Ack
 - ``POST /v1/worker/stopped``            WorkerStopped -> Ack (drain finished)
 """
@@ -360,7 +360,7 @@ _B64 = re.compile(r"^[A-Za-z0-9+/]*={0,2}$")
 @dataclass(frozen=True)
 class LogChunk(_Wire):
     """Raw output bytes ``[offset, offset + len(bytes))`` of one attempt (docs/protocols.md
-    §4.7). Offsets count the task's raw output bytes, before any cap or mask. ``data`` is the
+    §4.9). Offsets count the task's raw output bytes, before any cap or mask. ``data`` is the
     base64 of at most MAX_CHUNK_BYTES bytes (empty is allowed, e.g. to record a gap at the
     end). ``offset`` must equal control's stored end, unless ``skipped`` is true: then it may
     lie past the end and control records the bytes in between as a gap (output that was not
@@ -423,9 +423,9 @@ class LogChunkAnswer(_Wire):
 @dataclass(frozen=True)
 class LogLayout(_Wire):
     """How the stored log maps to raw offsets when the output cap was reached
-    (docs/protocols.md §4.7 caps): the object holds raw bytes ``[0, head_bytes)``, one marker
-    line, then raw bytes ``[tail_offset, raw_bytes)``. Absent when nothing was cut (the object
-    is the raw output, byte for byte)."""
+    (docs/protocols.md §4.2 "Caps (worker)"): the object holds raw bytes
+    ``[0, head_bytes)``, one marker line, then raw bytes ``[tail_offset, raw_bytes)``.
+    Absent when nothing was cut (the object is the raw output, byte for byte)."""
 
     raw_bytes: int
     head_bytes: int

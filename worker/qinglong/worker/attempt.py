@@ -1,19 +1,25 @@
-"""Running one claimed attempt end to end (docs/protocols.md §4.2, issue 11 items 4 and 6).
+"""Running one claimed attempt end to end (docs/protocols.md §4.2).
 
 Order: [a script bundle: fetch, verify, extract into a fresh private directory —
 ``bundles.py``; a failure completes the attempt ``failed`` with its class and nothing runs] ->
-spool file -> spawn the group behind the wrapper, holding the attempt lock -> report
-``started`` -> heartbeat and supervise (timeout, cancel, drain, lease loss, self-fence) -> stop
-the group -> stop the leftovers (lock holders and group members; case C18) -> release the
-wrapper -> hash the spool -> ask a log-upload grant -> PUT -> complete. An attempt whose
+spool file (capped: head, marker, tail) -> spawn the group behind the wrapper, holding the
+attempt lock -> report ``started`` -> heartbeat, stream the output live (``live_log.py``) and
+supervise (timeout, cancel, drain, lease loss, self-fence) -> stop the group -> stop the
+leftovers (lock holders and group members) -> release the wrapper -> send the last live
+chunk -> hash the spool -> ask a log-upload grant -> PUT (tried again while the object store
+is down, the lease kept, up to ``upload_bound_s``; then reason ``log_unavailable``) ->
+complete (with the cap's layout). An attempt whose
 command ended by itself but left processes behind keeps the outcome its exit code gives (a
 retry of a script that succeeded would repeat its side effects), with reason
 ``leftovers_stopped`` once they are all stopped (TERM, grace, KILL) — never a silent
-``succeeded`` (case C18); when lock holders remain that it cannot find (another PID
+``succeeded``; when lock holders remain that it cannot find (another PID
 namespace), it completes ``failed`` with reason ``leftover_processes``. A timed-out or
 cancelled attempt keeps that outcome and reason (the leftovers are stopped and logged).
-A 409 on any write, or a fence deadline passed without renewal, kills the group and every
-lock holder at once and forgets the attempt: it is never completed by this worker (case C21).
+A 409 on any write (a live chunk's included), or a fence deadline passed without renewal
+(checked again before the last chunk, the upload and ``complete``: a frozen worker that
+resumes finds it passed), kills the group and every lock holder at once and forgets the
+attempt: it is never completed by this worker
+(integration/worker/test_worker_fencing.py).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,12 +41,15 @@ from qinglong.worker.errors import LeaseLostError, SpoolError, WorkerError
 from qinglong.worker.fencing import LeaseFence
 from qinglong.worker.heartbeat import Heartbeater
 from qinglong.worker.isolation import Isolation, IsolationError
+from qinglong.worker.live_log import LiveLogSender, LiveStream
 from qinglong.worker.process import AttemptProcess, CwdMissingError, decode_status, spawn_attempt
-from qinglong.worker.spool import CappedCopier, open_spool_file, spool_facts
-from qinglong.worker.upload import SpoolUploader
+from qinglong.worker.spool import CappedCopier, CapResult, open_spool_file, spool_facts
+from qinglong.worker.upload import ObjectStoreUnavailableError, SpoolUploader
 
 log = logging.getLogger("qinglong.worker")
 SUPERVISE_S = 0.05
+LAST_CHUNK_S = 3.0  # the last live chunk's budget before the log-upload grant is asked
+UPLOAD_PAUSE_S = 2.0  # between rounds of log upload tries while the object store is down
 
 
 @dataclass(frozen=True)
@@ -49,7 +59,11 @@ class RunnerConfig:
     LANG (None: os.environ); HOME is also the working directory of a task without cwd
     (``/`` when HOME is unset or not a directory); ``uploader`` puts every attempt's log
     through one connection pool (the owner closes it). ``bundles`` fetches and checks out
-    script bundles (None: an attempt naming one fails ``bundle_unavailable``).
+    script bundles (None: an attempt naming one fails ``bundle_unavailable``). ``live``
+    streams every attempt's output to control while it runs (live_log.py; None: not
+    streamed). ``upload_bound_s``: how long an attempt whose command has ended keeps its
+    lease (heartbeats go on) while the object store refuses its log; past it the attempt
+    completes with its exit code's outcome and reason ``log_unavailable``.
     ``isolation`` keeps attempts apart (``isolation.py``): its private directory is the
     attempt's HOME and, without a task cwd, its working directory."""
 
@@ -59,6 +73,8 @@ class RunnerConfig:
     uploader: SpoolUploader = field(default_factory=SpoolUploader)
     bundles: BundleStore | None = None
     isolation: Isolation = field(default_factory=Isolation)
+    live: LiveLogSender | None = None
+    upload_bound_s: float = 900.0
 
 
 class _Forget(Exception):  # noqa: N818  (control flow, never escapes this module)
@@ -84,6 +100,7 @@ class AttemptRunner:
         self._claim_sent_at = claim_sent_at
         self._stop_reason: str | None = None
         self._lost = threading.Event()
+        self.storing = threading.Event()  # the command ended; the log is being stored
         self._thread = threading.Thread(target=self._main, name=f"ql3-attempt-{self.attempt_id}",
                                         daemon=True)
 
@@ -113,10 +130,16 @@ class AttemptRunner:
             self._on_done(self.attempt_id)
 
     def _complete(self, outcome: str, status: tuple[int | None, int | None],
-                  log_facts: wire.LogFacts | None, reason: str | None) -> None:
+                  log_facts: wire.LogFacts | None, reason: str | None,
+                  layout: wire.LogLayout | None = None) -> None:
+        if self._lost.is_set() or self._fence.expired():
+            log.warning("attempt %s: fenced before completion: attempt forgotten",
+                        self.attempt_id)
+            return
         report = wire.CompletionReport(lease=self.attempt.lease, outcome=outcome,
                                        exit_code=status[0], signal=status[1], log=log_facts,
-                                       reason=reason)
+                                       reason=reason,
+                                       layout=layout if log_facts is not None else None)
         try:
             self._client.complete(report, deadline=self._fence.deadline)
         except LeaseLostError:
@@ -209,24 +232,39 @@ class AttemptRunner:
             spool_path.unlink(missing_ok=True)
             return self._complete("failed", (None, None), None, reason)
         os.close(pipe_w)
-        self._fence.subscribe(proc.set_deadline)  # the wrapper fences a frozen worker (C21)
-        copier = CappedCopier(pipe_r, spool_fd, a.log_limit_bytes)
+        self._fence.subscribe(proc.set_deadline)  # the wrapper fences a frozen worker
+        live = self._config.live
+        stream: LiveStream | None = None
+        if live is not None:
+            stream = live.open(a.lease, self._fence, self._lost.set)
+        copier = CappedCopier(pipe_r, spool_fd, a.log_limit_bytes, spool_path,
+                              on_output=None if stream is None else stream.offer)
         copier.start()
         try:
             self._report_started(proc)
             verdict, why, code = self._supervise(proc)
-            copier.finish()
+            cap = copier.finish()
             if self._client.token_refused.is_set():  # 401: nothing can be reported
                 log.warning("attempt %s: stopped, not reported (worker token refused)",
                             self.attempt_id)
                 return None
             status = decode_status(code)
             outcome = verdict or ("succeeded" if status.exit_code == 0 else "failed")
-            facts = self._upload(spool_path)
+            if stream is not None and live is not None:
+                self._check_lease(proc)  # no chunk past the fence
+                # the last chunk goes before the grant is asked; a 409 after it is ignored
+                live.finish(stream, min(self._fence.deadline, clock.now() + LAST_CHUNK_S))
+            self._check_lease(proc)  # a frozen worker resumed: its wrapper killed the group
+            self.storing.set()
+            facts, unavailable = self._upload(spool_path, cap)
             self._check_lease(proc)
-            self._complete(outcome, (status.exit_code, status.signal), facts, why)
+            self._complete(outcome, (status.exit_code, status.signal), facts,
+                           "log_unavailable" if unavailable else why,
+                           None if cap is None else cap.layout)
         finally:
             beats.stop()
+            if stream is not None and live is not None:
+                live.discard(stream)
             proc.abandon()  # after an error: the wrapper stops whatever still runs
             copier.finish(0.0)
             spool_path.unlink(missing_ok=True)
@@ -279,25 +317,53 @@ class AttemptRunner:
         report = proc.clear_leftovers(self._config.grace_s)
         if report.found or report.unresolved:
             log.warning("attempt %s: %s", self.attempt_id, report.describe())
-            if verdict is None and report.unresolved:  # holders it cannot stop (case C18)
+            if verdict is None and report.unresolved:  # holders it cannot stop
                 verdict, why = "failed", "leftover_processes"
             elif why is None:  # stopped: the exit code decides, as locally; recorded
                 why = "leftovers_stopped"
         proc.release()
         return verdict, why, code
 
-    def _upload(self, spool_path: Path) -> wire.LogFacts | None:
+    def _upload(self, spool_path: Path,
+                cap: CapResult | None) -> tuple[wire.LogFacts | None, bool]:
+        """Store the spool as the attempt's log: (its facts, or None; True when it could
+        not be stored because the object store stayed unavailable). While the object store
+        refuses (connection errors, 5xx), the PUT is tried again — a fresh grant each round
+        — for up to ``upload_bound_s``; heartbeats keep the lease meanwhile, and each round
+        stays within the fence deadline as it is then. A drain's stop ends the wait."""
+        if cap is None:  # the copier did not end (an escapee holds the pipe): no log
+            log.error("attempt %s: output copier did not finish: log not uploaded",
+                      self.attempt_id)
+            return None, False
         facts = spool_facts(spool_path)
         log_facts = wire.LogFacts(sha256=facts.sha256, size_bytes=facts.size_bytes)
-        try:
-            grant = self._client.log_upload(
-                wire.LogUploadRequest(lease=self.attempt.lease, log=log_facts),
-                deadline=self._fence.deadline)
-            self._config.uploader.put(grant, spool_path, deadline=self._fence.deadline)
-        except LeaseLostError:
-            self._lost.set()
-            return None
-        except WorkerError as exc:
-            log.error("attempt %s: log not uploaded: %s", self.attempt_id, exc)
-            return None
-        return log_facts
+        give_up = clock.now() + self._config.upload_bound_s
+        warned_at: float | None = None
+        while True:
+            if self._lost.is_set() or self._fence.expired():
+                return None, False  # the caller's lease check forgets the attempt
+            try:
+                grant = self._client.log_upload(
+                    wire.LogUploadRequest(lease=self.attempt.lease, log=log_facts),
+                    deadline=self._fence.deadline)
+                self._config.uploader.put(grant, spool_path,
+                                          deadline=min(self._fence.deadline, give_up))
+            except LeaseLostError:
+                self._lost.set()
+                return None, False
+            except ObjectStoreUnavailableError as exc:
+                now = clock.now()
+                if now >= give_up or self._stop_reason == "worker_drain":
+                    log.error("attempt %s: log not stored: %s; completing with reason "
+                              "log_unavailable", self.attempt_id, exc)
+                    return None, True
+                if warned_at is None or now - warned_at >= 60.0:
+                    warned_at = now
+                    log.warning("attempt %s: %s; keeping the lease and trying again (for "
+                                "up to %.0f s more)", self.attempt_id, exc, give_up - now)
+                time.sleep(min(UPLOAD_PAUSE_S, max(0.0, give_up - now)))
+                continue
+            except WorkerError as exc:
+                log.error("attempt %s: log not uploaded: %s", self.attempt_id, exc)
+                return None, False
+            return log_facts, False

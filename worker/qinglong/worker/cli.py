@@ -1,4 +1,4 @@
-"""``ql3 worker run``: the remote worker's command line (docs/protocols.md §4.2, issue 11 item 6).
+"""``ql3 worker run``: the remote worker's command line (docs/protocols.md §4.2).
 
 Bad input is one line on stderr and exit 2 (``ValidationError`` through ``ql3``'s error
 mapping); control unreachable at start is retried with backoff and one log line per try;
@@ -122,10 +122,23 @@ def worker() -> None:
 @click.option("--allow-shared-uid", is_flag=True, default=False,
               help="Allow --concurrency > 1 without isolation (attempts could read each "
                    "other's environment); logged at start.")
+@click.option("--log-stream-rate", type=int, default=64 * 1024, show_default=True,
+              help="Bytes per second of each attempt's output streamed live to control; "
+                   "output past it (and past the burst) is not streamed live, recorded as a "
+                   "gap: the uploaded log still holds it, up to the cap.")
+@click.option("--log-stream-burst", type=int, default=1024 * 1024, show_default=True,
+              help="Bytes of each attempt's output streamed live at once before the rate "
+                   "applies.")
+@click.option("--log-upload-bound", type=float, default=900.0, show_default=True,
+              help="Seconds an attempt whose command has ended keeps its lease while the "
+                   "object store (S3) refuses its log; past it the attempt completes with "
+                   "its exit code's outcome and reason log_unavailable (its live log stays "
+                   "readable as a partial log).")
 def run(control_url: str, concurrency: int, labels: str, name: str | None,
         token_file: str | None, spool_dir: str | None, drain_budget: float,
         grace: float, isolation: str, attempt_uids: str, attempt_root: str | None,
-        allow_shared_uid: bool) -> int:
+        allow_shared_uid: bool, log_stream_rate: int, log_stream_burst: int,
+        log_upload_bound: float) -> int:
     """Register with control, claim and run attempts until SIGTERM/SIGINT, then drain.
 
     Token: env QL3_WORKER_TOKEN or --token-file; it is removed from this process's
@@ -153,6 +166,10 @@ def run(control_url: str, concurrency: int, labels: str, name: str | None,
         raise ValidationError("--concurrency", f"must be 1–{MAX_CLAIM}")
     if drain_budget < 0 or grace < 0:
         raise ValidationError("--drain-budget", "durations must be ≥ 0")
+    if log_upload_bound < 0:
+        raise ValidationError("--log-upload-bound", "must be ≥ 0 seconds")
+    if log_stream_rate < 1 or log_stream_burst < 1:
+        raise ValidationError("--log-stream-rate", "rate and burst must be ≥ 1 byte")
     declared = _labels(labels)
     worker_name = name or socket.gethostname().split(".")[0]
     uid_range = _uid_range(attempt_uids)
@@ -211,10 +228,18 @@ def run(control_url: str, concurrency: int, labels: str, name: str | None,
     config = WorkerConfig(name=worker_name, labels=declared, concurrency=concurrency,
                           drain_budget_s=drain_budget, control_url=",".join(urls),
                           runner=RunnerConfig(spool_dir=spool, grace_s=grace,
-                                              bundles=bundles, isolation=isolated))
+                                              bundles=bundles, isolation=isolated,
+                                              upload_bound_s=log_upload_bound))
     path = token_file
     client = ControlClient(urls, token, reload_token=(
         None if path is None else lambda: read_token_file(path)))
+    from dataclasses import replace
+
+    from qinglong.worker.live_log import LiveLogSender, StreamConfig
+
+    live = LiveLogSender(client, StreamConfig(rate_bytes_s=log_stream_rate,
+                                              burst_bytes=log_stream_burst))
+    config = replace(config, runner=replace(config.runner, live=live))
     loop = WorkerLoop(client, config)
 
     def on_signal(_sig: int, _frame: FrameType | None) -> None:
@@ -225,5 +250,6 @@ def run(control_url: str, concurrency: int, labels: str, name: str | None,
     try:
         return loop.run()
     finally:
+        live.close()
         client.close()
         config.runner.uploader.close()

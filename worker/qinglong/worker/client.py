@@ -64,6 +64,7 @@ ROUTES = {
     "started": "/v1/worker/started",
     "heartbeat": "/v1/worker/heartbeat",
     "log_upload": "/v1/worker/log-upload",
+    "log_chunk": "/v1/worker/log-chunk",
     "bundle": "/v1/worker/bundle",
     "complete": "/v1/worker/complete",
     "stopped": "/v1/worker/stopped",
@@ -192,13 +193,13 @@ class ControlClient:
     def register(self, msg: wire.WorkerRegistration,
                  deadline: float | None = None) -> wire.WorkerRegistered:
         """POST /v1/worker/register. WireAnswerError when the answer's lease timing breaks
-        heartbeat ≤ lease/3 (C11; the message holds both numbers)."""
+        heartbeat ≤ lease/3 (the message holds both numbers)."""
         return self._call("register", msg, wire.WorkerRegistered, deadline)
 
     def claim(self, msg: wire.ClaimRequest,
               deadline: float | None = None) -> tuple[list[wire.ClaimedAttempt], list[str]]:
         """POST /v1/worker/claim. Returns (attempts to run, reasons of refused ones): each
-        attempt decodes on its own, so one with heartbeat > lease/3 is refused (C11) without
+        attempt decodes on its own, so one with heartbeat > lease/3 is refused without
         refusing the others."""
         body = self._post(ROUTES["claim"], msg, deadline)
         if not isinstance(body, dict) or set(body) != {"attempts"} or not isinstance(
@@ -224,6 +225,16 @@ class ControlClient:
     def log_upload(self, msg: wire.LogUploadRequest, deadline: float) -> wire.LogUploadGrant:
         """POST /v1/worker/log-upload: a presigned PUT for the attempt's log object."""
         return self._call("log_upload", msg, wire.LogUploadGrant, deadline)
+
+    def log_chunk(self, msg: wire.LogChunkBatch, deadline: float) -> wire.LogChunkAnswer:
+        """POST /v1/worker/log-chunk: live output of the worker's attempts (docs/protocols.md
+        §4.7). Per-chunk 200/409/416 come in the answer's results; a replica without the
+        route answers 404 => ControlRejectedError (live_log.py stops streaming there). Raises
+        WireAnswerError when the answer does not hold one result per chunk."""
+        answer = self._call("log_chunk", msg, wire.LogChunkAnswer, deadline)
+        if len(answer.results) != len(msg.chunks):
+            raise WireAnswerError("LogChunkAnswer: one result per chunk expected")
+        return answer
 
     def bundle(self, msg: wire.BundleRequest, deadline: float) -> wire.BundleGrant:
         """POST /v1/worker/bundle: a presigned GET of the attempt's script bundle (404

@@ -2,7 +2,8 @@
 move the self-fencing deadline on each success, relay cancel and lease loss to the runner.
 
 A heartbeat's retries never pass the fence deadline (the client's ``deadline``); when control
-stays unreachable the runner's supervision sees the fence expire and kills the group.
+stays unreachable the runner's supervision sees the fence expire and kills the group. An
+answer handled after the fence deadline (the worker was frozen) renews nothing (fencing.py).
 """
 
 from __future__ import annotations
@@ -65,7 +66,10 @@ class Heartbeater:
                 log.error("attempt %s: heartbeat refused: %s", self._lease.attempt_id, exc)
                 self._next_at = sent_at + self._period_s
                 continue
-            self._fence.renewed(sent_at, answer.lease_ms)
+            if not self._fence.renewed(sent_at, answer.lease_ms):
+                log.warning("attempt %s: heartbeat answered after the fence deadline: the "
+                            "attempt is fenced", self._lease.attempt_id)
+                return  # the fence stays passed: the runner's checks forget the attempt
             if answer.cancel:
                 self._on_cancel()
             self._next_at = sent_at + self._period_s

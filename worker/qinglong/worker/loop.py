@@ -1,9 +1,11 @@
-"""The worker's main loop (docs/protocols.md §4.2 "Dispatch", issue 11 item 6): register a new
+"""The worker's main loop (docs/protocols.md §4.2 "Dispatch"): register a new
 incarnation, claim up to the free slots, run each attempt, drain on stop.
 
-A registration is a new incarnation per process start (case C12: a restarted worker under the
+A registration is a new incarnation per process start (a restarted worker under the
 same name inherits nothing). An empty claim backs off 0.5–2 s with jitter. A claimed attempt
-whose heartbeat breaks heartbeat ≤ lease/3 is refused and not run (C11). Stop (SIGTERM/SIGINT)
+whose heartbeat breaks heartbeat ≤ lease/3 is refused and not run. An attempt whose
+command has ended and whose log is still being stored does not hold a ``--concurrency`` slot
+(at most 2 × concurrency of them are held). Stop (SIGTERM/SIGINT)
 drains: no more claims, running attempts get ``drain_budget_s``, then their groups are stopped
 and they complete ``failed`` with reason ``worker_drain`` (retried when the task allows);
 then ``stopped`` is sent.
@@ -90,7 +92,7 @@ class WorkerLoop:
                  registered.heartbeat_ms)
         refused = self._client.token_refused
         while not self._stop.is_set() and not refused.is_set():
-            free = self._config.concurrency - len(self.running_ids())
+            free = self._free_slots()
             if free <= 0:
                 with self._changed:
                     self._changed.wait(0.5)
@@ -125,6 +127,18 @@ class WorkerLoop:
                 self._stop.wait(delay * random.uniform(0.8, 1.2))  # noqa: S311 jitter
                 delay = min(REGISTER_BACKOFF_MAX_S, delay * 2)
         return None
+
+    def _free_slots(self) -> int:
+        """Attempts that may be claimed now: ``concurrency`` minus the attempts whose command
+        still runs; an attempt whose command has ended and whose log is being stored (the
+        object store may be down for minutes) does not count, but at most
+        2 × ``concurrency`` such attempts are held (then nothing is claimed)."""
+        with self._changed:
+            runners = list(self._running.values())
+        storing = sum(1 for r in runners if r.storing.is_set())
+        if storing >= 2 * self._config.concurrency:
+            return 0
+        return self._config.concurrency - (len(runners) - storing)
 
     def _claim_once(self, incarnation_id: str, free: int) -> bool:
         """One claim call; True when at least one attempt started."""

@@ -1,10 +1,10 @@
-"""The local output spool of remote attempts (docs/protocols.md §4.2 "Logs", issue 11 item 6).
+"""The local output spool of remote attempts (docs/protocols.md §4.2 "Logs").
 
 One private directory (0700, owned by the worker's uid, not a symlink) holds one file per
 attempt (``<attempt_id>.log``, created 0600 with ``O_EXCL | O_NOFOLLOW``). A copier thread
-moves the attempt's combined stdout+stderr from a pipe into the file, keeping at most
-``limit_bytes`` and then one marker line; further output is read and discarded so the task
-never blocks on a full pipe.
+moves the attempt's combined stdout+stderr from a pipe into the file; past ``limit_bytes`` it
+keeps the head and a rolling tail on disk (``<attempt_id>.tail0``/``.tail1``) with one marker
+line between them (``CappedCopier``; docs/protocols.md "Caps (worker)").
 
 A worker killed with SIGKILL leaves ``<attempt_id>.log`` and ``<attempt_id>.lock`` behind.
 ``adopt_spool_dir`` removes them at start: each worker holds a shared flock on the directory's
@@ -25,17 +25,18 @@ import os
 import select
 import stat
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from qinglong.shared.process.path_lock import PathLock
+from qinglong.shared.wire import LogLayout
 from qinglong.worker import clock
 from qinglong.worker.errors import SpoolError
 
 CHUNK = 65536
-TRUNCATION_MARKER = "\n[ql3: output truncated at {limit} bytes]\n"
 ACTIVE_MARKER = ".worker-active"
-SPOOL_SUFFIXES = ("log", "lock")
+SPOOL_SUFFIXES = ("log", "lock", "tail0", "tail1")
 
 
 def prepare_spool_dir(path: Path) -> Path:
@@ -157,53 +158,213 @@ def spool_facts(path: Path) -> SpoolFacts:
     return SpoolFacts(digest.hexdigest(), size)
 
 
-class CappedCopier:
-    """Copies a pipe's read end into a spool fd, capped at ``limit_bytes`` (then one marker).
+def marker_line(left_out: int, after_newline: bool) -> bytes:
+    """The one line a capped log holds between its head and its tail (docs/protocols.md
+    "Caps (worker)"): ``[ql3: N bytes left out]`` and a newline, preceded by a newline when
+    the head does not end with one (``after_newline`` false), so the marker is a line of its
+    own. ``left_out`` counts raw output bytes, ≥ 1."""
+    return (b"" if after_newline else b"\n") + b"[ql3: %d bytes left out]\n" % left_out
 
-    Owns both fds and closes them when it finishes. ``finish(drain_s)`` stops it: it keeps
-    reading what is already buffered for at most ``drain_s`` seconds (a process that escaped
-    the group may hold the pipe open forever), then closes.
+
+def _is_continuation(byte: int) -> bool:
+    return 0x80 <= byte <= 0xBF
+
+
+def _incomplete_suffix(tail: bytes) -> int:
+    """How many bytes at the end of ``tail`` (its last ≤ 3 bytes) start a UTF-8 character
+    that is not complete in ``tail``: 0 when the end is a character boundary (or the bytes
+    are not UTF-8, which no cut can harm)."""
+    for back in range(1, min(3, len(tail)) + 1):
+        byte = tail[-back]
+        if _is_continuation(byte):
+            continue
+        need = 2 if 0xC2 <= byte <= 0xDF else 3 if 0xE0 <= byte <= 0xEF else (
+            4 if 0xF0 <= byte <= 0xF4 else 1)
+        return back if need > back else 0
+    return 0
+
+
+@dataclass(frozen=True)
+class CapResult:
+    """What a finished copier kept: ``raw_bytes`` the task wrote (all of it, before the cap),
+    ``layout`` how the spool maps to raw offsets (None when nothing was left out: the spool is
+    the raw output, byte for byte)."""
+
+    raw_bytes: int
+    layout: LogLayout | None
+
+
+class CappedCopier:
+    """Copies a pipe's read end into the spool, keeping the head and a rolling tail past
+    ``limit_bytes`` (docs/protocols.md "Caps (worker)").
+
+    The first ``limit_bytes // 2`` raw bytes go to the spool fd (the head); later bytes go to
+    two alternating segment files ``<spool>.tail0`` / ``.tail1`` of ``(limit - head) // 2``
+    bytes each (at least 1): when the current one is full the other is emptied and written
+    next, so the last full segment plus the current one are always the newest bytes and
+    nothing of the tail is held in memory (one 64 KiB read buffer in all). ``finish`` writes
+    head, one marker line when bytes were left out (``marker_line``), then the tail, to the
+    spool; the head is cut back and the tail started forward to whole UTF-8 characters.
+    Further output is always read, so the task never blocks on a full pipe.
+
+    ``on_output(data)`` (optional) sees every raw piece read, in order, before the cap (the
+    live stream: attempt.py). Owns both fds and closes them. ``finish(drain_s)`` keeps
+    reading what is buffered for at most ``drain_s`` seconds (a process that escaped the
+    group may hold the pipe open forever), then assembles the spool and returns CapResult.
+    OSError while assembling propagates from ``finish``.
     """
 
-    def __init__(self, pipe_r: int, spool_fd: int, limit_bytes: int) -> None:
+    def __init__(self, pipe_r: int, spool_fd: int, limit_bytes: int,
+                 spool_path: Path | None = None,
+                 on_output: Callable[[bytes], None] | None = None) -> None:
         self._pipe_r = pipe_r
         self._spool_fd = spool_fd
-        self._limit = limit_bytes
-        self._written = 0
-        self._truncated = False
+        self._head_limit = limit_bytes // 2
+        self._segment = max(1, (limit_bytes - self._head_limit) // 2)
+        self._segments = [] if spool_path is None else [
+            spool_path.with_name(f"{spool_path.stem}.tail{i}") for i in (0, 1)]
+        self._seg_fds: list[int] = []
+        self._seg_size = [0, 0]
+        self._current = 0
+        self._raw = 0
+        self._head = 0
+        self._head_end = b""  # the head's last ≤ 4 bytes (a UTF-8 cut check)
+        self._dropped = 0  # tail bytes overwritten (left out)
+        self._on_output = on_output
         self._stop = threading.Event()
+        self._done = threading.Event()
         self._drain_s = 0.5
+        self._result: CapResult | None = None
         self._thread = threading.Thread(target=self._run, name="ql3-spool", daemon=True)
 
     @property
     def truncated(self) -> bool:
-        """True once output beyond the limit was discarded."""
-        return self._truncated
+        """True once output beyond the limit was left out."""
+        return self._raw > self._head + sum(self._seg_size)
+
+    @property
+    def raw_bytes(self) -> int:
+        """Raw output bytes read so far (the live stream's offset space)."""
+        return self._raw
 
     def start(self) -> None:
         """Start the copier thread."""
         self._thread.start()
 
-    def finish(self, drain_s: float = 0.5) -> None:
-        """Ask the copier to stop after at most ``drain_s`` seconds more; wait for it."""
+    def finish(self, drain_s: float = 0.5) -> CapResult | None:
+        """Ask the copier to stop after at most ``drain_s`` seconds more; wait for it and
+        assemble the spool (once). None when the thread did not end in time."""
         self._drain_s = drain_s
         self._stop.set()
         self._thread.join(drain_s + 1.0)
+        if not self._done.is_set():
+            return None
+        if self._result is None:
+            self._result = self._assemble()
+        return self._result
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, fd: int, data: bytes | memoryview) -> None:
         view = memoryview(data)
         while view:
-            view = view[os.write(self._spool_fd, view):]
+            view = view[os.write(fd, view):]
+
+    def _open_segment(self, index: int) -> int:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        return os.open(self._segments[index], flags, 0o600)
 
     def _take(self, data: bytes) -> None:
-        room = self._limit - self._written
+        if self._on_output is not None:
+            self._on_output(data)
+        self._raw += len(data)
+        room = self._head_limit - self._head
         if room > 0:
             kept = data[:room]
-            self._write(kept)
-            self._written += len(kept)
-        if len(data) > max(room, 0) and not self._truncated:
-            self._truncated = True
-            self._write(TRUNCATION_MARKER.format(limit=self._limit).encode())
+            self._write(self._spool_fd, kept)
+            self._head += len(kept)
+            self._head_end = (self._head_end + kept)[-4:]
+            data = data[room:]
+        if not data:
+            return
+        if not self._segments:  # no segment files: the head alone (unit use)
+            self._dropped += len(data)
+            return
+        if not self._seg_fds:
+            self._seg_fds = [self._open_segment(0), self._open_segment(1)]
+        view = memoryview(data)
+        while view:
+            room = self._segment - self._seg_size[self._current]
+            if room <= 0:
+                self._current ^= 1
+                self._dropped += self._seg_size[self._current]
+                os.ftruncate(self._seg_fds[self._current], 0)
+                os.lseek(self._seg_fds[self._current], 0, os.SEEK_SET)
+                self._seg_size[self._current] = 0
+                continue
+            piece = view[:room]
+            self._write(self._seg_fds[self._current], piece)
+            self._seg_size[self._current] += len(piece)
+            view = view[len(piece):]
+
+    def _assemble(self) -> CapResult:
+        """Write marker and tail after the head (or the tail alone when nothing was left
+        out); remove the segment files."""
+        tail_len = sum(self._seg_size)
+        left_out = self._raw - self._head - tail_len
+        layout = None
+        try:
+            order = [self._current ^ 1, self._current]
+            skip = 0
+            if left_out > 0:
+                cut = _incomplete_suffix(self._head_end[-3:])
+                if cut:
+                    self._head -= cut
+                    os.ftruncate(self._spool_fd, self._head)
+                    os.lseek(self._spool_fd, 0, os.SEEK_END)
+                skip = self._leading_continuations(order)
+                tail_len -= skip
+                left_out = self._raw - self._head - tail_len
+                kept_end = self._head_end[:len(self._head_end) - cut]
+                ends_nl = self._head == 0 or kept_end.endswith(b"\n")
+                self._write(self._spool_fd, marker_line(left_out, ends_nl))
+                layout = LogLayout(raw_bytes=self._raw, head_bytes=self._head,
+                                   tail_offset=self._raw - tail_len)
+            for index in order:
+                if self._seg_size[index] == 0:
+                    continue
+                self._copy_segment(index, skip)
+                skip = max(0, skip - self._seg_size[index])
+        finally:
+            for fd in self._seg_fds:
+                os.close(fd)
+            self._seg_fds = []
+            for path in self._segments:
+                path.unlink(missing_ok=True)
+            os.close(self._spool_fd)
+        return CapResult(raw_bytes=self._raw, layout=layout)
+
+    def _leading_continuations(self, order: list[int]) -> int:
+        """UTF-8 continuation bytes (≤ 3) at the tail's start: left out, so the tail starts
+        at a whole character."""
+        first = b""
+        for index in order:
+            if self._seg_size[index]:
+                with open(self._segments[index], "rb") as fh:
+                    first += fh.read(3)
+        count = 0
+        for byte in first[:3]:
+            if not _is_continuation(byte):
+                break
+            count += 1
+        return count
+
+    def _copy_segment(self, index: int, skip: int) -> None:
+        fd = os.open(self._segments[index], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.lseek(fd, min(skip, self._seg_size[index]), os.SEEK_SET)
+            while chunk := os.read(fd, CHUNK):
+                self._write(self._spool_fd, chunk)
+        finally:
+            os.close(fd)
 
     def _run(self) -> None:
         deadline: float | None = None
@@ -226,4 +387,4 @@ class CappedCopier:
             return
         finally:
             os.close(self._pipe_r)
-            os.close(self._spool_fd)
+            self._done.set()

@@ -8,7 +8,9 @@ name it); never the worker's bearer token, nor httpx's default Accept/User-Agent
 
 from __future__ import annotations
 
+import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -25,10 +27,26 @@ from qinglong.worker import clock
 from qinglong.worker.errors import ControlRejectedError, ControlUnavailableError
 
 
+class ObjectStoreUnavailableError(ControlUnavailableError):
+    """The object store (S3) did not take the PUT before the deadline: a connection error or
+    5xx on every try (``cause`` names the last). Not control's failure: the message says S3."""
+
+    def __str__(self) -> str:
+        return f"object store (S3) unavailable: {self.cause}"
+
+
 class _RetryableError(Exception):
     def __init__(self, cause: str) -> None:
         super().__init__(cause)
         self.cause = cause
+
+
+def _read_chunks(path: Path, size: int = 65536) -> Iterator[bytes]:
+    """The file's bytes, ``size`` at a time (opened O_NOFOLLOW, closed at the end)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as fh:
+        while chunk := fh.read(size):
+            yield chunk
 
 
 class SpoolUploader:
@@ -61,14 +79,19 @@ class SpoolUploader:
             http.close()
 
     def put(self, grant: LogUploadGrant, path: Path, deadline: float) -> None:
-        """PUT the bytes of ``path`` to ``grant.url`` with exactly ``grant.headers``.
+        """PUT the bytes of ``path`` to ``grant.url`` with exactly ``grant.headers`` (and
+        Content-Length from the file when the grant does not name it), streamed from the
+        file: the worker's memory does not grow with the log's size.
 
         Retries connection errors and 5xx with backoff, never past ``deadline`` (monotonic
-        s) nor past the grant's ``expires_in_s``. Raises ControlUnavailableError when out of
-        time and ControlRejectedError on a 4xx from the object store (e.g. 403: signature
+        s) nor past the grant's ``expires_in_s``. Raises ObjectStoreUnavailableError when out
+        of time and ControlRejectedError on a 4xx from the object store (e.g. 403: signature
         mismatch).
         """
-        data = path.read_bytes()
+        size = path.stat().st_size
+        headers = dict(grant.headers)
+        if not any(name.lower() == "content-length" for name in headers):
+            headers["Content-Length"] = str(size)  # streamed: never chunked (S3 refuses it)
         deadline = min(deadline, clock.now() + grant.expires_in_s)
         http = self._client()
 
@@ -76,9 +99,10 @@ class SpoolUploader:
             left = deadline - clock.now()
             if left <= 0:
                 raise _RetryableError("deadline passed")
-            # built alone: no default headers, no cookies (httpx adds Host and, when the
-            # grant names none, Content-Length)
-            request = httpx.Request("PUT", grant.url, content=data, headers=grant.headers,
+            # built alone: no default headers, no cookies (httpx adds Host); the body is
+            # read from the spool 64 KiB at a time, never held whole in memory
+            request = httpx.Request("PUT", grant.url, content=_read_chunks(path),
+                                    headers=headers,
                                     extensions={"timeout": httpx.Timeout(
                                         min(30.0, left)).as_dict()})
             try:
@@ -102,7 +126,7 @@ class SpoolUploader:
         try:
             retrying(once)
         except _RetryableError as exc:
-            raise ControlUnavailableError(f"log upload: {exc.cause}") from None
+            raise ObjectStoreUnavailableError(f"log upload: {exc.cause}") from None
 
 
 def put_spool(grant: LogUploadGrant, path: Path, deadline: float,

@@ -1,6 +1,7 @@
 """The composition of the HTTP API: ``build_app(ctx)`` (docs/protocols.md §4.5).
 
-OpenAPI at ``/openapi.json``; errors in the JSON shape of ``errors.py``; every router of
+OpenAPI at ``/openapi.json``; errors in the JSON shape of ``errors.py``; every request body
+but a bundle push's checked by the bounded JSON decoder (``json_body.py``); every router of
 ``qinglong.control.api``; the request-latency middleware on ``ctx.metrics`` (created when
 the context has none).
 """
@@ -24,6 +25,7 @@ from qinglong.control.api import (
     workers,
 )
 from qinglong.control.api.errors import install_error_handlers
+from qinglong.control.api.json_body import JsonBodyGuard
 from qinglong.control.metrics import Metrics
 
 if TYPE_CHECKING:
@@ -45,5 +47,7 @@ def build_app(ctx: ApiContext) -> FastAPI:
     for module in (health, metrics, tasks, run_resolve, runs, logs, scripts, token_routes,
                    worker_routes, workers):
         app.include_router(module.router)
+    # every body but a bundle push's passes the bounded JSON decoder before any route
+    app.add_middleware(JsonBodyGuard, raw_paths=frozenset({scripts.PUSH_PATH}))
     app.add_middleware(metrics.LatencyMiddleware, metrics=ctx.metrics)
     return app

@@ -23,7 +23,8 @@ class ApiContext:
     the project every task of this deployment belongs to. ``readiness``: a callable returning
     ``(ready: bool, reasons: list[str], degraded: list[str])`` for ``/readyz`` (None: ready when
     ``SELECT 1`` answers). ``metrics``: the process's counters (``qinglong.control.metrics``);
-    ``build_app`` creates one when None."""
+    ``build_app`` creates one when None. ``max_pushes``: bundle pushes this replica receives
+    and checks at once (docs/operations.md "Push limits"); more answer 429."""
 
     engine: Engine
     project_id: str
@@ -33,6 +34,7 @@ class ApiContext:
     bucket: str | None = None
     readiness: Any = None
     metrics: Metrics | None = None
+    max_pushes: int = 2
     extras: dict[str, Any] = field(default_factory=dict)
 
 

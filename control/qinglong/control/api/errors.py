@@ -30,7 +30,8 @@ is away (a fleet of workers polling through an outage must not flood the log).""
 class ApiError(Exception):
     """An answer other than success: HTTP ``status``, stable ``code`` (snake_case) and a
     one-line ``message`` that names fields, never their values. ``extra`` adds fixed,
-    non-secret facts (e.g. a log's retirement time) under ``error``."""
+    non-secret facts (e.g. a log's retirement time) under ``error``; ``retry_after_s`` among
+    them is also sent as the ``Retry-After`` header (seconds)."""
 
     def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
         super().__init__(message)
@@ -193,8 +194,10 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def api_error(_request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ApiError)
+        retry = exc.extra.get("retry_after_s")
         return JSONResponse(error_body(exc.code, exc.message, **exc.extra),
-                            status_code=exc.status)
+                            status_code=exc.status,
+                            headers={"Retry-After": str(retry)} if retry is not None else None)
 
     known: set[str] = set()
 

@@ -24,9 +24,12 @@ class ErrorBody(BaseModel):
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorBody, "description": "json_not_utf8, json_too_deep or "
+                                             "json_number_too_long (api/json_body.py)"},
     401: {"model": ErrorBody, "description": "no, malformed, unknown or revoked token"},
     403: {"model": ErrorBody, "description": "the token lacks the scope"},
     404: {"model": ErrorBody, "description": "not found"},
+    413: {"model": ErrorBody, "description": "body_too_large"},
     422: {"model": ErrorBody, "description": "invalid request (fields named, values never)"},
 }
 

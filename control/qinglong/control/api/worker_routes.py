@@ -4,7 +4,8 @@
 Every route needs a worker-pool token (``require("worker")``); the pool comes from the token,
 never from the body, and every lease statement is fenced by it, so a worker touches only
 attempts leased to an incarnation of its own pool (another pool's lease answers 409
-``lease_lost``, exactly like a stale one). Bodies are decoded with the wire types' strict
+``lease_lost``, exactly like a stale one). Bodies pass the bounded JSON decoder first
+(``json_body.py``: size, UTF-8, depth, number length), then the wire types' strict
 ``from_json``; a malformed body is 422 ``invalid_request`` naming the field, never its value.
 The OpenAPI document describes each body and answer with the JSON schema of its wire type.
 Dispatch errors map to their ``status`` and ``code`` (``dispatch/errors.py``).
@@ -181,6 +182,31 @@ async def bundle(request: Request, principal: WorkerPrincipal) -> dict[str, Any]
     return await _call(ctx, lambda: grant_bundle_fetch(
         ctx.engine, _config(ctx), s3=ctx.s3, bucket=ctx.bucket, pool_id=_pool(principal),
         request=body))
+
+
+@router.post("/log-chunk", **_doc(wire.LogChunkBatch, wire.LogChunkAnswer))
+async def log_chunk(request: Request, principal: WorkerPrincipal) -> dict[str, Any]:
+    """Append live log chunks (docs/protocols.md §4.9): per-chunk status 200 / 409 / 416 in
+    the answer (HTTP 200 for the request as a whole); ``flush_ms`` asks chatty workers to
+    slow down when this replica's byte budget is spent."""
+    from qinglong.control.livelog.append import append_batch
+    from qinglong.control.livelog.hub import hub_of
+
+    body = await _decode(request, wire.LogChunkBatch)
+    ctx = get_context(request)
+    hub = hub_of(ctx.extras)
+    outcome = await run_in_threadpool(lambda: append_batch(
+        ctx.engine, pool_id=_pool(principal), batch=body, gate=hub.gate, budget=hub.budget))
+    for attempt_id in outcome.stored:
+        hub.wakeups.wake(attempt_id)  # this replica's followers need no round trip
+    if ctx.metrics is not None:
+        for result in outcome.answer.results:
+            if result.status == 409:
+                ctx.metrics.lease_lost("fenced")
+    for attempt_id, end in outcome.deferred.items():
+        hub.defer_notify(ctx.engine, attempt_id, end)
+    answer: dict[str, Any] = outcome.answer.to_json()
+    return answer
 
 
 @router.post("/complete", **_doc(wire.CompletionReport, wire.Ack))

@@ -8,7 +8,7 @@ retries); failures become BundleStoreError naming the failure class.
 from __future__ import annotations
 
 import base64
-from typing import Any
+from typing import IO, Any
 
 from qinglong.control.bundles.errors import BundleStoreError
 
@@ -30,9 +30,9 @@ def _failure(exc: Exception) -> BundleStoreError:
     return BundleStoreError(type(exc).__name__)
 
 
-def put_bundle(s3: Any, bucket: str, digest: str, data: bytes) -> None:
-    """Store ``data`` under the digest's key with its SHA-256 checksum and metadata
-    ``ql3-sha256``. BundleStoreError on any failure."""
+def put_bundle(s3: Any, bucket: str, digest: str, data: bytes | IO[bytes]) -> None:
+    """Store ``data`` (bytes, or a seekable file at its start) under the digest's key with
+    its SHA-256 checksum and metadata ``ql3-sha256``. BundleStoreError on any failure."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     checksum = base64.b64encode(bytes.fromhex(digest)).decode("ascii")

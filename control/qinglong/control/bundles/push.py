@@ -10,40 +10,49 @@
 
 from __future__ import annotations
 
-import io
-from typing import TYPE_CHECKING, Any
+import hashlib
+from typing import IO, TYPE_CHECKING, Any
 
 from qinglong.control.bundles import records
 from qinglong.control.bundles.errors import BundleStoreError
 from qinglong.control.bundles.objects import bundle_present, put_bundle
 from qinglong.shared.bundles import DEFAULT_LIMITS, BundleLimits, scan
-from qinglong.shared.digest import sha256_hex
+
+CHUNK_BYTES = 65536
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine, RowMapping
 
 
-def push_bundle(engine: Engine, s3: Any, bucket: str | None, data: bytes, by: str,
+def push_bundle(engine: Engine, s3: Any, bucket: str | None, data: IO[bytes], by: str,
                 limits: BundleLimits = DEFAULT_LIMITS) -> tuple[RowMapping, bool]:
-    """Record the bundle ``data`` (gzip tar bytes) pushed by token ``by``; returns (its
-    summary row with ``used_by``, True when it was new).
+    """Record the bundle in the seekable file ``data`` (gzip tar bytes, read from its
+    start; a spooled temporary file at the API) pushed by token ``by``; returns (its summary
+    row with ``used_by``, True when it was new).
 
     Raises BundleError / BundleTooLargeError (nothing stored) for a refused archive and
     BundleStoreError when no bucket is configured or it cannot be reached.
     """
     if s3 is None or not bucket:
         raise BundleStoreError("no bucket is configured")
-    digest = sha256_hex(data)
-    manifest = scan(io.BytesIO(data), limits)
+    data.seek(0)
+    hasher = hashlib.sha256()
+    while chunk := data.read(CHUNK_BYTES):
+        hasher.update(chunk)
+    digest, size = hasher.hexdigest(), data.tell()
+    data.seek(0)
+    manifest = scan(data, limits)
     with engine.connect() as conn:
         existing = records.find(conn, digest)
     if existing is not None:
         if not bundle_present(s3, bucket, digest):
+            data.seek(0)
             put_bundle(s3, bucket, digest, data)
         return existing, False
+    data.seek(0)
     put_bundle(s3, bucket, digest, data)
     with engine.begin() as conn:
-        created = records.record(conn, digest, len(data), manifest, by)
+        created = records.record(conn, digest, size, manifest, by)
         row = records.find(conn, digest)
     if row is None:  # removed by a concurrent rm between the two pushes' inserts
         raise BundleStoreError("a concurrent removal; push again")

@@ -42,8 +42,8 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection
 
 # ADR-0379 §阶段验收: the reviewed hard cap moves exactly, one migration at a time.
-EXPECTED_MIGRATION_COUNT = 6
-EXPECTED_LAST_SHA256 = "991d1f927ace86c53b998027ff9dfd79594042bc57d55a4406caa85806c1b9ae"
+EXPECTED_MIGRATION_COUNT = 7
+EXPECTED_LAST_SHA256 = "2c0088cfb11231537e1b09a0061ae3783dc4b7194ace271dfa266221c39ff8a1"
 
 LEDGER_TABLE = "ql3_migration_ledger"
 ADVISORY_LOCK_KEY = 0x716C335F6D6967  # "ql3_mig": one key for every replica and release

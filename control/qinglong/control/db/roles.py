@@ -42,6 +42,9 @@ RUNTIME_GRANTS: dict[str, frozenset[str]] = {
     "api_tokens": frozenset({"SELECT", "INSERT", "UPDATE"}),  # admin scope manages tokens
     # 0006, script bundles (docs/protocols.md §4.7): immutable rows, pushed and removed
     "script_bundles": frozenset({"SELECT", "INSERT", "DELETE"}),
+    # 0007, live logs (docs/protocols.md §4.9): appended, trimmed to the window, and deleted
+    # at completion or by the partial-log sweep; a row is never rewritten in place
+    "attempt_log_chunks": frozenset({"SELECT", "INSERT", "DELETE"}),
 }
 
 

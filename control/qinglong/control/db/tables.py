@@ -17,6 +17,7 @@ from sqlalchemy import (
     Column,
     ForeignKey,
     Integer,
+    LargeBinary,
     MetaData,
     Table,
     Text,
@@ -140,6 +141,21 @@ attempts = Table(
     Column("completion", JSONB),
     Column("updated_at", _TS, nullable=False),
     Column("bundle_digest", Text),
+    # 0007, live logs (docs/protocols.md §4.9)
+    Column("log_end", BigInteger, nullable=False),
+    Column("log_window_bytes", BigInteger, nullable=False),
+    Column("log_rows", Boolean, nullable=False),
+    Column("log_rows_retired_at", _TS),
+)
+
+attempt_log_chunks = Table(
+    "attempt_log_chunks", metadata,
+    Column("attempt_id", _uuid(), ForeignKey("attempts.id"), primary_key=True),
+    Column("start_offset", BigInteger, primary_key=True),
+    Column("end_offset", BigInteger, nullable=False),
+    Column("gap", Boolean, nullable=False),
+    Column("data", LargeBinary, nullable=False),
+    Column("created_at", _TS, nullable=False),
 )
 
 events = Table(
@@ -202,6 +218,7 @@ run_attempt_log_artifacts = Table(
     Column("metadata", JSONB, nullable=False),
     Column("created_at", _TS, nullable=False),
     Column("etag", Text),
+    Column("layout", JSONB),  # 0007: how a capped object maps raw offsets
 )
 
 run_attempt_log_retention_controls = Table(

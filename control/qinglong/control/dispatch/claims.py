@@ -55,6 +55,7 @@ def claim_attempts(engine: Engine, config: DispatchConfig, *, pool_id: str,
         params = {"id": request.incarnation_id, "pool_id": pool_id}
         if run_named(conn, sql("touch_incarnation"), params).first() is None:
             raise UnknownIncarnationError("no such live incarnation in this pool")
+        run_named(conn, sql("pick_runs_plan"))  # bounded without statistics (§4.3)
         picked = run_named(conn, sql("pick_runs"), {
             "incarnation_id": request.incarnation_id, "pool_id": pool_id,
             "limit": limit}).mappings().all()

@@ -12,6 +12,9 @@
    database time (failed / timed out, attempts left, no cancel, task not removed — both
    read fresh under the run's lock, ``run_fate``) or finish it with the
    attempt's status and enroll its logs for retention (``enroll_run``); events for both.
+   With a verified artifact, the same transaction records the reported ``LogLayout`` (how
+   raw offsets map onto a capped object) and deletes the attempt's live chunk rows
+   (docs/protocols.md §4.9); without one, the rows stay as the attempt's partial log.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from qinglong.control.dispatch.errors import (
 from qinglong.control.dispatch.leases import lease_params, lease_state
 from qinglong.control.dispatch.log_upload import log_identity
 from qinglong.control.dispatch.statements import insert_event, sql
+from qinglong.control.livelog.statements import sql as live_sql
 from qinglong.control.retention.enrollment import enroll_run
 from qinglong.control.retention.objects import (
     ArtifactIdentity,
@@ -119,6 +123,18 @@ def _verify_log(s3: Any, ident: ArtifactIdentity) -> HeadResult:
     return head
 
 
+def _layout_json(report: CompletionReport, size: int) -> str | None:
+    """The reported LogLayout as JSON, when it fits the verified object: its marker (object
+    size − head − tail) is not negative. A layout that cannot describe the object raises
+    LogMismatchError (nothing is recorded)."""
+    layout = report.layout
+    if layout is None:
+        return None
+    if size - layout.head_bytes - (layout.raw_bytes - layout.tail_offset) < 0:
+        raise LogMismatchError("layout does not fit the object")
+    return json.dumps(layout.to_json(), sort_keys=True)
+
+
 def _apply(conn: Connection, state: RowMapping, pool_id: str, report: CompletionReport,
            ident: ArtifactIdentity | None, head: HeadResult | None,
            rng: random.Random | None) -> None:
@@ -147,7 +163,10 @@ def _apply(conn: Connection, state: RowMapping, pool_id: str, report: Completion
             "object_key": ident.key, "version_id": version_id, "size_bytes": ident.size,
             "sha256": ident.sha256, "content_type": ident.content_type,
             "metadata": json.dumps(dict(ident.metadata), sort_keys=True),
-            "etag": head.etag if head is not None else None})
+            "etag": head.etag if head is not None else None,
+            "layout": _layout_json(report, ident.size)})
+        # §4.9: the live rows go only with a verified artifact, in this same transaction
+        run_named(conn, live_sql("delete_chunks"), {"attempt_id": attempt_id})
     retry = (outcome in _RETRYABLE and not fate["cancel"] and not fate["task_deleted"]
              and int(state["number"]) < int(state["max_attempts"]))
     if retry:

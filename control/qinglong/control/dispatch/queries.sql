@@ -22,9 +22,23 @@ SET last_seen_at = now()
 WHERE id = CAST(%(id)s AS uuid) AND pool_id = CAST(%(pool_id)s AS uuid) AND stopped_at IS NULL
 RETURNING id
 
+-- pick_runs_plan --
+-- Pin pick_runs' plan for the rest of this transaction (docs/protocols.md §4.3): without
+-- statistics (a restore, a bulk load, a new replica) the planner guesses a handful of queued
+-- runs and would read and sort every one; with sorts, hash and merge joins, sequential and
+-- bitmap scans priced out, the only plan left walks runs_queued_idx in order and looks each
+-- task up by key, stopping at %(limit)s. What follows pick_runs in the transaction reads by
+-- key only.
+SELECT set_config('enable_sort', 'off', true), set_config('enable_hashjoin', 'off', true),
+       set_config('enable_mergejoin', 'off', true), set_config('enable_seqscan', 'off', true),
+       set_config('enable_bitmapscan', 'off', true)
+
 -- pick_runs --
 -- Lock at most %(limit)s due queued runs this incarnation may run (task labels within its
--- labels and its pool's); SKIP LOCKED inside a MATERIALIZED CTE so the LIMIT holds (§4.3 step 1)
+-- labels and its pool's); SKIP LOCKED inside a MATERIALIZED CTE so the LIMIT holds (§4.3 step 1).
+-- Each run's task is a LATERAL with OFFSET 0 (never pulled up: one lookup per run) that
+-- fetches the task by key only and judges it in the select list (a condition in WHERE could
+-- prove tasks_live_name_idx's predicate and walk that whole index per run)
 WITH inc AS MATERIALIZED (
     SELECT i.labels AS labels, p.labels AS pool_labels
     FROM worker_incarnations i JOIN worker_pools p ON p.id = i.pool_id
@@ -32,12 +46,17 @@ WITH inc AS MATERIALIZED (
 ), picked AS MATERIALIZED (
     SELECT r.id, r.task_id, t.concurrency_policy
     FROM runs r
-    JOIN tasks t ON t.id = r.task_id
     CROSS JOIN inc
+    JOIN LATERAL (
+        SELECT t.concurrency_policy,
+               t.deleted_at IS NULL
+               AND (t.argv IS NOT NULL OR t.shell IS NOT NULL OR t.bundle_digest IS NOT NULL)
+               AND t.labels <@ inc.labels AND t.labels <@ inc.pool_labels AS runnable
+        FROM tasks t
+        WHERE t.id = r.task_id
+        OFFSET 0
+    ) t ON t.runnable
     WHERE r.status = 'queued' AND r.not_before <= now() AND r.owner = 'runtime'
-      AND t.deleted_at IS NULL
-      AND (t.argv IS NOT NULL OR t.shell IS NOT NULL OR t.bundle_digest IS NOT NULL)
-      AND t.labels <@ inc.labels AND t.labels <@ inc.pool_labels
       AND (t.concurrency_policy <> 'replace' OR NOT EXISTS (
             SELECT 1 FROM runs o
             WHERE o.task_id = r.task_id AND o.status IN ('dispatching', 'running')))
@@ -186,14 +205,15 @@ WHERE a.id = old.id AND a.lease_token = CAST(%(lease_token)s AS uuid)
 RETURNING old.status AS from_status
 
 -- insert_log_artifact --
--- The facts control read from its own HEAD of the uploaded log
+-- The facts control read from its own HEAD of the uploaded log, and the capped object's
+-- layout the worker reported (NULL: the object is the raw output byte for byte)
 INSERT INTO run_attempt_log_artifacts (id, attempt_id, project_id, run_id, bucket, object_key,
                                        version_id, size_bytes, sha256, content_type, metadata,
-                                       etag)
+                                       etag, layout)
 VALUES (%(id)s, CAST(%(attempt_id)s AS uuid), CAST(%(project_id)s AS uuid),
         CAST(%(run_id)s AS uuid), %(bucket)s, %(object_key)s,
         %(version_id)s, %(size_bytes)s, %(sha256)s, %(content_type)s,
-        CAST(%(metadata)s AS jsonb), %(etag)s)
+        CAST(%(metadata)s AS jsonb), %(etag)s, CAST(%(layout)s AS jsonb))
 
 -- run_fate --
 -- Before a completion or a recovery decides between retry and the end: lock the task row

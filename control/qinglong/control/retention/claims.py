@@ -6,7 +6,11 @@ loop, docs/protocols.md §4.3), then an update that re-checks state, due time, l
 immutable identity and bumps the version. A row whose identity broke moves to ``manual`` with
 ``artifact_integrity_mismatch`` instead of being leased; a row whose retention is not over by
 today's facts (``finished_at`` + the task's current ``log_retention_s``: the policy may have been
-raised since enrollment) moves to its new eligibility instead. The caller returns the connection to
+raised since enrollment) moves to its new eligibility instead. The claim's work does not grow
+with the table, with or without planner statistics: ``claim_plan`` pins its plan in the same
+transaction and the identity check reaches each picked row's artifact, attempt, run and task
+by key (docs/protocols.md §4.3, "Bounded without statistics";
+``integration/control/test_control_claim_work.py``). The caller returns the connection to
 the pool, and only then talks to S3. Statements are the named blocks of ``queries.sql``, run through
 the SQLAlchemy engine's driver level (``db/engine.py``).
 """
@@ -119,6 +123,7 @@ def claim(
     params = {"limit": limit, "owner": str(owner), "lease_s": float(lease_s),
               "versioned_only": versioned_only}
     with conn.begin():  # ADR-0379 §2: one short READ COMMITTED transaction
+        run_named(conn, queries()["claim_plan"])  # bounded without statistics (§4.3)
         rows = run_named(conn, queries()["claim"], params).all()
     # ids and token come back as text (``::text`` in the statement): no uuid.UUID round trip
     return [Claim(*r[1:]) for r in rows if r[0]]

@@ -25,13 +25,28 @@ ORDER BY k.attempt_finished_at
 LIMIT %(limit)s
 ON CONFLICT (attempt_id) DO NOTHING
 
+-- claim_plan --
+-- Pin the claim's plan in its transaction: without statistics (a restore, a bulk enrollment,
+-- a new replica) the planner guesses a handful of rows; with sorts, hash and merge joins,
+-- sequential and bitmap scans priced out, the only plans left walk the due index in order
+-- and reach every other row by key
+SELECT set_config('enable_sort', 'off', true), set_config('enable_hashjoin', 'off', true),
+       set_config('enable_mergejoin', 'off', true), set_config('enable_seqscan', 'off', true),
+       set_config('enable_bitmapscan', 'off', true)
+
 -- claim --
 -- Lease at most %(limit)s due controls to %(owner)s. A row whose identity broke goes manual; a
 -- row whose retention is not over by today's facts (the task's retention was raised after
 -- enrollment) is not leased but moved to its new eligibility. ``leased`` marks the claims. The
 -- lease runs from clock_timestamp(): a claim that waited on a lock still gets its full lease.
 -- %(versioned_only)s: only rows with a recorded VersionId (the store ignores If-Match, so an
--- unversioned row could only fail towards manual).
+-- unversioned row could only fail towards manual). Bounded whatever the planner knows
+-- (docs/protocols.md §4.3; claim_plan runs first): the picked rows are fixed first; the
+-- identity check is a LATERAL with OFFSET 0, which PostgreSQL never pulls up into the join,
+-- so it runs once per picked row; it fetches artifact, attempt, run and task by primary key
+-- only and compares in the select list (a condition in WHERE could prove a partial index's
+-- predicate and walk that index instead); the update re-checks state as <> 'manual' (the
+-- same thing by the table's CHECK) so it reaches the rows by key, not by the due index.
 WITH picked AS MATERIALIZED (
     SELECT attempt_id
     FROM run_attempt_log_retention_controls
@@ -46,24 +61,24 @@ WITH picked AS MATERIALIZED (
     FROM picked p
     JOIN run_attempt_log_retention_controls c ON c.attempt_id = p.attempt_id
     LEFT JOIN LATERAL (
-        SELECT greatest(r.finished_at, a.finished_at)
-                   + make_interval(secs => t.log_retention_s) AS eligible_now
-        FROM run_attempt_log_artifacts la
-        JOIN attempts a ON a.id = la.attempt_id
-        JOIN runs r ON r.id = a.run_id
-        JOIN tasks t ON t.id = r.task_id
-        WHERE la.id = c.artifact_id AND la.attempt_id = c.attempt_id
-          AND la.run_id = c.run_id AND la.project_id = c.project_id
-          AND la.bucket = c.bucket AND la.object_key = c.object_key
-          AND la.version_id IS NOT DISTINCT FROM c.version_id
-          AND la.size_bytes = c.size_bytes AND la.sha256 = c.sha256
-          AND la.content_type = c.content_type
-          AND a.executor = 'remote_worker'
-          AND a.status IN ('succeeded', 'failed', 'cancelled', 'timed_out')
-          AND a.finished_at IS NOT NULL
-          AND r.id = c.run_id AND r.project_id = c.project_id AND r.owner = 'runtime'
-          AND r.status IN ('succeeded', 'failed', 'cancelled', 'timed_out')
-          AND r.finished_at IS NOT NULL
+        SELECT CASE WHEN la.attempt_id = c.attempt_id
+                          AND la.run_id = c.run_id AND la.project_id = c.project_id
+                          AND la.bucket = c.bucket AND la.object_key = c.object_key
+                          AND la.version_id IS NOT DISTINCT FROM c.version_id
+                          AND la.size_bytes = c.size_bytes AND la.sha256 = c.sha256
+                          AND la.content_type = c.content_type
+                          AND a.run_id = c.run_id AND a.executor = 'remote_worker'
+                          AND a.status IN ('succeeded', 'failed', 'cancelled', 'timed_out')
+                          AND a.finished_at IS NOT NULL
+                          AND r.project_id = c.project_id AND r.owner = 'runtime'
+                          AND r.status IN ('succeeded', 'failed', 'cancelled', 'timed_out')
+                          AND r.finished_at IS NOT NULL
+                    THEN greatest(r.finished_at, a.finished_at)
+                         + make_interval(secs => t.log_retention_s) END AS eligible_now
+        FROM run_attempt_log_artifacts la, attempts a, runs r, tasks t
+        WHERE la.id = c.artifact_id AND a.id = c.attempt_id AND r.id = c.run_id
+          AND t.id = r.task_id
+        OFFSET 0
     ) f ON true
 )
 UPDATE run_attempt_log_retention_controls AS c
@@ -83,7 +98,7 @@ SET claim_version = c.claim_version + 1,
     last_failure_at = CASE WHEN k.intact THEN c.last_failure_at ELSE now() END
 FROM checked k
 WHERE c.attempt_id = k.attempt_id
-  AND c.state = 'pending' AND c.due_at <= now() AND c.eligible_at <= now()
+  AND c.state <> 'manual' AND c.due_at <= now() AND c.eligible_at <= now()
   AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
 RETURNING k.intact AND k.ripe AS leased, c.attempt_id::text, c.project_id::text,
           c.run_id::text, c.artifact_id, c.bucket, c.object_key, c.version_id, c.size_bytes,

@@ -37,6 +37,16 @@ WITH bump AS (
 SELECT id, project_id, task_id, number, trigger, scheduled_for, not_before, created_at
 FROM run
 
+-- due_tasks_plan --
+-- Pin due_tasks' plan (docs/protocols.md §4.3): without statistics the planner guesses a
+-- handful of due tasks and would read and sort every due row; with sorts priced out, the
+-- only plan left walks tasks_next_fire_idx in order and stops at the page size
+SELECT set_config('enable_sort', 'off', true)
+
+-- due_tasks_unpin --
+-- The rest of the tick's transaction plans as usual
+SELECT set_config(name, reset_val, true) FROM pg_settings WHERE name = 'enable_sort'
+
 -- due_tasks --
 -- What is due by the database clock, oldest first, from the next-fire index only; rows locked
 -- by another replica are skipped (replicas split the work)

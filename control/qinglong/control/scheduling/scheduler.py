@@ -125,8 +125,10 @@ class Scheduler:
         outcomes: Counter[str] = Counter()
         done = failed = 0
         with self._engine.begin() as conn:
+            run_named(conn, queries()["due_tasks_plan"])  # bounded without statistics
             due = run_named(conn, queries()["due_tasks"],
                             {"limit": cfg.page_size}).mappings().all()
+            run_named(conn, queries()["due_tasks_unpin"])
             for task in due:
                 savepoint = conn.begin_nested()
                 try:

@@ -48,9 +48,14 @@ def _listen(value: str) -> tuple[str, int]:
               show_default=True, help="Longest pause between scheduler ticks, in ms.")
 @click.option("--drain-s", type=click.FloatRange(0, 600), default=20.0, show_default=True,
               help="Seconds requests in flight may take after SIGTERM.")
+@click.option("--max-pushes", envvar="QL3_MAX_PUSHES", type=click.IntRange(1, 64), default=2,
+              show_default=True,
+              help="Bundle pushes received and checked at once; more answer 429 (each "
+                   "spools up to 32 MiB in the temporary directory).")
 def serve(database_url: str, runtime_role: str, listen: str, log_bucket: str,
           s3_endpoint: str | None, replica_id: str | None, lease_ms: int,
-          heartbeat_ms: int, scheduler_tick_ms: int, drain_s: float) -> None:
+          heartbeat_ms: int, scheduler_tick_ms: int, drain_s: float,
+          max_pushes: int) -> None:
     """Run a control replica: the HTTP API (OpenAPI at /openapi.json, /livez, /readyz,
     /metrics), the scheduler, lease recovery, retention enrollment and log retention.
 
@@ -81,7 +86,8 @@ def serve(database_url: str, runtime_role: str, listen: str, log_bucket: str,
         database_url=database_url, runtime_role=runtime_role, host=host, port=port,
         bucket=log_bucket, s3_endpoint=s3_endpoint,
         replica_id=(replica_id or socket.gethostname())[:60], lease_ms=lease_ms,
-        heartbeat_ms=heartbeat_ms, scheduler_tick_ms=scheduler_tick_ms, drain_s=drain_s)
+        heartbeat_ms=heartbeat_ms, scheduler_tick_ms=scheduler_tick_ms, drain_s=drain_s,
+        max_pushes=max_pushes)
     replica = ControlReplica(settings)
     try:
         replica.refuse_privileged_login(_url_label())

@@ -35,6 +35,7 @@ DEFAULT_PROJECT_ID = "00000000-0000-7000-8000-000000000001"  # one project per d
 READINESS_PERIOD_S = 2.0
 ENROLLMENT_PERIOD_S = 30.0
 PRUNE_PERIOD_S = 3600.0
+PARTIAL_LOG_SWEEP_PERIOD_S = 60.0
 OCCURRENCE_KEEP_DAYS_DEFAULT = 30
 LOCK_TIMEOUT_MS = 10_000
 
@@ -47,7 +48,7 @@ class ServeSettings:
     dispatch lease and heartbeat handed to workers (heartbeat ≤ lease/3, C11);
     ``scheduler_tick_ms``: the longest pause between scheduler ticks; ``drain_s``: how long
     requests in flight may take at stop; ``replica_id``: names this replica's retention
-    claims."""
+    claims; ``max_pushes``: bundle pushes received and checked at once."""
 
     database_url: str
     runtime_role: str
@@ -62,6 +63,7 @@ class ServeSettings:
     scheduler_tick_ms: int = 500
     recovery_interval_ms: int = 1000
     drain_s: float = 20.0
+    max_pushes: int = 2
     occurrence_keep_days: int = OCCURRENCE_KEEP_DAYS_DEFAULT
 
 
@@ -169,8 +171,10 @@ class ControlReplica:
         ctx = ApiContext(engine=self.engine, project_id=self.settings.project_id,
                          lease_ms=self.settings.lease_ms,
                          heartbeat_ms=self.settings.heartbeat_ms, s3=self.s3,
-                         bucket=self.settings.bucket, metrics=Metrics())
+                         bucket=self.settings.bucket, metrics=Metrics(),
+                         max_pushes=self.settings.max_pushes)
         ctx.extras["dispatch"] = self.dispatch
+        ctx.extras["livelog"] = self.livelog = _live_log_hub(self.settings)
         return ctx
 
     def _lifecycles(self) -> None:
@@ -218,6 +222,11 @@ class ControlReplica:
             with self.engine.connect() as conn:
                 return enrollment_sweep(conn, limit=500)
 
+        def sweep_partial() -> int:
+            from qinglong.control.livelog.sweep import sweep_partial_logs
+
+            return sweep_partial_logs(self.engine, limit=100)
+
         def prune() -> int:
             keep = timedelta(days=self.settings.occurrence_keep_days)
             with self.engine.begin() as conn:
@@ -234,6 +243,8 @@ class ControlReplica:
                             more=lambda r: bool(r.full)),
             PeriodicService("enrollment", enroll, period_s=ENROLLMENT_PERIOD_S),
             PeriodicService("occurrence_prune", prune, period_s=PRUNE_PERIOD_S),
+            PeriodicService("partial_log_sweep", sweep_partial,
+                            period_s=PARTIAL_LOG_SWEEP_PERIOD_S, more=lambda n: n >= 100),
         ])
         self._stoppables.append(sweeper)
         self._sweeper = sweeper
@@ -250,8 +261,17 @@ class ControlReplica:
                                 log_level="warning", access_log=False,
                                 timeout_graceful_shutdown=int(self.settings.drain_s),
                                 lifespan="off")
-        server = uvicorn.Server(config)
-        _stop_server_on_signals(server)
+        hub = self.livelog
+
+        class _Server(uvicorn.Server):
+            def handle_exit(self, sig: int, frame: Any) -> None:
+                hub.draining.set()  # live-log streams end now, with a retry: hint
+                hub.wakeups.wake_all()
+                super().handle_exit(sig, frame)
+
+        server = _Server(config)
+        _stop_server_on_signals(server, hub.draining)
+        self.livelog.wakeups.start()
         self.supervisor.start()
         self._sweeper.start()
         _log.info("control replica %s listening on http://%s:%d", self.settings.replica_id,
@@ -267,6 +287,8 @@ class ControlReplica:
         """Stop the lifecycles and close the pool; True when all ended within budget.
         Idempotent. The retention sweeper is asked to stop before the lifecycles are
         waited for, so its sweep in flight winds down meanwhile."""
+        self.livelog.draining.set()
+        self.livelog.wakeups.stop()
         for item in self._stoppables:
             if hasattr(item, "request_stop"):
                 item.request_stop()
@@ -287,7 +309,22 @@ def recovery_tick(recovery: LeaseRecovery, metrics: Metrics) -> RecoveryResult:
     return result
 
 
-def _stop_server_on_signals(server: Any) -> None:
+def _live_log_hub(settings: ServeSettings) -> Any:
+    """The replica's live-log hub with its dedicated LISTEN session (docs/protocols.md §4.9
+    "Wake-ups"): a psycopg connection of its own, never one of the pool's."""
+    from qinglong.control.livelog.hub import LiveLogHub
+    from qinglong.control.livelog.wakeups import LogWakeups
+
+    def connect() -> Any:
+        import psycopg
+
+        return psycopg.connect(settings.database_url, autocommit=True, connect_timeout=10,
+                               application_name=f"ql3-listen:{settings.replica_id}"[:60])
+
+    return LiveLogHub(wakeups=LogWakeups(connect))
+
+
+def _stop_server_on_signals(server: Any, draining: Any = None) -> None:
     """SIGTERM and SIGINT ask ``server`` to stop, before and after it serves.
 
     uvicorn (0.29+) handles both while it serves, then restores the handlers it found and
@@ -300,6 +337,8 @@ def _stop_server_on_signals(server: Any) -> None:
 
     def request_stop(_sig: int, _frame: Any) -> None:
         server.should_exit = True
+        if draining is not None:  # live-log streams end with a retry: hint
+            draining.set()
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)

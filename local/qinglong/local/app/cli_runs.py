@@ -193,7 +193,12 @@ def cancel(run_id: str, wait: bool, data_dir: str | None, as_json: bool) -> None
 @display_options
 @data_dir_option
 def logs(run_id: str, follow: bool, tail: int | None, data_dir: str | None) -> None:
-    """Print the output of run RUN (every attempt's, in order)."""
+    """Print the output of run RUN (every attempt's, in order).
+
+    With --follow, keep printing until the run ends, then print one status line on stderr
+    (status, exit code, duration); the exit code is then 0 only if the run succeeded (1
+    otherwise), as `run --wait` gives.
+    """
     position: list[int] | None = None  # attempt number, byte offset: kept across owners
     while True:
         try:
@@ -207,9 +212,14 @@ def logs(run_id: str, follow: bool, tail: int | None, data_dir: str | None) -> N
                         run_id = start["run_id"]
                         position = [start["attempt"], start["offset"]]
                 _print_logs(backend, run_id, follow, position)
-            return
+                final = backend.call("run_get", run_id=run_id) if follow else None
+            break
         except ServerUnavailableError:  # the owner ended (a foreground run): go on from
             continue  # whoever owns the data directory now
+    if final is not None:
+        click.echo(output.follow_end_line(final), err=True)
+        if final["status"] != "succeeded":
+            sys.exit(1)
 
 
 def _print_logs(backend: Any, run_id: str, follow: bool, position: list[int]) -> None:
@@ -223,6 +233,11 @@ def _print_logs(backend: Any, run_id: str, follow: bool, position: list[int]) ->
                        f"(retired at {output.when(chunk['retired_at'])})", err=True)
         if offset == 0 and (number > 1 or chunk["attempts"] > 1) and chunk["data"]:
             click.echo(f"== attempt {number} ==", err=True)
+        if chunk.get("gap"):  # the cap left these bytes out: say so once, go on after them
+            sys.stdout.flush()
+            click.echo(output.gap_notice(chunk["gap"]), err=True)
+            position[1] = chunk["offset"]
+            continue
         if chunk["data"]:
             sys.stdout.buffer.write(chunk["data"].encode("utf-8", "surrogateescape"))
             sys.stdout.flush()

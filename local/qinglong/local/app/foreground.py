@@ -21,6 +21,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
+from qinglong.local.app import output
 from qinglong.local.app.application import LocalStack, LocalStore
 from qinglong.local.app.client import DirectBackend
 from qinglong.local.app.datadir import DataDir
@@ -72,6 +73,11 @@ class _LogStreamer:
                 return bool(chunk["done"])
             if self.offset == 0 and self.number > 1 and chunk["data"]:
                 print(f"== attempt {self.number} ==", file=sys.stderr, flush=True)
+            if chunk.get("gap"):  # left out by the log cap: said once, then the tail
+                self.out.flush()
+                print(output.gap_notice(chunk["gap"]), file=sys.stderr, flush=True)
+                self.offset = chunk["offset"]
+                continue
             if chunk["data"]:
                 self.out.write(chunk["data"].encode("utf-8", "surrogateescape"))
                 self.out.flush()

@@ -164,6 +164,23 @@ def describe_run(run: dict[str, Any]) -> str:
     return text
 
 
+def gap_notice(gap: int) -> str:
+    """The line a log reader prints where the cap left output out (docs/protocols.md §3.8)."""
+    return f"[ql3: {gap} bytes of output left out here by the log cap]"
+
+
+def follow_end_line(run: dict[str, Any]) -> str:
+    """The line ``logs -f`` ends with once the run is terminal (docs/protocols.md §3.8):
+    ``run backup#42 failed, exit code 3, took 1m 05s`` (``signal N`` instead of the exit
+    code for a run ended by a signal; no code when it has none)."""
+    text = f"run {ref(run)} {run['status']}"
+    if run.get("signal") is not None:
+        text += f", signal {run['signal']}"
+    elif run.get("exit_code") is not None:
+        text += f", exit code {run['exit_code']}"
+    return text + f", took {run_duration(run)}"
+
+
 def describe_attempt(attempt: dict[str, Any]) -> str:
     """One line of ``inspect``: number, status, exit, start, duration and handle."""
     end = f", exit {attempt['exit_code']}" if attempt["exit_code"] is not None else ""

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from qinglong.local.app import settings as keys
+from qinglong.local.app.log_layout import raw_offset, read_raw
 from qinglong.local.app.run_refs import resolve_run_ref
 from qinglong.local.app.task_input import TaskInput, check_launch_budget
 from qinglong.local.app.views import event_view, iso, run_view, task_view
@@ -451,26 +452,30 @@ class LocalService:
                     "data": "", "run_status": run.status.value,
                     "done": terminal and number == run.attempts[-1].number,
                     "retired_at": iso(retired.retired_at_ms)}
-        data = b""
+        data, next_offset, gap = b"", offset, 0
         if chosen.log_path:
-            read = _read_log(chosen.log_path, offset, LOG_CHUNK_BYTES)
+            read = read_raw(_read_log, chosen.log_path, offset, LOG_CHUNK_BYTES)
             if read is not None:
-                data = read
+                data, next_offset, gap = read.data, read.next_offset, read.gap
             elif chosen.status not in (AttemptStatus.CLAIMED, AttemptStatus.STARTING):
                 note = self._launch_failure_note(run.id, chosen.id, number)
                 if note is None:
                     raise LogFileMissingError(f"the log file of attempt {number} is missing")
                 data = note[max(0, offset):]
+                next_offset = offset + len(data)
         newest = number == run.attempts[-1].number
-        done = terminal and newest and len(data) < LOG_CHUNK_BYTES
-        return {
+        done = terminal and newest and not gap and len(data) < LOG_CHUNK_BYTES
+        chunk = {
             "attempt": number,
             "attempts": len(run.attempts),
-            "offset": offset + len(data),
+            "offset": next_offset,
             "data": data.decode("utf-8", errors="surrogateescape"),  # byte-exact round trip
             "run_status": run.status.value,
             "done": done,
         }
+        if gap:
+            chunk["gap"] = gap
+        return chunk
 
     def logs_wait(
         self, run_id: str, offset: int = 0, timeout_s: float = 20.0
@@ -492,7 +497,7 @@ class LocalService:
 
     def logs_tail(self, run_id: str, lines: int) -> dict[str, Any]:
         """Where the last ``lines`` lines (1–100000) of the run's newest attempt's log begin:
-        ``{"run_id", "attempt", "offset"}`` (offset in bytes, for ``logs_read``). Reads the
+        ``{"run_id", "attempt", "offset"}`` (raw offset in bytes, for ``logs_read``). Reads the
         log backwards in 64 KiB blocks, at most 64 MiB; a log with fewer lines starts at 0,
         and so does a run with no attempt yet (attempt 1). ``run_id``: any reference."""
         run = self.repo.get_run(resolve_run_ref(self.repo, run_id))
@@ -501,7 +506,8 @@ class LocalService:
         newest = run.attempts[-1]
         offset = 0
         if newest.log_path and self.repo.log_tombstone(newest.id) is None:
-            offset = _tail_offset(newest.log_path, max(1, min(lines, 100_000)))
+            offset = raw_offset(newest.log_path,
+                                _tail_offset(newest.log_path, max(1, min(lines, 100_000))))
         return {"run_id": run.id, "attempt": newest.number, "offset": offset}
 
 

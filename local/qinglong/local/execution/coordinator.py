@@ -165,8 +165,11 @@ class ExecutionCoordinator:
         """
         env = self._user_env(task)  # read before the claim: a failure leaves the run queued
         missing: SecretVariableMissingError | None = None
+        secret_names: tuple[str, ...] = ()
         try:
-            env.update(self._secret_env(task))
+            secret = self._secret_env(task)
+            env.update(secret)
+            secret_names = tuple(sorted(secret))
         except SecretVariableMissingError as exc:  # a user error: fail it, do not loop
             missing = exc
         attempt = self.repo.claim_attempt(run)  # step 1
@@ -188,6 +191,7 @@ class ExecutionCoordinator:
             env=env,
             cwd=task.cwd or self.config.default_cwd or self.config.log_root,
             output_path=log_path,
+            secret_names=secret_names,
         )
         try:
             proc = self.launcher.start(request)  # step 3: ADR-0069 §2 steps 1-6

@@ -13,10 +13,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from qinglong.local.process.paths import check_absolute
+from qinglong.shared import output_mask
 from qinglong.shared.errors import ValidationError
 from qinglong.shared.ids import validate_uuid7
 
 DEFAULT_WRAPPER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wrapper.py")
+# What the wrapper compiles when the output goes through a pipe, in this order (wrapper.py)
+OUTPUT_MASK_PATH = os.path.abspath(output_mask.__file__)
+LOG_CAP_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log_cap.py")
 WRAPPER_MAX_BYTES = 64 * 1024
 LAUNCH_MAX_BYTES = 256 * 1024
 # Linux MAX_ARG_STRLEN: one argv string or one NAME=value entry, NUL included.
@@ -46,7 +50,9 @@ class LaunchRequest:
 
     ``argv``: the user command (argv[0] searched on the env's PATH); ``env``: the complete
     user environment, already composed by the caller (nothing else leaks in); ``cwd``: an
-    existing absolute directory; ``output_path``: absolute, normalised, inside the log root.
+    existing absolute directory; ``output_path``: absolute, normalised, inside the log root;
+    ``secret_names``: the names in ``env`` whose values are secrets (masked in the log,
+    docs/operations.md "Secrets in output").
     """
 
     run_id: str
@@ -55,6 +61,7 @@ class LaunchRequest:
     env: dict[str, str]
     cwd: str
     output_path: str
+    secret_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +140,9 @@ def validate_request(request: LaunchRequest, config: LaunchConfig) -> None:
         if size > SINGLE_STRING_MAX_BYTES:
             raise LaunchLimitError("single_string_bytes", SINGLE_STRING_MAX_BYTES)
         total += size
+    if any(name not in request.env for name in request.secret_names):
+        raise ValidationError("secret_names", "must name variables of env")
+    total += sum(len(name) + 1 for name in request.secret_names)
     if total > config.launch_max_bytes:
         raise LaunchLimitError("argv_env_bytes", config.launch_max_bytes)
     cwd = request.cwd

@@ -122,6 +122,21 @@ def open_dir_chain(root_fd: int, names: list[str], *, create: bool) -> int:
     return fd
 
 
+def open_output_dir(log_root: str, output_path: str) -> int:
+    """Open the directory holding ``output_path`` (inside ``log_root``), creating missing
+    directories 0700, every component without following symlinks; returns a close-on-exec
+    fd. Raises as :func:`open_output_file`."""
+    relative = os.path.relpath(output_path, log_root)
+    parts = relative.split("/")
+    if relative.startswith("..") or relative == "." or any(p in ("", ".", "..") for p in parts):
+        raise ValidationError("output_path", "must be inside the log root")
+    root_fd = open_root(log_root, create=True)
+    try:
+        return open_dir_chain(root_fd, parts[:-1], create=True)
+    finally:
+        os.close(root_fd)
+
+
 def open_output_file(log_root: str, output_path: str) -> int:
     """Open ``output_path`` (inside ``log_root``) for appending, creating it 0600.
 
@@ -135,19 +150,12 @@ def open_output_file(log_root: str, output_path: str) -> int:
         ValidationError: ``output_path`` is not strictly inside ``log_root``.
         OSError: I/O failures.
     """
-    relative = os.path.relpath(output_path, log_root)
-    parts = relative.split("/")
-    if relative.startswith("..") or relative == "." or any(p in ("", ".", "..") for p in parts):
-        raise ValidationError("output_path", "must be inside the log root")
-    root_fd = open_root(log_root, create=True)
-    try:
-        dir_fd = open_dir_chain(root_fd, parts[:-1], create=True)
-    finally:
-        os.close(root_fd)
+    dir_fd = open_output_dir(log_root, output_path)
+    name = output_path.rpartition("/")[2]
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     try:
-        _check_name(parts[-1])
-        fd = os.open(parts[-1], flags, 0o600, dir_fd=dir_fd)
+        _check_name(name)
+        fd = os.open(name, flags, 0o600, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno in (*_REFUSED, errno.ENXIO, errno.EISDIR):
             raise UnsafePathError("output file is a symlink or not a regular file") from None

@@ -2,7 +2,7 @@
 
 Never imported by the runtime: the launcher verifies these bytes against ``WRAPPER_SHA256``,
 copies them into a sealed memfd and runs ``python -I -S /proc/self/fd/N <argv...>`` as the
-leader of a new process group. It imports only os, _signal, fcntl, select, time and sys,
+leader of a new process group. It imports only os, _signal, fcntl, marshal, time and sys,
 because its memory is paid once per running attempt.
 
 Contract (environment, set by the launcher and removed before the user command starts):
@@ -10,8 +10,14 @@ Contract (environment, set by the launcher and removed before the user command s
 the start gate), ``QL3_LAUNCH_LC_CTYPE`` (``-`` if the user set no LC_CTYPE, else ``=value``:
 CPython's locale coercion rewrites LC_CTYPE, this restores the user's own) and
 ``QL3_RECEIPT_DIR`` (the attempt's private shard), and optionally ``QL3_LAUNCH_LOG_CAP``
-(bytes): the user's stdout/stderr then go through a pipe that this wrapper copies into the
-log, keeping at most that many bytes and then one marker line (issue 3: bounded disk).
+(bytes) with ``QL3_LAUNCH_LOG_DIR_FD`` (an fd of the log's directory) and
+``QL3_LAUNCH_LOG_NAME`` (the log's file name there), ``QL3_LAUNCH_SECRET_NAMES`` (the names,
+comma-separated, of the variables whose values are secrets) and ``QL3_LAUNCH_LIB_FDS`` (sealed
+memfds of ``qinglong/shared/output_mask.py`` and ``log_cap.py``, verified by the launcher).
+With a cap or secrets the user's stdout/stderr go through a pipe that this wrapper copies
+into the log with those two files, compiled here apart from this one (docs/protocols.md §3.3
+"Bounded output": secret values become ``***``; past the cap the log keeps its head, a
+marker line and its tail).
 User argv is ``sys.argv[1:]``.
 
 Order: take the attempt lock -> block on one gate byte -> spawn the user command in this
@@ -25,8 +31,8 @@ a ``not_started`` receipt is published and the exit code is 125.
 
 import _signal as signal  # type: ignore[import-not-found]  # C module: `signal` pulls enum, ~1 MiB
 import fcntl
+import marshal
 import os
-import select
 import sys
 import time
 
@@ -37,9 +43,11 @@ ENV_GATE_FD = "QL3_LAUNCH_GATE_FD"
 ENV_LC_CTYPE = "QL3_LAUNCH_LC_CTYPE"
 ENV_RECEIPT_DIR = "QL3_RECEIPT_DIR"
 ENV_LOG_CAP = "QL3_LAUNCH_LOG_CAP"
+ENV_LOG_DIR_FD = "QL3_LAUNCH_LOG_DIR_FD"
+ENV_LOG_NAME = "QL3_LAUNCH_LOG_NAME"
+ENV_SECRET_NAMES = "QL3_LAUNCH_SECRET_NAMES"  # noqa: S105 (a variable name)
+ENV_LIB_FDS = "QL3_LAUNCH_LIB_FDS"
 ENOEXEC = 8  # Linux errno: "Exec format error" (errno, the module, is not worth importing)
-CHUNK = 65536
-DRAIN_CHUNKS = 16  # after the command exits, a background writer cannot hold us
 STRIPPED_PREFIXES = (b"QL3_RECEIPT_", b"QL3_LAUNCH_")
 EXIT_NOT_STARTED = 125
 EXIT_NOT_FOUND = 127
@@ -271,58 +279,57 @@ def _cannot_execute(name: str, exc: OSError, missing: bool) -> bytes:
 
 
 def _log_cap() -> int:
-    """The log cap in bytes, or 0 (no cap, or no pidfd support: output goes straight in)."""
+    """The log cap in bytes, or 0 (no cap)."""
     text = os.environ.get(ENV_LOG_CAP, "")
-    if not text.isdigit() or int(text) <= 0:
-        return 0
+    return int(text) if text.isdigit() and int(text) > 0 else 0
+
+
+def _secret_values() -> list[bytes]:
+    """The values of the variables ``QL3_LAUNCH_SECRET_NAMES`` names (read before the
+    launch contract is stripped from the user's environment)."""
+    names = os.environb.get(ENV_SECRET_NAMES.encode(), b"")
+    return [os.environb[name] for name in names.split(b",") if name in os.environb]
+
+
+def _load_libs() -> dict[str, object]:
+    """Run the memfds ``QL3_LAUNCH_LIB_FDS`` names, in order, in one namespace (each fd is
+    closed); {} when there are none or one cannot be read. Each holds this interpreter's
+    import magic number and the marshalled code the launcher compiled from the verified
+    file (compiling here would cost the wrapper ~0.8 MiB of RSS), or else the source."""
+    names: dict[str, object] = {"__name__": "ql3_wrapper_output"}
+    fds = [int(f) for f in os.environ.get(ENV_LIB_FDS, "").split(",") if f.isdigit()]
+    try:
+        for fd in fds:
+            parts, at = [], 0
+            while True:
+                data = os.pread(fd, 65536, at)
+                if not data:
+                    break
+                parts.append(data)
+                at += len(data)
+            data = b"".join(parts)
+            magic = sys.modules["_frozen_importlib_external"].MAGIC_NUMBER
+            if data[:len(magic)] == magic:
+                # the launcher's own compile of a verified file, in a sealed memfd
+                exec(marshal.loads(data[len(magic):]), names)  # noqa: S102, S302
+            else:
+                exec(compile(data, f"<ql3-lib-{len(names)}>", "exec"), names)  # noqa: S102
+    except (OSError, SyntaxError, ValueError, EOFError, TypeError):
+        names = {}
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    return names if fds else {}
+
+
+def _pidfd_works() -> bool:
     try:
         os.close(os.pidfd_open(os.getpid()))
     except (AttributeError, OSError):
-        return 0
-    return int(text)
-
-
-def _write_all(data: bytes) -> None:
-    """Write to the log (our fd 1); a failing write (disk full) drops the rest."""
-    view = memoryview(data)
-    while view:
-        try:
-            view = view[os.write(1, view):]
-        except InterruptedError:
-            continue
-        except OSError:
-            return
-
-
-def _copy_capped(pipe_r: int, child: int, cap: int) -> None:
-    """Copy the command's output into the log until it exits: at most ``cap`` bytes, then
-    one marker line; the rest is read and dropped so the command never blocks on it."""
-    pidfd = os.pidfd_open(child)
-    kept, cut, after_exit = 0, False, -1
-    try:
-        while after_exit < DRAIN_CHUNKS:
-            ready = select.select([pipe_r, pidfd], [], [])[0]
-            if pidfd in ready and after_exit < 0:  # the command exited: drain, then stop
-                after_exit = 0
-                os.set_blocking(pipe_r, False)
-            if after_exit >= 0:
-                after_exit += 1
-            try:
-                data = os.read(pipe_r, CHUNK)
-            except BlockingIOError:
-                return
-            if not data:
-                return  # every writer closed its end
-            room = max(cap - kept, 0)
-            if room:
-                _write_all(data[:room])
-                kept += min(room, len(data))
-            if len(data) > room and not cut:
-                cut = True
-                _write_all(b"\n[ql3: output cut at %d bytes]\n" % cap)
-    finally:
-        os.close(pidfd)
-        os.close(pipe_r)
+        return False
+    return True
 
 
 def _wait(child: int) -> tuple[int, int | None]:
@@ -379,13 +386,18 @@ def main() -> int:
         _phase = "done"
         publish(shard_fd, run_id, attempt_id, "not_started", None, None)
         return EXIT_NOT_STARTED
-    _close_others((lock_fd, shard_fd))
+    libs = _load_libs()
+    log_dir = os.environ.get(ENV_LOG_DIR_FD, "")
+    log_dir_fd = int(log_dir) if log_dir.isdigit() else -1
+    _close_others((lock_fd, shard_fd, log_dir_fd) if log_dir_fd > 2 else (lock_fd, shard_fd))
     cap = _log_cap()
-    pipe_r, pipe_w = os.pipe() if cap else (-1, -1)
+    secrets = _secret_values()
+    piped = bool(cap or secrets) and "copy_output" in libs and _pidfd_works()
+    pipe_r, pipe_w = os.pipe() if piped else (-1, -1)
     try:
         _child = _start(sys.argv[1:], user_environment(), pipe_w)
     except OSError as exc:
-        if cap:
+        if piped:
             os.close(pipe_r)
             os.close(pipe_w)
         _phase = "done"
@@ -399,9 +411,11 @@ def main() -> int:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
     while _pending:
         _forward(_pending.pop(0))
-    if cap:
+    if piped:
         os.close(pipe_w)
-        _copy_capped(pipe_r, _child, cap)
+        log = libs["CappedLog"](cap, log_dir_fd if log_dir_fd > 2 else -1,  # type: ignore[operator]
+                                os.environ.get(ENV_LOG_NAME, "").rpartition("/")[2])
+        libs["copy_output"](pipe_r, _child, log, libs["OutputMasker"](secrets))  # type: ignore[operator]
     code, sig = _wait(_child)
     _phase = "done"
     if sig is None:

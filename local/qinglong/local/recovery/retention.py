@@ -14,11 +14,13 @@ Each tick does bounded work, serially, on the one repository:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from qinglong.local.process.log_cap import LAYOUT_SUFFIX as LOG_LAYOUT_SUFFIX
 from qinglong.local.process.paths import check_absolute, open_dir_chain, open_root
 from qinglong.local.recovery.lifecycle import PeriodicLifecycle
 from qinglong.local.storage.repository import LocalRunRepository
@@ -71,7 +73,8 @@ class RetentionResult:
 
 
 def unlink_log(log_root: str, path: str) -> bool:
-    """Unlink ``path`` (strictly inside ``log_root``), walking every directory with
+    """Unlink ``path`` (strictly inside ``log_root``) and its ``.layout`` (a log past its
+    cap, docs/protocols.md §3.3), walking every directory with
     ``O_NOFOLLOW`` (a symlinked directory is refused; a symlinked file is removed as the
     link). Returns False when it did not exist.
 
@@ -93,6 +96,8 @@ def unlink_log(log_root: str, path: str) -> bool:
     finally:
         os.close(root_fd)
     try:
+        with contextlib.suppress(FileNotFoundError):  # a capped log's layout goes with it
+            os.unlink(parts[-1] + LOG_LAYOUT_SUFFIX, dir_fd=dir_fd)
         os.unlink(parts[-1], dir_fd=dir_fd)
     except FileNotFoundError:
         return False

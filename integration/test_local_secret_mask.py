@@ -1,0 +1,60 @@
+"""Secret values are masked in the task's log (docs/operations.md "Secrets in output").
+
+Through the real `ql3`: a task given a secret variable prints it in two writes with a pause
+between (the value split inside a character); the log file, `logs` and the foreground run's
+output show `***` and never the value.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from harness import QL3, Ql3
+
+pytestmark = pytest.mark.integration
+
+SECRET = "pt_key=秘密AAb9x"  # 21 bytes; the first write ends inside 秘
+PRINT_IN_TWO = ('printf "cookie: "; printf %s "$COOKIE" | head -c 9; sleep 0.5; '
+                'printf %s "$COOKIE" | tail -c +10; printf " short=%s\\n" "$PIN"')
+
+
+def _add(ql3: Ql3, name: str) -> None:
+    added = subprocess.run(
+        [QL3, "local", "task", "add", name, "--schedule", "@once", "--secret-env", "COOKIE",
+         "--env", "PIN=12345", "--", "sh", "-c", PRINT_IN_TWO],
+        input=SECRET, env=ql3.env, capture_output=True, text=True, timeout=60, check=False)
+    assert added.returncode == 0, added.stderr
+
+
+def _log_bytes(ql3: Ql3) -> bytes:
+    logs = list((ql3.data_dir / "logs").rglob("*.log"))
+    assert len(logs) == 1
+    return logs[0].read_bytes()
+
+
+def test_a_secret_printed_in_two_writes_is_masked_in_the_log_and_in_logs(ql3: Ql3) -> None:
+    _add(ql3, "cookie-task")
+    run = ql3.run("local", "run", "cookie-task")  # foreground: prints the output as written
+    logs = ql3.run("local", "logs", "cookie-task@last")
+    data = _log_bytes(ql3)
+    assert data == b"cookie: *** short=12345\n"
+    assert logs.stdout == "cookie: *** short=12345\n"
+    assert "cookie: *** short=12345" in run.stdout
+    for text in (run.stdout, run.stderr, logs.stdout, logs.stderr):
+        assert "AAb9x" not in text and "秘密" not in text
+
+
+def test_a_secret_is_masked_through_serve_with_a_follower(ql3: Ql3) -> None:
+    _add(ql3, "cookie-served")
+    serve = ql3.start_serve()
+    try:
+        run = ql3.json("local", "run", "cookie-served")
+        follower = subprocess.run([QL3, "local", "logs", run["id"], "-f"], check=False,
+                                  env=ql3.env, capture_output=True, timeout=60)
+    finally:
+        assert ql3.stop_serve(serve) == 0
+    assert follower.stdout == b"cookie: *** short=12345\n"
+    assert SECRET.encode() not in _log_bytes(ql3)
+    assert ql3.serve_log().count("AAb9x") == 0

@@ -1,0 +1,41 @@
+"""The bounded JSON decoder's scan (docs/protocols.md §4.5 "Input bounds"): each class of
+refusal, and nothing refused inside strings."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from qinglong.control.api.json_body import (
+    MAX_DEPTH,
+    MAX_NUMBER_CHARS,
+    JsonBodyError,
+    check_json,
+)
+
+
+def code_of(body: bytes) -> str:
+    with pytest.raises(JsonBodyError) as caught:
+        check_json(body)
+    return caught.value.code
+
+
+def test_nesting_up_to_the_bound_passes_and_one_more_level_is_too_deep() -> None:
+    check_json(b"[" * MAX_DEPTH + b"]" * MAX_DEPTH)
+    check_json(json.dumps({"a": [{"b": [1, 2, {"c": None}]}]}).encode())
+    assert code_of(b"[" * (MAX_DEPTH + 1) + b"]" * (MAX_DEPTH + 1)) == "json_too_deep"
+    assert code_of(b'{"a":' * 5000 + b"1" + b"}" * 5000) == "json_too_deep"
+
+
+def test_brackets_digits_and_escapes_inside_strings_are_text() -> None:
+    check_json(json.dumps({"s": "[" * 500 + "9" * 500 + '\\"{{{'}).encode())
+    check_json(json.dumps({"签到": "京东"}, ensure_ascii=False).encode())
+
+
+def test_long_numbers_and_bad_encodings_are_refused() -> None:
+    check_json(b"[" + b"9" * MAX_NUMBER_CHARS + b"]")
+    assert code_of(b"[" + b"9" * 5000 + b"]") == "json_number_too_long"
+    assert code_of(b"[1." + b"0" * 100 + b"]") == "json_number_too_long"
+    assert code_of('{"name": "签到"}'.encode("gbk")) == "json_not_utf8"
+    assert code_of(b"\xff\xfe{}") == "json_not_utf8"
