@@ -199,3 +199,29 @@ def test_after_a_form_the_panel_never_redirects_off_site(client: TestClient, tar
     reply = client.post("/tasks/x/enable", params={"next": target}, data={"csrf": csrf},
                         headers={"Origin": BASE}, follow_redirects=False)
     assert reply.status_code == 303 and reply.headers["location"] == "/"
+
+
+class CappedLog(FakeBackend):
+    """A log the cap cut (docs/protocols.md §3.8): head 0..5, 100 raw bytes left out, tail."""
+
+    def log_read(self, run: str, offset: int) -> dict[str, Any]:
+        if offset < 5:
+            return {"data": "head\n"[offset:], "offset": 5, "done": False,
+                    "run_status": "succeeded"}
+        if offset < 105:
+            return {"data": "", "offset": 105, "gap": 105 - offset, "done": False,
+                    "run_status": "succeeded"}
+        data = "tail\n"[offset - 105:]
+        return {"data": data, "offset": offset + len(data), "done": True,
+                "run_status": "succeeded"}
+
+
+def test_a_capped_log_streams_a_gap_event_and_downloads_the_notice() -> None:
+    client = TestClient(create_app(CappedLog(), Sessions("one-time")), base_url=BASE)
+    _signed_in(client)
+    body = client.get("/runs/r1/log/stream").text
+    assert "event: gap\nid: 105\ndata: 100\n" in body
+    assert body.index("head") < body.index("event: gap") < body.index("tail")
+    assert "event: end" in body
+    whole = client.get("/runs/r1/log.txt").text
+    assert whole == "head\n[ql3: 100 bytes of output left out here by the log cap]\ntail\n"

@@ -173,7 +173,10 @@ def create_app(backend: PanelBackend, sessions: Sessions) -> Starlette:
                 except (BackendUnavailableError, BackendRefusedError):
                     yield "event: unavailable\ndata: {}\n\n"
                     return
-                if chunk["data"]:
+                if chunk.get("gap"):  # raw bytes the log cap left out (protocols §3.8)
+                    offset = int(chunk["offset"])
+                    yield f"event: gap\nid: {offset}\ndata: {int(chunk['gap'])}\n\n"
+                elif chunk["data"]:
                     offset = int(chunk["offset"])
                     text = chunk["data"].encode("utf-8", "surrogateescape").decode(
                         "utf-8", "replace")
@@ -195,10 +198,13 @@ def create_app(backend: PanelBackend, sessions: Sessions) -> Starlette:
             while True:
                 chunk = await call(backend.log_read, run, offset)
                 data = chunk["data"].encode("utf-8", "surrogateescape")
+                gap = int(chunk.get("gap") or 0)
+                if gap:  # the notice `ql3 local logs` prints (docs/protocols.md §3.8)
+                    yield f"[ql3: {gap} bytes of output left out here by the log cap]\n".encode()
                 if data:
                     yield data
                 offset = int(chunk["offset"])
-                if not data:
+                if not data and not gap:
                     return
 
         try:

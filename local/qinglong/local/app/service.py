@@ -482,8 +482,8 @@ class LocalService:
     ) -> dict[str, Any]:
         """A long poll on the newest attempt's log (docs/panel.md "Run detail").
 
-        Returns :meth:`logs_read`'s answer as soon as there are bytes after ``offset`` or the
-        run is done, or an empty chunk (``data`` "", ``offset`` unchanged) after
+        Returns :meth:`logs_read`'s answer as soon as it has bytes or a ``gap`` after the raw
+        ``offset`` or the run is done, or an empty chunk (``data`` "") after
         ``timeout_s`` seconds (0–30). Waits on this connection's own thread, so many open log
         views never hold the scheduler or each other. Raises NotFoundError for an unknown run.
         """
@@ -491,7 +491,8 @@ class LocalService:
         deadline = time.monotonic() + timeout_s
         while True:
             chunk = self.logs_read(run_id, None, offset)
-            if chunk["data"] or chunk["done"] or time.monotonic() >= deadline:
+            if (chunk["data"] or chunk.get("gap") or chunk["done"]
+                    or time.monotonic() >= deadline):
                 return chunk
             time.sleep(min(LOGS_WAIT_POLL_S, max(0.0, deadline - time.monotonic())))
 

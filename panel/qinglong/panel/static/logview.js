@@ -78,6 +78,10 @@ function start(box) {
       box.dataset.done = "true";  // after the last line is in the page
     });
   });
+  source.addEventListener("gap", (event) => {
+    if (partial) { pending.push(partial); partial = ""; }
+    push((box.dataset.gap || "[{n}]").replace("{n}", event.data) + "\n");
+  });
   source.addEventListener("unavailable", () => source.close());
 }
 
