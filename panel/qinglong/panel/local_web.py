@@ -25,6 +25,19 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def main(socket_path: str, listen: str) -> int:
+    """`ql3 local web`'s body: :func:`serve`, with a bad ``listen`` as exit 2 and a failed
+    bind as exit 1, one line on stderr each."""
+    try:
+        return serve(socket_path, listen)
+    except ValueError as exc:
+        print(f"ql3: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"ql3: error: cannot listen on {listen}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+
+
 def serve(socket_path: str, listen: str) -> int:
     """Bind ``listen``, print the sign-in link on stdout, serve until SIGINT/SIGTERM; the
     exit status. Raises ValueError for a bad ``listen``, OSError when it cannot bind."""

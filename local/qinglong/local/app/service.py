@@ -30,8 +30,6 @@ from qinglong.shared.statuses import ATTEMPT_ACTIVE, RUN_TERMINAL, AttemptStatus
 
 LOG_CHUNK_BYTES = 64 * 1024
 TAIL_SCAN_BYTES = 1024 * LOG_CHUNK_BYTES  # `logs --tail` looks back at most 64 MiB
-LOGS_WAIT_MAX_S = 30.0  # under the socket client's 60 s reply timeout
-LOGS_WAIT_POLL_S = 0.1
 
 
 class LogFileMissingError(QinglongError):
@@ -157,19 +155,14 @@ class LocalService:
         return views
 
     def task_page(self, offset: int = 0, limit: int = 50, query: str = "") -> dict[str, Any]:
-        """One page of :meth:`task_list` for the panel (docs/panel.md "Tasks").
-
-        ``query``: case-insensitive substring of the name, a label or the command (empty: all).
-        ``offset`` (rows, >= 0) and ``limit`` (1–200 rows) page the filtered list, ordered by
-        name. Returns ``{"tasks": [...], "total": rows matching, "offset", "limit"}``.
-        Raises ValidationError for an out-of-range offset or limit.
-        """
+        """One page (offset >= 0, limit 1-200 rows) of :meth:`task_list`, those whose name,
+        label or command holds ``query`` (any case): ``{"tasks", "total", "offset",
+        "limit"}`` (docs/protocols.md §3.8). ValidationError for bad paging."""
         if offset < 0 or not 1 <= limit <= 200:
             raise ValidationError("request", "offset must be >= 0 and limit 1-200")
-        needle = query.strip().casefold()
-        rows = self.task_list()
-        if needle:
-            rows = [row for row in rows if needle in _task_haystack(row)]
+        q = query.strip().casefold()
+        rows = [r for r in self.task_list() if q in "\n".join(
+            [r["name"], *r["labels"], *r["argv"]]).casefold()]
         return {"tasks": rows[offset:offset + limit], "total": len(rows),
                 "offset": offset, "limit": limit}
 
@@ -477,24 +470,17 @@ class LocalService:
             chunk["gap"] = gap
         return chunk
 
-    def logs_wait(
-        self, run_id: str, offset: int = 0, timeout_s: float = 20.0
-    ) -> dict[str, Any]:
-        """A long poll on the newest attempt's log (docs/panel.md "Run detail").
-
-        Returns :meth:`logs_read`'s answer as soon as it has bytes or a ``gap`` after the raw
-        ``offset`` or the run is done, or an empty chunk (``data`` "") after
-        ``timeout_s`` seconds (0–30). Waits on this connection's own thread, so many open log
-        views never hold the scheduler or each other. Raises NotFoundError for an unknown run.
-        """
-        timeout_s = max(0.0, min(float(timeout_s), LOGS_WAIT_MAX_S))
-        deadline = time.monotonic() + timeout_s
+    def logs_wait(self, run_id: str, offset: int = 0, timeout_s: float = 20) -> dict[str, Any]:
+        """:meth:`logs_read` of the newest attempt once it has data or a gap or the run is
+        done, else its empty chunk after ``timeout_s`` (0-30 s); a long poll on the
+        connection's own thread (docs/protocols.md §3.8)."""
+        deadline = time.monotonic() + max(0.0, min(float(timeout_s), 30.0))
         while True:
             chunk = self.logs_read(run_id, None, offset)
-            if (chunk["data"] or chunk.get("gap") or chunk["done"]
-                    or time.monotonic() >= deadline):
+            if chunk["data"] or chunk.get("gap") or chunk["done"] or (
+                    time.monotonic() >= deadline):
                 return chunk
-            time.sleep(min(LOGS_WAIT_POLL_S, max(0.0, deadline - time.monotonic())))
+            time.sleep(0.1)
 
     def logs_tail(self, run_id: str, lines: int) -> dict[str, Any]:
         """Where the last ``lines`` lines (1–100000) of the run's newest attempt's log begin:
@@ -510,14 +496,6 @@ class LocalService:
             offset = raw_offset(newest.log_path,
                                 _tail_offset(newest.log_path, max(1, min(lines, 100_000))))
         return {"run_id": run.id, "attempt": newest.number, "offset": offset}
-
-
-def _task_haystack(row: dict[str, Any]) -> str:
-    """The text :meth:`LocalService.task_page` searches: name, labels and command."""
-    labels = row.get("labels") or []
-    parts = [str(row.get("name", "")), *(str(x) for x in labels),
-             " ".join(str(a) for a in row.get("argv") or [])]
-    return "\n".join(parts).casefold()
 
 
 def _tail_offset(path: str, lines: int) -> int:
