@@ -25,7 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 MAX_BYTES = 4 * 1024 * 1024
 MAX_FILES = 512
 NOT_IN_BASE = ("rich", "pygments", "markdown_it_py", "tzdata", "psycopg", "sqlalchemy",
-               "boto3", "botocore", "fastapi", "pydantic", "httpx")
+               "boto3", "botocore", "fastapi", "pydantic", "httpx",
+               # the web panel is `qinglong[web]` (docs/panel.md)
+               "qinglong_panel", "starlette", "jinja2", "uvicorn", "python_multipart")
 
 
 @dataclass
@@ -135,3 +137,18 @@ def test_the_installed_ql3_runs_and_names_the_tzdata_extra_without_a_tz_database
              "--timezone", "Asia/Shanghai", "--", "true", env=env)
         listed = _run(ql3, "local", "task", "list", env=dict(env, COLUMNS="80"))
         assert all(len(line) <= 80 for line in listed.splitlines()), listed
+
+
+def test_the_base_install_has_no_panel_and_web_names_the_extra(
+    install: Install, tmp_path: Path
+) -> None:
+    """docs/panel.md: the panel is the `qinglong-panel` distribution (`qinglong[web]`); the
+    edge install carries none of it and `ql3 local web` says what to install, exit 2."""
+    assert not (install.site / "qinglong" / "panel").exists()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["QL3_DATA_DIR"] = str(tmp_path / "data")
+    out = subprocess.run([str(install.venv / "bin" / "ql3"), "local", "web"], env=env,
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr.strip() == (
+        "ql3: error: the web panel is not installed: pip install 'qinglong[web]'")

@@ -19,6 +19,11 @@ if ! command -v bwrap >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq && $SUDO apt-get install -y -qq bubblewrap
 fi
+echo "== chromium"  # integration/panel: the panel in a real browser (playwright, no download)
+if ! command -v chromium-headless-shell >/dev/null 2>&1 || ! fc-list | grep -qi wenquanyi; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium-headless-shell fonts-wqy-microhei
+fi
 echo "== postgres"  # integration/control needs PostgreSQL at 127.0.0.1:5432
 if ! pg_isready -q -h 127.0.0.1; then
   pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start

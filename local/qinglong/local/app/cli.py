@@ -179,6 +179,7 @@ from qinglong.local.app import (  # noqa: E402
     cli_settings,
     cli_tasks,
     cli_vars,
+    cli_web,
 )
 
 local.add_command(cli_tasks.task)
@@ -189,6 +190,7 @@ local.add_command(cli_runs.cancel)
 local.add_command(cli_runs.inspect)
 local.add_command(cli_runs.recovery)
 local.add_command(cli_serve.serve)
+local.add_command(cli_web.web)
 local.add_command(cli_import.import_qinglong)
 local.add_command(cli_vars.vars_group)
 local.add_command(cli_settings.settings_group)

@@ -25,6 +25,12 @@ def call(service: LocalService, op: str, args: dict[str, Any]) -> Any:
             return service.status()
         if op == "task_list":
             return service.task_list()
+        if op == "task_page":
+            return service.task_page(int(args.get("offset", 0)), int(args.get("limit", 50)),
+                                     str(args.get("query") or ""))
+        if op == "logs_wait":
+            return service.logs_wait(str(args["run_id"]), int(args.get("offset", 0)),
+                                     float(args.get("timeout_s", 20.0)))
         if op == "task_show":
             return service.task_show(str(args["name"]))
         if op == "task_enable":

@@ -155,6 +155,18 @@ class LocalService:
             views.append(view)
         return views
 
+    def task_page(self, offset: int = 0, limit: int = 50, query: str = "") -> dict[str, Any]:
+        """One page (offset >= 0, limit 1-200 rows) of :meth:`task_list`, those whose name,
+        label or command holds ``query`` (any case): ``{"tasks", "total", "offset",
+        "limit"}`` (docs/protocols.md §3.8). ValidationError for bad paging."""
+        if offset < 0 or not 1 <= limit <= 200:
+            raise ValidationError("request", "offset must be >= 0 and limit 1-200")
+        q = query.strip().casefold()
+        rows = [r for r in self.task_list() if q in "\n".join(
+            [r["name"], *r["labels"], *r["argv"]]).casefold()]
+        return {"tasks": rows[offset:offset + limit], "total": len(rows),
+                "offset": offset, "limit": limit}
+
     def status(self) -> dict[str, Any]:
         """Facts for ``ql3 local status`` (issue 12 item 10): ``profile``, ``tasks``,
         ``enabled_tasks``, ``queued_runs``, ``active_runs`` and ``supervised`` (a live owner
@@ -515,6 +527,18 @@ class LocalService:
         if gap:
             chunk["gap"] = gap
         return chunk
+
+    def logs_wait(self, run_id: str, offset: int = 0, timeout_s: float = 20) -> dict[str, Any]:
+        """:meth:`logs_read` of the newest attempt once it has data or a gap or the run is
+        done, else its empty chunk after ``timeout_s`` (0-30 s); a long poll on the
+        connection's own thread (docs/protocols.md §3.8)."""
+        deadline = time.monotonic() + max(0.0, min(float(timeout_s), 30.0))
+        while True:
+            chunk = self.logs_read(run_id, None, offset)
+            if chunk["data"] or chunk.get("gap") or chunk["done"] or (
+                    time.monotonic() >= deadline):
+                return chunk
+            time.sleep(0.1)
 
     def logs_tail(self, run_id: str, lines: int) -> dict[str, Any]:
         """Where the last ``lines`` lines (1–100000) of the run's newest attempt's log begin:

@@ -1,0 +1,28 @@
+"""``ql3 local web``: the panel (docs/panel.md), imported by name only when it runs."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from qinglong.local.app.cli_common import data_dir_option, datadir_of
+
+
+@click.command("web")
+@data_dir_option
+@click.option("--listen", default="127.0.0.1:5700", show_default=True, metavar="HOST:PORT",
+              help="Where the panel listens (port 0: any free port).")
+def web(data_dir: str | None, listen: str) -> None:
+    """Serve the web panel, a client of `ql3 local serve` (needs qinglong[web])."""
+    try:
+        panel = importlib.import_module("qinglong.panel.local_web")
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").startswith(("qinglong.panel", "starlette", "jinja2",
+                                            "uvicorn", "multipart", "python_multipart")):
+            raise
+        click.echo("ql3: error: the web panel is not installed: pip install 'qinglong[web]'",
+                   err=True)
+        sys.exit(2)
+    sys.exit(panel.main(datadir_of(data_dir).socket_path, listen))

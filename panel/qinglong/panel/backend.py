@@ -1,0 +1,69 @@
+"""The panel's port: what a page needs from a profile (docs/panel.md "Backends").
+
+Two implementations: the local profile's (:mod:`qinglong.panel.local_backend`, a client of
+``ql3 local serve`` over the data directory's socket) and, next, control's (mounted at
+``/ui``, calling the same services as the HTTP API). Every method returns plain JSON-able
+dicts shaped as the local socket answers (docs/protocols.md §3.8), so templates render both.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class BackendUnavailableError(Exception):
+    """The profile's owner is not running (local: no ``ql3 local serve`` on the socket)."""
+
+
+class BackendRefusedError(Exception):
+    """The owner refused the request; ``code`` is its stable error code, ``message`` its
+    user-data-free message, ``usage`` True for bad input (HTTP 400) and False otherwise."""
+
+    def __init__(self, code: str, message: str, *, usage: bool = False) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.usage = usage
+
+
+class PanelBackend(Protocol):
+    """What the panel asks of a profile. Every method may raise BackendUnavailableError
+    (no owner) or BackendRefusedError (the owner said no: unknown task, bad input)."""
+
+    #: shown in the page header: "local" or "cluster"
+    profile: str
+
+    def available(self) -> bool:
+        """True when the owner answers (local: ``ping`` over the socket)."""
+        ...
+
+    def task_page(self, offset: int, limit: int, query: str) -> dict[str, Any]:
+        """One page of tasks ordered by name: ``{"tasks": [task], "total", "offset",
+        "limit"}``; ``query`` filters by a case-insensitive substring of name, label or
+        command. A task has ``name, labels, schedule, timezone, next_fire (ISO or None),
+        last_run ({"status", "finished_at", ...} or None), enabled``."""
+        ...
+
+    def run_now(self, task: str) -> dict[str, Any]:
+        """Start a run of ``task`` now; the run as JSON (``id``, ``status``, ...)."""
+        ...
+
+    def set_enabled(self, task: str, enabled: bool) -> dict[str, Any]:
+        """Enable or disable ``task``; the task as JSON."""
+        ...
+
+    def run_get(self, run: str) -> dict[str, Any]:
+        """One run with its attempts (``id, task_name, status, attempts, ...``)."""
+        ...
+
+    def log_wait(self, run: str, offset: int, timeout_s: float) -> dict[str, Any]:
+        """A long poll on the run's newest log: bytes after ``offset`` (a byte offset of the
+        log) as soon as there are any, or an empty chunk after ``timeout_s`` seconds.
+        ``{"data": str (surrogateescape), "offset": next byte offset, "done": bool,
+        "run_status"}``."""
+        ...
+
+    def log_read(self, run: str, offset: int) -> dict[str, Any]:
+        """Up to 64 KiB of the run's newest log from ``offset`` (bytes), without waiting;
+        same shape as :meth:`log_wait`."""
+        ...

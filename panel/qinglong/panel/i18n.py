@@ -1,0 +1,54 @@
+"""Message catalogs (docs/panel.md "Languages"): zh-CN by default, English second.
+
+One JSON file per language in ``messages/``, the same keys in each
+(tests/panel/test_catalogs.py fails on a key missing from either). The language of a request:
+the remembered switch (cookie ``ql3_lang``) if set, else the first supported language of
+``Accept-Language``, else zh-CN.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from importlib import resources
+
+LANGUAGES = ("zh-CN", "en")
+DEFAULT = "zh-CN"
+COOKIE = "ql3_lang"
+
+
+@cache
+def catalog(lang: str) -> dict[str, str]:
+    """The messages of ``lang`` (one of LANGUAGES), key -> text. Raises KeyError otherwise."""
+    if lang not in LANGUAGES:
+        raise KeyError(lang)
+    text = resources.files("qinglong.panel").joinpath(f"messages/{lang}.json").read_text("utf-8")
+    return dict(json.loads(text))
+
+
+def negotiate(cookie: str | None, accept_language: str | None) -> str:
+    """The language for a request: cookie, then Accept-Language (q-values honoured), then
+    zh-CN. ``zh``, ``zh-Hans``, ``zh-CN`` map to zh-CN; ``en-*`` to en."""
+    if cookie in LANGUAGES:
+        return str(cookie)
+    choices: list[tuple[float, int, str]] = []
+    for index, part in enumerate((accept_language or "").split(",")):
+        tag, _, params = part.strip().partition(";")
+        q = 1.0
+        if params.strip().startswith("q="):
+            try:
+                q = float(params.strip()[2:])
+            except ValueError:
+                q = 0.0
+        lang = _supported(tag.strip().lower())
+        if lang and q > 0:
+            choices.append((-q, index, lang))
+    return sorted(choices)[0][2] if choices else DEFAULT
+
+
+def _supported(tag: str) -> str | None:
+    if tag == "zh" or tag.startswith("zh-"):
+        return "zh-CN"
+    if tag == "en" or tag.startswith("en-"):
+        return "en"
+    return None

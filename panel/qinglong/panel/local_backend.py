@@ -1,0 +1,74 @@
+"""The local profile's :class:`~qinglong.panel.backend.PanelBackend`: a client of the owner
+(``ql3 local serve``) over the data directory's Unix socket (docs/protocols.md §3.8).
+
+It never opens ``ql3.db`` and never takes ``ql3.lock``: every answer comes from the owner.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from qinglong.local.app.client import (
+    RemoteError,
+    RemoteNotFoundError,
+    RemoteValidationError,
+    ServerUnavailableError,
+    SocketBackend,
+)
+from qinglong.panel.backend import BackendRefusedError, BackendUnavailableError
+
+
+class LocalPanelBackend:
+    """Implements PanelBackend over ``socket_path`` (a path; the socket is 0600 and checked
+    with SO_PEERCRED, so the panel runs as the owner's user)."""
+
+    profile = "local"
+
+    def __init__(self, socket_path: str) -> None:
+        self._socket = SocketBackend(socket_path)
+
+    def _call(self, op: str, **args: Any) -> Any:
+        try:
+            return self._socket.call(op, **args)
+        except ServerUnavailableError as exc:
+            raise BackendUnavailableError(str(exc)) from None
+        except RemoteNotFoundError as exc:
+            raise BackendRefusedError("not_found", str(exc), usage=True) from None
+        except RemoteValidationError as exc:
+            raise BackendRefusedError("validation", str(exc), usage=True) from None
+        except RemoteError as exc:
+            raise BackendRefusedError(exc.code, str(exc)) from None
+        except OSError as exc:  # a reply cut off mid-way, a timeout
+            raise BackendUnavailableError(type(exc).__name__) from None
+
+    def available(self) -> bool:
+        """True when ``serve`` answers ``ping``."""
+        try:
+            self._call("ping")
+        except (BackendUnavailableError, BackendRefusedError):
+            return False
+        return True
+
+    def task_page(self, offset: int, limit: int, query: str) -> dict[str, Any]:
+        """The ``task_page`` socket op."""
+        return dict(self._call("task_page", offset=offset, limit=limit, query=query))
+
+    def run_now(self, task: str) -> dict[str, Any]:
+        """The ``run_now`` socket op."""
+        return dict(self._call("run_now", name=task))
+
+    def set_enabled(self, task: str, enabled: bool) -> dict[str, Any]:
+        """The ``task_enable`` socket op."""
+        return dict(self._call("task_enable", name=task, enabled=enabled))
+
+    def run_get(self, run: str) -> dict[str, Any]:
+        """The ``run_get`` socket op."""
+        return dict(self._call("run_get", run_id=run))
+
+    def log_wait(self, run: str, offset: int, timeout_s: float) -> dict[str, Any]:
+        """The ``logs_wait`` socket op (a long poll on the owner's connection thread)."""
+        return dict(self._call("logs_wait", run_id=run, offset=offset, timeout_s=timeout_s))
+
+    def log_read(self, run: str, offset: int) -> dict[str, Any]:
+        """The ``logs_read`` socket op (newest attempt)."""
+        return dict(self._call("logs_read", run_id=run, offset=offset))

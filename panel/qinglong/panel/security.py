@@ -1,0 +1,80 @@
+"""Sign-in, sessions, CSRF and response headers of the panel (docs/panel.md "Security").
+
+Local sign-in is a one-time link printed by ``ql3 local web`` (like Jupyter's): the token is
+good once, then a session cookie (``HttpOnly``, ``SameSite=Strict``, ``Path=/``) carries a
+random session id held in this process's memory. Every state change (any method but GET and
+HEAD) needs the session's CSRF token (form field ``csrf`` or header ``X-CSRF-Token``) and an
+``Origin`` equal to the panel's own.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+import threading
+from dataclasses import dataclass
+
+SESSION_COOKIE = "ql3_session"
+CSRF_FIELD = "csrf"
+CSRF_HEADER = "x-csrf-token"
+
+#: every response (docs/panel.md "Security headers"): no inline script or style anywhere
+SECURITY_HEADERS = {
+    "Content-Security-Policy": ("default-src 'self'; style-src 'self'; script-src 'self'; "
+                                "frame-ancestors 'none'"),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
+}
+
+
+@dataclass(frozen=True)
+class Session:
+    """A signed-in browser: ``csrf`` is the token its forms must send back."""
+
+    id: str
+    csrf: str
+
+
+class Sessions:
+    """The one-time sign-in token and the live sessions, in memory (thread-safe)."""
+
+    def __init__(self, sign_in_token: str | None = None) -> None:
+        self._lock = threading.Lock()
+        self._token: str | None = sign_in_token or secrets.token_urlsafe(32)
+        self._sessions: dict[str, Session] = {}
+
+    @property
+    def sign_in_token(self) -> str | None:
+        """The unused one-time token, or None once used."""
+        return self._token
+
+    def redeem(self, token: str) -> Session | None:
+        """A new session for the one-time ``token`` (constant-time compare); None when it is
+        wrong or already used."""
+        with self._lock:
+            if self._token is None or not hmac.compare_digest(self._token, token):
+                return None
+            self._token = None
+            session = Session(secrets.token_urlsafe(32), secrets.token_urlsafe(32))
+            self._sessions[session.id] = session
+            return session
+
+    def get(self, session_id: str | None) -> Session | None:
+        """The session for a cookie value, or None."""
+        if not session_id:
+            return None
+        with self._lock:
+            return self._sessions.get(session_id)
+
+
+def csrf_ok(session: Session, sent: str | None) -> bool:
+    """True when ``sent`` is the session's CSRF token (constant-time)."""
+    return bool(sent) and hmac.compare_digest(session.csrf, str(sent))
+
+
+def origin_ok(origin: str | None, scheme: str, host: str | None) -> bool:
+    """True when the ``Origin`` header names this panel (``scheme://host``); a state change
+    without an Origin is refused (every browser the panel supports sends one on POST)."""
+    return bool(origin) and bool(host) and origin == f"{scheme}://{host}"
