@@ -280,3 +280,42 @@ def test_secret_values_are_masked_in_chunks_raw_reads_and_the_stored_log(
         stored = api.get(f"/v1/attempts/{attempt['id']}/log")
     assert stored.status_code == 200 and stored.content == whole, stored.content
     assert secret not in worker.log()
+
+
+def test_secret_names_go_only_to_a_worker_that_claims_with_wire_2(scene: Scene) -> None:
+    """``ClaimedAttempt.secret_names`` (docs/protocols.md §4.2 "Secret masking (worker)"):
+    a claim without ``QL3-Wire: 2`` (an older worker, whose strict decoder refuses unknown
+    fields) gets no such field; a claim with it gets the secret names, never a plain one."""
+    import httpx
+
+    env = {"API_KEY": {"value": "hunter2-ABCDEF", "secret": True},
+           "PLAIN_VAR": {"value": "plain-visible", "secret": False}}
+    http = httpx.Client(base_url=scene.url(), timeout=30,
+                        headers={"Authorization": f"Bearer {scene.worker_token}"})
+    try:
+        r = http.post("/v1/worker/register", json={"name": "scripted", "labels": {"zone": "a"},
+                                                   "concurrency": 4})
+        assert r.status_code == 200, r.text
+        incarnation = r.json()["incarnation_id"]
+
+        def claim(headers: dict[str, str]) -> dict[str, Any]:
+            def one() -> dict[str, Any] | None:
+                r = http.post("/v1/worker/claim", headers=headers, json={
+                    "incarnation_id": incarnation, "max_attempts": 1})
+                assert r.status_code == 200, r.text
+                got = r.json()["attempts"]
+                return got[0] if got else None
+            claimed = wait_for(one, 20, 0.2)
+            assert claimed is not None
+            return dict(claimed)
+
+        scene.run_task("secret-old", "true", env=env)
+        old = claim({})
+        assert "secret_names" not in old and old["env"]["API_KEY"] == "hunter2-ABCDEF"
+        scene.run_task("secret-new", "true", env=env)
+        new = claim({"QL3-Wire": "2"})
+        assert new["secret_names"] == ["API_KEY"]
+        scene.run_task("plain-new", "true", env={"PLAIN_VAR": env["PLAIN_VAR"]})
+        assert "secret_names" not in claim({"QL3-Wire": "2"})  # omitted when empty
+    finally:
+        http.close()

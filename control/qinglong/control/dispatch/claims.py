@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from qinglong.control.db.engine import run_named
 from qinglong.control.dispatch.config import DispatchConfig
 from qinglong.control.dispatch.errors import UnknownIncarnationError
+from qinglong.control.dispatch.secret_env import secret_names
 from qinglong.control.dispatch.statements import sql
 from qinglong.shared.ids import uuid7
 from qinglong.shared.wire import ClaimAnswer, ClaimedAttempt, ClaimRequest, LeaseRef
@@ -88,7 +89,7 @@ def _claim_one(conn: Connection, config: DispatchConfig, run_id: str,
         run_id=row["run_id"], task_id=row["task_id"], task_name=row["name"],
         run_number=int(row["run_number"]), attempt_number=int(row["attempt_number"]),
         argv=list(row["argv"]) if row["argv"] is not None else None, shell=row["shell"],
-        env=flatten_env(row["env"]), cwd=row["cwd"],
+        env=flatten_env(row["env"]), secret_names=secret_names(row["env"]), cwd=row["cwd"],
         timeout_ms=int(timeout_s) * 1000 if timeout_s is not None else None,
         log_limit_bytes=int(row["log_limit_bytes"]), lease_ms=config.lease_ms,
         heartbeat_ms=config.heartbeat_ms, bundle_digest=row["bundle_digest"],
