@@ -9,6 +9,7 @@ condition with a deadline; nothing here asserts a duration.
 
 from __future__ import annotations
 
+import base64
 import os
 import signal
 import subprocess
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 from cluster_kit import QL3, Cluster, Proc, wait_for
 from live_log_kit import raw_read, read_all_raw
+from loopback_proxy import LoopbackProxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 
@@ -172,33 +174,60 @@ def test_worker_sigkilled_mid_stream_the_attempt_ends_lost_and_logs_show_what_wa
 def test_frozen_worker_resumes_its_late_chunks_get_409_and_nothing_is_appended(
         scene: Scene) -> None:
     """A worker frozen (SIGSTOP) past its lease: recovery settles its attempt ``lost``; on
-    SIGCONT the output its task wrote before the freeze but did not send yet is refused 409
-    and never appended; the retry's log is its own."""
+    SIGCONT whatever it sends about that attempt is refused 409, and a chunk of the stale
+    lease delivered late (a slow network: the worker's own last chunk request, replayed
+    at the stored end) is answered 409 and never appended; the retry's log is its own."""
     flag = scene.cluster.tmp / "froze-once"
     shell = (f'if [ ! -e {flag} ]; then : > {flag}; echo "第一次 早"; sleep 2.5; '
              f'echo "第一次 迟"; sleep 300; else echo "第二次 自己的"; fi')
-    w1 = scene.worker("w1")
-    run_id = scene.run_task("frozen", shell, max_attempts=2)
-    early = "第一次 早\n".encode()
-    first = scene.wait_attempt(run_id, 1, lambda a: a["log_end"] >= len(early), 30,
-                               "streamed its first line")
-    os.kill(w1.popen.pid, signal.SIGSTOP)
+    proxy = LoopbackProxy(scene.url())
     try:
-        scene.wait_attempt(run_id, 1, lambda a: a["status"] == "lost", LEASE_MS / 1000 + 20,
-                           "lost")
-        settled = scene.attempt(run_id, 1)
-        scene.worker("w2")
-        assert wait_for(lambda: scene.run_status(run_id) in TERMINAL, 40)
+        w1 = scene.worker("w1", proxy.url)
+        run_id = scene.run_task("frozen", shell, max_attempts=2)
+        early = "第一次 早\n".encode()
+        first = scene.wait_attempt(run_id, 1, lambda a: a["log_end"] >= len(early), 30,
+                                   "streamed its first line")
+        os.kill(w1.popen.pid, signal.SIGSTOP)
+        try:
+            scene.wait_attempt(run_id, 1, lambda a: a["status"] == "lost",
+                               LEASE_MS / 1000 + 20, "lost")
+            settled = scene.attempt(run_id, 1)
+            scene.worker("w2")
+            assert wait_for(lambda: scene.run_status(run_id) in TERMINAL, 40)
+        finally:
+            resumed_at = time.monotonic()
+            os.kill(w1.popen.pid, signal.SIGCONT)
+        # the resumed worker forgets its attempt; whatever it sends about it is refused
+        assert wait_for(lambda: "attempt forgotten" in w1.log(), 10), w1.log()
+        time.sleep(2.0)  # anything the resumed worker sends about it, it sends by now
+
+        def about_old(r: dict[str, Any]) -> bool:
+            body = r["request"] or {}
+            leases = [c.get("lease") or {} for c in body.get("chunks") or []]
+            leases.append(body.get("lease") or {})
+            return any(lease.get("attempt_id") == first["id"] for lease in leases)
+
+        late = [r for r in proxy.records() if r["at"] >= resumed_at and about_old(r)]
+        for r in late:  # a batch answers 200 with a 409 per chunk; other writes 409
+            if r["path"] == "/v1/worker/log-chunk" and r["status"] == 200:
+                assert {x["status"] for x in r["answer"]["results"]} == {409}, r
+            else:
+                assert r["status"] == 409, r
+        sent = [r for r in proxy.records("/v1/worker/log-chunk") if about_old(r)]
+        assert sent, "the worker never streamed the first attempt"
+        chunk = next(c for c in sent[-1]["request"]["chunks"]
+                     if c["lease"]["attempt_id"] == first["id"])
+        with scene.cluster.api(scene.url(), scene.worker_token) as stale:
+            answer = stale.post("/v1/worker/log-chunk", json={"chunks": [{
+                **chunk, "offset": len(early),
+                "data": base64.b64encode("第一次 迟\n".encode()).decode()}]})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["results"][0]["status"] == 409, answer.text
     finally:
-        os.kill(w1.popen.pid, signal.SIGCONT)
-    # the resumed worker forgets its attempt; whatever it sends about it is refused
-    assert wait_for(lambda: "attempt forgotten" in w1.log() or "lease lost" in w1.log(), 10), \
-        w1.log()
-    time.sleep(2.5)  # a late chunk would be sent within its 1 s flush; give it that
+        proxy.close()
     old, new = scene.attempts(run_id)
     assert old == settled and old["id"] == first["id"]
     assert scene.chunk_bytes(old["id"]) == early
-    assert "第一次 迟".encode() not in scene.chunk_bytes(old["id"])
     assert new["status"] == "succeeded"
     body, _ = read_all_raw(scene.url(), scene.admin, new["id"])
     assert body == "第二次 自己的\n".encode()
