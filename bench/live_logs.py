@@ -1,10 +1,10 @@
-"""Live cluster logs, control's side (docs/protocols.md §4.8): follow latency through two
+"""Live cluster logs, control's side (docs/protocols.md §4.9): follow latency through two
 replicas, and what a flood of chunks costs control and PostgreSQL. Printed, never asserted.
 
-Real ``ql3 control serve`` replicas (c1, c2) on a fresh database and moto; the worker is the
-scripted sender of ``integration/cluster/live_log_kit.py`` (the real worker's sender lives on
-another branch), so the figures are control's: chunk POST → row → NOTIFY → LISTEN fan-out →
-Server-Sent Event.
+Real ``ql3 control serve`` replicas (c1, c2) on a fresh database and moto. ``latency`` and
+``flood`` use the scripted sender of ``integration/cluster/live_log_kit.py``, so their
+figures are control's: chunk POST → row → NOTIFY → LISTEN fan-out → Server-Sent Event;
+``real`` runs the real ``ql3 worker run``.
 
 latency:  one attempt; a line every 100 ms, each sent as its own chunk to c1 the moment it
           is "written" (the worker's own flush delay, ≤ 1 s by protocol, is not in it);

@@ -1,4 +1,4 @@
-"""Rolling upgrade (issue 14 item 4; DESIGN.md §4.1; docs/protocols.md §4.6): three real
+"""Rolling upgrade (DESIGN.md §4.1; docs/protocols.md §4.6): three real
 ``ql3 control serve`` replicas of release N and a worker run an every-second task; release
 N+1's ``ql3 control migrate`` (``next_release.py expand``: one more, additive migration that
 adds ``worker_pools.last_claim_at``, and UPDATE on ``worker_pools`` for the runtime role) runs
