@@ -262,12 +262,16 @@ def test_logs_follow_shows_chinese_lines_as_they_are_written_then_the_status_lin
             # the task is still blocked on this line's gate: the line arrived live
             assert scene.run_status(run_id) not in TERMINAL
             (gate / str(i)).touch()
-        _, err = follower.communicate(timeout=60)
+        follower.wait(60)  # stdout is the reader thread's alone
+        reader.join(10)
+        err = follower.stderr.read()  # type: ignore[union-attr]
     finally:
         if follower.poll() is None:
             follower.kill()
             follower.wait(10)
-    reader.join(10)
+        for pipe in (follower.stdout, follower.stderr):
+            if pipe is not None:
+                pipe.close()
     assert b"".join(seen) == "".join(f"第{i}行 中文输出\n" for i in range(1, count + 1)
                                      ).encode() + "完\n".encode()
     lines = err.decode().strip().splitlines()
