@@ -145,6 +145,7 @@ def test_control_replica_sigkilled_while_chunks_flow_the_worker_resumes_on_anoth
         assert gaps == []
         assert body == expected, worker.log()[-3000:]
         assert attempt["log_rows"] is False  # the verified artifact replaced the rows
+        assert f"switching to {scene.url(1)}" in worker.log(), worker.log()[-3000:]
     finally:
         scene.close()
 
