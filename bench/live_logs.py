@@ -1,16 +1,19 @@
-"""Live cluster logs, control's side (docs/protocols.md §4.8): follow latency through two
+"""Live cluster logs, control's side (docs/protocols.md §4.9): follow latency through two
 replicas, and what a flood of chunks costs control and PostgreSQL. Printed, never asserted.
 
-Real ``ql3 control serve`` replicas (c1, c2) on a fresh database and moto; the worker is the
-scripted sender of ``integration/cluster/live_log_kit.py`` (the real worker's sender lives on
-another branch), so the figures are control's: chunk POST → row → NOTIFY → LISTEN fan-out →
-Server-Sent Event.
+Real ``ql3 control serve`` replicas (c1, c2) on a fresh database and moto. ``latency`` and
+``flood`` use the scripted sender of ``integration/cluster/live_log_kit.py``, so their
+figures are control's: chunk POST → row → NOTIFY → LISTEN fan-out → Server-Sent Event;
+``real`` runs the real ``ql3 worker run``.
 
 latency:  one attempt; a line every 100 ms, each sent as its own chunk to c1 the moment it
           is "written" (the worker's own flush delay, ≤ 1 s by protocol, is not in it);
           1 and then 20 SSE followers, spread over c1 and c2. Per line and follower: the time
           from the write to the follower's read (one process, one monotonic clock).
           Baseline in the same run: the chunk POST's own round trip.
+real:     the same with the real ``ql3 worker run`` and a task printing ``line N <wall
+          clock>`` every 100 ms: write → read including the worker's flush (baseline: its
+          flush_ms, 1 s).
 flood:    A attempts (default 20) each offered 1 MB/s for S seconds (default 10), sent once a
           second per attempt under the worker's per-attempt limit (64 KiB/s sustained, burst
           1 MiB; the rest as a ``skipped`` gap). Printed: bytes offered (the tasks' own write
@@ -19,7 +22,7 @@ flood:    A attempts (default 20) each offered 1 MB/s for S seconds (default 10)
           table's size and dead tuples, and chunk rows left after every attempt completed
           with a verified log (goal 0).
 
-Usage: .venv/bin/python bench/live_logs.py [--lines N (100)] [--attempts A (20)]
+Usage: .venv/bin/python bench/live_logs.py [--lines N (100)] [--attempts A (20; 0: no flood)]
                                            [--seconds S (10)]
 """
 
@@ -106,6 +109,66 @@ def latency(cluster: Cluster, urls: list[str], admin: str, viewer: str, worker_t
     worker.http.close()
     return {"followers": followers, "p50_ms": _pct(delays, 0.5), "p95_ms": _pct(delays, 0.95),
             "missing": missing, "post_rtt_p50_ms": statistics.median(rtts)}
+
+
+def _real_follower(url: str, token: str, attempt: str, seen: dict[int, float],
+                   stop: threading.Event) -> None:
+    """Record, per ``line N T`` (T: the task's wall clock at the write, s), the delay to
+    this client's read in ms."""
+    import httpx
+
+    with httpx.stream("GET", f"{url}/v1/attempts/{attempt}/log",
+                      params={"follow": 1, "from": "head"},
+                      headers={"Authorization": f"Bearer {token}"}, timeout=60) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                now = time.time()
+                for text_line in json.loads(line[6:]).get("t", "").splitlines():
+                    parts = text_line.split()
+                    if len(parts) == 3 and parts[0] == "line":
+                        seen.setdefault(int(parts[1]), (now - float(parts[2])) * 1000)
+            if stop.is_set() or '"status"' in line:
+                return
+
+
+def real_latency(cluster: Cluster, urls: list[str], admin: str, viewer: str,
+                 worker_token: str, lines: int, followers: int) -> dict[str, float]:
+    """The real ``ql3 worker run``: a task printing ``line N <wall clock>`` every 100 ms,
+    followed by ``followers`` SSE clients over both replicas; p50/p95 write → read in ms
+    (the worker's flush, at most ``flush_ms`` = 1 s, included: it is the baseline)."""
+    worker = cluster.start_worker(f"real{followers}", worker_token, urls[0], concurrency=1,
+                                  labels="zone=a")
+    name = f"real-{followers}"
+    with cluster.api(urls[0], admin) as api:
+        r = api.post("/v1/tasks", json={
+            "name": name, "labels": {"zone": "a"}, "max_attempts": 1, "shell": (
+                f"n=0; while [ $n -lt {lines} ]; do echo \"line $n $(date +%s.%N)\"; "
+                "n=$((n+1)); sleep 0.1; done")})
+        assert r.status_code == 201, r.text
+        run_id = api.post(f"/v1/tasks/{name}/run").json()["id"]
+        attempt = None
+        for _ in range(300):
+            view = api.get(f"/v1/runs/{run_id}").json()
+            if view["attempts"]:
+                attempt = view["attempts"][0]["id"]
+                break
+            time.sleep(0.1)
+    assert attempt is not None, worker.log()[-2000:]
+    stop = threading.Event()
+    seen: list[dict[int, float]] = [{} for _ in range(followers)]
+    threads = [threading.Thread(target=_real_follower, args=(
+        urls[i % len(urls)], viewer, attempt, seen[i], stop), daemon=True)
+        for i in range(followers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(lines * 0.1 + 60)
+    stop.set()
+    worker.terminate()
+    delays = [d for s in seen for n, d in s.items() if n >= 10]  # past the followers' start
+    missing = sum(1 for s in seen for n in range(lines) if n not in s)
+    return {"followers": followers, "p50_ms": _pct(delays, 0.5), "p95_ms": _pct(delays, 0.95),
+            "missing": missing}
 
 
 def flood(cluster: Cluster, urls: list[str], admin: str, worker_token: str, attempts: int,
@@ -196,6 +259,15 @@ def main() -> None:
                 print(f"latency, {n:2d} follower(s): p50 {r['p50_ms']:.0f} ms, p95 "
                       f"{r['p95_ms']:.0f} ms, missing {r['missing']}; baseline chunk POST "
                       f"p50 {r['post_rtt_p50_ms']:.0f} ms")
+            for n in (1, 20):
+                r = real_latency(cluster, urls, admin, viewer, worker_token, args.lines, n)
+                results[f"real_worker_latency_{n}"] = r
+                print(f"real worker, {n:2d} follower(s): p50 {r['p50_ms']:.0f} ms, p95 "
+                      f"{r['p95_ms']:.0f} ms, missing {r['missing']}; baseline: the "
+                      "worker's flush_ms 1000 ms")
+            if args.attempts == 0:
+                print(json.dumps(results))
+                return
             f = flood(cluster, urls, admin, worker_token, args.attempts, args.seconds,
                       controls)
             results["flood"] = f

@@ -1,4 +1,4 @@
-"""Rolling upgrade (issue 14 item 4; DESIGN.md §4.1; docs/protocols.md §4.6): three real
+"""Rolling upgrade (DESIGN.md §4.1; docs/protocols.md §4.6): three real
 ``ql3 control serve`` replicas of release N and a worker run an every-second task; release
 N+1's ``ql3 control migrate`` (``next_release.py expand``: one more, additive migration that
 adds ``worker_pools.last_claim_at``, and UPDATE on ``worker_pools`` for the runtime role) runs
@@ -7,7 +7,9 @@ as the schema owner while they serve. The N replicas stay ready (``/readyz`` pol
 N+1 replica on its port (SIGTERM, drained exit 0, start, ready) while the task runs. At the
 end, from the database: every slot exactly once in the occurrence ledger, every run
 terminal and succeeded, every attempt exactly one outcome, every run one end, and the new
-column written by N+1 claims only (NULL while N alone served).
+column written by N+1 claims only (NULL while N alone served). A task streaming its output
+live (docs/protocols.md §4.9) runs across the whole roll: its log, read raw at the end, is
+every line once, in order, with no gap.
 
 The negative: a non-additive (contract) migration ahead of release N makes an N replica
 answer 503 ``schema_newer_than_code``, ``ql3 control readiness`` exit 1 with that reason, and
@@ -27,6 +29,7 @@ from typing import Any
 import httpx
 import pytest
 from cluster_kit import QL3, Cluster, Proc, wait_for
+from live_log_kit import read_all_raw
 from next_release import NEW_COLUMN, command, next_file_name
 from slot_ledger import assert_every_slot_once, read_ledger
 
@@ -116,6 +119,16 @@ def _advances(cluster: Cluster, task_id: str, procs: list[Proc], by: int = 3) ->
     assert moved, (_progress(cluster, task_id), [p.log()[-1500:] for p in procs])
 
 
+def _stream_end(cluster: Cluster, run_id: str) -> int:
+    """Bytes of the run's first attempt control has acknowledged so far (attempts.log_end;
+    0 before it is claimed)."""
+    with cluster.db.connect() as conn:
+        row = conn.execute("SELECT coalesce(max(log_end), 0) FROM attempts WHERE run_id = %s",
+                           (run_id,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def _port(proc: Proc) -> int:
     port = urllib.parse.urlsplit(proc.url or "").port
     assert port is not None
@@ -156,6 +169,15 @@ def test_n_replicas_stay_ready_through_an_expand_step_and_roll_to_n_plus_1_losin
                                         "concurrency_policy": "allow"})
         assert r.status_code == 201, r.text
         task_id = str(r.json()["id"])
+        # a task streaming its output live across the whole roll (protocols §4.9)
+        stop = cluster.tmp / "stream-stop"
+        r = api.post("/v1/tasks", json={"name": "stream", "max_attempts": 1, "shell": (
+            f'i=1; while [ ! -e {stop} ]; do echo "流 $i 行"; i=$((i+1)); sleep 0.2; done; '
+            'echo "流 完"')})
+        assert r.status_code == 201, r.text
+        r = api.post("/v1/tasks/stream/run")
+        assert r.status_code == 201, r.text
+        stream_run = str(r.json()["id"])
     expand_name = next_file_name("expand")
     serving = list(controls)
 
@@ -179,6 +201,8 @@ def test_n_replicas_stay_ready_through_an_expand_step_and_roll_to_n_plus_1_losin
             watch.polled()
         assert _new_column_of_pool(cluster) is None  # release N never touches it
 
+        streamed_before_roll = wait_for(lambda: _stream_end(cluster, stream_run), 30, 0.1)
+        assert streamed_before_roll > 0, worker.log()[-3000:]
         # roll: one at a time, SIGTERM (drain), N+1 on the same port, ready, work goes on
         for old in controls:
             watch.withdraw(old)
@@ -195,6 +219,18 @@ def test_n_replicas_stay_ready_through_an_expand_step_and_roll_to_n_plus_1_losin
                            30, 0.25)
         assert stamped, [p.log()[-1500:] for p in serving]
 
+        stop.touch()  # the streaming task ends; its log is whole, in order, no gap
+        assert wait_for(lambda: _db(cluster, "SELECT status FROM runs WHERE id = %s",
+                                    stream_run) in TERMINAL, 30), worker.log()[-3000:]
+        assert _db(cluster, "SELECT status FROM runs WHERE id = %s", stream_run) \
+            == "succeeded"
+        attempt_id = _db(cluster, "SELECT id::text FROM attempts WHERE run_id = %s",
+                         stream_run)
+        body, gaps = read_all_raw(serving[0].url or "", admin, attempt_id)
+        lines = body.decode().splitlines()
+        assert gaps == [] and lines[-1] == "流 完", (gaps, lines[-3:])
+        assert lines[:-1] == [f"流 {i} 行" for i in range(1, len(lines))], lines[:5]
+        assert len(body) > streamed_before_roll
         with cluster.api(serving[0].url or "", admin) as api:
             assert api.post("/v1/tasks/tick/disable").status_code == 200
         disabled_at: datetime = _db(cluster, "SELECT now()")

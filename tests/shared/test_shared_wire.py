@@ -121,3 +121,17 @@ def test_completion_without_layout_leaves_the_field_out_for_older_replicas() -> 
     cut = w.CompletionReport(lease, "succeeded", 0, None, None,
                              layout=w.LogLayout(raw_bytes=100, head_bytes=10, tail_offset=60))
     assert w.CompletionReport.from_json(cut.to_json()) == cut
+
+
+def test_secret_names_are_left_out_of_the_json_when_empty() -> None:
+    """``ClaimedAttempt.secret_names`` (docs/protocols.md §4.2 "Secret masking (worker)"):
+    absent from the JSON when empty, so an older worker's strict decoder accepts the
+    answer; present and decoded when set, in a ClaimAnswer too."""
+    from qinglong.shared.wire import ClaimAnswer, ClaimedAttempt
+
+    plain = ClaimedAttempt.from_json(_claimed(shell="true"))
+    assert plain.secret_names == [] and "secret_names" not in plain.to_json()
+    assert "secret_names" not in ClaimAnswer([plain]).to_json()["attempts"][0]
+    named = ClaimedAttempt.from_json(_claimed(shell="true", secret_names=["API_KEY"]))
+    assert named.to_json()["secret_names"] == ["API_KEY"]
+    assert ClaimAnswer([named]).to_json()["attempts"][0]["secret_names"] == ["API_KEY"]

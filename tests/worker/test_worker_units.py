@@ -366,3 +366,29 @@ def test_control_urls_refuse_v1_suffixes_bad_schemes_empties_and_repeats(text):
 
 def test_control_urls_split_on_commas_in_order():
     assert _control_urls(" http://a:1 ,http://b:2/") == ["http://a:1", "http://b:2/"]
+
+
+def test_capped_copier_masks_a_secret_split_across_writes_before_the_cap_and_the_stream(
+        tmp_path):
+    """docs/operations.md §9 (cluster half): the masker runs first, so the live stream, the
+    spool and the raw byte count see ``***``; a value cut between two writes (with the
+    reader between them) is still masked, and what it held back is flushed at the end."""
+    import time
+
+    from qinglong.shared.output_mask import OutputMasker
+
+    r, w = os.pipe()
+    spool = tmp_path / "s.log"
+    fd = os.open(spool, os.O_WRONLY | os.O_CREAT, 0o600)
+    seen: list[bytes] = []
+    copier = CappedCopier(r, fd, 1 << 20, spool, on_output=seen.append,
+                          masker=OutputMasker([b"hunter2-secret"]))
+    copier.start()
+    os.write(w, b"key=hunter")
+    time.sleep(0.2)  # the copier reads the first piece alone
+    os.write(w, b"2-secret!\nend hunt")
+    os.close(w)
+    result = copier.finish(1.0)
+    assert result is not None
+    assert spool.read_bytes() == b"key=***!\nend hunt" == b"".join(seen)
+    assert result.raw_bytes == len(b"key=***!\nend hunt")

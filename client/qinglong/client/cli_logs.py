@@ -287,7 +287,8 @@ def _after_it_ends(client: ControlClient, run_id: str, attempt: dict[str, Any],
 def logs(ref: str, follow: bool, tail: int | None, client: ControlClient) -> None:
     """Print the output of run RUN, every attempt's in order. A running attempt shows what
     its worker has streamed so far (-f follows it). A lost attempt shows what was streamed,
-    said to be possibly incomplete. Bytes not streamed live (a flood past the worker's rate)
+    said to be possibly incomplete, and when it is the newest attempt the exit code is 1.
+    Bytes not streamed live (a flood past the worker's rate)
     print as one line `[… N bytes not streamed live …]`. A log retired by retention is named
     with when it was retired, and the exit code is then 1."""
     view = client.get(f"/v1/runs/{resolve_run(client, ref)['id']}", run=ref)
@@ -323,3 +324,6 @@ def logs(ref: str, follow: bool, tail: int | None, client: ControlClient) -> Non
         retired = _print_stored(client, attempt, printer, tail) or retired
     if retired is not None:
         raise retired
+    if attempts[-1]["status"] in PARTIAL:  # the newest attempt's log may be incomplete
+        raise RunNotSucceededError(f"attempt {attempts[-1]['number']} ended "
+                                   f"{attempts[-1]['status']}: its log may be incomplete")

@@ -39,6 +39,10 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 MAX_CLAIM = 64
+# A worker that decodes this release's additions to ClaimedAttempt (``secret_names``) says so
+# with ``QL3-Wire: 2`` on its claim; control sends them only then (docs/protocols.md §4.2).
+WIRE_HEADER = "QL3-Wire"
+WIRE_VERSION = 2
 MAX_LOG_BYTES = 5 * 1024**3  # S3's limit for one PUT: a presigned upload is one PUT
 _CONTENT_TYPE = re.compile(r"^[\x20-\x7e]{1,128}$")  # one HTTP header value, ASCII
 
@@ -216,8 +220,11 @@ class ClaimedAttempt(_Wire):
     path inside it; both or neither) — the command then runs in the extracted bundle, and
     with neither argv nor shell the entry point itself is run (docs/protocols.md §4.7).
     ``env`` is the task's full environment (secrets included: the worker is trusted with
-    them and never logs them); ``timeout_ms`` None means none; ``log_limit_bytes`` caps the
-    spool."""
+    them and never logs them); ``secret_names`` the names in ``env`` whose values are secret
+    (the worker masks their values in the attempt's output: docs/operations.md §9), sent
+    only to a worker that claims with ``QL3-Wire: 2`` (WIRE_HEADER) and left out of the JSON
+    when empty, so an older worker's strict decoder never sees the field; ``timeout_ms``
+    None means none; ``log_limit_bytes`` caps the spool."""
 
     lease: LeaseRef
     run_id: str
@@ -235,7 +242,14 @@ class ClaimedAttempt(_Wire):
     heartbeat_ms: int
     bundle_digest: str | None = None
     entry_point: str | None = None
+    secret_names: list[str] = field(default_factory=list)
     _uuid7_fields: ClassVar[tuple[str, ...]] = ("run_id", "task_id")
+
+    def to_json(self) -> dict[str, Any]:
+        data = super().to_json()
+        if not self.secret_names:
+            del data["secret_names"]  # what a worker without WIRE_HEADER version 2 decodes
+        return data
 
     def validate(self) -> None:
         super().validate()
@@ -296,6 +310,9 @@ class BundleGrant(_Wire):
 @dataclass(frozen=True)
 class ClaimAnswer(_Wire):
     attempts: list[ClaimedAttempt] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"attempts": [a.to_json() for a in self.attempts]}
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,13 @@ from qinglong.worker.heartbeat import Heartbeater
 from qinglong.worker.isolation import Isolation, IsolationError
 from qinglong.worker.live_log import LiveLogSender, LiveStream
 from qinglong.worker.process import AttemptProcess, CwdMissingError, decode_status, spawn_attempt
-from qinglong.worker.spool import CappedCopier, CapResult, open_spool_file, spool_facts
+from qinglong.worker.spool import (
+    CappedCopier,
+    CapResult,
+    open_spool_file,
+    secret_masker,
+    spool_facts,
+)
 from qinglong.worker.upload import ObjectStoreUnavailableError, SpoolUploader
 
 log = logging.getLogger("qinglong.worker")
@@ -238,7 +244,8 @@ class AttemptRunner:
         if live is not None:
             stream = live.open(a.lease, self._fence, self._lost.set)
         copier = CappedCopier(pipe_r, spool_fd, a.log_limit_bytes, spool_path,
-                              on_output=None if stream is None else stream.offer)
+                              on_output=None if stream is None else stream.offer,
+                              masker=secret_masker(a))
         copier.start()
         try:
             self._report_started(proc)

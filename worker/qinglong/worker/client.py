@@ -200,8 +200,10 @@ class ControlClient:
               deadline: float | None = None) -> tuple[list[wire.ClaimedAttempt], list[str]]:
         """POST /v1/worker/claim. Returns (attempts to run, reasons of refused ones): each
         attempt decodes on its own, so one with heartbeat > lease/3 is refused without
-        refusing the others."""
-        body = self._post(ROUTES["claim"], msg, deadline)
+        refusing the others. Sends ``QL3-Wire: 2`` (wire.WIRE_HEADER): this worker decodes
+        ``ClaimedAttempt.secret_names``."""
+        body = self._post(ROUTES["claim"], msg, deadline,
+                          {wire.WIRE_HEADER: str(wire.WIRE_VERSION)})
         if not isinstance(body, dict) or set(body) != {"attempts"} or not isinstance(
                 body["attempts"], list):
             raise WireAnswerError("ClaimAnswer: must be an object with a list 'attempts'")
@@ -257,10 +259,12 @@ class ControlClient:
         except ValidationError as exc:
             raise WireAnswerError(f"{answer.__name__}: {exc}") from None
 
-    def _post(self, path: str, msg: wire._Wire, deadline: float | None) -> Any:
+    def _post(self, path: str, msg: wire._Wire, deadline: float | None,
+              extra_headers: dict[str, str] | None = None) -> Any:
         if deadline is None:
             deadline = clock.now() + DEFAULT_BUDGET_S
         payload = msg.to_json()
+        extra = extra_headers or {}
 
         def once() -> Any:
             left = deadline - clock.now()
@@ -271,7 +275,7 @@ class ControlClient:
             try:
                 token = self._token
                 response = self._https[index].post(
-                    path, json=payload, headers={"Authorization": f"Bearer {token}"},
+                    path, json=payload, headers={"Authorization": f"Bearer {token}", **extra},
                     timeout=min(self._timeout_s, left))
                 if response.status_code == 401 and self._renewed(token):
                     left = deadline - clock.now()
@@ -279,7 +283,7 @@ class ControlClient:
                         raise _TransientError("deadline passed")
                     token = self._token  # once, with the new token
                     response = self._https[index].post(
-                        path, json=payload, headers={"Authorization": f"Bearer {token}"},
+                        path, json=payload, headers={"Authorization": f"Bearer {token}", **extra},
                         timeout=min(self._timeout_s, left))
                 return self._answer(response)
             except httpx.TransportError as exc:

@@ -29,6 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from qinglong.shared import wire
+from qinglong.shared.output_mask import OutputMasker
 from qinglong.shared.process.path_lock import PathLock
 from qinglong.shared.wire import LogLayout
 from qinglong.worker import clock
@@ -207,17 +209,21 @@ class CappedCopier:
     spool; the head is cut back and the tail started forward to whole UTF-8 characters.
     Further output is always read, so the task never blocks on a full pipe.
 
-    ``on_output(data)`` (optional) sees every raw piece read, in order, before the cap (the
-    live stream: attempt.py). Owns both fds and closes them. ``finish(drain_s)`` keeps
-    reading what is buffered for at most ``drain_s`` seconds (a process that escaped the
-    group may hold the pipe open forever), then assembles the spool and returns CapResult.
-    OSError while assembling propagates from ``finish``.
+    ``masker`` (optional) replaces secret values first (docs/operations.md §9): what the
+    cap, the spool and ``on_output`` see, and every offset, is the masked output; the bytes
+    it holds back are flushed when the pipe ends. ``on_output(data)`` (optional) sees every
+    piece, in order, before the cap (the live stream: attempt.py). Owns both fds and closes
+    them. ``finish(drain_s)`` keeps reading what is buffered for at most ``drain_s`` seconds
+    (a process that escaped the group may hold the pipe open forever), then assembles the
+    spool and returns CapResult. OSError while assembling propagates from ``finish``.
     """
 
     def __init__(self, pipe_r: int, spool_fd: int, limit_bytes: int,
                  spool_path: Path | None = None,
-                 on_output: Callable[[bytes], None] | None = None) -> None:
+                 on_output: Callable[[bytes], None] | None = None,
+                 masker: OutputMasker | None = None) -> None:
         self._pipe_r = pipe_r
+        self._masker = masker
         self._spool_fd = spool_fd
         self._head_limit = limit_bytes // 2
         self._segment = max(1, (limit_bytes - self._head_limit) // 2)
@@ -367,6 +373,20 @@ class CappedCopier:
             os.close(fd)
 
     def _run(self) -> None:
+        try:
+            self._copy()
+        finally:
+            try:
+                rest = self._masker.flush() if self._masker is not None else b""
+                if rest:
+                    self._take(rest)
+            except OSError:
+                pass
+            finally:
+                os.close(self._pipe_r)
+                self._done.set()
+
+    def _copy(self) -> None:
         deadline: float | None = None
         try:
             while True:
@@ -382,9 +402,20 @@ class CappedCopier:
                 data = os.read(self._pipe_r, CHUNK)
                 if not data:
                     return
+                if self._masker is not None:
+                    data = self._masker.feed(data)
+                    if not data:
+                        continue
                 self._take(data)
         except OSError:
             return
-        finally:
-            os.close(self._pipe_r)
-            self._done.set()
+
+
+def secret_masker(attempt: wire.ClaimedAttempt) -> OutputMasker | None:
+    """A masker of the values of ``attempt.secret_names`` in its env (UTF-8 bytes; values
+    under ``MIN_SECRET_BYTES`` are not masked: output_mask.py), or None when there is none
+    to mask (docs/operations.md §9)."""
+    values = [attempt.env[name].encode() for name in attempt.secret_names
+              if name in attempt.env]
+    masker = OutputMasker(values)
+    return masker if masker.secrets else None

@@ -116,6 +116,12 @@ async def _call(ctx: ApiContext, fn: Callable[[], Any]) -> dict[str, Any]:
     return result
 
 
+def _wire_version(request: Request) -> int:
+    """The worker's ``QL3-Wire`` header as an int (1 when absent or not a small number)."""
+    value = request.headers.get(wire.WIRE_HEADER, "").strip()
+    return int(value) if value.isdigit() and len(value) < 4 else 1
+
+
 def _pool(principal: Principal) -> str:
     if principal.pool_id is None:  # a worker token always names a pool (schema CHECK)
         raise ApiError(403, "forbidden", "this token has no worker pool")
@@ -134,12 +140,16 @@ async def register(request: Request, principal: WorkerPrincipal) -> dict[str, An
 
 @router.post("/claim", **_doc(wire.ClaimRequest, wire.ClaimAnswer))
 async def claim(request: Request, principal: WorkerPrincipal) -> dict[str, Any]:
-    """Lease up to ``max_attempts`` queued attempts (409 ``unknown_incarnation``)."""
+    """Lease up to ``max_attempts`` queued attempts (409 ``unknown_incarnation``); each
+    attempt's ``secret_names`` only to a worker that sends ``QL3-Wire: 2``."""
     body = await _decode(request, wire.ClaimRequest)
     ctx = get_context(request)
     answer = await _call(ctx, lambda: claim_attempts(
         ctx.engine, _config(ctx), pool_id=_pool(principal), request=body,
         keyring=ctx.extras.get("keyring")))
+    if _wire_version(request) < wire.WIRE_VERSION:
+        for item in answer["attempts"]:  # an older worker's strict decoder refuses the field
+            item.pop("secret_names", None)
     if ctx.metrics is not None:
         ctx.metrics.claimed(len(answer["attempts"]))
     return answer

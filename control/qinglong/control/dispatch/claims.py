@@ -23,6 +23,7 @@ from qinglong.control.db.engine import run_named
 from qinglong.control.db.variables import pool_environment
 from qinglong.control.dispatch.config import DispatchConfig
 from qinglong.control.dispatch.errors import UnknownIncarnationError
+from qinglong.control.dispatch.secret_env import secret_names
 from qinglong.control.dispatch.statements import sql
 from qinglong.control.secrets.store import opened_env
 from qinglong.shared.ids import uuid7
@@ -95,13 +96,14 @@ def _claim_one(conn: Connection, config: DispatchConfig, run_id: str,
     if row is None:
         return None
     timeout_s = row["timeout_s"]
+    opened = opened_env(keyring, row["task_id"], row["env"] or {}, row["sealed_env"])
     return ClaimedAttempt(
         lease=LeaseRef(row["attempt_id"], row["lease_token"], int(row["lease_version"])),
         run_id=row["run_id"], task_id=row["task_id"], task_name=row["name"],
         run_number=int(row["run_number"]), attempt_number=int(row["attempt_number"]),
         argv=list(row["argv"]) if row["argv"] is not None else None, shell=row["shell"],
-        env={**shared_env, **flatten_env(opened_env(keyring, row["task_id"], row["env"] or {},
-                                                    row["sealed_env"]))}, cwd=row["cwd"],
+        env={**shared_env, **flatten_env(opened)}, secret_names=secret_names(opened),
+        cwd=row["cwd"],
         timeout_ms=int(timeout_s) * 1000 if timeout_s is not None else None,
         log_limit_bytes=int(row["log_limit_bytes"]), lease_ms=config.lease_ms,
         heartbeat_ms=config.heartbeat_ms, bundle_digest=row["bundle_digest"],
