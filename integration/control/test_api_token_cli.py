@@ -227,10 +227,12 @@ def _status(api: ApiWorld, token: str) -> int:
 
 def test_import_ensure_with_an_overlap_keeps_the_rotated_token_valid_until_it_ends(
         api: ApiWorld, tmp_path: Path) -> None:
-    """A rotated pool Secret with ``--overlap 2``: outcome replaced, the old token's
-    revocation is scheduled 2 s ahead by the database clock, both tokens authenticate
-    meanwhile (and ``token list`` shows the pending revocation's time), and after it the
-    old one is refused (401) while the new one goes on; the name stays the new token's."""
+    """A rotated pool Secret with ``--overlap 600``: outcome replaced, the old token's
+    revocation is scheduled 600 s ahead by the database clock, both tokens authenticate
+    meanwhile (and ``token list`` shows the pending revocation's time), and once the overlap
+    ends the old one is refused (401) while the new one goes on; the name stays the new
+    token's. The window is long and the test ends it on purpose (moving ``revoked_at`` to the
+    database's now), so no command racing a short real window can make it fail."""
     url = api.pg_db.url
     old, new = "ql3_" + "o" * 43, "ql3_" + "n" * 43
     path = tmp_path / "token"
@@ -243,11 +245,11 @@ def test_import_ensure_with_an_overlap_keeps_the_rotated_token_valid_until_it_en
     path.write_text(old)
     made = json.loads(ensure().stdout)
     path.write_text(new)
-    rotated = json.loads(ensure("--overlap", "2").stdout)
+    rotated = json.loads(ensure("--overlap", "600").stdout)
     assert rotated["outcome"] == "replaced" and rotated["id"] != made["id"]
     (ahead,) = api.sql("SELECT revoked_at - now() FROM api_tokens WHERE id = %(id)s",
                        {"id": made["id"]})
-    assert 0 < ahead[0].total_seconds() <= 2
+    assert 590 < ahead[0].total_seconds() <= 600
     assert _status(api, old) == 403 and _status(api, new) == 403  # both authenticate
     listed = ql3("list", "--database-url", url).stdout.splitlines()
     assert listed[0].split() == ["ID", "SCOPE", "POOL", "STATE", "NAME"]
@@ -263,8 +265,9 @@ def test_import_ensure_with_an_overlap_keeps_the_rotated_token_valid_until_it_en
     assert as_json[made["id"]]["revocation_pending"] is True
     assert as_json[rotated["id"]]["revocation_pending"] is False
     # the same Secret again while the overlap runs: nothing changes
-    assert json.loads(ensure("--overlap", "2").stdout) == {"id": rotated["id"],
-                                                           "outcome": "unchanged"}
+    assert json.loads(ensure("--overlap", "600").stdout) == {"id": rotated["id"],
+                                                             "outcome": "unchanged"}
+    api.sql("UPDATE api_tokens SET revoked_at = now() WHERE id = %(id)s", {"id": made["id"]})
     deadline = time.monotonic() + 10
     while _status(api, old) != 401:
         assert time.monotonic() < deadline, "the old token still authenticates"
