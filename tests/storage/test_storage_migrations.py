@@ -93,9 +93,10 @@ def test_the_name_key_migration_keeps_names_that_differ_only_in_case(
     from qinglong.shared.errors import ConflictError
     from qinglong.shared.ids import uuid7
 
-    later = migrations / "0007-task-name-key.sql"
-    held = later.read_text()
-    later.unlink()
+    held = {f: f.read_text() for f in sorted(migrations.glob("*.sql"))
+            if int(f.name[:4]) >= 7}  # 0007 and every later one: the database before 0007
+    for f in held:
+        f.unlink()
     db = open_database(str(tmp_path / "a.db"), migrations)
     rows = [("Backup", 1, None), ("backup", 2, None), ("Sync", 3, 5)]
     db.write(lambda c: c.executemany(
@@ -103,7 +104,8 @@ def test_the_name_key_migration_keeps_names_that_differ_only_in_case(
         " updated_at_ms, deleted_at_ms) VALUES (?, ?, '[\"true\"]', '@once', 'UTC', ?, ?, ?)",
         [(uuid7(), name, at, at, gone) for name, at, gone in rows]))
     db.close()
-    later.write_text(held)
+    for f, text in held.items():
+        f.write_text(text)
     db = open_database(str(tmp_path / "a.db"), migrations)
     keys = dict(db.read(lambda c: c.execute("SELECT name, name_key FROM tasks").fetchall()))
     assert keys["Backup"] == "backup" and keys["Sync"] == "sync"

@@ -71,10 +71,10 @@ def print_report(report: dict[str, Any]) -> None:
     verb = "would import" if report["dry_run"] else "imported"
     fit = display.fit_line
     click.echo(fit(f"{verb} {summary['tasks_imported']} task(s) and "
-                   f"{summary['variables_imported']} variable(s), skipped "
-                   f"{summary['tasks_skipped']} cron row(s) and "
-                   f"{summary['variables_skipped']} env row(s)"
+                   f"{summary['variables_imported']} variable(s)"
                    + (" (dry run: nothing changed)" if report["dry_run"] else "")))
+    click.echo(fit(f"skipped {summary['tasks_skipped']} cron row(s) and "
+                   f"{summary['variables_skipped']} env row(s)"))
     click.echo(fit(f"from {report['source']}"))
     click.echo(fit(f"schedules read in {report['timezone']}"
                    + (" (Qinglong's default; --timezone to change)"
