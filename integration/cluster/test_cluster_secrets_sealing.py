@@ -184,9 +184,9 @@ def test_sealing_covers_global_variables_claims_and_rotation(
 
     control = roll(cluster, control, "c1b", "--secrets-keyring", ring1)
     said = secrets_cli(cluster, "enable", "--keyring", ring1)
-    assert "sealed 3 global variable value(s)" in said
     text = dump(cluster)
     assert not any(v in text for v in (*COOKIES[:2], OTHER_POOL)), "a value in the dump"
+    assert "sealed 3 global variable value(s)" in said
     status = secrets_cli(cluster, "status")
     assert "variable values in plain text: 0" in status
     assert "sealed with k1: 3 value(s)" in status
