@@ -182,10 +182,17 @@ def test_sealing_covers_global_variables_claims_and_rotation(
     text = dump(cluster)
     assert COOKIES[0] in text and OTHER_POOL in text  # plain before: the check can fail
 
+    plain = cluster.start_control("c-plain")  # started before enable, without a keyring
     control = roll(cluster, control, "c1b", "--secrets-keyring", ring1)
     said = secrets_cli(cluster, "enable", "--keyring", ring1)
+    # a replica without the keyring stores no secret value once sealing is on: 503
+    with cluster.api(plain.url or "", operator) as api:
+        refused = api.post("/v1/vars/JD_COOKIE", json={"value": "新值-Pz90qa", "add": True})
+    assert refused.status_code == 503, refused.text
+    assert refused.json()["error"]["code"] == "secrets_key_missing" and "Pz90qa" not in refused.text
+    plain.terminate()
     text = dump(cluster)
-    assert not any(v in text for v in (*COOKIES[:2], OTHER_POOL)), "a value in the dump"
+    assert not any(v in text for v in (*COOKIES[:2], OTHER_POOL, "Pz90qa")), "in the dump"
     assert "sealed 3 global variable value(s)" in said
     status = secrets_cli(cluster, "status")
     assert "variable values in plain text: 0" in status
