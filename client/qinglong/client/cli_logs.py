@@ -318,7 +318,7 @@ def logs(ref: str, follow: bool, tail: int | None, client: ControlClient) -> Non
     if not attempts:
         click.echo(f"run {output.ref(view)} has no attempt yet ({view['status']})", err=True)
         return
-    retired: LogRetiredError | None = None
+    retired: LogRetiredError | LogUnavailableError | None = None
     printer = _Printer()
     for attempt in attempts[-1:] if tail is not None else attempts:
         number = attempt["number"]
@@ -338,8 +338,6 @@ def logs(ref: str, follow: bool, tail: int | None, client: ControlClient) -> Non
             _print_partial(client, attempt, printer, tail)
             continue
         retired = _print_stored(client, attempt, printer, tail) or retired
+    retired = retired or _unstored(attempts[-1:] if tail is not None else attempts)
     if retired is not None:
         raise retired
-    unstored = _unstored(attempts[-1:] if tail is not None else attempts)
-    if unstored is not None:
-        raise unstored
