@@ -154,3 +154,75 @@ def test_enable_refuses_a_malformed_keyring_before_any_change(
     assert "--secrets-keyring: key k1 must be 32 bytes" in out.stderr
     assert "c2hvcnQ" not in out.stderr
     assert "sealing: off" in secrets_cli(cluster, "status")
+
+
+COOKIES = ("pt_key=甲-Vq63rk;", "pt_key=乙-Hn48ws;", "pt_key=丙-Lc95tj;")
+OTHER_POOL = "只给-pool-b-Xe71"
+
+
+def test_sealing_covers_global_variables_claims_and_rotation(
+        cluster: Cluster, tmp_path: Path) -> None:
+    """Secret global variables (migration 0012): sealed by enable, sealed on write after
+    it, opened for a worker of the variable's pool, re-sealed by rotate-key."""
+    k1, k2 = os.urandom(32), os.urandom(32)
+    ring1 = keyring_file(tmp_path / "ring1.json", "k1", {"k1": k1})
+    ring12 = keyring_file(tmp_path / "ring12.json", "k2", {"k1": k1, "k2": k2})
+    ring2 = keyring_file(tmp_path / "ring2.json", "k2", {"k2": k2})
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+
+    control = cluster.start_control("c1")
+    url = control.url or ""
+    admin, operator = cluster.token("admin"), cluster.token("operator")
+    cli(cluster, url, operator, "vars", "set", "JD_COOKIE", "--remark", "账号一",
+        stdin=COOKIES[0])
+    cli(cluster, url, operator, "vars", "set", "JD_COOKIE", "--add", stdin=COOKIES[1])
+    cli(cluster, url, operator, "vars", "set", "OTHER", "--pool", "pool-b",
+        stdin=OTHER_POOL)
+    text = dump(cluster)
+    assert COOKIES[0] in text and OTHER_POOL in text  # plain before: the check can fail
+
+    plain = cluster.start_control("c-plain")  # started before enable, without a keyring
+    control = roll(cluster, control, "c1b", "--secrets-keyring", ring1)
+    said = secrets_cli(cluster, "enable", "--keyring", ring1)
+    # a replica without the keyring stores no secret value once sealing is on: 503
+    with cluster.api(plain.url or "", operator) as api:
+        refused = api.post("/v1/vars/JD_COOKIE", json={"value": "新值-Pz90qa", "add": True})
+    assert refused.status_code == 503, refused.text
+    assert refused.json()["error"]["code"] == "secrets_key_missing" and "Pz90qa" not in refused.text
+    plain.terminate()
+    text = dump(cluster)
+    assert not any(v in text for v in (*COOKIES[:2], OTHER_POOL, "Pz90qa")), "in the dump"
+    assert "sealed 3 global variable value(s)" in said
+    status = secrets_cli(cluster, "status")
+    assert "variable values in plain text: 0" in status
+    assert "sealed with k1: 3 value(s)" in status
+
+    # a value added after enable is sealed on write
+    cli(cluster, url, operator, "vars", "set", "JD_COOKIE", "--add", stdin=COOKIES[2])
+    assert COOKIES[2] not in dump(cluster)
+    assert "sealed with k1: 4 value(s)" in secrets_cli(cluster, "status")
+
+    # a worker of pool-a receives JD_COOKIE opened and joined, and not pool-b's variable
+    worker = cluster.token("worker", pool="pool-a")
+    cluster.start_worker("w1", worker, url, concurrency=1)
+    script = (f'printf %s "$JD_COOKIE" > {out_dir}/"$RUN"; '
+              f'printf %s "${{OTHER:-none}}" > {out_dir}/"$RUN".other')
+    cli(cluster, url, admin, "task", "add", "jd_sign", "--schedule", "@once",
+        "--env", "RUN=r1", "--", "sh", "-c", script)
+    cli(cluster, url, operator, "run", "jd_sign", "--wait")
+    assert received(out_dir / "r1") == "&".join(COOKIES)
+    assert received(out_dir / "r1.other") == "none"
+
+    # rotation re-seals the variable values with the new primary
+    control = roll(cluster, control, "c1c", "--secrets-keyring", ring12)
+    said = secrets_cli(cluster, "rotate-key", "--keyring", ring12)
+    assert "re-sealed 4 global variable value(s)" in said
+    status = secrets_cli(cluster, "status")
+    assert "sealed with k2: 4 value(s)" in status and "k1" not in status
+    control = roll(cluster, control, "c1d", "--secrets-keyring", ring2)
+    cli(cluster, url, admin, "task", "edit", "jd_sign", "--env", "RUN=r2")
+    cli(cluster, url, operator, "run", "jd_sign", "--wait")
+    assert received(out_dir / "r2") == "&".join(COOKIES)
+    text = dump(cluster)
+    assert not any(v in text for v in (*COOKIES, OTHER_POOL)), "a value in the dump"

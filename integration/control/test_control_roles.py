@@ -90,6 +90,11 @@ FORBIDDEN = [
     "ALTER TABLE global_variable_values DROP CONSTRAINT global_variable_values_value_check",
     "CREATE TRIGGER leak AFTER INSERT ON global_variable_values"
     " FOR EACH ROW EXECUTE FUNCTION suppress_redundant_updates_trigger()",
+    # 0012, sealed variable values: the sealed column, its check and index are schema
+    "ALTER TABLE global_variable_values DROP COLUMN sealed_value",
+    "ALTER TABLE global_variable_values"
+    " DROP CONSTRAINT global_variable_values_sealed_value_check",
+    "DROP INDEX global_variable_values_plaintext_idx",
     "UPDATE notify_channels SET url = 'json://evil.example/'",
     "TRUNCATE notifications",
     # 0010, history pruning: runs, attempts and events may be deleted (by the pruning batch),

@@ -46,3 +46,16 @@ def test_sealed_values_need_a_keyring_plain_rows_do_not() -> None:
         opened_env(None, ROW, stored, sealed)
     plain = {"A": {"value": "v", "secret": True}}
     assert opened_env(None, ROW, plain, None) == plain
+
+
+def test_a_variable_value_opens_under_its_own_name_only() -> None:
+    from qinglong.control.secrets.store import opened_variable_value, variable_row_id
+
+    keyring = ring()
+    sealed = keyring.seal("pt_key=甲;", row_id=variable_row_id("JD_COOKIE"), name="JD_COOKIE")
+    assert opened_variable_value(keyring, "JD_COOKIE", "", sealed) == "pt_key=甲;"
+    with pytest.raises(SealError):  # copied to another variable
+        opened_variable_value(keyring, "OTHER", "", sealed)
+    with pytest.raises(SecretsKeyMissingError):
+        opened_variable_value(None, "JD_COOKIE", "", sealed)
+    assert opened_variable_value(None, "JD_COOKIE", "plain", None) == "plain"

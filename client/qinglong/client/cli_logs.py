@@ -36,6 +36,7 @@ from qinglong.client.errors import (
     ControlNotReadyError,
     ControlUnreachableError,
     LogRetiredError,
+    LogUnavailableError,
 )
 from qinglong.client.http import ControlClient
 from qinglong.client.output import TERMINAL
@@ -50,6 +51,7 @@ QUEUED_POLL_S = 1.0
 TAIL_BYTES_PER_LINE = 256  # --tail N lines reads about this much per line from the end
 LIVE = ("claimed", "starting", "running")
 PARTIAL = ("lost", "not_started")
+UNSTORED = "log_unavailable"  # an attempt's reason: its log could not be stored
 
 
 def gap_line(count: int, capped: bool = False) -> str:
@@ -203,8 +205,18 @@ def _print_partial(client: ControlClient, attempt: dict[str, Any], printer: _Pri
     if printer.written == before:
         click.echo(f"attempt {number} left no log ({_ended(attempt)})", err=True)
         return
+    if attempt.get("reason") == UNSTORED:
+        return  # `logs` ends with LogUnavailableError's one line
     click.echo(f"attempt {number} ended {_ended(attempt)}: its log above may be incomplete",
                err=True)
+
+
+def _unstored(attempts: list[dict[str, Any]]) -> LogUnavailableError | None:
+    """The error for the first attempt whose log could not be stored, if any."""
+    for attempt in attempts:
+        if attempt.get("reason") == UNSTORED:
+            return LogUnavailableError(int(attempt["number"]))
+    return None
 
 
 def status_line(run: dict[str, Any]) -> str:
@@ -290,11 +302,16 @@ def logs(ref: str, follow: bool, tail: int | None, client: ControlClient) -> Non
     said to be possibly incomplete, and when it is the newest attempt the exit code is 1.
     Bytes not streamed live (a flood past the worker's rate)
     print as one line `[… N bytes not streamed live …]`. A log retired by retention is named
-    with when it was retired, and the exit code is then 1."""
+    with when it was retired, and the exit code is then 1. An attempt whose log could not be
+    stored (the object store was unavailable) shows what was streamed, and the command
+    ends with one line saying the log may be incomplete and exits 1 (also with -f)."""
     view = client.get(f"/v1/runs/{resolve_run(client, ref)['id']}", run=ref)
     if follow:
         final = follow_run(client, view["id"], tail)
         click.echo(status_line(final), err=True)
+        unstored = _unstored(final["attempts"])
+        if unstored is not None:
+            raise unstored
         if final["status"] != "succeeded":
             raise RunNotSucceededError(f"the run ended {final['status']}")
         return
@@ -302,7 +319,7 @@ def logs(ref: str, follow: bool, tail: int | None, client: ControlClient) -> Non
     if not attempts:
         click.echo(f"run {output.ref(view)} has no attempt yet ({view['status']})", err=True)
         return
-    retired: LogRetiredError | None = None
+    retired: LogRetiredError | LogUnavailableError | None = None
     printer = _Printer()
     for attempt in attempts[-1:] if tail is not None else attempts:
         number = attempt["number"]
@@ -322,6 +339,7 @@ def logs(ref: str, follow: bool, tail: int | None, client: ControlClient) -> Non
             _print_partial(client, attempt, printer, tail)
             continue
         retired = _print_stored(client, attempt, printer, tail) or retired
+    retired = retired or _unstored(attempts[-1:] if tail is not None else attempts)
     if retired is not None:
         raise retired
     if attempts[-1]["status"] in PARTIAL:  # the newest attempt's log may be incomplete

@@ -98,6 +98,19 @@ class LogRetiredError(ClusterClientError):
         self.outcome = outcome
 
 
+class LogUnavailableError(ClusterClientError):
+    """An attempt ended with reason ``log_unavailable``: its worker could not store the log
+    in the object store (docs/protocols.md §4.9), so what it streamed live is all there is
+    and may be incomplete. ``logs`` prints that partial log, then exits 1 with this line."""
+
+    code = "log_unavailable"
+
+    def __init__(self, attempt_number: int) -> None:
+        super().__init__(f"attempt {attempt_number}'s log may be incomplete: the object "
+                         "store was unavailable")
+        self.attempt_number = attempt_number
+
+
 class ControlRejectedError(ValidationError):
     """422 (or another 4xx): control refused the input; its message names the fields,
     never their values (exit 2)."""

@@ -26,7 +26,7 @@ _keyring_opt = click.option(
     "--keyring", "keyring_path", envvar="QL3_SECRETS_KEYRING", required=True,
     help="File of the keyring (env QL3_SECRETS_KEYRING), as given to every replica.")
 _batch = click.option("--batch", type=click.IntRange(1, 1000), default=100,
-                      show_default=True, help="Tasks rewritten per transaction.")
+                      show_default=True, help="Tasks (or variable values) per transaction.")
 
 
 def _load(path: str) -> Keyring:
@@ -54,6 +54,21 @@ def _seal_all(engine: Engine, keyring: Keyring, batch: int) -> tuple[int, int]:
             return rows, values
 
 
+def _variables_all(engine: Engine, keyring: Keyring, batch: int, *, reseal: bool) -> int:
+    """Seal (or re-seal with the primary) every global variable value that needs it, in
+    batches of ``batch`` values; returns how many."""
+    from qinglong.control.secrets.store import reseal_variables_batch, seal_variables_batch
+
+    step = reseal_variables_batch if reseal else seal_variables_batch
+    values = 0
+    while True:
+        with engine.begin() as conn:
+            result = step(conn, keyring, limit=batch)
+        values += result.values
+        if result.last_id is None:
+            return values
+
+
 @secrets.command()
 @_url
 @_keyring_opt
@@ -77,8 +92,10 @@ def enable(database_url: str, keyring_path: str, batch: int, by: str) -> None:
                 "VALUES (true, :k, :by) ON CONFLICT (singleton) DO NOTHING"),
                 {"k": keyring.primary, "by": by[:200]})
         rows, values = _seal_all(engine, keyring, batch)
+        shared = _variables_all(engine, keyring, batch, reseal=False)
     click.echo(f"sealing on (key {keyring.primary}); sealed {values} value(s) in "
                f"{rows} task(s)")
+    click.echo(f"sealed {shared} global variable value(s)")
 
 
 @secrets.command("rotate-key")
@@ -117,8 +134,11 @@ def rotate_key(database_url: str, keyring_path: str, batch: int) -> None:
                 break
             after = result.last_id
         more_rows, more_values = _seal_all(engine, keyring, batch)
+        shared = _variables_all(engine, keyring, batch, reseal=True)
+        shared += _variables_all(engine, keyring, batch, reseal=False)
     click.echo(f"primary key {keyring.primary}; re-sealed {values + more_values} "
                f"value(s) in {rows + more_rows} task(s)")
+    click.echo(f"re-sealed {shared} global variable value(s)")
 
 
 @secrets.command()
@@ -139,5 +159,6 @@ def status(database_url: str, as_json: bool) -> None:
     click.echo(f"sealing: {'on' if out['enabled'] else 'off'}"
                + (f"  primary key: {out['primary_key_id']}" if out["enabled"] else ""))
     click.echo(f"tasks with plaintext secrets: {out['plaintext_tasks']}")
+    click.echo(f"variable values in plain text: {out['plaintext_variable_values']}")
     for key_id, n in out["sealed_by_key"].items():
         click.echo(f"sealed with {key_id}: {n} value(s)"[:80])

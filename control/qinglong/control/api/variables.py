@@ -87,6 +87,11 @@ class StoredOut(BaseModel):
 
 
 def _refusal(exc: Exception) -> ApiError:
+    from qinglong.control.secrets.store import SecretsKeyMissingError
+
+    if isinstance(exc, SecretsKeyMissingError):
+        return ApiError(503, "secrets_key_missing", "secret values are sealed and this "
+                        "replica has no keyring: start it with --secrets-keyring")
     if isinstance(exc, NotFoundError):
         return ApiError(404, "not_found", str(exc))
     return ApiError(422, "invalid_variable", str(exc).partition(": ")[2] or str(exc))
@@ -108,7 +113,8 @@ def set_var(name: Name, body: ValueIn, request: Request, who: Operator) -> Store
             index = store.put_value(
                 conn, name, body.value, who=who.name, remark=body.remark, index=body.index,
                 add=body.add, secret=body.secret, pools=body.pools,
-                set_pools="pools" in body.model_fields_set)
+                set_pools="pools" in body.model_fields_set,
+                keyring=get_context(request).extras.get("keyring"))
     except (NotFoundError, ValidationError) as exc:
         raise _refusal(exc) from None
     return StoredOut(name=name, index=index)
@@ -118,7 +124,8 @@ def _toggle(name: str, body: ToggleIn, request: Request, who: Principal,
             enabled: bool) -> StoredOut:
     try:
         with get_context(request).engine.begin() as conn:
-            changed = store.set_enabled(conn, name, body.index, enabled, who.name)
+            changed = store.set_enabled(conn, name, body.index, enabled, who.name,
+                                        keyring=get_context(request).extras.get("keyring"))
     except (NotFoundError, ValidationError) as exc:
         raise _refusal(exc) from None
     return StoredOut(name=name, index=body.index, changed=changed)

@@ -65,6 +65,7 @@ global_variable_values = Table(
     Column("remark", Text, nullable=False),
     Column("enabled", Boolean, nullable=False),
     Column("updated_at", _TS, nullable=False),
+    Column("sealed_value", Text),  # 0012: sealed secret value, secrets/store.py
 )
 
 notify_channels = Table(

@@ -10,6 +10,11 @@ remarks and flags. No error message here contains a value.
 Limits (``execve``'s): one value and one joined variable at most 128 KiB, every variable
 of one pool's scope together at most 1 MiB (:data:`ENV_MAX_BYTES`), checked inside the
 writing transaction (a refused write changes nothing).
+
+Once sealing is on (``ql3 control secrets enable``; docs/operations.md "Secret values at
+rest"), a value of a secret variable is stored sealed (migration 0012,
+``secrets/store.py``): the calls that write or read values take the replica's ``keyring``
+and raise SecretsKeyMissingError (a ValidationError) when a value is sealed and it is None.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from qinglong.shared.errors import NotFoundError, ValidationError
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
+
+    from qinglong.control.secrets.sealing import Keyring
 
 JOIN = "&"
 VALUE_MAX_BYTES = 128 * 1024
@@ -64,28 +71,34 @@ def list_variables(conn: Connection) -> list[dict[str, Any]]:
 
 
 def pool_environment(conn: Connection, pool_name: str | None = None, *,
-                     pool_id: str | None = None) -> dict[str, str]:
+                     pool_id: str | None = None, keyring: Keyring | None = None
+                     ) -> dict[str, str]:
     """``{NAME: enabled values joined with &}`` for the variables whose scope reaches the
-    pool named ``pool_name`` (or with id ``pool_id``); secrets, for a claim answer only."""
+    pool named ``pool_name`` (or with id ``pool_id``); secrets, for a claim answer only.
+    Sealed values are opened with ``keyring`` (SecretsKeyMissingError without one,
+    SealError when one does not open)."""
+    from qinglong.control.secrets.store import opened_variable_value
+
     out: dict[str, list[str]] = {}
     for row in run_named(conn, (
-            "SELECT v.name, x.value FROM global_variables v"
+            "SELECT v.name, x.value, x.sealed_value FROM global_variables v"
             " JOIN global_variable_values x ON x.name = v.name AND x.enabled"
             " WHERE v.pools IS NULL OR coalesce(%(pool)s, (SELECT p.name FROM worker_pools p"
             "   WHERE p.id = %(pool_id)s)) = ANY (v.pools)"
             " ORDER BY v.name, x.position"), {"pool": pool_name, "pool_id": pool_id}):
-        out.setdefault(row[0], []).append(row[1])
+        out.setdefault(row[0], []).append(
+            opened_variable_value(keyring, row[0], row[1], row[2]))
     return {name: JOIN.join(vals) for name, vals in out.items()}
 
 
-def _check_sizes(conn: Connection) -> None:
+def _check_sizes(conn: Connection, keyring: Keyring | None) -> None:
     """Refuse a state some pool's tasks could not be started with (ValidationError)."""
     pools = [r[0] for r in run_named(conn, "SELECT name FROM worker_pools")]
     scoped = {r[0] for r in run_named(
         conn, "SELECT DISTINCT unnest(pools) FROM global_variables WHERE pools IS NOT NULL")}
     for pool in sorted(set(pools) | scoped | {""}):
         total = 0
-        for name, value in pool_environment(conn, pool).items():
+        for name, value in pool_environment(conn, pool, keyring=keyring).items():
             size = len(name) + 2 + len(value.encode("utf-8", "surrogateescape"))
             if size > VALUE_MAX_BYTES:
                 raise ValidationError("value", f"{name} would be {size} bytes with its enabled "
@@ -99,14 +112,17 @@ def _check_sizes(conn: Connection) -> None:
 
 def put_value(conn: Connection, name: str, value: str, *, who: str, remark: str | None,
               index: int | None, add: bool, secret: bool | None,
-              pools: Sequence[str] | None, set_pools: bool) -> int:
+              pools: Sequence[str] | None, set_pools: bool,
+              keyring: Keyring | None = None) -> int:
     """Store ``value`` for ``name`` in the caller's transaction; returns its index.
 
     ``add``: a new last value (enabled); ``index``: replace that value (keeping its flag,
     and its remark unless ``remark`` is given); neither: the variable becomes this one
     value. ``set_pools``: the scope becomes ``pools`` (None: every pool); otherwise a new
     variable reaches every pool and an existing one keeps its scope. Raises
-    ValidationError (never echoing the value) or NotFoundError (no such index).
+    ValidationError (never echoing the value; SecretsKeyMissingError is one) or
+    NotFoundError (no such index). A secret variable's value is sealed with ``keyring``
+    once sealing is on (``secrets/store.py``).
     """
     check_name(name)
     if "\x00" in value or len(value.encode("utf-8", "surrogateescape")) > VALUE_MAX_BYTES:
@@ -125,11 +141,16 @@ def put_value(conn: Connection, name: str, value: str, *, who: str, remark: str 
         " updated_at = now(), secret = coalesce(%(secret)s, global_variables.secret),"
         " pools = CASE WHEN %(set_pools)s THEN excluded.pools ELSE global_variables.pools END"),
         params)
-    _lock(conn, name)
-    args = {"name": name, "value": value, "remark": remark, "index": index}
+    from qinglong.control.secrets.store import stored_variable_value
+
+    locked = _lock(conn, name)
+    plain, sealed = stored_variable_value(conn, keyring, name, value,
+                                          secret=bool(locked["secret"]))
+    args = {"name": name, "value": plain, "sealed": sealed, "remark": remark,
+            "index": index}
     if index is not None:
         done = run_named(conn, (
-            "UPDATE global_variable_values SET value = %(value)s,"
+            "UPDATE global_variable_values SET value = %(value)s, sealed_value = %(sealed)s,"
             " remark = coalesce(%(remark)s, remark), updated_at = now()"
             " WHERE name = %(name)s AND position = %(index)s"), args).rowcount
         if not done:
@@ -139,18 +160,18 @@ def put_value(conn: Connection, name: str, value: str, *, who: str, remark: str 
         if not add:
             run_named(conn, "DELETE FROM global_variable_values WHERE name = %(name)s", args)
         position = int(run_named(conn, (
-            "INSERT INTO global_variable_values (name, position, value, remark)"
-            " SELECT %(name)s, coalesce(max(position), 0) + 1, %(value)s,"
+            "INSERT INTO global_variable_values (name, position, value, sealed_value,"
+            " remark) SELECT %(name)s, coalesce(max(position), 0) + 1, %(value)s, %(sealed)s,"
             " coalesce(%(remark)s, '') FROM global_variable_values WHERE name = %(name)s"
             " RETURNING position"), args).scalar_one())
-    _check_sizes(conn)
+    _check_sizes(conn, keyring)
     return position
 
 
 def set_enabled(conn: Connection, name: str, index: int | None, enabled: bool,
-                who: str) -> int:
+                who: str, keyring: Keyring | None = None) -> int:
     """Enable or disable value #index (None: all); the value is kept. Returns how many
-    changed. Raises NotFoundError."""
+    changed. Raises NotFoundError; ValidationError as ``put_value``."""
     _lock(conn, name)
     args = {"name": name, "index": index, "enabled": enabled, "who": who}
     if index is not None and run_named(conn, (
@@ -163,7 +184,7 @@ def set_enabled(conn: Connection, name: str, index: int | None, enabled: bool,
         " AND enabled <> %(enabled)s"), args).rowcount
     run_named(conn, "UPDATE global_variables SET updated_by = %(who)s, updated_at = now()"
                     " WHERE name = %(name)s", args)
-    _check_sizes(conn)
+    _check_sizes(conn, keyring)
     return int(changed)
 
 

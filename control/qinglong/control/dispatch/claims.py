@@ -75,7 +75,7 @@ def claim_attempts(engine: Engine, config: DispatchConfig, *, pool_id: str,
             held = {r["task_id"] for r in run_named(
                 conn, sql("lock_replace_tasks"), {"task_ids": replace}).mappings()}
         claimed = []
-        shared_env = pool_environment(conn, pool_id=pool_id) if picked else {}
+        shared_env = pool_environment(conn, pool_id=pool_id, keyring=keyring) if picked else {}
         for row in picked:
             if row["concurrency_policy"] == "replace" and row["task_id"] not in held:
                 continue  # another claimer decides for this task right now

@@ -9,9 +9,12 @@ are. The ``secret_sealing`` row switches sealing on for the whole deployment
 replica holding the keyring moves the remaining plaintext in bounded batches
 (``seal_batch``); ``reseal_batch`` re-seals values of a key that is no longer primary.
 
-Another table of secret variables plugs in by the same three calls with its own row id
-(``stored_env`` on write, ``opened_env`` on read, a ``*_batch`` over its rows) and its own
-``sealed_*`` column in a migration of its own.
+The cluster's global variables (migration 0012) plug in the same way with their own calls:
+a value of a secret variable is written by ``stored_variable_value`` (``value`` '' and
+``sealed_value`` set once sealing is on), read back by ``opened_variable_value`` (only
+``db/variables.py``'s ``pool_environment`` does, for a claim), and sealed or re-sealed by
+``seal_variables_batch`` / ``reseal_variables_batch``; associated data
+``global_variables/<name>`` and the name.
 
 Errors name a variable or a key id, never a value or key material.
 """
@@ -169,9 +172,88 @@ def reseal_batch(conn: Connection, keyring: Keyring, *, after: str | None = None
                        str(rows[-1][0]) if len(rows) == limit else None)
 
 
+def variable_row_id(name: str) -> str:
+    """The associated data's row id of a value of global variable ``name``."""
+    return f"global_variables/{name}"
+
+
+def stored_variable_value(conn: Connection, keyring: Keyring | None, name: str, value: str,
+                          *, secret: bool) -> tuple[str, str | None]:
+    """``(value, sealed_value)`` to write for a value of variable ``name``: ``("",
+    sealed)`` when ``secret`` and sealing is on (read in the caller's transaction), else
+    ``(value, None)``. Raises SecretsKeyMissingError when it must seal and ``keyring`` is
+    None."""
+    if not secret or sealing_state(conn) is None:
+        return value, None
+    if keyring is None:
+        raise SecretsKeyMissingError("sealing is on and this process holds no keyring: "
+                                     "secret values cannot be stored")
+    return "", keyring.seal(value, row_id=variable_row_id(name), name=name)
+
+
+def opened_variable_value(keyring: Keyring | None, name: str, value: str,
+                          sealed: str | None) -> str:
+    """The plain value of a stored variable value (``sealed`` None: ``value`` itself).
+    Raises SecretsKeyMissingError when sealed and ``keyring`` is None, SealError when it
+    does not open."""
+    if sealed is None:
+        return value
+    if keyring is None:
+        raise SecretsKeyMissingError("secret values are sealed and this process holds no "
+                                     "keyring")
+    return keyring.open(sealed, row_id=variable_row_id(name), name=name)
+
+
+def _rewrite_variables(conn: Connection, keyring: Keyring, rows: list[Any],
+                       limit: int) -> BatchResult:
+    for name, position, value, sealed in rows:
+        plain = opened_variable_value(keyring, str(name), str(value), sealed)
+        conn.execute(text(
+            "UPDATE global_variable_values SET value = '', sealed_value = :sealed "
+            "WHERE name = :name AND position = :pos"),
+            {"name": name, "pos": position,
+             "sealed": keyring.seal(plain, row_id=variable_row_id(str(name)),
+                                    name=str(name))})
+    last = f"{rows[-1][0]}/{rows[-1][1]}" if len(rows) == limit else None
+    return BatchResult(len(rows), len(rows), last)
+
+
+_PLAINTEXT_VARIABLE = (
+    "FROM global_variable_values x JOIN global_variables v ON v.name = x.name "
+    "WHERE v.secret AND x.sealed_value IS NULL")
+
+
+def seal_variables_batch(conn: Connection, keyring: Keyring, *,
+                         limit: int = BATCH_DEFAULT) -> BatchResult:
+    """Seal at most ``limit`` plaintext values of secret global variables (rows locked
+    ``FOR UPDATE OF x SKIP LOCKED``; found by 0012's partial index) and clear their
+    plaintext. A sealed value no longer matches, so the caller repeats until ``last_id`` is
+    None. Runs in the caller's transaction; does nothing while sealing is off."""
+    if sealing_state(conn) is None:
+        return BatchResult(0, 0, None)
+    rows = list(conn.execute(text(
+        f"SELECT x.name, x.position, x.value, x.sealed_value {_PLAINTEXT_VARIABLE} "
+        "ORDER BY x.name, x.position LIMIT :n FOR UPDATE OF x SKIP LOCKED"), {"n": limit}))
+    return _rewrite_variables(conn, keyring, rows, limit)
+
+
+def reseal_variables_batch(conn: Connection, keyring: Keyring, *,
+                           limit: int = BATCH_DEFAULT) -> BatchResult:
+    """Re-seal with the primary key at most ``limit`` variable values sealed with another
+    key (rotation); a re-sealed value no longer matches, so the caller repeats until
+    ``last_id`` is None. Runs in the caller's transaction."""
+    rows = list(conn.execute(text(
+        "SELECT name, position, value, sealed_value FROM global_variable_values "
+        "WHERE sealed_value IS NOT NULL AND split_part(sealed_value, '.', 2) <> :primary "
+        "ORDER BY name, position LIMIT :n FOR UPDATE SKIP LOCKED"),
+        {"primary": keyring.primary, "n": limit}))
+    return _rewrite_variables(conn, keyring, rows, limit)
+
+
 def sealing_status(conn: Connection) -> dict[str, Any]:
     """``{"enabled": bool, "primary_key_id": str|None, "plaintext_tasks": int,
-    "sealed_by_key": {key id: values}}``: what status prints."""
+    "plaintext_variable_values": int, "sealed_by_key": {key id: values}}`` (values of
+    tasks and of global variables together): what status prints."""
     state = sealing_state(conn)
     plaintext = int(conn.execute(text(
         f"SELECT count(*) FROM tasks WHERE {_PLAINTEXT}")).scalar_one())  # noqa: S608
@@ -179,9 +261,16 @@ def sealing_status(conn: Connection) -> dict[str, Any]:
         "SELECT split_part(e.value, '.', 2), count(*) FROM tasks, "
         "jsonb_each_text(tasks.sealed_env) e WHERE tasks.sealed_env IS NOT NULL "
         "GROUP BY 1 ORDER BY 1"))}
+    for key_id, n in conn.execute(text(
+            "SELECT split_part(sealed_value, '.', 2), count(*) FROM global_variable_values "
+            "WHERE sealed_value IS NOT NULL GROUP BY 1")):
+        by_key[str(key_id)] = by_key.get(str(key_id), 0) + int(n)
+    variables = int(conn.execute(text(
+        f"SELECT count(*) {_PLAINTEXT_VARIABLE}")).scalar_one())
     return {"enabled": state is not None,
             "primary_key_id": state.primary_key_id if state else None,
-            "plaintext_tasks": plaintext, "sealed_by_key": by_key}
+            "plaintext_tasks": plaintext, "plaintext_variable_values": variables,
+            "sealed_by_key": dict(sorted(by_key.items()))}
 
 
 def load_keyring(path: str) -> Keyring:

@@ -284,10 +284,18 @@ class ControlReplica:
         keyring = self.keyring
 
         def seal() -> Any:
-            from qinglong.control.secrets.store import seal_batch
+            from qinglong.control.secrets.store import (
+                BatchResult,
+                seal_batch,
+                seal_variables_batch,
+            )
 
             with self.engine.begin() as conn:
-                return seal_batch(conn, keyring)
+                tasks = seal_batch(conn, keyring)
+            with self.engine.begin() as conn:
+                values = seal_variables_batch(conn, keyring)
+            return BatchResult(tasks.rows + values.rows, tasks.values + values.values,
+                               tasks.last_id or values.last_id)
 
         if keyring is not None:
             self.supervisor.services.append(PeriodicService(
