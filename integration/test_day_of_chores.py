@@ -111,11 +111,15 @@ def _runs(out: str) -> list[dict[str, str]]:
 
 
 def _field(out: str, key: str) -> str:
-    """The value of ``key:`` in a `task show` or `status` listing."""
-    for line in out.splitlines():
+    """The value of ``key:`` in a `task show`, `status` or `settings show` listing; a long
+    value stands on its own line under ``key:`` (whole, to be copied)."""
+    lines = out.splitlines()
+    for i, line in enumerate(lines):
         name, sep, rest = line.partition(": ")
         if sep and name.strip() == key:
             return rest
+        if line.strip() == f"{key}:" and i + 1 < len(lines):
+            return lines[i + 1].strip()
     raise AssertionError(f"no {key!r} in {out}")
 
 

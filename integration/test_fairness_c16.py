@@ -3,7 +3,6 @@ task A every second, ``allow``, ``sleep 5``; task B every 5 s, ``forbid``; about
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ def _max_alive(runs: list[dict[str, Any]]) -> int:
 
 
 def _slot_events(shown: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    return [(e["kind"], json.loads(e["detail"])) for e in shown["events"]
+    return [(e["kind"], e["detail"]) for e in shown["events"]
             if e["kind"] in ("slot_skipped", "slot_coalesced")]
 
 

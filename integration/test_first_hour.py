@@ -6,7 +6,10 @@ checked when the task is added."""
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -125,7 +128,7 @@ def test_every_default_view_fits_80_screen_columns_with_chinese_names(ql3: Ql3) 
         ("local", "task", "list"), ("local", "task", "list", "--label", "平台=京东"),
         ("local", "task", "show", long_name), ("local", "task", "next", long_name),
         ("local", "runs"), ("local", "inspect", f"{long_name}@last"),
-        ("local", "vars", "list"),
+        ("local", "vars", "list"), ("local", "status"), ("local", "settings", "show"),
     ]
     for args in walked:
         out = ql3.run(*args).stdout
@@ -134,3 +137,56 @@ def test_every_default_view_fits_80_screen_columns_with_chinese_names(ql3: Ql3) 
                 if text_width(line) > 80 and not line.startswith(f"run {long_name}#")]
         assert wide == [], (args, wide)
     assert long_name in ql3.run("local", "task", "list", "--wide").stdout
+
+
+def test_json_events_carry_detail_as_an_object(ql3: Ql3) -> None:
+    """``--json`` events carry ``detail`` as a JSON object, not JSON text inside JSON, in
+    ``inspect`` and ``task show``; the default views still read it as ``key=value``."""
+    ql3.run("local", "task", "add", "京东签到", "--schedule", "@once", "--", "sh", "-c",
+            "echo 签到失败; exit 3")
+    ql3.run("local", "task", "edit", "京东签到", "--timeout", "30")
+    ql3.run("local", "run", "京东签到", check=False)
+    events = ql3.json("local", "inspect", "京东签到#1")["events"]
+    details = [e["detail"] for e in events if e["detail"] is not None]
+    assert details and all(isinstance(d, dict) for d in details), events
+    assert any(d.get("exit_code") == 3 for d in details), events
+    shown = ql3.json("local", "task", "show", "京东签到")["events"]
+    [edited] = [e["detail"] for e in shown if e["kind"] == "task_edited"]
+    assert isinstance(edited, dict) and "timeout_s" in edited["changed"], shown
+    assert "exit_code=3" in ql3.run("local", "inspect", "京东签到#1").stdout
+    assert "timeout" in ql3.run("local", "task", "show", "京东签到").stdout
+
+
+def test_status_and_settings_fit_80_columns_with_long_paths() -> None:
+    """``status`` and ``settings show`` keep every line within 80 columns: a long path or
+    value goes whole on its own line under its label, so it can still be copied. A value
+    wider than 80 columns by itself stays whole on its own line (never cut): the one line
+    allowed past 80. ``--wide`` keeps label and value on one line."""
+    from qinglong.shared.display import text_width
+
+    base = Path(tempfile.mkdtemp(prefix="ql3-"))  # a short base: the path's width is known
+    try:
+        data = base / "青龙数据目录" / ("d" * max(1, 70 - len(str(base)) - 14))
+        assert 64 <= text_width(str(data)) <= 76  # alone it fits; behind its label it does not
+        ql3 = Ql3(data)
+        ql3.env.update(COLUMNS="80", TZ="Asia/Shanghai")
+        ql3.run("local", "init", "--data-dir", str(data), "--profile", "standalone")
+        path = ":".join(["/opt/青龙/脚本/bin"] * 4)  # 60+ columns
+        ql3.run("local", "settings", "set", "task_path", path)
+        notify = "python3 /opt/青龙/通知/" + "很长的通知脚本名" * 5 + ".py --渠道 bark"
+        assert text_width(notify) > 80
+        ql3.run("local", "settings", "set", "notify_command", notify)
+        notify = shlex.join(shlex.split(notify))  # shown shell-quoted
+        for args, whole in ((("local", "status"), str(data)),
+                            (("local", "settings", "show"), path)):
+            lines = ql3.run(*args).stdout.splitlines()
+            wide = [line for line in lines if text_width(line) > 80 and line != notify]
+            assert wide == [], (args, wide)
+            assert f"  {whole}" in lines, (args, lines)  # whole, on its own line: copyable
+        shown = ql3.run("local", "settings", "show").stdout.splitlines()
+        assert notify in shown and "task_path:" in [line.strip() for line in shown], shown
+        assert f"    data dir: {data}" in ql3.run("local", "status", "--wide").stdout
+        assert f"       task_path: {path}" in ql3.run(
+            "local", "settings", "show", "--wide").stdout
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

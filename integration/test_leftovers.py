@@ -135,7 +135,7 @@ def test_c18_after_a_crash_the_receipt_settles_the_run_then_the_daemon_is_stoppe
     try:
         final = ql3.json("local", "inspect", run["id"])
         _assert_stopped_and_shown(ql3, final, daemon)
-        assert any('"source": "receipt"' in (e["detail"] or "") for e in final["events"])
+        assert any((e["detail"] or {}).get("source") == "receipt" for e in final["events"])
     finally:
         assert ql3.stop_serve(serve) == 0
 

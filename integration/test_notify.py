@@ -104,7 +104,7 @@ def test_a_hung_notifier_is_killed_as_a_group_and_the_run_keeps_its_status(
     finally:
         assert ql3.stop_serve(serve) == 0
     assert run["status"] == "succeeded" and after["status"] == "succeeded"
-    detail = json.loads(failed[0]["detail"])
+    detail = failed[0]["detail"]
     assert detail["channel"] == "command" and detail["timed_out"] is True
     pgid = int(pgid_file.read_text())
     assert wait_for(lambda: not alive_in_group(pgid), 5), "the notifier's group lives on"
@@ -121,7 +121,7 @@ def test_a_failing_notifier_is_recorded_and_changes_nothing_else(
         failed = wait_for(lambda: _events(ql3, run["id"], "notify_failed"), 15)
     finally:
         assert ql3.stop_serve(serve) == 0
-    assert json.loads(failed[0]["detail"])["exit_code"] == 5
+    assert failed[0]["detail"]["exit_code"] == 5
     assert ql3.json("local", "inspect", run["id"])["status"] == "failed"
 
 

@@ -85,10 +85,8 @@ def _set_urls(ql3: Ql3, *urls: str) -> None:
 
 
 def _events(ql3: Ql3, run_id: str) -> list[dict[str, Any]]:
-    """The run's notification events, ``detail`` as an object (a JSON text is parsed)."""
-    return [{**e, "detail": json.loads(e["detail"]) if isinstance(e["detail"], str)
-             else e["detail"]}
-            for e in ql3.json("local", "inspect", run_id)["events"]
+    """The run's notification events (``--json`` carries ``detail`` as an object)."""
+    return [e for e in ql3.json("local", "inspect", run_id)["events"]
             if e["kind"] in ("notify_sent", "notify_failed")]
 
 

@@ -4,7 +4,6 @@ temporary receipt. Rows are corrupted with sqlite3 as a field corruption would."
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sqlite3
@@ -100,7 +99,7 @@ def test_c20_resolve_settles_a_pgid_1_handle_once_the_attempt_lock_is_free_signa
     [resolved] = ql3.json("local", "recovery", "resolve", run["id"], "--as", "lost")
     assert (resolved["status"], resolved["source"]) == ("lost", "operator")
     final = ql3.json("local", "inspect", run["id"])
-    details = [json.loads(e["detail"] or "{}") for e in final["events"]]
+    details = [e["detail"] or {} for e in final["events"]]
     assert any(d.get("handle") == "corrupt" and d.get("lock") == "free" for d in details)
     assert sentinel.poll() is None, "nothing was signalled through the corrupt handle"
     serve = ql3.start_serve()  # the refusal was resolvable

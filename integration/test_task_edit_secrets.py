@@ -89,7 +89,7 @@ def test_edit_sets_and_unsets_secrets_named_in_events_never_valued(
     shown = ql3.json("local", "task", "show", "t")
     assert shown["id"] == task_id  # same task, same history
     assert shown["secret_env"] == {"PLAIN": "********"} and "PLAIN" not in shown["env"]
-    edits = [json.loads(e["detail"]) for e in shown["events"] if e["kind"] == "task_edited"]
+    edits = [e["detail"] for e in shown["events"] if e["kind"] == "task_edited"]
     edits.reverse()  # newest first -> in the order made
     assert [(e["changed"], e.get("secret_env_set"), e.get("secret_env_unset")) for e in edits] \
         == [(["secret_env"], ["A", "B"], []),

@@ -110,6 +110,11 @@ def test_a_qinglong_users_first_hour_through_ql3_cluster(cluster: Cluster) -> No
     assert re.fullmatch(r"run 京东签到#1 \([0-9a-f-]{36}\): succeeded \(exit 0\)\n", ran), ran
     assert cli(cluster, url, admin, "logs", "京东签到#1").stdout == "签到成功\n"
     assert cli(cluster, url, admin, "logs", "京东签到@last").stdout == "签到成功\n"
+    # --json events carry detail as an object (or null), never JSON text inside JSON
+    events = json.loads(cli(cluster, url, admin, "inspect", "京东签到#1", "--json").stdout)[
+        "events"]
+    details = [e["detail"] for e in events if e["detail"] is not None]
+    assert details and all(isinstance(d, dict) for d in details), events
     runs = cli(cluster, url, admin, "runs", "--task", "京东签到").stdout.splitlines()
     assert runs[1].split()[0] == "京东签到#1" and "succeeded" in runs[1]
 

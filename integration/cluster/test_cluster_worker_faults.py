@@ -316,7 +316,8 @@ def test_completion_replayed_after_its_answer_was_lost_keeps_the_outcome(
     log = scene.api.get(f"/v1/attempts/{attempt['id']}/log")
     assert log.status_code == 200 and "replay-me" in log.text
     worker_log = w1.log()
-    assert f"attempt {attempt['id']}: completed succeeded" in worker_log
+    number = scene.api.get(f"/v1/runs/{run_id}").json()["number"]
+    assert f"replayed#{number} attempt 1: completed succeeded" in worker_log, worker_log
     for sign in ("lease lost", "lease fenced", "group killed", "not recorded"):
         assert sign not in worker_log
 
@@ -371,7 +372,9 @@ def test_paused_worker_is_fenced_and_the_new_claimants_outcome_stands(
     late = [r for r in proxy.records() if r["at"] >= resumed_at
             and ((r["request"] or {}).get("lease") or {}).get("attempt_id") == first["id"]]
     assert all(r["status"] == 409 for r in late), late
-    assert f"attempt {first['id']}: completed" not in w1.log()
+    number = scene.api.get(f"/v1/runs/{run_id}").json()["number"]
+    assert f"paused#{number} attempt 1: starting" in w1.log(), w1.log()  # w1 ran it
+    assert f"paused#{number} attempt 1: completed" not in w1.log()
 
     # the stale worker's writes delivered late (a slow network): 409, nothing changes
     stale = scene.cluster.api(scene.url, scene.worker_token)

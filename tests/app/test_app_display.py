@@ -81,3 +81,25 @@ def test_task_show_fields_say_yes_no_and_dash_never_python_reprs() -> None:
 
 def test_a_command_is_shown_shell_quoted() -> None:
     assert display.command(["sh", "-c", "echo it's"]) == "sh -c 'echo it'\"'\"'s'"
+
+
+def test_a_long_value_goes_whole_under_its_label_unless_wide() -> None:
+    from qinglong.shared.display import field_lines
+
+    label = "    data dir: "
+    path = "/srv/青龙/" + "d" * 60  # 74 columns alone, 88 behind the label
+    assert field_lines(label, "/srv/ql", width=80) == [label + "/srv/ql"]
+    assert field_lines(label, path, width=80) == ["    data dir:", "  " + path]
+    longer = path + "e" * 10  # 84 columns: whole on its own line, never cut
+    assert field_lines(label, longer, width=80) == ["    data dir:", longer]
+    display.DISPLAY.wide = True
+    try:
+        assert field_lines(label, path, width=80) == [label + path]
+    finally:
+        display.DISPLAY.wide = False
+
+
+def test_an_event_detail_reads_the_same_as_an_object_or_as_json_text() -> None:
+    detail = {"exit_code": 3, "timed_out": False, "error": None}
+    assert output.event_detail(detail) == output.event_detail(json.dumps(detail)) \
+        == "exit_code=3 timed_out=no"

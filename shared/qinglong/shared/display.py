@@ -187,6 +187,21 @@ def fit_line(text: str, width: int | None = None) -> str:
     return shorten(text, terminal_width() if width is None else width)
 
 
+def field_lines(label: str, text: str, width: int | None = None) -> list[str]:
+    """A labelled value (``label`` already padded and ending in ``": "``) as lines within
+    ``width`` columns (default :func:`terminal_width`), never shortened, so a path stays
+    whole and copyable: ``[label + text]`` when that fits or with ``--wide``; else the label
+    alone and the text on the next line, indented two columns when that still fits. A text
+    wider than ``width`` by itself stays whole on its own line (the one line allowed past the
+    width: integration/test_first_hour.py::test_status_and_settings_fit_80_columns)."""
+    whole = label + text
+    width = terminal_width() if width is None else width
+    if DISPLAY.wide or text_width(whole) <= width:
+        return [whole]
+    indent = "  " if text_width(text) + 2 <= width else ""
+    return [label.rstrip(), indent + text]
+
+
 def fit_title(before: str, name: str, after: str, width: int | None = None) -> str:
     """``before + name + after`` within ``width`` columns (default :func:`terminal_width`):
     the name gives way (``next slots of 京东签到每日…  (0 8 * * *, Asia/Shanghai)``),

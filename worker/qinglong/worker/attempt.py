@@ -92,13 +92,17 @@ class AttemptRunner:
     request was sent (the first renewal); ``on_done(attempt_id)`` runs when the runner ends,
     whatever happened. ``request_stop(reason)`` stops the group (TERM, grace, KILL) and
     completes the attempt ``cancelled`` with that reason (``failed`` for ``worker_drain``, so
-    a run whose task allows more attempts is retried on another worker)."""
+    a run whose task allows more attempts is retried on another worker). ``who``
+    (``京东签到#3 attempt 1``) names the attempt in every log line (docs/operations.md,
+    worker log)."""
 
     def __init__(self, client: ControlClient, attempt: wire.ClaimedAttempt,
                  claim_sent_at: float, config: RunnerConfig,
                  on_done: Callable[[str], None]) -> None:
         self.attempt = attempt
         self.attempt_id = attempt.lease.attempt_id
+        # log lines name the run as people type it (TASK#N), never by a UUID
+        self.who = f"{attempt.task_name}#{attempt.run_number} attempt {attempt.attempt_number}"
         self._client = client
         self._config = config
         self._on_done = on_done
@@ -131,7 +135,7 @@ class AttemptRunner:
         except _Forget:
             pass
         except Exception:
-            log.exception("attempt %s: runner failed", self.attempt_id)
+            log.exception("%s: runner failed", self.who)
         finally:
             self._on_done(self.attempt_id)
 
@@ -139,8 +143,8 @@ class AttemptRunner:
                   log_facts: wire.LogFacts | None, reason: str | None,
                   layout: wire.LogLayout | None = None) -> None:
         if self._lost.is_set() or self._fence.expired():
-            log.warning("attempt %s: fenced before completion: attempt forgotten",
-                        self.attempt_id)
+            log.warning("%s: fenced before completion: attempt forgotten",
+                        self.who)
             return
         report = wire.CompletionReport(lease=self.attempt.lease, outcome=outcome,
                                        exit_code=status[0], signal=status[1], log=log_facts,
@@ -149,11 +153,11 @@ class AttemptRunner:
         try:
             self._client.complete(report, deadline=self._fence.deadline)
         except LeaseLostError:
-            log.warning("attempt %s: lease lost at completion", self.attempt_id)
+            log.warning("%s: lease lost at completion", self.who)
         except WorkerError as exc:
-            log.error("attempt %s: completion not recorded: %s", self.attempt_id, exc)
+            log.error("%s: completion not recorded: %s", self.who, exc)
         else:
-            log.info("attempt %s: completed %s", self.attempt_id, outcome)
+            log.info("%s: completed %s", self.who, outcome)
 
     def _run(self) -> None:
         a = self.attempt
@@ -191,7 +195,7 @@ class AttemptRunner:
             self._lost.set()
             raise _Forget from None
         except BundleFailure as exc:
-            log.error("attempt %s: not started: %s: %s", self.attempt_id, exc.reason, exc)
+            log.error("%s: not started: %s: %s", self.who, exc.reason, exc)
             self._complete("failed", (None, None), None, exc.reason)
             return None
         if self._lost.is_set() or self._fence.expired():
@@ -211,7 +215,7 @@ class AttemptRunner:
         try:
             spool_path, spool_fd = open_spool_file(self._config.spool_dir, self.attempt_id)
         except SpoolError as exc:
-            log.error("attempt %s: %s", self.attempt_id, exc)
+            log.error("%s: %s", self.who, exc)
             return self._complete("failed", (None, None), None, "spool_unavailable")
         pipe_r, pipe_w = os.pipe()
         sandbox = None
@@ -234,7 +238,7 @@ class AttemptRunner:
             if sandbox is not None:
                 self._config.isolation.leave(sandbox)
             reason = "cwd_missing" if isinstance(exc, CwdMissingError) else "spawn_failed"
-            log.error("attempt %s: not started: %s", self.attempt_id, reason)
+            log.error("%s: not started: %s", self.who, reason)
             spool_path.unlink(missing_ok=True)
             return self._complete("failed", (None, None), None, reason)
         os.close(pipe_w)
@@ -252,8 +256,8 @@ class AttemptRunner:
             verdict, why, code = self._supervise(proc)
             cap = copier.finish()
             if self._client.token_refused.is_set():  # 401: nothing can be reported
-                log.warning("attempt %s: stopped, not reported (worker token refused)",
-                            self.attempt_id)
+                log.warning("%s: stopped, not reported (worker token refused)",
+                            self.who)
                 return None
             status = decode_status(code)
             outcome = verdict or ("succeeded" if status.exit_code == 0 else "failed")
@@ -284,7 +288,7 @@ class AttemptRunner:
             proc.kill_now()
             proc.clear_leftovers(0.0)  # escapees too, at once: the lease is at stake
             proc.release()
-            log.warning("attempt %s: %s: group killed, attempt forgotten", self.attempt_id, why)
+            log.warning("%s: %s: group killed, attempt forgotten", self.who, why)
             raise _Forget
 
     def _report_started(self, proc: AttemptProcess) -> None:
@@ -294,7 +298,7 @@ class AttemptRunner:
         except LeaseLostError:
             self._lost.set()
         except WorkerError as exc:
-            log.warning("attempt %s: started not reported: %s", self.attempt_id, exc)
+            log.warning("%s: started not reported: %s", self.who, exc)
 
     def _supervise(self, proc: AttemptProcess) -> tuple[str | None, str | None, int]:
         """Wait for the command, stop its leftovers, release the wrapper; returns (outcome or
@@ -323,7 +327,7 @@ class AttemptRunner:
         self._check_lease(proc)
         report = proc.clear_leftovers(self._config.grace_s)
         if report.found or report.unresolved:
-            log.warning("attempt %s: %s", self.attempt_id, report.describe())
+            log.warning("%s: %s", self.who, report.describe())
             if verdict is None and report.unresolved:  # holders it cannot stop
                 verdict, why = "failed", "leftover_processes"
             elif why is None:  # stopped: the exit code decides, as locally; recorded
@@ -339,8 +343,8 @@ class AttemptRunner:
         — for up to ``upload_bound_s``; heartbeats keep the lease meanwhile, and each round
         stays within the fence deadline as it is then. A drain's stop ends the wait."""
         if cap is None:  # the copier did not end (an escapee holds the pipe): no log
-            log.error("attempt %s: output copier did not finish: log not uploaded",
-                      self.attempt_id)
+            log.error("%s: output copier did not finish: log not uploaded",
+                      self.who)
             return None, False
         facts = spool_facts(spool_path)
         log_facts = wire.LogFacts(sha256=facts.sha256, size_bytes=facts.size_bytes)
@@ -361,16 +365,16 @@ class AttemptRunner:
             except ObjectStoreUnavailableError as exc:
                 now = clock.now()
                 if now >= give_up or self._stop_reason == "worker_drain":
-                    log.error("attempt %s: log not stored: %s; completing with reason "
-                              "log_unavailable", self.attempt_id, exc)
+                    log.error("%s: log not stored: %s; completing with reason "
+                              "log_unavailable", self.who, exc)
                     return None, True
                 if warned_at is None or now - warned_at >= 60.0:
                     warned_at = now
-                    log.warning("attempt %s: %s; keeping the lease and trying again (for "
-                                "up to %.0f s more)", self.attempt_id, exc, give_up - now)
+                    log.warning("%s: %s; keeping the lease and trying again (for "
+                                "up to %.0f s more)", self.who, exc, give_up - now)
                 time.sleep(min(UPLOAD_PAUSE_S, max(0.0, give_up - now)))
                 continue
             except WorkerError as exc:
-                log.error("attempt %s: log not uploaded: %s", self.attempt_id, exc)
+                log.error("%s: log not uploaded: %s", self.who, exc)
                 return None, False
             return log_facts, False

@@ -195,8 +195,10 @@ def run(control_url: str, concurrency: int, labels: str, name: str | None,
         raise ValidationError("--isolation", str(exc)) from None
     if isolated.mode == "none" and concurrency > 1 and not allow_shared_uid:
         raise ValidationError("--concurrency", SHARED_UID_REFUSAL)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s ql3-worker %(levelname)s "
-                        "%(message)s")
+    # every line carries the worker's name: several workers' logs are often read together
+    tag = worker_name.replace("%", "%%")
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s ql3-worker {tag} "
+                        "%(levelname)s %(message)s")
     if stale is None:
         logging.getLogger("qinglong.worker").info(
             "spool directory %s is used by another worker: stale files left alone", spool)

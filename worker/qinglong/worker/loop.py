@@ -162,7 +162,7 @@ class WorkerLoop:
                                    self._finished)
             with self._changed:
                 self._running[runner.attempt_id] = runner
-            log.info("attempt %s of task %s: starting", runner.attempt_id, attempt.task_name)
+            log.info("%s: starting", runner.who)
             runner.start()
         return bool(attempts)
 

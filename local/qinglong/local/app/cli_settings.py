@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
@@ -19,6 +18,7 @@ from qinglong.local.app.cli_common import (
 )
 from qinglong.local.app.cli_vars import read_secret
 from qinglong.local.app.display import display_options
+from qinglong.shared.display import field_lines
 from qinglong.shared.errors import ValidationError
 
 
@@ -48,7 +48,9 @@ def settings_group() -> None:
 def _print_setting(view: dict[str, Any]) -> None:
     shown = view["value"] if view["value"] is not None else (
         f"(default) {view['default']}" if view["default"] is not None else "(not set)")
-    click.echo(f"{view['key']:>16}: {shown}")  # whole: values are paths and commands
+    # whole (values are paths and commands): a long one on its own line under its key
+    for line in field_lines(f"{view['key']:>16}: ", shown):
+        click.echo(line)
 
 
 @settings_group.command("show")
@@ -122,8 +124,8 @@ def notify_test(data_dir: str | None, as_json: bool) -> None:
         print_json(view)
     else:
         for done in view["deliveries"]:
-            extra = output.event_detail(json.dumps(
-                {k: v for k, v in done.items() if k not in ("channel", "ok")}))
+            extra = output.event_detail(
+                {k: v for k, v in done.items() if k not in ("channel", "ok")})
             click.echo(f"{done['channel']}: {'ok' if done['ok'] else 'FAILED'} ({extra})")
     if not view["configured"]:
         fail("no notifier configured (ql3 local settings set "

@@ -105,7 +105,7 @@ class Delivery:
         error=timed out timed_out=yes duration=2.003s`` (yes/no, never a Python repr)."""
         from qinglong.local.app.output import event_detail
 
-        return event_detail(json.dumps(self.view()))
+        return event_detail(self.view())
 
 
 def run_facts(run: Run, *, test: bool = False) -> dict[str, Any]:

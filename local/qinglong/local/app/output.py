@@ -276,20 +276,38 @@ def describe_event(event: dict[str, Any]) -> str:
     return f"{_t(event['at'])} {event['kind']}{move} {event_detail(event['detail'])}".rstrip()
 
 
-def event_detail(detail: str | None) -> str:
-    """An event's JSON detail for people: ``key=value`` pairs; ``*_ms`` times become
-    ``key=2026-12-01 09:09:01 +08:00`` (Unix ms never shows), JSON null pairs are left out,
-    booleans read yes/no, strings unquoted; text that is not a JSON object stays as is."""
+def detail_of(event: dict[str, Any]) -> dict[str, Any]:
+    """An event view's ``detail`` as a dict: the object of ``--json`` output (or JSON text,
+    as older serves answered); ``{}`` when absent or not a JSON object."""
+    import json
+
+    detail = event.get("detail")
+    if isinstance(detail, str):
+        try:
+            detail = json.loads(detail)
+        except ValueError:
+            return {}
+    return detail if isinstance(detail, dict) else {}
+
+
+def event_detail(detail: str | dict[str, Any] | None) -> str:
+    """An event's detail (an object, or its JSON text) for people: ``key=value`` pairs;
+    ``*_ms`` times become ``key=2026-12-01 09:09:01 +08:00`` (Unix ms never shows), JSON
+    null pairs are left out, booleans read yes/no, strings unquoted; text that is not a JSON
+    object stays as is."""
     import json
 
     if not detail:
         return ""
-    try:
-        data = json.loads(detail)
-    except ValueError:
-        return detail
+    if isinstance(detail, dict):
+        data: Any = detail
+    else:
+        try:
+            data = json.loads(detail)
+        except ValueError:
+            return detail
     if not isinstance(data, dict):
-        return detail
+        return detail if isinstance(detail, str) else json.dumps(data, ensure_ascii=False)
     parts = []
     for key, item in data.items():
         if item is None:
@@ -325,13 +343,11 @@ def describe_slot_event(event: dict[str, Any]) -> str | None:
     ``storage/dispatch_queries.py``): ``slots <first> .. <last> (N): <reason>``;
     ``slots_skipped`` (missed: downtime or a forward clock step, issue 10 items 1 and 3);
     a task's ``clock_step`` (its next fire time re-evaluated). None for any other event."""
-    import json
-
     kind = event["kind"]
     if kind not in ("slot_skipped", "slot_coalesced", "slots_skipped", "clock_step") \
             or not event["detail"]:
         return None
-    detail = json.loads(event["detail"])
+    detail = detail_of(event)
     if kind == "slots_skipped":  # missed slots (downtime or a forward clock step)
         missed = f"{detail.get('skipped')}{' or more' if detail.get('at_least') else ''}"
         first, last = detail.get("first_missed_ms"), detail.get("last_missed_ms")
@@ -376,11 +392,9 @@ def describe_task_event(event: dict[str, Any]) -> str:
     """One line for a task event: its time, then a slot outcome (:func:`describe_slot_event`),
     an edit (``edited: schedule '0 3 * * *' -> '30 2 * * *', env (set A; unset B)``) or the
     event's kind."""
-    import json
-
     line = describe_slot_event(event)
     if line is None and event["kind"] == "task_edited" and event.get("detail"):
-        detail = json.loads(event["detail"])
+        detail = detail_of(event)
         parts = []
         for name in detail.get("changed", []):
             change = detail.get(name)
@@ -426,11 +440,9 @@ def launch_failure(run: dict[str, Any]) -> str | None:
     """``it did not start: <reason>`` when the run's newest attempt failed before its
     command started (a deleted working directory, say: issue 12 item 10), from the events
     of a ``run_get`` view; None otherwise."""
-    import json
-
     for event in reversed(run.get("events") or []):
         if event["kind"].startswith("attempt_") and event.get("detail"):
-            detail = json.loads(event["detail"])
+            detail = detail_of(event)
             if detail.get("launch_message"):
                 return f"it did not start: {detail['launch_message']}"
             return None

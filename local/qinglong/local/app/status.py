@@ -10,6 +10,7 @@ from qinglong.local.app.application import LocalStore
 from qinglong.local.app.client import DirectBackend, SocketBackend
 from qinglong.local.app.datadir import DataDir, OwnerLock
 from qinglong.local.app.service import LocalService
+from qinglong.shared.display import field_lines
 from qinglong.shared.errors import DataDirectoryBusyError
 
 _ROLES = {"serve": "serve", "run": "a foreground run"}
@@ -52,7 +53,8 @@ def describe_status(view: dict[str, Any]) -> list[str]:
     counts = view["counts"]
     who = "none (no serve is running: nothing fires on schedule)" if owner is None else (
         f"{owner['what']}" + (f" (pid {owner['pid']})" if owner["pid"] is not None else ""))
-    lines = [f"{'data dir':>12}: {view['data_dir']}"]
+    # a long path goes whole on its own line under its label (copyable; --wide: one line)
+    lines = field_lines(f"{'data dir':>12}: ", view["data_dir"])
     if counts is None:
         lines += [f"{'owner':>12}: {who}",
                   f"{'counts':>12}: unavailable while {owner['what'] if owner else 'it'} "

@@ -111,8 +111,22 @@ def run_view(
     return view
 
 
+def event_detail_object(detail: str | None) -> Any:
+    """An event's stored detail (JSON text) as the object it encodes, so ``--json`` output
+    carries ``detail`` as an object, never JSON text inside JSON (docs/protocols.md, local
+    JSON output; integration/test_first_hour.py::test_json_event_detail_is_an_object).
+    None stays None; text that is not JSON stays as it is."""
+    if detail is None:
+        return None
+    try:
+        return json.loads(detail)
+    except ValueError:
+        return detail
+
+
 def event_view(event: Event) -> dict[str, Any]:
-    """An event as JSON."""
+    """An event as JSON: ``detail`` is an object (or None), see
+    :func:`event_detail_object`."""
     return {
         "at": iso(event.at_ms),
         "kind": event.kind,
@@ -120,5 +134,5 @@ def event_view(event: Event) -> dict[str, Any]:
         "attempt_id": event.attempt_id,
         "from": event.from_status,
         "to": event.to_status,
-        "detail": event.detail,
+        "detail": event_detail_object(event.detail),
     }
