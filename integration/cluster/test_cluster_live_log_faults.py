@@ -351,5 +351,21 @@ def test_secret_names_go_only_to_a_worker_that_claims_with_wire_2(scene: Scene) 
         assert new["secret_names"] == ["API_KEY"]
         scene.run_task("plain-new", "true", env={"PLAIN_VAR": env["PLAIN_VAR"]})
         assert "secret_names" not in claim({"QL3-Wire": "2"})  # omitted when empty
+        # a secret global variable in the pool's scope is masked too, unless the task's own
+        # env overrides its name (then its value is not in the attempt's environment)
+        with scene.cluster.api(scene.url(), scene.admin) as api:
+            r = api.post("/v1/vars/GLOBAL_TOKEN", json={"value": "global-秘密-123456",
+                                                        "secret": True})
+            assert r.status_code < 300, r.text
+            r = api.post("/v1/vars/GLOBAL_PLAIN", json={"value": "plain-global",
+                                                        "secret": False})
+            assert r.status_code < 300, r.text
+        scene.run_task("global-new", "true", env={"PLAIN_VAR": env["PLAIN_VAR"]})
+        got = claim({"QL3-Wire": "2"})
+        assert got["secret_names"] == ["GLOBAL_TOKEN"]
+        assert got["env"]["GLOBAL_TOKEN"] == "global-秘密-123456"
+        scene.run_task("global-overridden", "true",
+                       env={"GLOBAL_TOKEN": {"value": "mine", "secret": False}})
+        assert "secret_names" not in claim({"QL3-Wire": "2"})
     finally:
         http.close()

@@ -70,6 +70,18 @@ def list_variables(conn: Connection) -> list[dict[str, Any]]:
                                        " FROM global_variables ORDER BY name").mappings()]
 
 
+def pool_secret_names(conn: Connection, *, pool_id: str) -> set[str]:
+    """Names of the secret variables (``secret`` true, at least one enabled value) whose scope
+    reaches the pool with id ``pool_id``: the worker masks their values in the attempt's
+    output (docs/operations.md §9). Names only; never a value."""
+    return {row[0] for row in run_named(conn, (
+        "SELECT v.name FROM global_variables v"
+        " WHERE v.secret AND EXISTS (SELECT 1 FROM global_variable_values x"
+        "   WHERE x.name = v.name AND x.enabled)"
+        " AND (v.pools IS NULL OR (SELECT p.name FROM worker_pools p"
+        "   WHERE p.id = %(pool_id)s) = ANY (v.pools))"), {"pool_id": pool_id})}
+
+
 def pool_environment(conn: Connection, pool_name: str | None = None, *,
                      pool_id: str | None = None, keyring: Keyring | None = None
                      ) -> dict[str, str]:

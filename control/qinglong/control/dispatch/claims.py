@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from qinglong.control.db.engine import run_named
-from qinglong.control.db.variables import pool_environment
+from qinglong.control.db.variables import pool_environment, pool_secret_names
 from qinglong.control.dispatch.config import DispatchConfig
 from qinglong.control.dispatch.errors import UnknownIncarnationError
 from qinglong.control.dispatch.secret_env import secret_names
@@ -76,11 +76,12 @@ def claim_attempts(engine: Engine, config: DispatchConfig, *, pool_id: str,
                 conn, sql("lock_replace_tasks"), {"task_ids": replace}).mappings()}
         claimed = []
         shared_env = pool_environment(conn, pool_id=pool_id, keyring=keyring) if picked else {}
+        shared_secrets = pool_secret_names(conn, pool_id=pool_id) if picked else set()
         for row in picked:
             if row["concurrency_policy"] == "replace" and row["task_id"] not in held:
                 continue  # another claimer decides for this task right now
             attempt = _claim_one(conn, config, row["run_id"], request.incarnation_id,
-                                 keyring, shared_env)
+                                 keyring, shared_env, shared_secrets)
             if attempt is not None:
                 claimed.append(attempt)
     return ClaimAnswer(claimed)
@@ -88,7 +89,8 @@ def claim_attempts(engine: Engine, config: DispatchConfig, *, pool_id: str,
 
 def _claim_one(conn: Connection, config: DispatchConfig, run_id: str,
                incarnation_id: str, keyring: Keyring | None,
-               shared_env: Mapping[str, str]) -> ClaimedAttempt | None:
+               shared_env: Mapping[str, str],
+               shared_secrets: set[str]) -> ClaimedAttempt | None:
     row = run_named(conn, sql("claim_run"), {
         "run_id": run_id, "attempt_id": uuid7(), "incarnation_id": incarnation_id,
         "lease_s": config.lease_ms / 1000.0, "run_event_id": uuid7(),
@@ -102,9 +104,15 @@ def _claim_one(conn: Connection, config: DispatchConfig, run_id: str,
         run_id=row["run_id"], task_id=row["task_id"], task_name=row["name"],
         run_number=int(row["run_number"]), attempt_number=int(row["attempt_number"]),
         argv=list(row["argv"]) if row["argv"] is not None else None, shell=row["shell"],
-        env={**shared_env, **flatten_env(opened)}, secret_names=secret_names(opened),
+        env={**shared_env, **flatten_env(opened)}, secret_names=_masked(opened, shared_secrets),
         cwd=row["cwd"],
         timeout_ms=int(timeout_s) * 1000 if timeout_s is not None else None,
         log_limit_bytes=int(row["log_limit_bytes"]), lease_ms=config.lease_ms,
         heartbeat_ms=config.heartbeat_ms, bundle_digest=row["bundle_digest"],
         entry_point=row["entry_point"])
+
+
+def _masked(opened: Mapping[str, Any], shared_secrets: set[str]) -> list[str]:
+    """The names whose values the worker masks: the task's secret variables, and the pool's
+    secret global variables the task's own env does not override (docs/operations.md §9)."""
+    return sorted(set(secret_names(opened)) | (shared_secrets - set(opened)))
