@@ -39,3 +39,16 @@ def test_long_numbers_and_bad_encodings_are_refused() -> None:
     assert code_of(b"[1." + b"0" * 100 + b"]") == "json_number_too_long"
     assert code_of('{"name": "签到"}'.encode("gbk")) == "json_not_utf8"
     assert code_of(b"\xff\xfe{}") == "json_not_utf8"
+
+
+def test_an_unterminated_string_is_one_token_to_the_end_of_the_body() -> None:
+    """The scan stays linear on hostile bodies: an unterminated string (``\\"`` repeated, a
+    quote that never closes) is consumed once, as one token running to the end, instead of
+    being tried again from each later quote (a quadratic scan before routing and auth)."""
+    from qinglong.control.api.json_body import _STRUCTURE
+
+    body = b'{"a": "' + b'\\"x' * 1000
+    tokens = [m.group() for m in _STRUCTURE.finditer(body)]
+    assert tokens[:3] == [b"{", b'"a"', body[6:]]
+    assert len(tokens) == 3
+    check_json(b'\\"' * 200_000)  # refused by nothing: not deep, no long number

@@ -45,7 +45,11 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-_STRUCTURE = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[{]|[\]}]|[-+0-9.eE]+', re.DOTALL)
+# A string token's closing quote is optional: an unterminated string is consumed once, to
+# the end of the body. With the quote required, ``finditer`` would try a string again from
+# every later quote of an unterminated one, a quadratic scan an unauthenticated body of a
+# few MB turns into minutes of a blocked event loop.
+_STRUCTURE = re.compile(rb'"(?:[^"\\]|\\.)*"?|[\[{]|[\]}]|[-+0-9.eE]+', re.DOTALL)
 
 
 class JsonBodyError(Exception):
