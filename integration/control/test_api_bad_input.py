@@ -97,3 +97,20 @@ def test_no_route_answers_5xx_to_any_body(api: Any, method: str, template: str) 
         assert "Traceback" not in answer.text
 
     check()
+
+
+@pytest.mark.parametrize(("path", "scope", "body"), [
+    ("/v1/vars/JD_COOKIE", "operator", '{"value": "\\ud800abcdef"}'),
+    ("/v1/vars/JD_COOKIE", "operator", '{"value": "ok-value", "remark": "a\\u0000b"}'),
+    ("/v1/notify/channels", "admin", '{"url": "bark://h/\\u0000k"}'),
+    ("/v1/notify/channels", "admin", '{"url": "bark://h/\\udc80k"}'),
+], ids=["var-lone-surrogate", "var-remark-nul", "channel-nul", "channel-lone-surrogate"])
+def test_text_postgresql_cannot_store_is_a_422_not_a_500(api: Any, path: str, scope: str,
+                                                         body: str) -> None:
+    """A lone surrogate or a NUL in a variable's value or remark, or in a channel URL (valid
+    JSON escapes): refused as ``invalid_request`` naming the field, never a 5xx, and the
+    answer never carries the value."""
+    answer = api.client.post(path, content=body.encode(), headers={
+        "Content-Type": "application/json", **api.as_(scope)})
+    assert answer.status_code == 422, answer.text
+    assert "abcdef" not in answer.text and "bark://" not in answer.text

@@ -13,13 +13,14 @@ from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from fastapi import APIRouter, Depends, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from qinglong.control import notify
 from qinglong.control.api.context import get_context
 from qinglong.control.api.errors import ApiError
 from qinglong.control.api.security import require
+from qinglong.control.api.task_models import _storable as storable
 from qinglong.control.auth.tokens import Principal
 from qinglong.control.db.engine import run_named
 from qinglong.shared.ids import uuid7
@@ -34,7 +35,7 @@ class ChannelIn(BaseModel):
     notify (default failed, timed_out, lost)."""
 
     model_config = ConfigDict(extra="forbid")
-    url: str = Field(min_length=4, max_length=2048)
+    url: Annotated[str, Field(min_length=4, max_length=2048), AfterValidator(storable)]
     notify_on: list[Status] = Field(default=["failed", "timed_out", "lost"], min_length=1)
 
 

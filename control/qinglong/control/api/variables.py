@@ -21,12 +21,13 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from qinglong.control.api.context import get_context
 from qinglong.control.api.errors import ApiError
 from qinglong.control.api.security import require
 from qinglong.control.api.task_models import ENV_NAME_PATTERN
+from qinglong.control.api.task_models import _storable as storable
 from qinglong.control.api.token_routes import POOL_PATTERN
 from qinglong.control.auth.tokens import Principal
 from qinglong.control.db import variables as store
@@ -42,8 +43,9 @@ class ValueIn(BaseModel):
     """A value to store (a secret: never echoed in an error)."""
 
     model_config = ConfigDict(extra="forbid")
-    value: str = Field(max_length=store.VALUE_MAX_BYTES)
-    remark: str | None = Field(default=None, max_length=store.REMARK_MAX_CHARS)
+    value: Annotated[str, Field(max_length=store.VALUE_MAX_BYTES), AfterValidator(storable)]
+    remark: Annotated[str | None, Field(max_length=store.REMARK_MAX_CHARS),
+                      AfterValidator(lambda v: v if v is None else storable(v))] = None
     index: int | None = Field(default=None, ge=1)
     add: bool = False
     secret: bool | None = None
