@@ -392,3 +392,27 @@ def test_capped_copier_masks_a_secret_split_across_writes_before_the_cap_and_the
     assert result is not None
     assert spool.read_bytes() == b"key=***!\nend hunt" == b"".join(seen)
     assert result.raw_bytes == len(b"key=***!\nend hunt")
+
+
+def test_a_multi_account_secret_is_masked_whole_and_account_by_account() -> None:
+    """``JD_COOKIE=ck1&ck2`` (Qinglong's multi-account form, also one per line): scripts split
+    it and print one account at a time, so each part is masked as well as the whole value
+    (docs/operations.md §9); a part under 6 bytes is not (output_mask.py)."""
+    import uuid
+
+    from qinglong.shared import wire
+    from qinglong.shared.ids import uuid7
+    from qinglong.worker.spool import secret_masker
+
+    lease = wire.LeaseRef(attempt_id=uuid7(), lease_token=str(uuid.uuid4()), lease_version=1)
+    attempt = wire.ClaimedAttempt(
+        lease=lease, run_id=uuid7(), task_id=uuid7(), task_name="京东签到", run_number=1,
+        attempt_number=1, argv=["true"], shell=None,
+        env={"JD_COOKIE": "pt_key=AAA111;&pt_key=BBB222;\npt_key=CCC333;&ab",
+             "PLAIN": "pt_key=AAA111;"},
+        cwd=None, timeout_ms=None, log_limit_bytes=1024, lease_ms=30000,
+        heartbeat_ms=10000, secret_names=["JD_COOKIE"])
+    masker = secret_masker(attempt)
+    assert masker is not None
+    out = masker.feed("账号2 pt_key=BBB222; 账号3 pt_key=CCC333; ab\n".encode()) + masker.flush()
+    assert out == "账号2 *** 账号3 *** ab\n".encode()

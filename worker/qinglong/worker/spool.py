@@ -414,8 +414,14 @@ class CappedCopier:
 def secret_masker(attempt: wire.ClaimedAttempt) -> OutputMasker | None:
     """A masker of the values of ``attempt.secret_names`` in its env (UTF-8 bytes; values
     under ``MIN_SECRET_BYTES`` are not masked: output_mask.py), or None when there is none
-    to mask (docs/operations.md §9)."""
-    values = [attempt.env[name].encode() for name in attempt.secret_names
-              if name in attempt.env]
+    to mask (docs/operations.md §9). A value that joins several accounts (Qinglong's
+    ``JD_COOKIE=ck1&ck2``, or one per line) is masked whole and each part of it too, as
+    scripts split it on ``&`` and newlines and print one account at a time."""
+    values: list[bytes] = []
+    for name in attempt.secret_names:
+        if name in attempt.env:
+            value = attempt.env[name]
+            values.append(value.encode())
+            values += [part.encode() for part in value.replace("\n", "&").split("&")]
     masker = OutputMasker(values)
     return masker if masker.secrets else None
