@@ -58,3 +58,17 @@ def test_a_secret_is_masked_through_serve_with_a_follower(ql3: Ql3) -> None:
     assert follower.stdout == b"cookie: *** short=12345\n"
     assert SECRET.encode() not in _log_bytes(ql3)
     assert ql3.serve_log().count("AAb9x") == 0
+
+
+def test_each_account_of_a_multi_account_secret_is_masked(ql3: Ql3) -> None:
+    """``COOKIE=ck1&ck2`` (Qinglong's multi-account form): a script that splits it and prints
+    one account per line gets ``***`` for each, not only for the whole value."""
+    split = 'for ck in $(echo "$COOKIE" | tr "&" " "); do echo "账号 $ck"; done'
+    added = subprocess.run(
+        [QL3, "local", "task", "add", "accounts", "--schedule", "@once", "--secret-env",
+         "COOKIE", "--", "sh", "-c", split],
+        input="pt_key=AAA111;&pt_key=BBB222;", env=ql3.env, capture_output=True, text=True,
+        timeout=60, check=False)
+    assert added.returncode == 0, added.stderr
+    ql3.run("local", "run", "accounts")
+    assert _log_bytes(ql3) == "账号 ***\n账号 ***\n".encode()

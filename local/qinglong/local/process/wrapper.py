@@ -291,9 +291,12 @@ def _log_cap() -> int:
 
 def _secret_values() -> list[bytes]:
     """The values of the variables ``QL3_LAUNCH_SECRET_NAMES`` names (read before the
-    launch contract is stripped from the user's environment)."""
+    launch contract is stripped from the user's environment), each whole and each of its
+    ``&``- or newline-separated accounts (``JD_COOKIE=ck1&ck2``: scripts print one at a
+    time)."""
     names = os.environb.get(ENV_SECRET_NAMES.encode(), b"")
-    return [os.environb[name] for name in names.split(b",") if name in os.environb]
+    values = [os.environb[name] for name in names.split(b",") if name in os.environb]
+    return values + [part for v in values for part in v.replace(b"\n", b"&").split(b"&")]
 
 
 def _load_libs() -> dict[str, object]:

@@ -8,6 +8,6 @@ a reviewed change in two places, and ``tests/process`` fails while they disagree
 
 from __future__ import annotations
 
-WRAPPER_SHA256 = "62c7cc6566fd749b413c950536561337830ac6a5f8a61469221c59e2cd13bc0c"
+WRAPPER_SHA256 = "a3d91f4509b656f7e03a5ff2ec724528a076235aa6e435f8e48ec63a5fb41cc9"
 OUTPUT_MASK_SHA256 = "c7cae5380583f68b88d60881fef4a8a39cd5bfaa013bdeccd812f4924bae966b"
 LOG_CAP_SHA256 = "aec8c15af8754d703d7a70923a8c4ec921a1bb15642ec313f4fa733de1fa6cd3"
