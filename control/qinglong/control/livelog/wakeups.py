@@ -103,6 +103,7 @@ class LogWakeups:
     def _run(self) -> None:
         delay = 0.2
         first = True
+        failures = 0  # failed connects since the last good session
         while not self._stop.is_set():
             conn = None
             try:
@@ -112,15 +113,19 @@ class LogWakeups:
                 if not first:
                     self.reconnects += 1
                     self.wake_all()  # what was sent while we were away is gone: re-read
-                first, delay = False, 0.2
+                if failures:
+                    _log.info("log listener reconnected after %d failed attempt(s)", failures)
+                first, delay, failures = False, 0.2, 0
                 while not self._stop.is_set():
                     for note in conn.notifies(timeout=0.5, stop_after=64):
                         self._deliver(note.payload)
             except Exception as exc:  # a lost session: reconnect with backoff, never crash
                 if self._stop.is_set():
                     break
-                _log.warning("log listener lost its session (%s); reconnecting",
-                             type(exc).__name__)
+                failures += 1
+                if failures == 1:  # one line per outage, not one per retry (backoff to 5 s)
+                    _log.warning("log listener lost its session (%s); reconnecting",
+                                 type(exc).__name__)
                 first = False
                 self._stop.wait(delay)
                 delay = min(delay * 2, 5.0)
