@@ -88,7 +88,7 @@ class Install:
             "bootstrapAdmin": {"existingSecret": SECRET_NAMES["admin"]},
             "control": {"port": port, "service": {"port": port}, "replicas": 1,
                         "drainSeconds": 5},
-            "worker": {"concurrency": 2, "drainBudgetSeconds": 10, "graceSeconds": 2,
+            "worker": {"concurrency": 1, "drainBudgetSeconds": 10, "graceSeconds": 2,
                        "pools": [{"name": "default",
                                   "token": {"existingSecret": SECRET_NAMES["pool"]}}]},
             "tests": {"timeoutSeconds": 90},
