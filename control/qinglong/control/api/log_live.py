@@ -130,9 +130,11 @@ async def follow_answer(ctx: ApiContext, attempt_id: str, *, start: int | None,
                                  piece.offset)
                 body = piece.body
                 # a character cut at the live end or at the event size waits for its rest;
-                # before a gap (nothing contiguous follows) the bytes go as they are
-                held = len(body) >= EVENT_BYTES or (piece.next >= piece.end
-                                                    and not piece.complete)
+                # before a gap (nothing contiguous follows) the bytes go as they are, and so
+                # does the last slice of a complete log (nothing follows: the end event's
+                # offset must be the log's end, never short of a cut character)
+                held = not piece.complete and (len(body) >= EVENT_BYTES
+                                               or piece.next >= piece.end)
                 keep = _utf8_cut(body) if held else len(body)
                 offset = piece.offset + keep
                 if keep:
