@@ -104,6 +104,14 @@ def test_a_worker_killed_between_put_and_complete_leaves_an_orphan_collected_onc
         return row is not None and row[0] == "lost"
 
     assert wait_for(lost, 60), control.log()
+
+    def past_margin() -> bool:  # the sweep looks only at attempts ended > margin_s ago
+        with cluster.db.connect() as conn:
+            row = conn.execute("SELECT finished_at < now() - interval '0.5 s' FROM attempts"
+                               " WHERE id = %s", (attempt,)).fetchone()
+        return bool(row and row[0])
+
+    assert wait_for(past_margin, 10), "the lost attempt has no finished_at"
     store = S3ObjectStore(s3, in_transaction=lambda: False)
     engine = create_engine(cluster.db.runtime_url, pool_size=1, max_overflow=0)
     try:
