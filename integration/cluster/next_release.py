@@ -72,8 +72,9 @@ def _stamp_claims() -> None:
 
     claim = worker_routes.claim_attempts
 
-    def claim_and_stamp(engine: Any, config: Any, *, pool_id: str, request: Any) -> Any:
-        answer = claim(engine, config, pool_id=pool_id, request=request)
+    def claim_and_stamp(engine: Any, config: Any, *, pool_id: str, request: Any,
+                        **more: Any) -> Any:  # keyword arguments of N's claim pass through
+        answer = claim(engine, config, pool_id=pool_id, request=request, **more)
         if answer.attempts:
             with engine.begin() as conn:
                 run_named(conn, f"UPDATE worker_pools SET {NEW_COLUMN} = now()"
