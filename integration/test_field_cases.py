@@ -172,7 +172,7 @@ def test_c06_a_full_disk_fails_cleanly_and_the_command_never_runs(tmp_path: Path
         pytest.skip("needs root to mount a small filesystem")
     mount = tmp_path / "small"
     marker = tmp_path / "marker"
-    with _tiny_filesystem(mount, "2m"):
+    with _tiny_filesystem(mount, "4m"):
         runner = Ql3(mount / "data")
         runner.run("local", "init", "--data-dir", str(mount / "data"))
         runner.run("local", "task", "add", "c06", "--schedule", "@once", "--", "touch",

@@ -114,3 +114,12 @@ def test_text_postgresql_cannot_store_is_a_422_not_a_500(api: Any, path: str, sc
         "Content-Type": "application/json", **api.as_(scope)})
     assert answer.status_code == 422, answer.text
     assert "abcdef" not in answer.text and "bark://" not in answer.text
+
+
+@pytest.mark.parametrize("query", ["q=a%00b", "label=k%3Dv%00", "cursor=%00"])
+def test_a_nul_in_the_task_list_query_is_a_422_not_a_500(api: Any, query: str) -> None:
+    """``GET /v1/tasks?q=`` / ``label=`` / ``cursor=`` with a NUL (found by the OpenAPI
+    fuzz): 422 ``invalid_request``, never a 500 from PostgreSQL."""
+    answer = api.client.get(f"/v1/tasks?{query}", headers=api.as_("viewer"))
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["error"]["code"] == "invalid_request"

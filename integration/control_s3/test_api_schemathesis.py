@@ -68,6 +68,9 @@ WORKER_OPS: dict[str, tuple[type[wire._Wire], frozenset[str], bool]] = {
 }
 
 
+CHANNEL_URL = "json://127.0.0.1:9/fuzz"  # never sent: the fuzz world runs no notify loop
+
+
 def seed(api: ApiWorld, log_attempt: str) -> dict[str, str]:
     """A live task ``backup``, a queued run with one failed attempt (``attempt_count`` 1, as
     a requeue leaves it: the next claim makes attempt 2), and a live token; the log read
@@ -88,8 +91,16 @@ def seed(api: ApiWorld, log_attempt: str) -> dict[str, str]:
             " (%(a)s, %(r)s, 1, 'remote_worker', 'failed')", {"a": attempt_id, "r": run_id})
     token = api.client.post("/v1/tokens", json={"name": f"fuzz-{uuid7()}", "scope": "viewer"},
                             headers=api.as_("admin")).json()["id"]
+    # a global variable named like the task (``{name}`` aims at both) and a push channel
+    api.sql("INSERT INTO global_variables (name) VALUES ('backup') ON CONFLICT DO NOTHING")
+    api.sql("INSERT INTO global_variable_values (name, position, value) VALUES"
+            " ('backup', 1, 'fuzz-value') ON CONFLICT DO NOTHING")
+    channel = api.client.post("/v1/notify/channels", json={"url": CHANNEL_URL},
+                              headers=api.as_("admin"))
+    assert channel.status_code == 201, channel.text
     return {"name": "backup", "run_id": run_id, "attempt_id": attempt_id, "token_id": token,
-            "log_attempt": log_attempt, "digest": push_bundle(api), "ref": run_id}
+            "log_attempt": log_attempt, "digest": push_bundle(api), "ref": run_id,
+            "channel_id": channel.json()["id"]}
 
 
 def tiny_bundle() -> bytes:
@@ -228,6 +239,8 @@ def fuzz_one(api: ApiWorld, workers: WorkerSeed, operation: Any,
                 objects["attempt_id"] = objects["log_attempt"]
             if key == PUSH and aim:
                 case.body = tiny_bundle()
+            if key == ("POST", "/v1/notify/channels") and aim:
+                case.body = {"url": CHANNEL_URL}
             if aim and case.path_parameters:
                 case.path_parameters = {k: objects.get(k, v)
                                         for k, v in case.path_parameters.items()}

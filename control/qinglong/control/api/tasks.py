@@ -106,6 +106,10 @@ def get_tasks(request: Request, _who: Viewer, cursor: TaskNameParam | None = Non
     command holds the text, case-insensitive (a scan of the project's live tasks, bounded by
     ``limit``; bench/task_search.py measures it at 10,000 tasks). 422 ``invalid_request``
     for a label filter without ``=``. # docs/protocols.md §4.5"""
+    for text in [q or "", cursor or "", *(label or [])]:
+        if "\x00" in text or _unstorable(text):
+            raise ApiError(422, "invalid_request",
+                           "q, label and cursor must be text PostgreSQL can hold (no NUL)")
     ctx = get_context(request)
     query = with_last_run(select(tasks)).where(tasks.c.project_id == ctx.project_id,
                                 tasks.c.deleted_at.is_(None))
@@ -218,3 +222,12 @@ def get_occurrences(name: TaskName, request: Request, _who: Viewer,
              for r in rows]
     return OccurrencePage(items=items,
                           next_cursor=items[-1].id if len(items) == limit else None)
+
+
+def _unstorable(text: str) -> bool:
+    """True for text PostgreSQL cannot hold: a lone surrogate (NUL is checked by the caller)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
