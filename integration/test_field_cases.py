@@ -177,7 +177,8 @@ def test_c06_a_full_disk_fails_cleanly_and_the_command_never_runs(tmp_path: Path
         runner.run("local", "init", "--data-dir", str(mount / "data"))
         runner.run("local", "task", "add", "c06", "--schedule", "@once", "--", "touch",
                    str(marker))
-        with open(mount / "filler", "wb") as fh, contextlib.suppress(OSError):
+        # suppress outermost: closing the filler flushes its buffer into the full disk too
+        with contextlib.suppress(OSError), open(mount / "filler", "wb") as fh:
             while True:
                 fh.write(b"\0" * 65536)
                 fh.flush()
