@@ -3,6 +3,7 @@ item 7; docs/protocols.md §3.3): cleanup unlinks exactly that name, never lists
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import os
 from pathlib import Path
@@ -17,7 +18,9 @@ from qinglong.shared.ids import uuid7
 
 
 def load_wrapper() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("ql3_wrapper_temp_test", DEFAULT_WRAPPER_PATH)
+    loader = importlib.machinery.SourceFileLoader("ql3_wrapper_temp_test", DEFAULT_WRAPPER_PATH)
+    spec = importlib.util.spec_from_file_location("ql3_wrapper_temp_test", DEFAULT_WRAPPER_PATH,
+                                                  loader=loader)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

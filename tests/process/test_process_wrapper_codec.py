@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
 import importlib.util
 import os
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from qinglong.local.process import launcher
+from qinglong.local.process import launcher, wrapper_identity
 from qinglong.local.process.launch_request import (
     DEFAULT_WRAPPER_PATH,
     LOG_CAP_PATH,
@@ -32,7 +33,10 @@ BOOT_ID = "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9"
 
 
 def load_wrapper() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("ql3_wrapper_under_test", DEFAULT_WRAPPER_PATH)
+    # a .pyw file: a source loader named explicitly (import machinery knows .py only)
+    loader = importlib.machinery.SourceFileLoader("ql3_wrapper_under_test", DEFAULT_WRAPPER_PATH)
+    spec = importlib.util.spec_from_file_location("ql3_wrapper_under_test", DEFAULT_WRAPPER_PATH,
+                                                  loader=loader)
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -46,7 +50,7 @@ wrapper = load_wrapper()
 def test_wrapper_digest_matches_the_pinned_constant() -> None:
     digest = hashlib.sha256(Path(DEFAULT_WRAPPER_PATH).read_bytes()).hexdigest()
     assert digest == WRAPPER_SHA256, (
-        "wrapper.py changed: review the change, then update WRAPPER_SHA256 in "
+        "wrapper.pyw changed: review the change, then update WRAPPER_SHA256 in "
         f"wrapper_digest.py to {digest}"
     )
 
@@ -72,7 +76,7 @@ def test_wrapper_imports_only_its_allowed_modules() -> None:
 
 def test_wrapper_environment_contract_matches_the_launcher() -> None:
     assert wrapper.ENV_RUN_ID == launcher.ENV_RUN_ID
-    assert wrapper.ENV_ATTEMPT_ID == launcher.ENV_ATTEMPT_ID
+    assert wrapper.ENV_ATTEMPT_ID == launcher.ENV_ATTEMPT_ID == wrapper_identity.ENV_ATTEMPT_ID
     assert wrapper.ENV_GATE_FD == launcher.ENV_GATE_FD
     assert wrapper.ENV_LC_CTYPE == launcher.ENV_LC_CTYPE
     assert wrapper.ENV_RECEIPT_DIR == launcher.ENV_RECEIPT_DIR

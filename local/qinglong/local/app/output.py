@@ -209,16 +209,6 @@ def follow_end_line(run: dict[str, Any]) -> str:
     return text + f", took {run_duration(run)}"
 
 
-def describe_attempt(attempt: dict[str, Any]) -> str:
-    """One line of ``inspect``: number, status, exit, start, duration and handle."""
-    end = f", exit {attempt['exit_code']}" if attempt["exit_code"] is not None else ""
-    if attempt["signal"] is not None:
-        end += f", signal {attempt['signal']}"
-    took = display.span(attempt["started_at"], attempt["finished_at"])
-    return (f"attempt {attempt['number']}: {attempt['status']}{end}, started "
-            f"{_t(attempt['started_at'])}, took {took}, handle {_s(attempt['handle'])}")
-
-
 def print_inspect_tables(view: dict[str, Any], indent: str = "  ") -> None:
     """``inspect``'s attempts and events as tables within the terminal's width (as
     ``ql3 cluster inspect`` prints them): attempts by number, status, exit, start, duration
@@ -267,13 +257,6 @@ def _move(event: dict[str, Any]) -> str:
     if event.get("from") is None and event.get("to") is None:
         return "-"
     return f"{_s(event['from'])} -> {_s(event['to'])}"
-
-
-def describe_event(event: dict[str, Any]) -> str:
-    """One line of ``inspect``: time, kind, status change and detail."""
-    move = (f" {_s(event['from'])} -> {_s(event['to'])}"
-            if event.get("from") is not None or event.get("to") is not None else "")
-    return f"{_t(event['at'])} {event['kind']}{move} {event_detail(event['detail'])}".rstrip()
 
 
 def detail_of(event: dict[str, Any]) -> dict[str, Any]:

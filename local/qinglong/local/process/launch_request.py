@@ -17,8 +17,8 @@ from qinglong.shared import output_mask
 from qinglong.shared.errors import ValidationError
 from qinglong.shared.ids import validate_uuid7
 
-DEFAULT_WRAPPER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wrapper.py")
-# What the wrapper compiles when the output goes through a pipe, in this order (wrapper.py)
+DEFAULT_WRAPPER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wrapper.pyw")
+# What the wrapper compiles when the output goes through a pipe, in this order (wrapper.pyw)
 OUTPUT_MASK_PATH = os.path.abspath(output_mask.__file__)
 LOG_CAP_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log_cap.py")
 WRAPPER_MAX_BYTES = 64 * 1024

@@ -58,7 +58,7 @@ __all__ = [
     "LocalProcessLauncher",
 ]
 
-# The wrapper's environment contract (wrapper.py holds the same literals; a test pins them).
+# The wrapper's environment contract (wrapper.pyw holds the same literals; a test pins them).
 ENV_RUN_ID = "QL3_LAUNCH_RUN_ID"
 ENV_ATTEMPT_ID = "QL3_LAUNCH_ATTEMPT_ID"
 ENV_GATE_FD = "QL3_LAUNCH_GATE_FD"

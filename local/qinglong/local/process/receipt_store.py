@@ -26,7 +26,7 @@ from qinglong.shared.receipts import RECEIPT_MAX_BYTES, CompletionReceipt, decod
 
 RECEIPT_SUFFIX = ".receipt"
 LOCK_SUFFIX = ".lock"
-TEMP_SUFFIX = ".receipt.tmp"  # wrapper.py writes ".<attempt_id>" + this (issue 10 item 7)
+TEMP_SUFFIX = ".receipt.tmp"  # wrapper.pyw writes ".<attempt_id>" + this (issue 10 item 7)
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _NOT_A_FILE = (errno.ELOOP, errno.ENXIO, errno.ENODEV)  # symlink, socket, device
 

@@ -1,4 +1,4 @@
-"""The pinned SHA-256 of ``wrapper.py`` and of the two files it compiles for a piped log,
+"""The pinned SHA-256 of ``wrapper.pyw`` and of the two files it compiles for a piped log,
 ``qinglong/shared/output_mask.py`` and ``log_cap.py`` (docs/protocols.md §3.2 step 2,
 ADR-0069 §2 step 2).
 

@@ -4,7 +4,7 @@
 A stored handle names a process by boot id, pid, start time and group; a corrupted or copied
 row can name a live process that is not this attempt's wrapper, and then nothing may be
 signalled through it. The wrapper is started with ``QL3_LAUNCH_ATTEMPT_ID=<attempt id>`` in
-its environment (``wrapper.py``'s launch contract); ``/proc/<pid>/environ`` keeps the
+its environment (``wrapper.pyw``'s launch contract); ``/proc/<pid>/environ`` keeps the
 environment a process was started with, whatever it later removes, so it tells the wrapper
 of this attempt from any other process — also while the wrapper is still starting and has
 not taken its attempt lock yet.
@@ -12,7 +12,9 @@ not taken its attempt lock yet.
 
 from __future__ import annotations
 
-from qinglong.local.process.wrapper import ENV_ATTEMPT_ID
+# wrapper.pyw's literal (a test pins them equal): the wrapper is a script run from a memfd,
+# never imported, and shipped under a name pip does not byte-compile (docs/protocols.md §3.2)
+ENV_ATTEMPT_ID = "QL3_LAUNCH_ATTEMPT_ID"
 
 MAX_ENVIRON_BYTES = 1 << 20
 

@@ -44,7 +44,6 @@ from qinglong.shared.errors import (
 from qinglong.shared.ids import uuid7, validate_uuid7
 from qinglong.shared.names import name_key
 from qinglong.shared.statuses import (
-    ATTEMPT_ACTIVE,
     AttemptStatus,
     Executor,
     RunStatus,
@@ -381,15 +380,6 @@ class LocalRunRepository(
             ).fetchone()
         )
         return None if row is None or row[0] is None else int(row[0])
-
-    def count_active_attempts(self) -> int:
-        """Attempts in claimed/starting/running (each costs a wrapper process, §3.7)."""
-        row = self.db.read(
-            lambda c: c.execute(
-                "SELECT count(*) FROM attempts WHERE status IN ('claimed', 'starting', 'running')"
-            ).fetchone()
-        )
-        return int(row[0])
 
     def _cancel_queued(self, conn: sqlite3.Connection, run: Run, at: int, reason: str) -> None:
         """Cancel a queued run at once, with its event (inside the caller's transaction)."""
@@ -793,4 +783,3 @@ class LocalRunRepository(
             ]
         )
 
-ACTIVE_ATTEMPT_STATUSES = ATTEMPT_ACTIVE

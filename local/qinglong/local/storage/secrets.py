@@ -129,14 +129,6 @@ class TaskSecretStore:
         self.db = db
         self.clock = clock
 
-    def apply(self, task_id: str, entries: Mapping[str, SecretEntry],
-              unset: Iterable[str] = ()) -> list[str]:
-        """Set ``entries`` and remove ``unset`` for one task in one transaction; returns the
-        changed names. Raises ValidationError (bad entry, unknown variable)."""
-        at = self.clock()
-        names = list(unset)
-        return self.db.write(lambda conn: write_entries(conn, task_id, entries, names, at))
-
     def refs(self, task_id: str) -> dict[str, str | None]:
         """``{name: referenced variable or None}`` of one task, by name (no values)."""
         return self.db.read(lambda c: {
