@@ -91,6 +91,18 @@ def workers() -> Iterator[list[Worker]]:
         w.stop()
 
 
+def _lock_free(path: Path) -> bool:
+    """True when nobody holds the flock on ``path`` (taken and dropped at once)."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
 def _log_of(control: FakeControl, attempt: dict[str, Any]) -> str:
     wanted = attempt["lease"]["attempt_id"]
     index = next(i for i, m in enumerate(control.seen("log-upload"))
@@ -232,10 +244,14 @@ def test_a_uid_handed_out_again_finds_nothing_its_last_attempt_left(control, bas
                              f'mkdir /var/tmp/{tag} && echo left > /var/tmp/{tag}/x')
         second = make_attempt(f"id -u; ls -d /tmp/{tag} /dev/shm/{tag} /var/tmp/{tag} "
                               "2>/dev/null | sed 's/^/FOUND /'; echo CHECKED")
-        control.queue.extend([first, second])
+        control.queue.append(first)
         workers.append(Worker(control, base, "--isolation", mode, "--attempt-uids",
                               f"{first_uid}-{first_uid + 63}",
                               env={"TMPDIR": str(base / "tmpdir")}))
+        control.wait_for("complete", timeout_s=30.0)
+        # the second is handed out once the worker has given the uid back (its flock free)
+        wait_until(lambda: _lock_free(locks / str(first_uid)), 30.0, "the uid given back")
+        control.queue.append(second)
         control.wait_for("complete", timeout_s=30.0, count=2)
         first_log, second_log = _log_of(control, first), _log_of(control, second)
         assert first_log.split()[0] == second_log.split()[0] == str(first_uid)
