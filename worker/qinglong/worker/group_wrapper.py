@@ -76,6 +76,10 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 PR_SET_NO_NEW_PRIVS = 38
 AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY, SYS_MOUNT_SETATTR = -100, 0x8000, 1, 442
+ENOENT, EACCES, ENOSYS = 2, 13, 38
+MOUNT_OPTION_FLAGS = {b"nosuid": MS_NOSUID, b"nodev": MS_NODEV, b"noexec": MS_NOEXEC,
+                      b"noatime": 1 << 10, b"nodiratime": 1 << 11, b"relatime": 1 << 21,
+                      b"strictatime": 1 << 24}
 # shared writable directories: each attempt's namespace gets its own empty tmpfs there
 SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")
 PR_SET_DUMPABLE = 4
@@ -371,10 +375,50 @@ def enter_namespaces(keep: str, hide: list[str], hide_files: list[str]) -> None:
     os.makedirs(keep, 0o700, exist_ok=True)
     _mount(libc, f"/proc/self/fd/{keep_fd}", keep, None, MS_BIND | MS_REC)
     os.close(keep_fd)
-    _mount_setattr(libc, ctypes, "/", readonly=True, recursive=True)
-    for path in (keep, *scratch):
-        _mount_setattr(libc, ctypes, path, readonly=False, recursive=False)
+    read_only_except(libc, ctypes, [keep, *scratch])
     os.chdir(keep)
+
+
+def read_only_except(libc: Any, ctypes: Any, writable: list[str]) -> None:
+    """Make every mount of this mount namespace read-only, then the mounts at ``writable``
+    writable again: mount_setattr(2) where the kernel has it, else (ENOSYS, before Linux
+    5.12) a read-only bind remount of each mount point listed in /proc/self/mountinfo, its
+    other flags kept (a user namespace may not clear them). Raises OSError."""
+    try:
+        _mount_setattr(libc, ctypes, "/", readonly=True, recursive=True)
+        for path in writable:
+            _mount_setattr(libc, ctypes, path, readonly=False, recursive=False)
+        return
+    except OSError as exc:
+        if exc.errno != ENOSYS:
+            raise
+    mounts = mount_table()
+    for point, flags in mounts.items():
+        try:
+            _mount(libc, None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags)
+        except OSError as exc:
+            if exc.errno not in (ENOENT, EACCES):  # covered by a mount made here: unseen
+                raise
+    for path in writable:
+        _mount(libc, None, path, None, MS_REMOUNT | MS_BIND | mounts.get(path, 0))
+
+
+def mount_table() -> dict[str, int]:
+    """Mount point -> its per-mount flags (nosuid, nodev, noexec, atime) from
+    /proc/self/mountinfo, parents before children; for a point mounted over, the top."""
+    table: dict[str, int] = {}
+    with open("/proc/self/mountinfo", "rb") as fh:
+        for line in fh:
+            fields = line.split()
+            point = fields[4].decode("utf-8", "surrogateescape")
+            for code in ("\\040", "\\011", "\\012", "\\134"):
+                point = point.replace(code, chr(int(code[1:], 8)))
+            flags = 0
+            for option in fields[5].split(b","):
+                flags |= MOUNT_OPTION_FLAGS.get(option, 0)
+            table.pop(point, None)  # re-inserted: the later (upper) mount wins, in order
+            table[point] = flags
+    return table
 
 
 def live_others() -> list[int]:
