@@ -115,3 +115,30 @@ def test_reconnecting_at_every_offset_gets_the_log_exactly_once(cluster: Cluster
         reconnects()
     finally:
         worker.http.close()
+
+
+def test_a_complete_log_ending_in_a_cut_character_ends_at_its_end(cluster: Cluster) -> None:
+    """The stored log (no live chunk streamed) is exactly one event's size (64 KiB) and
+    ends inside a character: the follower gets every byte (the cut character as U+FFFD)
+    and the ``end`` event's id is the log's size, never short of the cut."""
+    size = 64 * 1024
+    control = cluster.start_control("c1", lease_ms=60_000, heartbeat_ms=10_000)
+    url = str(control.url)
+    admin, viewer = cluster.token("admin"), cluster.token("viewer")
+    worker = ScriptedWorker(url, cluster.token("worker", pool="default", labels="zone=a"))
+    try:
+        manual_task(cluster, url, admin, name="签到-截断")
+        lease = worker.claim()
+        cut = "中".encode()[:2]
+        whole = (size - len(cut)) // 3 - 40  # whole characters, then ASCII lines
+        body = ("中" * whole).encode() + b"ab\n" * 13 + b"a" * (size - len(cut) - 3 * whole
+                                                               - 39) + cut
+        assert len(body) == size
+        done = worker.complete(lease, body=body)
+        assert done.status_code == 200, done.text
+        events = sse_events(url, viewer, lease.attempt_id)
+        end = len(body)
+        _check(events, 0, end, (body.decode("utf-8", "replace"), []), final=True)
+        assert events[-1]["id"] == end
+    finally:
+        worker.http.close()

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 from pg_control_db import PgDb
 
+from qinglong.control.dispatch.config import DispatchConfig
 from qinglong.control.dispatch.log_upload import log_identity
-from qinglong.control.history.orphans import sweep_orphans
+from qinglong.control.history.orphans import orphan_margin_s, sweep_orphans
 from qinglong.control.retention.objects import S3ObjectStore
 from qinglong.control.retention.probe import ProbeVerdict
 from qinglong.shared.ids import uuid7
@@ -152,3 +153,25 @@ def test_a_lost_delete_answer_is_healed_by_the_next_sweep(pg_db: PgDb, s3: Any,
         second = sweep_orphans(engine, store, s3, bucket, "replica-一/1", margin_s=600)
     assert second.outcomes == {"absent": 1}
     assert _evidence(pg_db) == [(lost, "absent")]
+
+
+def test_the_margin_outlasts_the_upload_url_so_a_late_put_is_not_swept(
+        pg_db: PgDb, s3: Any, direct_s3: Any, make_bucket: Callable[[bool], str]) -> None:
+    """With presigned log PUTs valid 7 days, an attempt that ended 2 hours ago (past the old
+    fixed hour) may still receive its log: the derived margin keeps it; one that ended 8
+    days ago (past the URL's lifetime plus the lease) is swept."""
+    dispatch = DispatchConfig(lease_ms=60_000, heartbeat_ms=20_000, upload_url_ttl_s=604_800)
+    margin = orphan_margin_s(dispatch)
+    assert margin >= 604_800 + 60
+    assert orphan_margin_s(DispatchConfig()) == 3600.0  # the default URL: the hour floor
+    bucket = make_bucket(False)
+    run, recent = _attempt(pg_db, ended_ago_s=7200)
+    late = _put(direct_s3, bucket, run, recent)
+    run2, old = _attempt(pg_db, ended_ago_s=8 * 86_400)
+    gone = _put(direct_s3, bucket, run2, old)
+    store = S3ObjectStore(s3, in_transaction=lambda: False, verdict=SAFE)
+    with pg_db.pooled(pg_db.runtime_url) as engine:
+        sweep = sweep_orphans(engine, store, s3, bucket, "replica-一/1", margin_s=margin)
+    assert sweep.walked == 1 and sweep.outcomes == {"deleted": 1}
+    assert _exists(direct_s3, bucket, late) and not _exists(direct_s3, bucket, gone)
+    assert _evidence(pg_db) == [(old, "deleted")]

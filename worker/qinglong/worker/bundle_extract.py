@@ -10,9 +10,7 @@ task did to its modes.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
 from pathlib import Path
 from typing import IO
 
@@ -24,6 +22,7 @@ from qinglong.shared.bundles import (
     Member,
     scan,
 )
+from qinglong.worker import tree_remove
 
 CHUNK = 65536
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -109,31 +108,11 @@ def extract(source: IO[bytes], target: Path, limits: BundleLimits = DEFAULT_LIMI
             os.close(root)
 
 
-def _open_up(path: Path) -> None:
-    """Give the owner rwx on every directory below (and at) ``path``, top down, each opened
-    ``O_NOFOLLOW | O_DIRECTORY`` and changed through its fd: a symlink is never followed."""
-    pending = [str(path)]
-    while pending:
-        current = pending.pop()
-        try:  # O_PATH needs no read permission on the directory itself
-            fd = os.open(current, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            continue
-        try:
-            os.chmod(f"/proc/self/fd/{fd}", 0o700)  # fchmod refuses an O_PATH fd
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-        with contextlib.suppress(OSError), os.scandir(current) as entries:
-            pending.extend(e.path for e in entries if e.is_dir(follow_symlinks=False))
-
-
 def remove_tree(path: Path) -> None:
-    """Remove ``path`` and everything below it (symlinks are removed, never followed);
-    directories a task made unreadable or unwritable are opened up first. Errors that remain
-    are ignored: a leftover is removed at the next worker start."""
-    if not os.path.lexists(path):
-        return
-    _open_up(path)
-    shutil.rmtree(path, ignore_errors=True)
+    """Remove ``path`` and everything below it through directory fds: symlinks are removed,
+    never followed, even ones swapped in while the walk runs; directories a task made
+    unreadable or unwritable are opened up through their own fd
+    (``qinglong.worker.tree_remove``, docs/protocols.md §4.8). Errors that remain are
+    ignored: a leftover is removed at the next worker start."""
+    if os.path.lexists(path):
+        tree_remove.remove_tree(path)

@@ -190,7 +190,8 @@ def run(control_url: str, concurrency: int, labels: str, name: str | None,
     try:
         isolated = choose(isolation, root=Path(attempt_root) if attempt_root
                           else _default_attempt_root(), spool_dir=spool, uids=uid_range,
-                          grace_s=grace)
+                          grace_s=grace, secrets=() if token_file is None
+                          else (Path(token_file).absolute(),))
     except IsolationError as exc:
         raise ValidationError("--isolation", str(exc)) from None
     if isolated.mode == "none" and concurrency > 1 and not allow_shared_uid:

@@ -34,10 +34,12 @@ running attempt.
   ``--uid U --gid G``: the wrapper stays root; the command runs as U:G with no
   supplementary groups and ``no_new_privs`` (a forked child drops its ids, then execs), and
   stopping everything of the attempt includes every process whose uid is U.
-  ``--userns --keep DIR [--hide DIR]... --grace S`` (after ``--uid``'s drop when both are
-  given): a forked child enters a new user, mount and PID namespace (its uid mapped to
-  itself, never 0, so the command keeps no capability once it execs), covers each hidden
-  directory with an empty read-only tmpfs, binds DIR (its own directory) back, and forks the
+  ``--userns --keep DIR [--hide DIR]... [--hide-file FILE]... --grace S`` (after ``--uid``'s
+  drop when both are given): a forked child enters a new user, mount and PID namespace (its
+  uid mapped to itself, never 0, so the command keeps no capability once it execs), covers
+  each hidden file with ``/dev/null``, gives ``/tmp``, ``/var/tmp`` and ``/dev/shm`` a fresh
+  tmpfs each, covers each hidden directory with an empty tmpfs, binds DIR (its own
+  directory) back, makes every other mount read-only, and forks the
   namespace's init: it mounts a private ``/proc``, runs the command, and once the command
   ended stops what else lives in the namespace (TERM, ``S`` seconds, KILL) before it reports
   ``<code> <found> <killed>`` to the wrapper, which passes that line on as the status. The
@@ -73,6 +75,13 @@ CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 PR_SET_NO_NEW_PRIVS = 38
+AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY, SYS_MOUNT_SETATTR = -100, 0x8000, 1, 442
+ENOENT, EACCES, ENOSYS = 2, 13, 38
+MOUNT_OPTION_FLAGS = {b"nosuid": MS_NOSUID, b"nodev": MS_NODEV, b"noexec": MS_NOEXEC,
+                      b"noatime": 1 << 10, b"nodiratime": 1 << 11, b"relatime": 1 << 21,
+                      b"strictatime": 1 << 24}
+# shared writable directories: each attempt's namespace gets its own empty tmpfs there
+SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")
 PR_SET_DUMPABLE = 4
 
 
@@ -222,6 +231,7 @@ class Options:
         self.userns = False
         self.keep = ""
         self.hide: list[str] = []
+        self.hide_files: list[str] = []
         self.grace_s = GRACE_S
 
     def parse(self, args: list[str]) -> bool:
@@ -239,6 +249,8 @@ class Options:
                     self.keep = args.pop(0)
                 elif flag == "--hide":
                     self.hide.append(args.pop(0))
+                elif flag == "--hide-file":
+                    self.hide_files.append(args.pop(0))
                 elif flag == "--grace":
                     self.grace_s = float(args.pop(0))
                 else:
@@ -309,12 +321,31 @@ def _mount(libc: Any, source: str | None, target: str, fstype: str | None,
            f"mount {target}")
 
 
-def enter_namespaces(keep: str, hide: list[str]) -> None:
+def _mount_setattr(libc: Any, ctypes: Any, path: str, *, readonly: bool,
+                   recursive: bool) -> None:
+    """Set (or clear) the read-only flag of the mount at ``path`` (and every mount below it
+    when ``recursive``) with mount_setattr(2), Linux ≥ 5.12. Raises OSError."""
+
+    class MountAttr(ctypes.Structure):  # type: ignore[misc]  # struct mount_attr
+        _fields_ = (("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                    ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64))
+
+    attr = MountAttr(MOUNT_ATTR_RDONLY if readonly else 0,
+                     0 if readonly else MOUNT_ATTR_RDONLY, 0, 0)
+    _check(libc.syscall(ctypes.c_long(SYS_MOUNT_SETATTR), ctypes.c_int(AT_FDCWD),
+                        path.encode(), ctypes.c_uint(AT_RECURSIVE if recursive else 0),
+                        ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr))),
+           f"mount_setattr {path}")
+
+
+def enter_namespaces(keep: str, hide: list[str], hide_files: list[str]) -> None:
     """In a forked child: a new user, mount and PID namespace (this uid and gid mapped to
-    themselves), mounts private, each of ``hide`` covered by an empty read-only tmpfs and
-    ``keep`` bound back at its own path; the caller's next fork is the namespace's init.
+    themselves), mounts private; each of ``hide_files`` covered by ``/dev/null``; a fresh
+    empty tmpfs on each of :data:`SCRATCH` (a private ``/tmp``); each of ``hide`` covered
+    by an empty tmpfs and ``keep`` bound back at its own path; then every mount read-only
+    except ``keep`` and the scratch tmpfs. The caller's next fork is the namespace's init.
     Raises OSError."""
-    libc, _ = _libc()
+    libc, ctypes = _libc()
     uid, gid = os.getuid(), os.getgid()
     _check(libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID), "unshare")
     for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
@@ -326,22 +357,68 @@ def enter_namespaces(keep: str, hide: list[str]) -> None:
             os.close(fd)
     _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
     keep_fd = os.open(keep, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    for path in hide_files:
+        if os.path.isfile(path):  # else this uid cannot even reach it: nothing to hide
+            _mount(libc, "/dev/null", path, None, MS_BIND)
+    scratch = [p for p in SCRATCH if os.path.isdir(p) and not os.path.islink(p)]
+    for path in scratch:
+        _mount(libc, "tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
     covered: list[str] = []
     for path in sorted(set(hide)):
         if any(path == c or path.startswith(c.rstrip("/") + "/") for c in covered):
             continue  # already below a covered directory
         if not os.path.isdir(path):
-            continue  # this uid cannot even reach it: nothing to hide
+            continue  # this uid cannot reach it (or a scratch tmpfs covers it already)
         _mount(libc, "tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
                "mode=0700,size=16k")
         covered.append(path)
     os.makedirs(keep, 0o700, exist_ok=True)
     _mount(libc, f"/proc/self/fd/{keep_fd}", keep, None, MS_BIND | MS_REC)
     os.close(keep_fd)
-    for path in covered:
-        _mount(libc, None, path, None,
-               MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    read_only_except(libc, ctypes, [keep, *scratch])
     os.chdir(keep)
+
+
+def read_only_except(libc: Any, ctypes: Any, writable: list[str]) -> None:
+    """Make every mount of this mount namespace read-only, then the mounts at ``writable``
+    writable again: mount_setattr(2) where the kernel has it, else (ENOSYS, before Linux
+    5.12) a read-only bind remount of each mount point listed in /proc/self/mountinfo, its
+    other flags kept (a user namespace may not clear them). Raises OSError."""
+    try:
+        _mount_setattr(libc, ctypes, "/", readonly=True, recursive=True)
+        for path in writable:
+            _mount_setattr(libc, ctypes, path, readonly=False, recursive=False)
+        return
+    except OSError as exc:
+        if exc.errno != ENOSYS:
+            raise
+    mounts = mount_table()
+    for point, flags in mounts.items():
+        try:
+            _mount(libc, None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags)
+        except OSError as exc:
+            if exc.errno not in (ENOENT, EACCES):  # covered by a mount made here: unseen
+                raise
+    for path in writable:
+        _mount(libc, None, path, None, MS_REMOUNT | MS_BIND | mounts.get(path, 0))
+
+
+def mount_table() -> dict[str, int]:
+    """Mount point -> its per-mount flags (nosuid, nodev, noexec, atime) from
+    /proc/self/mountinfo, parents before children; for a point mounted over, the top."""
+    table: dict[str, int] = {}
+    with open("/proc/self/mountinfo", "rb") as fh:
+        for line in fh:
+            fields = line.split()
+            point = fields[4].decode("utf-8", "surrogateescape")
+            for code in ("\\040", "\\011", "\\012", "\\134"):
+                point = point.replace(code, chr(int(code[1:], 8)))
+            flags = 0
+            for option in fields[5].split(b","):
+                flags |= MOUNT_OPTION_FLAGS.get(option, 0)
+            table.pop(point, None)  # re-inserted: the later (upper) mount wins, in order
+            table[point] = flags
+    return table
 
 
 def live_others() -> list[int]:
@@ -426,7 +503,7 @@ def spawn_isolated(argv: list[str], lock_fd: int, status_fd: int) -> int:
             drop_to(OPTIONS.uid, OPTIONS.gid)
         if not OPTIONS.userns:
             exec_command(argv, env)
-        enter_namespaces(OPTIONS.keep, OPTIONS.hide)
+        enter_namespaces(OPTIONS.keep, OPTIONS.hide, OPTIONS.hide_files)
         init = os.fork()
         if init == 0:
             namespace_init(argv, env, lock_fd, status_fd, OPTIONS.grace_s)
@@ -502,7 +579,7 @@ def probe_userns() -> int:
         child = os.fork()
         if child == 0:
             try:
-                enter_namespaces(keep, [])
+                enter_namespaces(keep, [], [])
                 init = os.fork()
                 if init == 0:
                     libc, _ = _libc()

@@ -11,10 +11,13 @@ Without isolation every attempt runs as the worker's uid, so one attempt can rea
   never one any process still has, and a private directory ``<attempt root>/<attempt id>``
   (0700, that uid; the bundle checkout when the task has a bundle) as its HOME and default
   working directory. The wrapper drops to that uid with ``no_new_privs``; the attempt's
-  leftovers are every process with that uid.
+  leftovers are every process with that uid. Its directory is emptied, and its entries in
+  :data:`SCRATCH_DIRS` removed, by ``tree_remove.py`` running as that uid (when the uid is
+  handed out and when it is given back).
 - ``userns``: a user, mount and PID namespace per attempt with a private ``/proc`` (the
-  worker's uid mapped to itself), the spool and attempt root covered by empty tmpfs, the
-  attempt's own directory bound back; the namespace's init stops what the command left.
+  worker's uid mapped to itself), private empty ``/tmp``, ``/var/tmp`` and ``/dev/shm``,
+  the spool, attempt root and ``--token-file`` covered, the attempt's own directory bound
+  back, every other mount read-only; the namespace's init stops what the command left.
   Works where unprivileged user namespaces are allowed (bare hosts; not Kubernetes'
   RuntimeDefault seccomp profile). A root worker also gives each attempt its own uid, as in
   ``uid`` mode, before entering the namespace.
@@ -47,6 +50,11 @@ UID_MODE_CAPS = {"CHOWN": 0, "DAC_OVERRIDE": 1, "FOWNER": 3, "KILL": 5, "SETGID"
                  "SETUID": 7}
 PROBE_TIMEOUT_S = 10.0
 WRAPPER_PATH = Path(__file__).with_name("group_wrapper.py")
+REMOVER_PATH = Path(__file__).with_name("tree_remove.py")
+REMOVER_TIMEOUT_S = 120.0
+# shared directories every uid may write: an attempt uid's entries there are removed before
+# the uid is handed out and when it is given back (a later attempt of that uid finds none)
+SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 
 
 class IsolationError(Exception):
@@ -265,8 +273,10 @@ class UidIsolation(Isolation):
     """``uid`` mode (and ``userns`` as root: ``userns`` True adds the namespaces)."""
 
     def __init__(self, root: Path, pool: UidPool, *, spool_dir: Path | None = None,
-                 userns: bool = False, grace_s: float = 5.0) -> None:
+                 userns: bool = False, grace_s: float = 5.0,
+                 secrets: tuple[Path, ...] = ()) -> None:
         self.mode = "userns" if userns else "uid"
+        self._secrets = secrets
         self.work_dir = self.root = root
         self._pool = pool
         self._spool = spool_dir
@@ -277,6 +287,7 @@ class UidIsolation(Isolation):
         directory = self.root / attempt_id
         uid = self._pool.take()
         try:
+            run_as(uid)  # what a killed worker's attempt of this uid left in /tmp & co.
             if checkout is None:
                 os.mkdir(directory, 0o700)
             _chown_tree(directory, uid)
@@ -286,10 +297,16 @@ class UidIsolation(Isolation):
             raise
         args: tuple[str, ...] = ("--uid", str(uid), "--gid", str(uid))
         if self._userns:
-            args += _userns_args(directory, self.root, self._spool, self._grace_s)
+            args += _userns_args(directory, self.root, self._spool, self._grace_s,
+                                 self._secrets)
         return Sandbox(directory=directory, uid=uid, wrapper_args=args)
 
     def leave(self, sandbox: Sandbox) -> None:
+        """As the attempt's own uid (a child process that dropped to it first), empty the
+        attempt's directory and remove the uid's entries in :data:`SCRATCH_DIRS`; then
+        remove the (empty) directory as the worker, fd by fd, and return the uid."""
+        if sandbox.uid is not None:
+            run_as(sandbox.uid, sandbox.directory)
         if sandbox.directory is not None:
             remove_tree(sandbox.directory)
         if sandbox.uid is not None:
@@ -301,29 +318,55 @@ class UsernsIsolation(Isolation):
 
     mode = "userns"
 
-    def __init__(self, root: Path, spool_dir: Path, grace_s: float) -> None:
+    def __init__(self, root: Path, spool_dir: Path, grace_s: float,
+                 secrets: tuple[Path, ...] = ()) -> None:
         self.work_dir = self.root = root
         self._spool = spool_dir
         self._grace_s = grace_s
+        self._secrets = secrets
 
     def enter(self, attempt_id: str, checkout: Path | None) -> Sandbox:
         directory = self.root / attempt_id
         if checkout is None:
             os.mkdir(directory, 0o700)
         return Sandbox(directory=directory, wrapper_args=_userns_args(
-            directory, self.root, self._spool, self._grace_s))
+            directory, self.root, self._spool, self._grace_s, self._secrets))
 
     def leave(self, sandbox: Sandbox) -> None:
         if sandbox.directory is not None:
             remove_tree(sandbox.directory)
 
 
-def _userns_args(directory: Path, root: Path, spool: Path | None, grace_s: float
-                 ) -> tuple[str, ...]:
+def _userns_args(directory: Path, root: Path, spool: Path | None, grace_s: float,
+                 secrets: tuple[Path, ...] = ()) -> tuple[str, ...]:
     args: tuple[str, ...] = ("--userns", "--keep", str(directory), "--hide", str(root))
     if spool is not None:
         args += ("--hide", str(spool))
+    for secret in secrets:
+        args += ("--hide-file", str(secret))
+        parent = secret.parent
+        with contextlib.suppress(OSError):
+            info = os.stat(parent)
+            if info.st_uid == os.geteuid() and not info.st_mode & 0o077 and parent != Path("/"):
+                args += ("--hide", str(parent))  # private: a rotated file stays hidden too
     return (*args, "--grace", f"{grace_s:.3f}")
+
+
+def run_as(uid: int, directory: Path | None = None) -> bool:
+    """Run ``tree_remove.py`` as ``uid``: empty ``directory`` (when given) and remove the
+    uid's entries from :data:`SCRATCH_DIRS`. True when it reported everything gone; never
+    raises (what stays is retried when the uid is next handed out or given back)."""
+    args = [] if directory is None else ["--empty", str(directory)]
+    for path in SCRATCH_DIRS:
+        args += ["--sweep", path]
+    try:
+        done = subprocess.run([sys.executable, "-I", "-S", str(REMOVER_PATH), str(uid), *args],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, timeout=REMOVER_TIMEOUT_S,
+                              check=False)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
 
 
 def _chown_tree(top: Path, uid: int) -> None:
@@ -336,8 +379,10 @@ def _chown_tree(top: Path, uid: int) -> None:
 
 
 def choose(requested: str, *, root: Path, spool_dir: Path, uids: tuple[int, int],
-           grace_s: float) -> Isolation:
+           grace_s: float, secrets: tuple[Path, ...] = ()) -> Isolation:
     """The isolation for ``requested`` (one of :data:`MODES`), its attempt root prepared.
+    ``secrets``: the worker's credential files (``--token-file``), covered in ``userns``
+    attempts (and their directory where it is private to the worker).
     Raises IsolationError when ``uid`` or ``userns`` was asked for explicitly and cannot
     work here (the message says what is missing)."""
     if requested not in MODES:
@@ -365,8 +410,9 @@ def choose(requested: str, *, root: Path, spool_dir: Path, uids: tuple[int, int]
         pool = UidPool(*uids, lock_dir=Path(tempfile.gettempdir()) / "ql3-attempt-uids")
         return UidIsolation(prepare_attempt_root(root, shared=True), pool,
                             spool_dir=spool_dir, userns=requested == "userns",
-                            grace_s=grace_s)
+                            grace_s=grace_s, secrets=secrets)
     if not userns_works():
         raise IsolationError("--isolation userns: user namespaces are not allowed here "
                              "(kernel or seccomp)")
-    return UsernsIsolation(prepare_attempt_root(root, shared=False), spool_dir, grace_s)
+    return UsernsIsolation(prepare_attempt_root(root, shared=False), spool_dir, grace_s,
+                           secrets)

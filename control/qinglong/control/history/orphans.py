@@ -5,7 +5,8 @@ A worker uploads its log to the key derived from the attempt (``p/<project>/wlog
 ``dispatch/log_upload.py``) before it completes. When it loses its lease in between (SIGKILL,
 a refused late completion), no artifact row names the object and ADR-0379 never retires it.
 ``sweep_orphans`` walks remote attempts that ended more than ``margin_s`` ago (past the lease
-and the presigned URL's lifetime: no upload of theirs can still arrive) from a cursor, under a
+and the presigned URL's lifetime: no upload of theirs can still arrive; ``orphan_margin_s``
+derives it from the dispatch configuration) from a cursor, under a
 lease on the ``orphan_sweep_jobs`` row (one sweeper at a time; a crashed one's lease ends).
 For each attempt that no artifact row names and that has no evidence yet it HEADs the key and
 deletes exactly what it saw, under retention's conditional rules (``S3ObjectStore.delete``:
@@ -39,7 +40,10 @@ from qinglong.shared.errors import ValidationError
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
-MARGIN_S_DEFAULT = 3600.0
+    from qinglong.control.dispatch.config import DispatchConfig
+
+MARGIN_S_FLOOR = 3600.0
+CLOCK_SLACK_S = 300.0  # the store's clock and the database's may disagree this much
 LEASE_S = 120.0
 LIMIT_MAX = 100
 
@@ -60,14 +64,25 @@ def _object_key(project_id: str, attempt_id: str) -> str:
     return f"p/{project_id}/wlog-{attempt_id}"
 
 
+def orphan_margin_s(dispatch: DispatchConfig) -> float:
+    """Seconds after an attempt ended before its log key may be swept (docs/operations.md
+    §12 "Orphan log objects"): a worker can hold a presigned log PUT issued while its lease
+    was still alive, valid ``upload_url_ttl_s`` seconds from then, so the margin is that
+    lifetime plus the lease plus :data:`CLOCK_SLACK_S`, and never below
+    :data:`MARGIN_S_FLOOR` (one hour)."""
+    return max(MARGIN_S_FLOOR,
+               dispatch.upload_url_ttl_s + dispatch.lease_ms / 1000 + CLOCK_SLACK_S)
+
+
 def sweep_orphans(engine: Engine, store: S3ObjectStore, client: Any, bucket: str, owner: str,
-                  *, limit: int = 50, margin_s: float = MARGIN_S_DEFAULT) -> OrphanSweep:
+                  *, margin_s: float, limit: int = 50) -> OrphanSweep:
     """Look at up to ``limit`` (1..100) ended attempts and collect their orphan objects.
 
     ``store`` deletes (its probe verdict decides unversioned deletes), ``client`` is the boto3
     client it wraps (for the unvalidated HEAD), ``owner`` a process incarnation
     (``retention.claims.process_owner``). ``margin_s`` seconds after an attempt ended (at
-    least its lease plus the upload URL's lifetime). An unavailable store stops the sweep; the
+    least its lease plus the upload URL's lifetime: :func:`orphan_margin_s`; tests pass less).
+    An unavailable store stops the sweep; the
     cursor stays before the attempt it could not settle. ValidationError on bad bounds.
     """
     if not 1 <= limit <= LIMIT_MAX:

@@ -221,7 +221,7 @@ class ControlReplica:
 
         from qinglong.control import notify
         from qinglong.control.dispatch.recovery import LeaseRecovery, RecoveryConfig
-        from qinglong.control.history.orphans import sweep_orphans
+        from qinglong.control.history.orphans import orphan_margin_s, sweep_orphans
         from qinglong.control.history.prune import prune_batch
         from qinglong.control.retention.claims import process_owner
         from qinglong.control.retention.enrollment import enrollment_sweep
@@ -324,7 +324,8 @@ class ControlReplica:
             # docs/operations.md "Orphan log objects": the retention sweeper's store (probed)
             PeriodicService("orphan_sweep", lambda: sweep_orphans(
                 self.engine, sweeper.store, self.s3, self.settings.bucket,
-                str(process_owner(self.settings.replica_id))), period_s=PRUNE_PERIOD_S,
+                str(process_owner(self.settings.replica_id)),
+                margin_s=orphan_margin_s(self.dispatch)), period_s=PRUNE_PERIOD_S,
                 more=lambda r: r.walked >= 50 and r.stopped is None),
         ])
         self._stoppables.append(sweeper)
