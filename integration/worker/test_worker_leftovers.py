@@ -37,7 +37,7 @@ def test_escapee_ignoring_term_is_killed_after_the_grace(control, start_worker):
     control.queue.append(make_attempt(
         f"trap '' TERM; setsid sleep {naptime} & exit 3"))
     start_worker()  # --grace 0.5
-    wait_until(lambda: bool(pids_running(["sleep", naptime])), 5.0, "escapee started")
+    wait_until(lambda: bool(pids_running(["sleep", naptime])), 30.0, "escapee started")
     done = control.wait_for("complete", timeout_s=10.0)[0]
     assert (done["outcome"], done["reason"], done["exit_code"]) == (
         "failed", "leftovers_stopped", 3)
@@ -74,8 +74,8 @@ def test_worker_sigkill_after_the_command_exited_takes_the_escapee_with_it(contr
         f"trap '' TERM; setsid sleep {naptime} & exit 0"))
     worker = start_worker("--grace", "30")
     pgid = control.wait_for("started")[0]["pid"]
-    wait_until(lambda: bool(pids_running(["sleep", naptime])), 5.0, "escapee started")
-    wait_until(lambda: live_members(pgid) == [pgid], 5.0, "command exited, wrapper waiting")
+    wait_until(lambda: bool(pids_running(["sleep", naptime])), 30.0, "escapee started")
+    wait_until(lambda: live_members(pgid) == [pgid], 30.0, "command exited, wrapper waiting")
     time.sleep(0.2)  # the worker has its status and is stopping leftovers
     assert pids_running(["sleep", naptime])  # TERM ignored: still alive
     killed_at = time.monotonic()
@@ -92,7 +92,7 @@ def test_worker_sigkill_while_the_command_runs_takes_the_escapee_with_it(control
     control.queue.append(make_attempt(f"setsid sleep {naptime} & sleep 300"))
     worker = start_worker()
     control.wait_for("started")
-    wait_until(lambda: bool(pids_running(["sleep", naptime])), 5.0, "escapee started")
+    wait_until(lambda: bool(pids_running(["sleep", naptime])), 30.0, "escapee started")
     killed_at = time.monotonic()
     worker.proc.send_signal(signal.SIGKILL)
     gone_at = wait_until(lambda: not pids_running(["sleep", naptime]), 2.0, "escapee gone")
