@@ -130,6 +130,7 @@ def test_operator_signs_in_runs_a_chinese_task_and_watches_its_log_live(
     log.get_by_text(f"{JD} 完成").wait_for(timeout=60_000)
     wait_for(lambda: log.get_attribute("data-done") == "true", 60)
     assert page.locator("#run-status").inner_text() == "成功"
+    assert page.locator("#run-stop").count() == 0  # nothing left to stop
     _shot(page, "cluster-run-zh-CN")
     page.context.close()
 

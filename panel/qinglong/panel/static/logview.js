@@ -70,6 +70,8 @@ function start(box) {
     requestAnimationFrame(() => {
       flush();
       box.appendChild(done);
+      const stop = document.getElementById("run-stop");  // nothing left to stop
+      if (stop) stop.remove();
       const status = document.getElementById("run-status");
       if (status) {
         status.textContent = statusName(final);
