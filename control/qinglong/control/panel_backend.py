@@ -262,6 +262,32 @@ class ControlPanelBackend:
                 return chunk
             self._sleep(attempt, left)
 
+    async def log_wait_async(self, run: str, offset: int, timeout_s: float
+                             ) -> dict[str, Any]:
+        """:meth:`log_wait` for the event loop (the panel prefers it): a worker thread only
+        for each read, the wait itself on the replica's live-log hub, so open log views
+        never tie up the thread pool the API's routes share."""
+        import anyio
+        from starlette.concurrency import run_in_threadpool
+
+        from qinglong.control.livelog.hub import hub_of
+
+        hub = hub_of(self.ctx.extras)
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        while True:
+            chunk, attempt = await run_in_threadpool(self._chunk, run, offset)
+            left = deadline - time.monotonic()
+            if chunk["data"] or chunk["gap"] or chunk["done"] or left <= 0:
+                return chunk
+            if attempt is None:
+                await anyio.sleep(min(IDLE_POLL_S, left))
+                continue
+            event = hub.wakeups.register(attempt)
+            try:
+                await hub.wakeups.wait(event, left)  # at most the hub's re-read period
+            finally:
+                hub.wakeups.unregister(attempt, event)
+
     def _sleep(self, attempt: str | None, left: float) -> None:
         """Wait up to ``left`` seconds for the attempt's next wake-up (at most the hub's
         re-read period), or ``IDLE_POLL_S`` without an attempt or outside the event loop's

@@ -238,7 +238,11 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any) -> Starlette:
             yield "retry: 2000\n\n"
             while not await request.is_disconnected():
                 try:
-                    chunk = await call(backend.log_wait, run, offset, LOG_WAIT_S)
+                    # a backend that can wait without holding a worker thread (control's,
+                    # woken by its LISTEN fan-out) offers log_wait_async
+                    waiter = getattr(backend, "log_wait_async", None)
+                    chunk = await (waiter(run, offset, LOG_WAIT_S) if waiter is not None
+                                   else call(backend.log_wait, run, offset, LOG_WAIT_S))
                 except (BackendUnavailableError, BackendRefusedError):
                     yield "event: unavailable\ndata: {}\n\n"
                     return
