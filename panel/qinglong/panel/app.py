@@ -35,7 +35,10 @@ from qinglong.panel.security import (
     SESSION_COOKIE,
     Session,
     Sessions,
+    SignInRefusedError,
+    SignInThrottledError,
     csrf_ok,
+    current_session,
     origin_ok,
 )
 
@@ -43,8 +46,12 @@ PAGE_SIZE = 50
 LOG_WAIT_S = 15.0  # one long poll; the stream sends a comment between polls
 
 
-def create_app(backend: PanelBackend, sessions: Sessions) -> Starlette:
-    """The panel over ``backend``; ``sessions`` holds the one-time sign-in token."""
+def create_app(backend: PanelBackend, sessions: Sessions | Any) -> Starlette:
+    """The panel over ``backend``; ``sessions`` holds the one-time sign-in token (local), or
+    is a store with ``token_sign_in = True``, ``sign_in(token, client)``, ``get`` and
+    ``sign_out`` (the cluster's, in control: docs/panel.md "Cluster"). Mounted under a
+    prefix (control's ``/ui``), every link and redirect carries the mount's ``root_path``."""
+    token_sign_in = bool(getattr(sessions, "token_sign_in", False))
     env = Environment(loader=PackageLoader("qinglong.panel", "templates"),
                       autoescape=select_autoescape(default=True, default_for_string=True))
 
@@ -54,21 +61,34 @@ def create_app(backend: PanelBackend, sessions: Sessions) -> Starlette:
         session: Session | None = request.state.session
         html = env.get_template(name).render(
             t=messages, lang=lang, session=session, profile=backend.profile,
-            csrf=session.csrf if session else "", path=request.url.path, **ctx)
+            csrf=session.csrf if session else "", path=request.url.path,
+            root=_root(request), **ctx)
         return HTMLResponse(html, status_code=status)
+
+    def signin_page(request: Request, status: int, **ctx: Any) -> HTMLResponse:
+        if token_sign_in:
+            return render(request, "signin_token.html", status, **ctx)
+        return render(request, "signin.html", status, used=False)
 
     class Guard(BaseHTTPMiddleware):
         async def dispatch(self, request: Request,
                            call_next: Callable[[Request], Awaitable[Response]]) -> Response:
             request.state.lang = i18n.negotiate(request.cookies.get(i18n.COOKIE),
                                                 request.headers.get("accept-language"))
-            request.state.session = sessions.get(request.cookies.get(SESSION_COOKIE))
-            path = request.url.path
+            cookie = request.cookies.get(SESSION_COOKIE)
+            request.state.session = (await anyio.to_thread.run_sync(sessions.get, cookie)
+                                     if cookie else None)
+            current_session.set(request.state.session)
+            path = _relative(request)
             public = path.startswith(("/static/", "/signin", "/lang"))
+            writes = request.method not in ("GET", "HEAD")
             if not public and request.state.session is None:
-                response: Response = render(request, "signin.html", 401, used=False)
-            elif request.method not in ("GET", "HEAD") and not await _state_change_ok(request):
+                response: Response = signin_page(request, 401)
+            elif writes and not await _state_change_ok(request):
                 response = render(request, "error.html", 403, message_key="error.csrf")
+            elif writes and path not in ("/lang", "/signin", "/signout") \
+                    and not request.state.session.can_write:
+                response = render(request, "error.html", 403, message_key="error.read_only")
             else:
                 response = await call_next(request)
             for key, value in SECURITY_HEADERS.items():
@@ -77,7 +97,7 @@ def create_app(backend: PanelBackend, sessions: Sessions) -> Starlette:
 
     async def _state_change_ok(request: Request) -> bool:
         session: Session | None = request.state.session
-        if session is None and request.url.path.startswith("/lang"):
+        if session is None and _relative(request).startswith(("/lang", "/signin")):
             request.state.form = dict(await request.form())
             return origin_ok(request.headers.get("origin"), request.url.scheme,
                              request.headers.get("host"))
@@ -96,13 +116,49 @@ def create_app(backend: PanelBackend, sessions: Sessions) -> Starlette:
         return await anyio.to_thread.run_sync(lambda: fn(*args))
 
     async def sign_in(request: Request) -> Response:
+        if token_sign_in:
+            return await sign_in_token(request)
         session = sessions.redeem(request.query_params.get("token", ""))
         if session is None:
             request.state.session = None
             return render(request, "signin.html", 403, used=True)
-        response = RedirectResponse("/", status_code=303)
+        return _signed_in(request, session)
+
+    def _signed_in(request: Request, session: Session) -> Response:
+        response = RedirectResponse(_root(request) + "/", status_code=303)
         response.set_cookie(SESSION_COOKIE, session.id, httponly=True, samesite="strict",
-                            secure=request.url.scheme == "https", path="/")
+                            secure=request.url.scheme == "https", path=_root(request) or "/")
+        return response
+
+    async def sign_in_token(request: Request) -> Response:
+        """The cluster's form: GET shows it, POST signs in with an API token (the store
+        throttles failures per client address: 429 with Retry-After)."""
+        if request.method != "POST":
+            if request.state.session is not None:
+                return RedirectResponse(_root(request) + "/", status_code=303)
+            return signin_page(request, 200)
+        form = getattr(request.state, "form", None) or {}
+        token = str(form.get("token", ""))[:200]
+        client = request.client.host if request.client else "unknown"
+        try:
+            store: Any = sessions  # a store with token_sign_in (control's)
+            session = await anyio.to_thread.run_sync(store.sign_in, token, client)
+        except SignInThrottledError as exc:  # nothing of the token is echoed
+            request.state.session = None
+            page = signin_page(request, 429, error_key="signin.throttled")
+            page.headers["Retry-After"] = str(int(exc.retry_after_s))
+            return page
+        except SignInRefusedError:
+            request.state.session = None
+            return signin_page(request, 403, error_key="signin.refused")
+        return _signed_in(request, session)
+
+    async def sign_out(request: Request) -> Response:
+        cookie = request.cookies.get(SESSION_COOKIE)
+        await anyio.to_thread.run_sync(sessions.sign_out, cookie)
+        response = RedirectResponse(_root(request) + "/signin", status_code=303)
+        response.delete_cookie(SESSION_COOKIE, path=_root(request) or "/", httponly=True,
+                               samesite="strict", secure=request.url.scheme == "https")
         return response
 
     async def set_lang(request: Request) -> Response:
@@ -134,7 +190,8 @@ def create_app(backend: PanelBackend, sessions: Sessions) -> Starlette:
         try:
             if action == "run":
                 run = await call(backend.run_now, name)
-                return RedirectResponse(f"/runs/{run['id']}", status_code=303)
+                return RedirectResponse(f"{_root(request)}/runs/{run['id']}",
+                                        status_code=303)
             if action in ("enable", "disable"):
                 await call(backend.set_enabled, name, action == "enable")
                 return RedirectResponse(_back(request), status_code=303)
@@ -156,8 +213,20 @@ def create_app(backend: PanelBackend, sessions: Sessions) -> Starlette:
             request.state.lang).items() if key.startswith("status.")}
         return render(request, "run.html", run=run, statuses_json=json.dumps(names))
 
+    async def run_stop(request: Request) -> Response:
+        run = request.path_params["run"]
+        try:
+            await call(backend.cancel_run, run)
+        except BackendUnavailableError:
+            return render(request, "owner_down.html", 503)
+        except BackendRefusedError as exc:
+            return render(request, "error.html", 404 if exc.code == "not_found" else 409,
+                          message_key="error.refused")
+        return RedirectResponse(f"{_root(request)}/runs/{run}", status_code=303)
+
     async def log_stream(request: Request) -> Response:
         run = request.path_params["run"]
+        cookie = request.cookies.get(SESSION_COOKIE)
         try:
             offset = max(0, int(request.headers.get("last-event-id")
                                 or request.query_params.get("offset") or 0))
@@ -169,7 +238,11 @@ def create_app(backend: PanelBackend, sessions: Sessions) -> Starlette:
             yield "retry: 2000\n\n"
             while not await request.is_disconnected():
                 try:
-                    chunk = await call(backend.log_wait, run, offset, LOG_WAIT_S)
+                    # a backend that can wait without holding a worker thread (control's,
+                    # woken by its LISTEN fan-out) offers log_wait_async
+                    waiter = getattr(backend, "log_wait_async", None)
+                    chunk = await (waiter(run, offset, LOG_WAIT_S) if waiter is not None
+                                   else call(backend.log_wait, run, offset, LOG_WAIT_S))
                 except (BackendUnavailableError, BackendRefusedError):
                     yield "event: unavailable\ndata: {}\n\n"
                     return
@@ -183,6 +256,11 @@ def create_app(backend: PanelBackend, sessions: Sessions) -> Starlette:
                     yield f"id: {offset}\ndata: {json.dumps(text)}\n\n"
                 else:
                     yield ": waiting\n\n"
+                # every heartbeat re-checks the session: a signed-out session or a revoked
+                # token (cluster) ends the stream at once
+                if await anyio.to_thread.run_sync(sessions.get, cookie) is None:
+                    yield "event: unavailable\ndata: {}\n\n"
+                    return
                 if chunk["done"] and not chunk["data"]:
                     yield f"event: end\ndata: {json.dumps(chunk['run_status'])}\n\n"
                     return
@@ -217,11 +295,13 @@ def create_app(backend: PanelBackend, sessions: Sessions) -> Starlette:
     static = StaticFiles(packages=[("qinglong.panel", "static")])
     return Starlette(routes=[
         Route("/", tasks),
-        Route("/signin", sign_in),
+        Route("/signin", sign_in, methods=["GET", "POST"]),
+        Route("/signout", sign_out, methods=["POST"]),
         Route("/lang", set_lang, methods=["POST"]),
         Route("/tasks/{name:path}/{action}", task_action, methods=["POST"]),
         Route("/runs/{run}", run_detail),
         Route("/runs/{run}/log/stream", log_stream),
+        Route("/runs/{run}/stop", run_stop, methods=["POST"]),
         Route("/runs/{run}/log.txt", log_download),
         Mount("/static", static, name="static"),
     ], middleware=[Middleware(Guard)])
@@ -229,6 +309,17 @@ def create_app(backend: PanelBackend, sessions: Sessions) -> Starlette:
 
 def _back(request: Request) -> str:
     """Where to go after a form: the same-origin page named by ``next`` (a path), else /."""
-    target = request.query_params.get("next", "/")
+    target = request.query_params.get("next", _root(request) + "/")
     safe = target.startswith("/") and not target.startswith(("//", "/\\"))
     return target if safe and "\\" not in target else "/"
+
+
+def _root(request: Request) -> str:
+    """The mount's prefix (``/ui`` in control; "" when the panel is the whole site)."""
+    return str(request.scope.get("root_path", "")).rstrip("/")
+
+
+def _relative(request: Request) -> str:
+    """The request's path below the mount (``/ui/runs/x`` -> ``/runs/x``)."""
+    path, root = request.url.path, _root(request)
+    return path[len(root):] or "/" if root and path.startswith(root) else path

@@ -52,6 +52,12 @@ class PanelBackend(Protocol):
         """Enable or disable ``task``; the task as JSON."""
         ...
 
+    def cancel_run(self, run: str) -> dict[str, Any]:
+        """Stop ``run``: a queued run is cancelled at once, a running one is asked to stop
+        (its status moves when it has); the run as JSON. BackendRefusedError ``not_found``
+        for an unknown run, another code for a finished one."""
+        ...
+
     def run_get(self, run: str) -> dict[str, Any]:
         """One run with its attempts (``id, task_name, status, attempts, ...``)."""
         ...

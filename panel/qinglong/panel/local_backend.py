@@ -61,6 +61,10 @@ class LocalPanelBackend:
         """The ``task_enable`` socket op."""
         return dict(self._call("task_enable", name=task, enabled=enabled))
 
+    def cancel_run(self, run: str) -> dict[str, Any]:
+        """The ``cancel`` socket op."""
+        return dict(self._call("cancel", run_id=run))
+
     def run_get(self, run: str) -> dict[str, Any]:
         """The ``run_get`` socket op."""
         return dict(self._call("run_get", run_id=run))

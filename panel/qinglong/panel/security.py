@@ -12,6 +12,7 @@ from __future__ import annotations
 import hmac
 import secrets
 import threading
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 SESSION_COOKIE = "ql3_session"
@@ -35,6 +36,13 @@ class Session:
 
     id: str
     csrf: str
+    #: False for a read-only sign-in (the cluster's viewer token): no write controls shown,
+    #: and every state change but sign-out and the language answers 403
+    can_write: bool = True
+    #: who acts (the cluster: the token's name, recorded as "by" in events); "" locally
+    actor: str = ""
+    #: the token's scope in the cluster (viewer, operator, admin); "" locally
+    scope: str = ""
 
 
 class Sessions:
@@ -67,6 +75,32 @@ class Sessions:
             return None
         with self._lock:
             return self._sessions.get(session_id)
+
+    def sign_out(self, session_id: str | None) -> None:
+        """Forget the session (no error when it is unknown)."""
+        if session_id:
+            with self._lock:
+                self._sessions.pop(session_id, None)
+
+
+class SignInThrottledError(Exception):
+    """Too many failed sign-ins from this client address: ``retry_after_s`` whole seconds
+    to wait (the panel answers 429 with ``Retry-After``)."""
+
+    def __init__(self, retry_after_s: int) -> None:
+        super().__init__("sign-in throttled")
+        self.retry_after_s = retry_after_s
+
+
+class SignInRefusedError(Exception):
+    """The sign-in token is wrong (unknown, revoked, malformed, or of a kind that may not
+    sign in): one answer for all, 403."""
+
+
+#: the session of the request being served, set by the app's guard before any endpoint runs
+#: (worker threads of ``anyio.to_thread`` see it too): a backend that records who acted, as
+#: control's does, reads it here instead of taking it as an argument
+current_session: ContextVar[Session | None] = ContextVar("ql3_panel_session", default=None)
 
 
 def csrf_ok(session: Session, sent: str | None) -> bool:

@@ -49,7 +49,20 @@ def build_app(ctx: ApiContext) -> FastAPI:
     for module in (health, metrics, tasks, run_resolve, runs, logs, scripts, token_routes,
                    variables, notify_routes, worker_routes, workers):
         app.include_router(module.router)
+    _mount_panel(app, ctx)
     # every body but a bundle push's passes the bounded JSON decoder before any route
     app.add_middleware(JsonBodyGuard, raw_paths=frozenset({scripts.PUSH_PATH}))
     app.add_middleware(metrics.LatencyMiddleware, metrics=ctx.metrics)
     return app
+
+
+def _mount_panel(app: FastAPI, ctx: ApiContext) -> None:
+    """The web panel at ``/ui`` (docs/panel.md "Cluster") when ``qinglong-panel`` is
+    installed; without it the API serves alone (the panel is a separate distribution)."""
+    try:
+        import qinglong.panel.app  # noqa: F401
+    except ImportError:
+        return
+    from qinglong.control.panel_backend import mount_panel
+
+    mount_panel(app, ctx)

@@ -147,33 +147,42 @@ def get_run(run_id: UUID, request: Request, _who: Viewer) -> RunDetail:
 def cancel_run(run_id: UUID, request: Request, response: Response, who: Operator) -> RunOut:
     """Cancel a run (operator): queued → cancelled now (200); dispatching/running →
     cancel requested (202); finished → 409 ``already_finished``."""
-    from qinglong.control.retention.enrollment import enroll_run
-
     ctx = get_context(request)
     with ctx.engine.begin() as conn:
-        row = _run(conn, ctx.project_id, run_id, lock=True)
-        if row["status"] not in ACTIVE:
-            raise ApiError(409, "already_finished", "the run has already finished")
-        if row["status"] == "queued":
-            conn.execute(update(runs).where(runs.c.id == row["id"]).values(
-                status="cancelled", finished_at=func.now(), updated_at=func.now(),
-                cancel_requested_at=func.coalesce(runs.c.cancel_requested_at, func.now()),
-                version=runs.c.version + 1))
-            conn.execute(events.insert().values(
-                id=uuid7(), run_id=row["id"], kind="cancelled", from_status="queued",
-                to_status="cancelled", detail={"by": who.name}))
-            # earlier attempts' logs (a retry was queued) enroll with the terminal run
-            enroll_run(conn, str(row["id"]))
-        else:
+        if not cancel_in(conn, ctx.project_id, run_id, who.name):
             response.status_code = 202
-            if row["cancel_requested_at"] is None:
-                conn.execute(update(runs).where(runs.c.id == row["id"]).values(
-                    cancel_requested_at=func.now(), updated_at=func.now()))
-                conn.execute(events.insert().values(
-                    id=uuid7(), run_id=row["id"], kind="cancel_requested",
-                    from_status=row["status"], to_status=row["status"],
-                    detail={"by": who.name}))
         return run_out(_run(conn, ctx.project_id, run_id))
+
+
+def cancel_in(conn: Any, project_id: str, run_id: UUID, by: str) -> bool:
+    """Cancel a run inside the caller's transaction (``cancel_run``'s rules; also the
+    cluster panel's Stop): True when a queued run is now ``cancelled``, False when a
+    dispatching or running run was asked to stop. ApiError 404 ``run_not_found``, 409
+    ``already_finished``."""
+    from qinglong.control.retention.enrollment import enroll_run
+
+    row = _run(conn, project_id, run_id, lock=True)
+    if row["status"] not in ACTIVE:
+        raise ApiError(409, "already_finished", "the run has already finished")
+    if row["status"] == "queued":
+        conn.execute(update(runs).where(runs.c.id == row["id"]).values(
+            status="cancelled", finished_at=func.now(), updated_at=func.now(),
+            cancel_requested_at=func.coalesce(runs.c.cancel_requested_at, func.now()),
+            version=runs.c.version + 1))
+        conn.execute(events.insert().values(
+            id=uuid7(), run_id=row["id"], kind="cancelled", from_status="queued",
+            to_status="cancelled", detail={"by": by}))
+        # earlier attempts' logs (a retry was queued) enroll with the terminal run
+        enroll_run(conn, str(row["id"]))
+        return True
+    if row["cancel_requested_at"] is None:
+        conn.execute(update(runs).where(runs.c.id == row["id"]).values(
+            cancel_requested_at=func.now(), updated_at=func.now()))
+        conn.execute(events.insert().values(
+            id=uuid7(), run_id=row["id"], kind="cancel_requested",
+            from_status=row["status"], to_status=row["status"],
+            detail={"by": by}))
+    return False
 
 
 @router.get("/v1/attempts/{attempt_id}", response_model=AttemptOut)

@@ -59,6 +59,10 @@ RUNTIME_GRANTS: dict[str, frozenset[str]] = {
     # 0010, orphan log objects: the job row is leased and moved; evidence is append-only
     "orphan_sweep_jobs": frozenset({"SELECT", "UPDATE"}),
     "orphan_log_objects": frozenset({"SELECT", "INSERT"}),
+    # 0013, the web panel (docs/panel.md "Cluster"): sessions are created, touched, ended
+    # and swept; sign-in failures are counted, cleared and swept
+    "panel_sessions": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
+    "panel_signin_failures": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
 }
 
 

@@ -363,3 +363,24 @@ orphan_log_objects = Table(
     Column("swept_at", _TS, nullable=False),
     Column("swept_by", Text, nullable=False),
 )
+
+# 0013: the web panel's sessions and sign-in throttle (docs/panel.md "Cluster")
+panel_sessions = Table(
+    "panel_sessions", metadata,
+    Column("id_sha256", Text, primary_key=True),
+    Column("token_id", _uuid(), ForeignKey("api_tokens.id", ondelete="CASCADE"),
+           nullable=False),
+    Column("csrf", Text, nullable=False),
+    Column("created_at", _TS, nullable=False),
+    Column("last_seen_at", _TS, nullable=False),
+    Column("idle_expires_at", _TS, nullable=False),
+    Column("absolute_expires_at", _TS, nullable=False),
+)
+
+panel_signin_failures = Table(
+    "panel_signin_failures", metadata,
+    Column("client", Text, primary_key=True),
+    Column("failures", Integer, nullable=False),
+    Column("last_failed_at", _TS, nullable=False),
+    Column("blocked_until", _TS, nullable=False),
+)

@@ -328,6 +328,10 @@ class ControlReplica:
                 margin_s=orphan_margin_s(self.dispatch)), period_s=PRUNE_PERIOD_S,
                 more=lambda r: r.walked >= 50 and r.stopped is None),
         ])
+        sweep_sessions = _panel_session_sweep(self.engine)
+        if sweep_sessions is not None:  # docs/panel.md "Cluster": expired panel sessions
+            self.supervisor.services.append(PeriodicService(
+                "panel_session_sweep", sweep_sessions, period_s=PRUNE_PERIOD_S))
         self._stoppables.append(sweeper)
         self._sweeper = sweeper
 
@@ -380,6 +384,16 @@ class ControlReplica:
         self._stoppables.clear()
         self.engine.dispose()
         return ok
+
+
+def _panel_session_sweep(engine: Any) -> Any:
+    """The panel's session sweep (``PanelSessionStore.sweep``), or None when the panel
+    (``qinglong-panel``) is not installed."""
+    try:
+        from qinglong.control.panel_sessions import PanelSessionStore
+    except ImportError:
+        return None
+    return PanelSessionStore(engine).sweep
 
 
 def recovery_tick(recovery: LeaseRecovery, metrics: Metrics) -> RecoveryResult:

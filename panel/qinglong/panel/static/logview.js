@@ -4,7 +4,7 @@
 // MAX_LINES lines in the DOM, older ones replaced by one "earlier…" line (the download link
 // has the whole log). Colours by ansi_up with classes; every line's text is escaped by
 // ansi_up before it becomes HTML, so task output never runs as markup.
-import { AnsiUp } from "/static/vendor/ansi_up.js";
+import { AnsiUp } from "./vendor/ansi_up.js";
 
 const MAX_LINES = 5000;
 
@@ -70,6 +70,8 @@ function start(box) {
     requestAnimationFrame(() => {
       flush();
       box.appendChild(done);
+      const stop = document.getElementById("run-stop");  // nothing left to stop
+      if (stop) stop.remove();
       const status = document.getElementById("run-status");
       if (status) {
         status.textContent = statusName(final);

@@ -1,0 +1,335 @@
+"""Control's :class:`~qinglong.panel.backend.PanelBackend` and the panel mounted at ``/ui``
+(docs/panel.md "Cluster"; DESIGN §4.6).
+
+The backend calls the same services as the HTTP API over the replica's engine (never HTTP
+to itself): the task page is one query over ``tasks`` with each task's newest run
+(``api/task_last_run.py``); run now, enable/disable and stop are the API's transactions
+(``task_store.set_enabled``, ``scheduling.firing.run_now``, ``api/runs.cancel_in``); the
+log is the newest attempt's, read with ``livelog/read.read_raw`` and woken by the replica's
+live-log hub. Answers have the shapes of the local socket (docs/protocols.md §3.8), so the
+panel's templates render both profiles.
+
+Who acts comes from the request's session (``qinglong.panel.security.current_session``):
+its token's name is recorded as ``by``, and a write without an operator-or-better session
+is refused here too (the panel refuses it first, 403).
+"""
+
+from __future__ import annotations
+
+import time
+import unicodedata
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from sqlalchemy import Text, and_, cast, func, or_, select
+
+from qinglong.control.api.errors import ApiError
+from qinglong.control.api.tasks import like_escape
+from qinglong.control.db.tables import attempts, runs, tasks
+from qinglong.panel.backend import BackendRefusedError, BackendUnavailableError
+from qinglong.panel.security import current_session
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+
+    from qinglong.control.api.context import ApiContext
+
+TERMINAL = frozenset({"succeeded", "failed", "cancelled", "timed_out", "lost"})
+LOG_EVENT_BYTES = 64 * 1024
+IDLE_POLL_S = 1.0  # a run without an attempt yet is re-read this often
+
+
+def _iso(value: Any) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _refused(exc: ApiError) -> BackendRefusedError:
+    code = "not_found" if exc.status == 404 else exc.code
+    return BackendRefusedError(code, exc.message, usage=exc.status in (404, 422))
+
+
+def _run_id(run: str) -> UUID:
+    try:
+        return UUID(run)
+    except ValueError:
+        raise BackendRefusedError("not_found", "no run has this id", usage=True) from None
+
+
+class ControlPanelBackend:
+    """Implements PanelBackend over ``ctx`` (the replica's ApiContext: engine, project,
+    S3 client and live-log hub). Every method blocks (the panel calls it from a worker
+    thread); database errors become BackendUnavailableError (the page says so, 503)."""
+
+    profile = "cluster"
+
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _actor(self, write: bool) -> str:
+        session = current_session.get()
+        if write and (session is None or not session.can_write):
+            raise BackendRefusedError("forbidden", "this sign-in may not change anything")
+        return session.actor if session is not None and session.actor else "panel"
+
+    def _guard(self, fn: Any) -> Any:
+        from sqlalchemy.exc import OperationalError
+
+        try:
+            return fn()
+        except ApiError as exc:
+            raise _refused(exc) from None
+        except OperationalError:
+            raise BackendUnavailableError("the database cannot be reached") from None
+
+    # -- PanelBackend ----------------------------------------------------------------------
+
+    def available(self) -> bool:
+        """True when the database answers ``SELECT 1``."""
+        try:
+            with self.ctx.engine.connect() as conn:
+                conn.exec_driver_sql("SELECT 1")
+        except Exception:  # any failure means "not available"
+            return False
+        return True
+
+    def task_page(self, offset: int, limit: int, query: str) -> dict[str, Any]:
+        """One page of live tasks ordered by name (``PanelBackend.task_page``). ``query``:
+        words of the form ``key=value`` filter by label (all must match, JSONB containment
+        through migration 0008's index); the other words, together, match a
+        case-insensitive substring of the name, command or labels."""
+        from qinglong.control.api.task_last_run import PREFIX, with_last_run
+
+        where = [tasks.c.project_id == self.ctx.project_id, tasks.c.deleted_at.is_(None)]
+        wanted: dict[str, str] = {}
+        words = []
+        for word in unicodedata.normalize("NFC", query.replace("\x00", "")).split():
+            key, sep, value = word.partition("=")
+            if sep and key:
+                wanted[key] = value
+            else:
+                words.append(word)
+        if wanted:
+            where.append(tasks.c.labels.contains(wanted))
+        if words:
+            pattern = "%" + like_escape(" ".join(words)) + "%"
+            where.append(or_(tasks.c.name.ilike(pattern, escape="\\"),
+                             tasks.c.shell.ilike(pattern, escape="\\"),
+                             cast(tasks.c.argv, Text).ilike(pattern, escape="\\"),
+                             cast(tasks.c.labels, Text).ilike(pattern, escape="\\")))
+
+        def read() -> dict[str, Any]:
+            with self.ctx.engine.connect() as conn:
+                total = conn.execute(select(func.count()).select_from(tasks)
+                                     .where(and_(*where))).scalar_one()
+                rows = list(conn.execute(with_last_run(select(tasks)).where(*where)
+                                         .order_by(tasks.c.name).offset(offset).limit(limit)
+                                         ).mappings())
+            return {"tasks": [self._task(r, PREFIX) for r in rows], "total": int(total),
+                    "offset": offset, "limit": limit}
+
+        result: dict[str, Any] = self._guard(read)
+        return result
+
+    @staticmethod
+    def _task(row: Any, prefix: str) -> dict[str, Any]:
+        last = None
+        if row[f"{prefix}id"] is not None:
+            last = {"id": str(row[f"{prefix}id"]), "number": row[f"{prefix}number"],
+                    "status": row[f"{prefix}status"],
+                    "finished_at": _iso(row[f"{prefix}finished_at"])}
+        return {"name": row["name"],
+                "labels": [f"{k}={v}" for k, v in sorted(dict(row["labels"]).items())],
+                "schedule": row["schedule"], "timezone": row["timezone"],
+                "next_fire": _iso(row["next_fire_at"]) if row["enabled"] else None,
+                "last_run": last, "enabled": bool(row["enabled"])}
+
+    def run_now(self, task: str) -> dict[str, Any]:
+        """Run ``task`` now, as ``POST /v1/tasks/{name}/run`` does (its concurrency policy
+        applies: a refusal is BackendRefusedError ``run_refused``)."""
+        from qinglong.control.api.task_store import live_task, record_event
+        from qinglong.control.scheduling.errors import RunRefusedError
+        from qinglong.control.scheduling.firing import run_now
+
+        by = self._actor(write=True)
+
+        def write() -> dict[str, Any]:
+            with self.ctx.engine.begin() as conn:
+                row = live_task(conn, self.ctx.project_id, task, lock=True)
+                try:
+                    created = run_now(conn, str(row["id"]))
+                except RunRefusedError:
+                    raise BackendRefusedError("run_refused", "a run of this task is in "
+                                              "progress and its policy is forbid") from None
+                record_event(conn, str(row["id"]), "run_requested", by=by)
+            return {"id": str(created.run_id), "number": created.number, "status": "queued"}
+
+        result: dict[str, Any] = self._guard(write)
+        return result
+
+    def set_enabled(self, task: str, enabled: bool) -> dict[str, Any]:
+        """Enable or disable ``task`` (``task_store.set_enabled``)."""
+        from qinglong.control.api.task_store import set_enabled
+
+        by = self._actor(write=True)
+
+        def write() -> dict[str, Any]:
+            with self.ctx.engine.begin() as conn:
+                row = set_enabled(conn, self.ctx.project_id, task, enabled, by)
+            return {"name": row["name"], "enabled": bool(row["enabled"])}
+
+        result: dict[str, Any] = self._guard(write)
+        return result
+
+    def cancel_run(self, run: str) -> dict[str, Any]:
+        """Stop ``run`` (``api/runs.cancel_in``): queued → cancelled, else cancel
+        requested; BackendRefusedError ``already_finished`` for a finished run."""
+        from qinglong.control.api.runs import cancel_in
+
+        by = self._actor(write=True)
+        run_id = _run_id(run)
+
+        def write() -> dict[str, Any]:
+            with self.ctx.engine.begin() as conn:
+                cancel_in(conn, self.ctx.project_id, run_id, by)
+            return self.run_get(run)
+
+        result: dict[str, Any] = self._guard(write)
+        return result
+
+    def run_get(self, run: str) -> dict[str, Any]:
+        """One run of this project with its task's name and its attempts (oldest first)."""
+        run_id = _run_id(run)
+
+        def read() -> dict[str, Any]:
+            with self.ctx.engine.connect() as conn:
+                row = conn.execute(
+                    select(runs, tasks.c.name.label("task_name"))
+                    .join(tasks, tasks.c.id == runs.c.task_id)
+                    .where(runs.c.project_id == self.ctx.project_id,
+                           runs.c.id == str(run_id))).mappings().first()
+                if row is None:
+                    raise BackendRefusedError("not_found", "no run has this id", usage=True)
+                tries = conn.execute(select(attempts.c.id, attempts.c.number,
+                                            attempts.c.status)
+                                     .where(attempts.c.run_id == row["id"])
+                                     .order_by(attempts.c.number)).mappings().all()
+            return {"id": str(row["id"]), "task_name": row["task_name"],
+                    "number": row["number"], "status": row["status"],
+                    "created_at": _iso(row["created_at"]),
+                    "finished_at": _iso(row["finished_at"]),
+                    "attempts": [{"id": str(a["id"]), "number": a["number"],
+                                  "status": a["status"]} for a in tries]}
+
+        result: dict[str, Any] = self._guard(read)
+        return result
+
+    def _chunk(self, run: str, offset: int) -> tuple[dict[str, Any], str | None]:
+        """The log after ``offset`` of the run's newest attempt, and that attempt's id."""
+        from qinglong.control.api.log_live import _utf8_cut
+        from qinglong.control.livelog.read import LogGoneError, read_raw
+
+        info = self.run_get(run)
+        status = info["status"]
+        done = status in TERMINAL
+        newest = info["attempts"][-1]["id"] if info["attempts"] else None
+        empty = {"data": "", "offset": offset, "done": done, "run_status": status, "gap": 0}
+        if newest is None:
+            return empty, None
+        try:
+            piece = self._guard(lambda: read_raw(self.ctx.engine, self.ctx.s3, newest,
+                                                 offset=offset, limit=LOG_EVENT_BYTES))
+        except LogGoneError:  # retired, tombstoned or never stored: nothing more to show
+            return {**empty, "done": done}, newest
+        if piece.gap:
+            return {**empty, "offset": piece.offset, "gap": piece.gap, "done": False}, newest
+        body = piece.body
+        keep = len(body) if piece.complete else _utf8_cut(body)
+        return {"data": body[:keep].decode("utf-8", "surrogateescape"),
+                "offset": piece.offset + keep, "gap": 0,
+                "done": done and piece.complete and keep == len(body),
+                "run_status": status}, newest
+
+    def log_wait(self, run: str, offset: int, timeout_s: float) -> dict[str, Any]:
+        """Bytes after ``offset`` of the run's newest attempt as soon as there are any (the
+        replica's LISTEN fan-out wakes the wait), or an empty chunk after ``timeout_s``."""
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        while True:
+            chunk, attempt = self._chunk(run, offset)
+            left = deadline - time.monotonic()
+            if chunk["data"] or chunk["gap"] or chunk["done"] or left <= 0:
+                return chunk
+            self._sleep(attempt, left)
+
+    async def log_wait_async(self, run: str, offset: int, timeout_s: float
+                             ) -> dict[str, Any]:
+        """:meth:`log_wait` for the event loop (the panel prefers it): a worker thread only
+        for each read, the wait itself on the replica's live-log hub, so open log views
+        never tie up the thread pool the API's routes share."""
+        import anyio
+        from starlette.concurrency import run_in_threadpool
+
+        from qinglong.control.livelog.hub import hub_of
+
+        hub = hub_of(self.ctx.extras)
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        while True:
+            chunk, attempt = await run_in_threadpool(self._chunk, run, offset)
+            left = deadline - time.monotonic()
+            if chunk["data"] or chunk["gap"] or chunk["done"] or left <= 0:
+                return chunk
+            if attempt is None:
+                await anyio.sleep(min(IDLE_POLL_S, left))
+                continue
+            event = hub.wakeups.register(attempt)
+            try:
+                await hub.wakeups.wait(event, left)  # at most the hub's re-read period
+            finally:
+                hub.wakeups.unregister(attempt, event)
+
+    def _sleep(self, attempt: str | None, left: float) -> None:
+        """Wait up to ``left`` seconds for the attempt's next wake-up (at most the hub's
+        re-read period), or ``IDLE_POLL_S`` without an attempt or outside the event loop's
+        worker threads."""
+        if attempt is not None:
+            import anyio.from_thread
+
+            from qinglong.control.livelog.hub import hub_of
+
+            hub = hub_of(self.ctx.extras)
+
+            async def wait() -> None:
+                event = hub.wakeups.register(attempt)
+                try:
+                    await hub.wakeups.wait(event, left)
+                finally:
+                    hub.wakeups.unregister(attempt, event)
+
+            try:
+                anyio.from_thread.run(wait)
+                return
+            except RuntimeError:  # not in a worker thread of the loop
+                pass
+        time.sleep(min(IDLE_POLL_S, left))
+
+    def log_read(self, run: str, offset: int) -> dict[str, Any]:
+        """Up to 64 KiB of the newest attempt's log from ``offset``, without waiting."""
+        chunk, _attempt = self._chunk(run, offset)
+        return chunk
+
+
+def mount_panel(app: Any, ctx: ApiContext) -> Starlette:
+    """Mount the panel at ``/ui`` on control's FastAPI ``app``, over
+    :class:`ControlPanelBackend` and :class:`~qinglong.control.panel_sessions.PanelSessionStore`
+    (the store is kept at ``ctx.extras["panel_sessions"]`` for the replica's sweep).
+    Returns the panel's Starlette application."""
+    from qinglong.control.panel_sessions import PanelSessionStore
+    from qinglong.panel.app import create_app
+
+    store = ctx.extras.get("panel_sessions")
+    if not isinstance(store, PanelSessionStore):
+        store = ctx.extras["panel_sessions"] = PanelSessionStore(ctx.engine)
+    panel = create_app(ControlPanelBackend(ctx), store)
+    app.mount("/ui", panel, name="panel")
+    return panel

@@ -1,0 +1,228 @@
+"""The cluster's web panel at ``/ui`` over real HTTP and real PostgreSQL as the runtime role
+(docs/panel.md "Cluster"; DESIGN §4.6): API-token sign-in, server-side sessions (hashed ids,
+dying with their token), scopes, CSRF and Origin, the throttle on failed sign-ins shared
+through PostgreSQL, sign-out, the sweep, and the pages over ``ControlPanelBackend``."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from api_world import ApiWorld
+
+from qinglong.control.panel_sessions import PanelSessionStore, session_hash
+from qinglong.panel.security import SignInThrottledError
+
+pytestmark = [pytest.mark.integration, pytest.mark.postgres]
+_OPEN: list[httpx.Client] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_browsers() -> Iterator[None]:
+    yield
+    while _OPEN:
+        _OPEN.pop().close()
+
+
+def _browser(api: ApiWorld) -> httpx.Client:
+    """A cookie-keeping client of the same server, sending its Origin like a browser."""
+    base = str(api.client.base_url).rstrip("/")
+    client = httpx.Client(base_url=base, timeout=30, headers={"Origin": base})
+    _OPEN.append(client)
+    return client
+
+
+def _sign_in(client: httpx.Client, token: str) -> httpx.Response:
+    return client.post("/ui/signin", data={"token": token})
+
+
+def _csrf(page: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert found, page[:300]
+    return found.group(1)
+
+
+def _make_task(api: ApiWorld, name: str, labels: dict[str, str] | None = None) -> None:
+    answer = api.client.post("/v1/tasks", json={"name": name, "shell": "sleep 600",
+                                                "labels": labels or {}},
+                             headers=api.as_("admin"))
+    assert answer.status_code == 201, answer.text
+
+
+def _signed_in(api: ApiWorld, scope: str) -> tuple[httpx.Client, str]:
+    client = _browser(api)
+    answer = _sign_in(client, api.tokens[scope])
+    assert answer.status_code == 303, answer.text
+    page = client.get("/ui/")
+    assert page.status_code == 200
+    return client, _csrf(page.text)
+
+
+def test_sign_in_sets_a_strict_cookie_whose_hash_alone_is_stored(api: ApiWorld) -> None:
+    client = _browser(api)
+    assert client.get("/ui/").status_code == 401  # signed out: the token form
+    answer = _sign_in(client, api.tokens["operator"])
+    assert answer.status_code == 303 and answer.headers["location"] == "/ui/"
+    cookie = answer.headers["set-cookie"]
+    assert "ql3_session=" in cookie and "HttpOnly" in cookie
+    assert "SameSite=strict" in cookie and "Path=/ui" in cookie
+    assert "Secure" not in cookie  # plain http from a client that is not a proxy's
+    session_id = client.cookies["ql3_session"]
+    rows = api.sql("SELECT s.id_sha256, t.name, s.idle_expires_at <= s.absolute_expires_at"
+                   " FROM panel_sessions s JOIN api_tokens t ON t.id = s.token_id")
+    assert rows == [(session_hash(session_id), "operator-token", True)]
+    assert session_id not in str(api.sql("SELECT * FROM panel_sessions"))
+    # several sessions per token: a second browser signs in beside the first
+    other = _browser(api)
+    assert _sign_in(other, api.tokens["operator"]).status_code == 303
+    assert api.sql("SELECT count(*) FROM panel_sessions") == [(2,)]
+    assert client.get("/ui/").status_code == 200 and other.get("/ui/").status_code == 200
+
+
+def test_secure_cookie_behind_a_trusted_proxy_saying_https(api: ApiWorld) -> None:
+    client = _browser(api)
+    answer = client.post("/ui/signin", data={"token": api.tokens["viewer"]},
+                         headers={"X-Forwarded-Proto": "https",
+                                  "Origin": "https://" + client.base_url.netloc.decode()})
+    assert answer.status_code == 303, answer.text
+    assert "Secure" in answer.headers["set-cookie"]
+
+
+@pytest.mark.parametrize("which", ["worker", "revoked", "junk"])
+def test_worker_revoked_and_junk_tokens_are_refused_alike(api: ApiWorld, which: str) -> None:
+    token = {"worker": api.tokens["worker"], "revoked": api.issue("operator", revoked=True),
+             "junk": "ql3_" + "x" * 43}[which]
+    answer = _sign_in(_browser(api), token)
+    assert answer.status_code == 403 and "set-cookie" not in answer.headers
+    assert token not in answer.text
+    assert api.sql("SELECT count(*) FROM panel_sessions") == [(0,)]
+
+
+def test_failed_sign_ins_wait_longer_each_time_on_every_replica(api: ApiWorld) -> None:
+    client = _browser(api)
+    waits = []
+    for _ in range(4):
+        assert _sign_in(client, "ql3_" + "y" * 43).status_code == 403
+        waits.append(api.sql("SELECT extract(epoch FROM blocked_until - last_failed_at)::int,"
+                             " failures FROM panel_signin_failures")[0])
+        # the wait has passed (moved into the past by the schema owner, not by sleeping)
+        api.sql("UPDATE panel_signin_failures SET blocked_until = now() - interval '1 s'")
+    assert waits == [(1, 1), (2, 2), (4, 3), (8, 4)]
+    api.sql("UPDATE panel_signin_failures SET blocked_until = now() + interval '1 hour'")
+    blocked = _sign_in(client, api.tokens["admin"])  # even the right token waits
+    assert blocked.status_code == 429 and 3500 <= int(blocked.headers["retry-after"]) <= 3600
+    # another replica (its own store over the same database) sees the same wait
+    with pytest.raises(SignInThrottledError):
+        PanelSessionStore(api.engine).sign_in(api.tokens["admin"], "127.0.0.1")
+    assert PanelSessionStore(api.engine).sign_in(api.tokens["admin"], "10.0.0.9").can_write
+    api.sql("UPDATE panel_signin_failures SET blocked_until = now() - interval '1 s'")
+    assert _sign_in(client, api.tokens["admin"]).status_code == 303  # success clears it
+    assert api.sql("SELECT count(*) FROM panel_signin_failures") == [(0,)]
+
+
+def test_tasks_page_lists_searches_filters_by_label_and_pages(api: ApiWorld) -> None:
+    _make_task(api, "京东签到", {"platform": "京东"})
+    _make_task(api, "淘宝签到", {"platform": "淘宝"})
+    for n in range(3):
+        _make_task(api, f"zz-{n}")
+    client, _ = _signed_in(api, "viewer")
+    page = client.get("/ui/").text
+    assert "京东签到" in page and "淘宝签到" in page and "platform=京东" in page
+    only = client.get("/ui/", params={"q": "platform=京东"}).text
+    assert "京东签到" in only and "淘宝签到" not in only
+    text = client.get("/ui/", params={"q": "淘宝"}).text
+    assert "淘宝签到" in text and "京东签到" not in text
+    partial = client.get("/ui/", params={"q": "zz"}, headers={"HX-Request": "true"})
+    assert partial.status_code == 200 and "<html" not in partial.text
+    assert partial.text.count("zz-") == 3
+    assert 'href="/ui/static/panel.css"' in page  # links carry the mount
+
+
+def test_viewer_sees_no_write_controls_and_a_forged_post_is_403(api: ApiWorld) -> None:
+    _make_task(api, "京东签到")
+    client, csrf = _signed_in(api, "viewer")
+    page = client.get("/ui/").text
+    assert "/run\"" not in page and "/disable" not in page and "京东签到" in page
+    forged = client.post("/ui/tasks/%E4%BA%AC%E4%B8%9C%E7%AD%BE%E5%88%B0/run",
+                         data={"csrf": csrf})
+    assert forged.status_code == 403
+    assert api.sql("SELECT count(*) FROM runs") == [(0,)]
+
+
+def test_operator_runs_disables_and_stops_with_csrf_and_origin(api: ApiWorld) -> None:
+    _make_task(api, "京东签到")
+    client, csrf = _signed_in(api, "operator")
+    path = "/ui/tasks/%E4%BA%AC%E4%B8%9C%E7%AD%BE%E5%88%B0/run"
+    assert client.post(path).status_code == 403  # no CSRF token
+    assert client.post(path, data={"csrf": "x" * 43}).status_code == 403
+    assert client.post(path, data={"csrf": csrf},
+                       headers={"Origin": "http://evil.example"}).status_code == 403
+    assert api.sql("SELECT count(*) FROM runs") == [(0,)]
+    ran = client.post(path, data={"csrf": csrf})
+    assert ran.status_code == 303 and ran.headers["location"].startswith("/ui/runs/")
+    run_id = ran.headers["location"].rsplit("/", 1)[1]
+    detail = client.get(f"/ui/runs/{run_id}").text
+    assert "京东签到" in detail and f"/ui/runs/{run_id}/stop" in detail
+    events = api.sql("SELECT kind, detail->>'by' FROM task_events WHERE kind ="
+                     " 'run_requested'")
+    assert events == [("run_requested", "operator-token")]
+    stopped = client.post(f"/ui/runs/{run_id}/stop", data={"csrf": csrf})
+    assert stopped.status_code == 303
+    assert api.sql("SELECT status FROM runs WHERE id = %(r)s", {"r": run_id}) == [
+        ("cancelled",)]
+    off = client.post("/ui/tasks/%E4%BA%AC%E4%B8%9C%E7%AD%BE%E5%88%B0/disable",
+                      data={"csrf": csrf})
+    assert off.status_code == 303
+    assert api.sql("SELECT enabled FROM tasks") == [(False,)]
+
+
+def test_revoking_the_token_ends_its_sessions_at_once_and_sign_out_ends_one(
+        api: ApiWorld) -> None:
+    token = api.issue("operator")
+    first, _ = _browser(api), None
+    assert _sign_in(first, token).status_code == 303
+    second, csrf = _browser(api), None
+    assert _sign_in(second, token).status_code == 303
+    csrf = _csrf(second.get("/ui/").text)
+    assert second.post("/ui/signout", data={"csrf": csrf}).status_code == 303
+    assert second.get("/ui/").status_code == 401
+    assert first.get("/ui/").status_code == 200  # signing out ends only that session
+    api.sql("UPDATE api_tokens SET revoked_at = now() WHERE name = 'operator-token-2'")
+    assert first.get("/ui/").status_code == 401
+
+
+def test_the_sweep_deletes_expired_and_revoked_sessions(api: ApiWorld) -> None:
+    store = PanelSessionStore(api.engine)
+    keep = store.sign_in(api.tokens["viewer"], "a")
+    idle = store.sign_in(api.tokens["viewer"], "b")
+    gone = store.sign_in(api.issue("operator"), "c")
+    api.sql("UPDATE panel_sessions SET idle_expires_at = now() - interval '1 s'"
+            " WHERE id_sha256 = %(s)s", {"s": session_hash(idle.id)})
+    api.sql("UPDATE api_tokens SET revoked_at = now() WHERE name = 'operator-token-2'")
+    assert store.get(idle.id) is None and store.get(gone.id) is None
+    assert store.sweep() == 2
+    assert [r[0] for r in api.sql("SELECT id_sha256 FROM panel_sessions")] == [
+        session_hash(keep.id)]
+    assert store.get(keep.id) is not None
+
+
+def test_log_stream_follows_with_the_cookie_session(api: ApiWorld) -> None:
+    _make_task(api, "京东签到")
+    client, csrf = _signed_in(api, "operator")
+    ran = client.post("/ui/tasks/%E4%BA%AC%E4%B8%9C%E7%AD%BE%E5%88%B0/run", data={"csrf": csrf})
+    run_id = ran.headers["location"].rsplit("/", 1)[1]
+    client.post(f"/ui/runs/{run_id}/stop", data={"csrf": csrf})  # queued: cancelled now
+    lines: list[Any] = []
+    with client.stream("GET", f"/ui/runs/{run_id}/log/stream") as stream:
+        assert stream.status_code == 200
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        for line in stream.iter_lines():
+            lines.append(line)
+            if line.startswith("data: ") and lines[-2:-1] == ["event: end"]:
+                break
+    assert "event: end" in lines and 'data: "cancelled"' in lines
+    anonymous = _browser(api).get(f"/ui/runs/{run_id}/log/stream")
+    assert anonymous.status_code == 401

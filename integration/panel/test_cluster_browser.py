@@ -1,0 +1,200 @@
+"""The cluster's panel at ``/ui`` in a real browser (docs/panel.md "Cluster"): Debian's
+chromium-headless-shell driven by Python playwright, against a real ``ql3 control serve``,
+a real ``ql3 worker run``, PostgreSQL and moto's S3 server (``integration/cluster``'s
+``cluster_kit``). One control replica, one worker and one browser for the module.
+
+Screenshots go to ``$QL3_ARTIFACTS_DIR/panel`` (default ``./test-artifacts/panel``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.postgres]
+
+ROOT = Path(__file__).resolve().parents[2]
+for _dir in (ROOT / "integration" / "cluster", ROOT / "integration" / "s3"):
+    if str(_dir) not in sys.path:
+        sys.path.insert(0, str(_dir))
+
+CHROMIUM = shutil.which("chromium-headless-shell") or "/usr/bin/chromium-headless-shell"
+ARTIFACTS = Path(os.environ.get("QL3_ARTIFACTS_DIR", ROOT / "test-artifacts")) / "panel"
+DESKTOP = {"width": 1280, "height": 800}
+JD = "京东签到"
+LONG = "长任务"
+
+if not Path(CHROMIUM).exists():  # scripts/test.sh installs it
+    pytest.skip("chromium-headless-shell is not installed (apt-get install "
+                "chromium-headless-shell fonts-wqy-microhei)", allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api")
+pytest.importorskip("moto")
+pytest.importorskip("psycopg")
+
+from cluster_kit import Cluster, ClusterDb, wait_for  # noqa: E402
+from s3_services import CREDS, moto_server, new_bucket  # noqa: E402
+
+from qinglong.control.retention.objects import make_client  # noqa: E402
+
+
+@dataclass
+class World:
+    cluster: Cluster
+    base: str  # the panel: http://127.0.0.1:PORT/ui
+    api: Any  # an admin API client
+    browser: Any
+
+    def page(self, locale: str = "zh-CN") -> Any:
+        context = self.browser.new_context(locale=locale, viewport=DESKTOP)
+        return context.new_page()
+
+    def sign_in(self, token: str, locale: str = "zh-CN") -> Any:
+        page = self.page(locale)
+        page.goto(self.base + "/")
+        page.fill("#token", token)
+        page.get_by_role("button", name="登录" if locale == "zh-CN" else "Sign in").click()
+        page.wait_for_url(self.base + "/")
+        return page
+
+    def runs_of(self, task: str) -> list[dict[str, Any]]:
+        answer = self.api.get("/v1/runs", params={"task": task})
+        assert answer.status_code == 200, answer.text
+        items: list[dict[str, Any]] = answer.json()["items"]
+        return items
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    tmp = tmp_path_factory.mktemp("panel-cluster")
+    with moto_server() as moto:
+        db = ClusterDb.create()
+        bucket = new_bucket(make_client(moto, timeout_s=5, **CREDS), versioned=True)
+        cluster = Cluster(tmp, db, moto, bucket)
+        try:
+            admin = cluster.token("admin")
+            # a task's labels select the workers that may run it (docs/protocols.md §4.2)
+            labels = "zone=a,platform=jd"
+            worker_token = cluster.token("worker", pool="default", labels=labels)
+            control = cluster.start_control("c1", lease_ms=30_000, heartbeat_ms=2_000)
+            url = str(control.url)
+            cluster.start_worker("w1", worker_token, url, concurrency=2, labels=labels)
+            api = cluster.api(url, admin)
+            for name, shell, labels in (
+                    (JD, f"echo {JD} 开始; sleep 4; echo {JD} 完成", {"platform": "jd"}),
+                    (LONG, f"echo {LONG} 开始; exec sleep 300", {"zone": "a"})):
+                answer = api.post("/v1/tasks", json={
+                    "name": name, "shell": shell, "labels": labels,
+                    "schedule": "0 8 * * *", "timezone": "Asia/Shanghai"})
+                assert answer.status_code == 201, answer.text
+            with sync_api.sync_playwright() as pw:
+                browser = pw.chromium.launch(executable_path=CHROMIUM)
+                try:
+                    yield World(cluster, url + "/ui", api, browser)
+                finally:
+                    browser.close()
+                    api.close()
+        finally:
+            cluster.close()
+            db.drop()
+
+
+def _shot(page: Any, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def test_operator_signs_in_runs_a_chinese_task_and_watches_its_log_live(
+        world: World) -> None:
+    page = world.page()
+    page.goto(world.base + "/")
+    assert page.locator("#token").count() == 1  # signed out: the token form
+    _shot(page, "cluster-signin-zh-CN")
+    page.fill("#token", world.cluster.token("operator", name="运维-operator"))
+    page.get_by_role("button", name="登录").click()
+    page.wait_for_url(world.base + "/")
+    row = page.locator("tr", has_text=JD)
+    assert "platform=jd" in row.inner_text() and "Asia/Shanghai" in row.inner_text()
+    _shot(page, "cluster-tasks-zh-CN")
+    row.get_by_role("button", name=f"运行 {JD}").click()
+    page.wait_for_url("**/ui/runs/*")
+    log = page.locator("#log")
+    log.get_by_text(f"{JD} 开始").wait_for(timeout=60_000)
+    assert log.get_attribute("data-done") is None  # seen while the run still runs
+    log.get_by_text(f"{JD} 完成").wait_for(timeout=60_000)
+    wait_for(lambda: log.get_attribute("data-done") == "true", 60)
+    assert page.locator("#run-status").inner_text() == "成功"
+    assert page.locator("#run-stop").count() == 0  # nothing left to stop
+    _shot(page, "cluster-run-zh-CN")
+    page.context.close()
+
+
+def test_operator_stops_a_long_run_from_its_page(world: World) -> None:
+    page = world.sign_in(world.cluster.token("operator"))
+    page.locator("tr", has_text=LONG).get_by_role("button", name=f"运行 {LONG}").click()
+    page.wait_for_url("**/ui/runs/*")
+    run_id = page.url.rsplit("/", 1)[1]
+    page.locator("#log").get_by_text(f"{LONG} 开始").wait_for(timeout=60_000)
+    page.get_by_role("button", name="停止").click()
+    page.wait_for_url(f"**/ui/runs/{run_id}")
+    page.locator("#log[data-done='true']").wait_for(timeout=60_000)
+    assert page.locator("#run-status").inner_text() == "已取消"
+    assert [r["status"] for r in world.runs_of(LONG) if r["id"] == run_id] == ["cancelled"]
+    page.context.close()
+
+
+def test_viewer_sees_no_write_controls_and_a_forged_post_is_403(world: World) -> None:
+    page = world.sign_in(world.cluster.token("viewer"), locale="en-US")
+    assert page.locator("tr", has_text=JD).count() == 1
+    assert page.get_by_role("button", name=f"Run {JD}").count() == 0
+    assert page.locator("form[action$='/run'], form[action*='/disable']").count() == 0
+    _shot(page, "cluster-tasks-viewer-en")
+    csrf = page.locator("input[name=csrf]").first.get_attribute("value")
+    before = len(world.runs_of(JD))
+    reply = page.request.post(world.base + "/tasks/%E4%BA%AC%E4%B8%9C%E7%AD%BE%E5%88%B0/run",
+                              headers={"Origin": world.base.rsplit("/ui", 1)[0]},
+                              form={"csrf": str(csrf)})
+    assert reply.status == 403
+    assert len(world.runs_of(JD)) == before
+    page.context.close()
+
+
+def test_a_post_without_csrf_is_refused(world: World) -> None:
+    page = world.sign_in(world.cluster.token("operator"))
+    before = len(world.runs_of(JD))
+    reply = page.request.post(world.base + "/tasks/%E4%BA%AC%E4%B8%9C%E7%AD%BE%E5%88%B0/run",
+                              headers={"Origin": world.base.rsplit("/ui", 1)[0]},
+                              form={"x": "1"})
+    assert reply.status == 403
+    assert len(world.runs_of(JD)) == before
+    page.context.close()
+
+
+def test_revoking_the_token_ends_the_session_and_sign_out_ends_another(
+        world: World) -> None:
+    token = world.cluster.token("operator", name="revoke-me")
+    page = world.sign_in(token)
+    other = world.sign_in(token)  # a second browser of the same user
+    other.get_by_role("button", name="退出登录").click()
+    other.wait_for_url(world.base + "/signin")
+    other.goto(world.base + "/")
+    assert other.locator("#token").count() == 1  # signed out
+    page.reload()
+    assert page.locator("tr", has_text=JD).count() == 1  # the other session lives on
+    with world.cluster.db.connect() as conn:
+        row = conn.execute("SELECT id::text FROM api_tokens WHERE name = 'revoke-me'"
+                           ).fetchone()
+    assert row is not None
+    world.cluster.ql3("control", "token", "revoke", "--database-url",
+                      world.cluster.db.owner_url, row[0])
+    response = page.goto(world.base + "/")
+    assert response is not None and response.status == 401
+    assert page.locator("#token").count() == 1
+    page.context.close()
+    other.context.close()
