@@ -91,6 +91,16 @@ def ql3(tmp_path: Path) -> Iterator[Ql3]:
     return runner
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then released)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
 def wait_for(predicate: Any, timeout: float, interval: float = 0.1) -> Any:
     """Poll ``predicate`` until it returns a truthy value or ``timeout`` seconds pass."""
     deadline = time.monotonic() + timeout

@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,11 @@ from typing import Any
 
 import httpx
 import psycopg
+
+from harness import (
+    free_port,  # the one harness's (integration/harness.py)
+    wait_for,
+)
 
 QL3 = str(Path(sys.executable).parent / "ql3")
 LOCAL_PG = "127.0.0.1:5432"  # the machine's PostgreSQL
@@ -39,25 +43,6 @@ def pg_url(user: str, db: str, server: str = LOCAL_PG, params: str = "") -> str:
 def _admin(server: str = LOCAL_PG, params: str = "") -> psycopg.Connection[Any]:
     return psycopg.connect(pg_url("postgres", "postgres", server, params), autocommit=True,
                            connect_timeout=10)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def wait_for(predicate: Any, timeout: float, interval: float = 0.1) -> Any:
-    """Poll ``predicate`` until truthy or ``timeout`` seconds pass; its last value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() >= deadline:
-            return value
-        time.sleep(interval)
 
 
 @dataclass

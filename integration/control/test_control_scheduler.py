@@ -19,6 +19,7 @@ from sched_support import ledger, runtime_engine, seed_task, wait_until_due
 from qinglong.control.scheduling.next_fire import reschedule
 from qinglong.control.scheduling.run_creation import queries
 from qinglong.control.scheduling.scheduler import Config, Scheduler, TickResult
+from qinglong.control.serve.lifecycle import PeriodicService
 
 pytestmark = pytest.mark.timeout(180)
 SECOND = timedelta(seconds=1)
@@ -32,8 +33,6 @@ def replicas(pg_db: PgDb, request: pytest.FixtureRequest) -> Iterator[list[Sched
     engines = [runtime_engine(pg_db, pool_size=2) for _ in range(3)]
     schedulers = [Scheduler(e, config) for e in engines]
     yield schedulers
-    for s in schedulers:
-        s.stop()
     for e in engines:
         e.dispose()
 
@@ -88,16 +87,17 @@ def test_three_replicas_fire_each_second_once_and_the_ledger_holds_each_slot_onc
     config = Config(tick_period_s=0.1, backlog_limit=100_000)
     engines = [runtime_engine(pg_db, pool_size=2) for _ in range(3)]
     replicas = [Scheduler(e, config) for e in engines]
+    services = [loop_of(s) for s in replicas]
     task_id = every_second_task(pg_db, replicas[0], "allow")
     with pg_db.connect() as admin:
         first = admin.execute("SELECT next_fire_at FROM tasks WHERE id = %s",
                               (task_id,)).fetchone()[0]
     try:
-        for s in replicas:
-            s.start()
+        for service in services:
+            service.start()
         threading.Event().wait(10)
     finally:
-        assert all(s.stop() for s in replicas)
+        assert all(service.stop() for service in services)
         for e in engines:
             e.dispose()
     with pg_db.connect() as admin:
@@ -119,6 +119,7 @@ def test_three_replicas_fire_each_second_once_and_the_ledger_holds_each_slot_onc
     created = {r[1]: r[4] for r in rows if r[0] == "run_created"}
     assert sorted(created) == expected and len(set(created.values())) == len(expected)
     assert not any(s.last_errors for s in replicas)
+    assert all(service.health().failures == 0 for service in services)
 
 
 def test_forbid_skips_while_a_run_is_active_and_merges_consecutive_skips(
@@ -255,30 +256,48 @@ def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from _plan_nodes(child)
 
 
-def test_start_and_stop_are_idempotent_and_the_tick_signal_reports_each_loop_tick(
-        pg_db: PgDb) -> None:
+def test_the_replica_s_loop_fires_a_due_task_once_and_stops(pg_db: PgDb) -> None:
+    """The scheduler ticks in the replica's one loop (``PeriodicService``, as serve runs it):
+    a due task's slot gets one run however many ticks pass."""
     engine = runtime_engine(pg_db, pool_size=1)
-    ticked = threading.Event()
     seen: list[TickResult] = []
+    scheduler = Scheduler(engine, Config(tick_period_s=0.05))
 
-    def on_tick(result: TickResult) -> None:
+    def tick() -> TickResult:
+        result = scheduler.run_once()
         seen.append(result)
-        ticked.set()
+        return result
 
-    scheduler = Scheduler(engine, Config(tick_period_s=0.05), on_tick=on_tick)
+    service = PeriodicService("scheduler", tick, period_s=0.05,
+                              more=lambda r: bool(r.page_full))
     try:
-        assert scheduler.stop() is True  # never started
         with pg_db.connect() as admin:
             seed_task(admin, schedule="* * * * *", next_fire_sql="date_trunc('minute', now())")
-        scheduler.start()
-        scheduler.start()
-        assert ticked.wait(10)
-        assert [t.name for t in threading.enumerate()].count("ql3-scheduler") == 1
-        assert scheduler.stop() is True and scheduler.stop() is True
+        service.start()
+        assert wait_for_ticks(service, 3)
+        assert service.stop() is True
+        assert len(seen) >= 3
         assert sum(r["run_created"] for r in seen) == 1
+        assert service.health().failures == 0
     finally:
-        scheduler.stop()
+        service.stop()
         engine.dispose()
+
+
+def wait_for_ticks(service: PeriodicService, n: int) -> bool:
+    """True once ``service`` has ticked ``n`` times (within 30 s)."""
+    for _ in range(n):
+        if not service.ticked.wait(30):
+            return False
+        service.ticked.clear()
+    return True
+
+
+def loop_of(scheduler: Scheduler) -> PeriodicService:
+    """``scheduler`` in the loop serve runs it in (``serve/replica.py``)."""
+    return PeriodicService("scheduler", scheduler.run_once,
+                           period_s=scheduler.config.tick_period_s,
+                           more=lambda r: bool(r.page_full))
 
 
 def test_replace_ends_an_older_queued_run_cancelled_instead_of_leaving_it_claimable(

@@ -23,6 +23,7 @@ from qinglong.control.dispatch.errors import (
 from qinglong.control.dispatch.leases import heartbeat, report_started
 from qinglong.control.dispatch.recovery import LeaseRecovery, RecoveryConfig
 from qinglong.control.dispatch.workers import register_incarnation
+from qinglong.control.serve.lifecycle import PeriodicService
 from qinglong.shared.wire import ClaimRequest, CompletionReport, HeartbeatReport, StartedReport
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
@@ -298,23 +299,25 @@ def test_completion_racing_recovery_with_a_short_lease_has_exactly_one_winner(
     assert wins["completion"] + wins["recovery"] == 40
 
 
-def test_the_recovery_loop_recovers_in_the_background_and_stops_idempotently(
+def test_the_recovery_loop_recovers_in_the_background_and_stops(
         world: World, engine: Any) -> None:
-    recovery = LeaseRecovery(engine, RecoveryConfig(interval_s=0.05, stop_budget_s=5))
-    assert recovery.stop() is True  # callable without start
+    """Recovery runs in the replica's one loop (``PeriodicService``, as serve runs it)."""
+    recovery = LeaseRecovery(engine, RecoveryConfig(interval_s=0.05))
+    service = PeriodicService("lease_recovery", recovery.run_once, period_s=0.05,
+                              stop_budget_s=5, more=lambda r: bool(r.full))
     pool = world.pool()
     [run_id] = world.runs(world.task())
     [attempt] = _claim(engine, pool, _worker(engine, pool))
     world.expire(attempt.lease.attempt_id)
-    recovery.start()
-    recovery.start()  # a second start does nothing
+    service.start()
     try:
         for _ in range(100):
             if world.run_status(run_id) == "lost":
                 break
             world.sql("SELECT pg_sleep(0.05)")
     finally:
-        assert recovery.stop() is True and recovery.stop() is True
+        assert service.stop() is True
+    assert service.health().failures == 0
     assert world.attempt(attempt.lease.attempt_id)[:2] == ("lost", "not_started")
 
 

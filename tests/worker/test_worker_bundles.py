@@ -21,8 +21,9 @@ from qinglong.shared import wire
 from qinglong.shared.bundles import pack
 from qinglong.shared.ids import uuid7
 from qinglong.worker import clock
-from qinglong.worker.bundles import BundleFailure, BundleStore, remove_stale_checkouts
+from qinglong.worker.bundles import BundleFailure, BundleStore
 from qinglong.worker.errors import ControlRejectedError, LeaseLostError
+from qinglong.worker.spool_dir import remove_stale_checkouts
 
 URL = "http://bucket.invalid/bundles/sha256/x?X-Amz-Signature=s"
 

@@ -10,46 +10,29 @@ with one redacted line (``cli_errors.py``), never a traceback.
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from qinglong.control.cli_errors import checked_database_url, external_error
+from qinglong.control.cli_common import checked_bucket as _checked_bucket
+from qinglong.control.cli_common import command_engine as _engine
+from qinglong.control.cli_common import json_option as _json
+from qinglong.control.cli_common import option_label as _label
+from qinglong.control.cli_common import require_schema as _require_schema
+from qinglong.control.cli_common import s3_client as _s3_client
+from qinglong.control.cli_common import url_label as _url_label
+from qinglong.control.cli_common import url_option as _url
+from qinglong.control.cli_errors import external_error
 from qinglong.control.db.roles import DEFAULT_RUNTIME_ROLE
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
 
-def _label(name: str, flag: str, envvar: str) -> str:
-    """How an error names option ``name``: ``envvar`` when its value came from the
-    environment, else ``flag``."""
-    ctx = click.get_current_context(silent=True)
-    source = ctx.get_parameter_source(name) if ctx is not None else None
-    return envvar if source is click.core.ParameterSource.ENVIRONMENT else flag
-
-
-def _url_label() -> str:
-    return _label("database_url", "--database-url", "QL3_DATABASE_URL")
-
-
-def _check_url(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str:
-    """The checked URL; an error names QL3_DATABASE_URL when the value came from there."""
-    return checked_database_url(value, option=_url_label())
-
-
-_url = click.option(
-    "--database-url", envvar="QL3_DATABASE_URL", required=True, callback=_check_url,
-    help="PostgreSQL URL, postgresql://... (env QL3_DATABASE_URL).",
-)
 _role = click.option(
     "--runtime-role", envvar="QL3_RUNTIME_ROLE", default=DEFAULT_RUNTIME_ROLE,
     show_default=True, help="The least-privilege role the control service runs as.",
 )
-_json = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 _endpoint = click.option(
     "--s3-endpoint", envvar="QL3_S3_ENDPOINT", default=None,
     help="S3-compatible endpoint URL, http(s)://host:port (env QL3_S3_ENDPOINT); default AWS.")
@@ -81,78 +64,13 @@ class _ControlGroup(click.Group):
             raise mapped from None
 
 
-@contextmanager
-def _engine(url: str, *, pool_size: int = 1, lock_timeout_ms: int | None = None
-            ) -> Iterator[Engine]:
-    """A small engine (``db/engine.py``) for one command, disposed on exit."""
-    from qinglong.control.db.engine import create_engine
-
-    engine = create_engine(url, pool_size=pool_size, max_overflow=0,
-                           lock_timeout_ms=lock_timeout_ms)
-    try:
-        yield engine
-    finally:
-        engine.dispose()
-
-
 @click.group(cls=_ControlGroup)
 def control() -> None:
     """The cluster control plane: replicas (serve), schema (migrate), readiness, tokens and
     log retention."""
 
 
-def _s3_client(endpoint: str | None) -> Any:
-    """A boto3 client for ``endpoint``; ValidationError (exit 2) for a malformed URL."""
-    import urllib.parse
-
-    from qinglong.shared.errors import ValidationError
-
-    option = _label("s3_endpoint", "--s3-endpoint", "QL3_S3_ENDPOINT")
-    if endpoint is not None:
-        if "@" in endpoint or "?" in endpoint or "#" in endpoint:
-            # credentials come from the AWS environment, never the URL (a "/" in a password
-            # would move the rest into the path, so "@" is refused anywhere); boto3 would send
-            # a query or fragment nowhere useful
-            raise ValidationError(option, "must be http(s)://host[:port][/path], without "
-                                          "user-info, query or fragment")
-        try:
-            parts = urllib.parse.urlsplit(endpoint)
-            port = parts.port  # raises ValueError on a bad or out-of-range port
-        except ValueError:
-            raise ValidationError(option, "is not a valid URL (host, port)") from None
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValidationError(option, "must be an http:// or https:// URL")
-        if port == 0:
-            raise ValidationError(option, "has port 0 (give 1..65535)")
-    from qinglong.control.retention.objects import make_client
-
-    try:
-        return make_client(endpoint, timeout_s=5)
-    except ValueError:  # botocore's own check ("Invalid endpoint"): a host it cannot use
-        raise ValidationError(option, "is not an endpoint URL botocore accepts (host name "
-                                      "characters, no spaces)") from None
-
-
 LOCK_TIMEOUT_MS = 10_000  # a sweep gives up a lock wait after 10 s (and retries next sweep)
-# S3 bucket names: today's rules are 3-63 lowercase letters, digits, "." and "-"; AWS still
-# serves older us-east-1 buckets named with capitals and "_" (up to 255 characters), so
-# those are accepted too (S3-compatible servers refuse them when asked). Never "..", never
-# an IPv4 address, first and last character a letter or digit.
-_BUCKET = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{1,253}[A-Za-z0-9]")
-_IPV4 = re.compile(r"[0-9]{1,3}(\.[0-9]{1,3}){3}")
-
-
-def _checked_bucket(bucket: str) -> str:
-    """``bucket`` when it is an S3 bucket name; ValidationError (exit 2) otherwise."""
-    from qinglong.shared.errors import ValidationError
-
-    option = _label("log_bucket", "--log-bucket", "QL3_LOG_BUCKET")
-    if not bucket.strip():
-        raise ValidationError(option, "is empty")
-    if not _BUCKET.fullmatch(bucket) or ".." in bucket or _IPV4.fullmatch(bucket):
-        raise ValidationError(option, "is not a bucket name (3-63 lowercase letters, digits, "
-                                      ". and -; not an IP address)")
-    return bucket
 
 
 @control.command()
@@ -245,19 +163,6 @@ def readiness(database_url: str, runtime_role: str, log_bucket: str | None,
 @control.group()  # its errors are mapped by the ``control`` group it runs under
 def retention() -> None:
     """Run Attempt log retention (ADR-0379)."""
-
-
-def _require_schema(engine: Engine) -> None:
-    """NotReadyError unless the ledger matches this code (the ledger part of readiness)."""
-    from qinglong.control.readiness import schema_readiness
-
-    with engine.begin() as conn:
-        verdict = schema_readiness(conn)
-    if not verdict.ready:
-        from qinglong.control.errors import NotReadyError
-
-        hint = " (run `ql3 control migrate`)" if verdict.reason == "migration_pending" else ""
-        raise NotReadyError(f"not ready: {verdict.reason} ({verdict.detail}){hint}")
 
 
 @retention.command()

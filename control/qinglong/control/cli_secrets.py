@@ -15,7 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from qinglong.control.cli import _engine, _json, _require_schema, _url
+from qinglong.control.cli_common import command_engine as _engine
+from qinglong.control.cli_common import json_option as _json
+from qinglong.control.cli_common import require_schema as _require_schema
+from qinglong.control.cli_common import url_option as _url
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine

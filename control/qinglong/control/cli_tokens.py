@@ -29,15 +29,8 @@ from typing import Any
 
 import click
 
+from qinglong.control.cli_common import url_label as _url_label
 from qinglong.control.cli_errors import checked_database_url
-
-
-def _url_label() -> str:
-    """``QL3_DATABASE_URL`` when the URL came from the environment, else the flag."""
-    from qinglong.control.cli import _url_label as label
-
-    return label()
-
 
 _url = click.option(
     "--database-url", envvar="QL3_DATABASE_URL", required=True,

@@ -45,11 +45,11 @@ from tenacity import (
 
 from qinglong.shared.bundles import DEFAULT_LIMITS, BundleError, BundleLimits
 from qinglong.shared.digest import digests_equal
-from qinglong.shared.process.path_lock import PathLock
 from qinglong.shared.wire import BundleGrant, ClaimedAttempt
 from qinglong.worker import clock
 from qinglong.worker.bundle_extract import extract, remove_tree
 from qinglong.worker.errors import LeaseLostError, WorkerError
+from qinglong.worker.spool_dir import prepare_spool_dir as _private_dir
 
 log = logging.getLogger("qinglong.worker")
 CHUNK = 65536
@@ -83,12 +83,6 @@ class _Retry(Exception):  # noqa: N818  (control flow inside this module)
     def __init__(self, cause: str) -> None:
         super().__init__(cause)
         self.cause = cause
-
-
-def _private_dir(path: Path) -> Path:
-    from qinglong.worker.spool import prepare_spool_dir
-
-    return prepare_spool_dir(path)
 
 
 class BundleStore:
@@ -300,27 +294,3 @@ def _command(attempt: ClaimedAttempt, directory: Path, entry_point: str) -> list
     finally:
         os.close(fd)
     return [str(entry)] if shebang else ["/bin/sh", str(entry)]
-
-
-def remove_stale_checkouts(spool_dir: Path, work_dir: Path | None = None) -> int:
-    """Remove ``<work_dir>/<attempt id>`` directories (default ``<spool>/work``) whose
-    attempt lock (``<spool>/<attempt id>.lock``) no process holds: what a killed worker
-    left. Call it only while no live worker uses ``spool_dir``; the number removed."""
-    work = spool_dir / "work" if work_dir is None else work_dir
-    removed = 0
-    try:
-        names = os.listdir(work)
-    except OSError:
-        return 0
-    for name in names:
-        path = work / name
-        try:
-            if not stat.S_ISDIR(os.lstat(path).st_mode):
-                continue
-            if PathLock(str(spool_dir / f"{name}.lock")).held():
-                continue
-        except OSError:
-            continue
-        remove_tree(path)
-        removed += 1
-    return removed

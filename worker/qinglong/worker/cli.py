@@ -175,12 +175,13 @@ def run(control_url: str, concurrency: int, labels: str, name: str | None,
     uid_range = _uid_range(attempt_uids)
 
     from qinglong.worker.attempt import RunnerConfig
-    from qinglong.worker.bundles import BundleStore, remove_stale_checkouts
+    from qinglong.worker.bundles import BundleStore
     from qinglong.worker.client import ControlClient
     from qinglong.worker.errors import SpoolError
     from qinglong.worker.isolation import IsolationError, adopt_attempt_root, choose
     from qinglong.worker.loop import WorkerConfig, WorkerLoop
-    from qinglong.worker.spool import adopt_spool_dir, prepare_spool_dir
+    from qinglong.worker.spool import adopt_spool_dir
+    from qinglong.worker.spool_dir import prepare_spool_dir, remove_stale_checkouts
 
     try:
         spool = prepare_spool_dir(Path(spool_dir) if spool_dir else _default_spool_dir())

@@ -13,7 +13,7 @@ live worker uses the directory, so no file there belongs to a running attempt) r
 files of attempts whose lock no process holds (an escaped process of a killed worker may still
 hold one: those files are kept). Only regular files are touched; symlinks are never followed
 nor removed. The same goes for the private bundle directories ``work/<attempt_id>`` of
-attempts whose lock is free (``bundles.remove_stale_checkouts``).
+attempts whose lock is free (``spool_dir.remove_stale_checkouts``).
 """
 
 from __future__ import annotations
@@ -35,31 +35,11 @@ from qinglong.shared.process.path_lock import PathLock
 from qinglong.shared.wire import LogLayout
 from qinglong.worker import clock
 from qinglong.worker.errors import SpoolError
+from qinglong.worker.spool_dir import remove_stale_checkouts
 
 CHUNK = 65536
 ACTIVE_MARKER = ".worker-active"
 SPOOL_SUFFIXES = ("log", "lock", "tail0", "tail1")
-
-
-def prepare_spool_dir(path: Path) -> Path:
-    """Create (0700) or verify the private spool directory and return its absolute path.
-
-    Raises SpoolError when it is a symlink, not a directory, owned by another uid, or grants
-    any permission to group or other.
-    """
-    path = path.absolute()
-    try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        info = os.lstat(path)
-    except OSError as exc:
-        raise SpoolError(f"spool directory cannot be created ({exc.strerror})") from None
-    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
-        raise SpoolError("spool directory is a symlink or not a directory")
-    if info.st_uid != os.getuid():
-        raise SpoolError("spool directory belongs to another user")
-    if info.st_mode & 0o077:
-        raise SpoolError("spool directory must be private (0700)")
-    return path
 
 
 def adopt_spool_dir(directory: Path) -> tuple[int, int | None]:
@@ -81,8 +61,6 @@ def adopt_spool_dir(directory: Path) -> tuple[int, int | None]:
         except BlockingIOError:
             fcntl.flock(fd, fcntl.LOCK_SH)  # another worker is here: share, touch nothing
             return fd, None
-        from qinglong.worker.bundles import remove_stale_checkouts
-
         removed = remove_stale_checkouts(directory) + remove_stale_spool_files(directory)
         fcntl.flock(fd, fcntl.LOCK_SH)
     except OSError as exc:

@@ -1,8 +1,8 @@
 """Lease recovery sweep (docs/protocols.md §4.2, recovery; issue 11 item 5; case C12).
 
-River's rescuer shape: ``RecoveryConfig`` (validated in the constructor), ``run_once`` (one
-bounded batch, what tests call) and ``start``/``stop`` (a thread around it; ``stop`` is
-idempotent and callable without ``start``).
+River's rescuer shape: ``RecoveryConfig`` (validated in the constructor) and ``run_once`` (one
+bounded batch); the replica runs it as its ``lease_recovery`` lifecycle, a ``PeriodicService``
+(``serve/lifecycle.py``) that owns the thread, the backoff and the stop.
 
 One batch reads at most ``batch`` attempts whose lease expired by the database clock
 (``attempts_lease_expiry_idx``); each is recovered in its own short transaction:
@@ -21,9 +21,7 @@ nothing; recovery never needs the old incarnation's row.
 
 from __future__ import annotations
 
-import logging
 import random
-import threading
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -40,27 +38,22 @@ if TYPE_CHECKING:
 
 BATCH_DEFAULT = 100
 INTERVAL_S_DEFAULT = 1.0
-_log = logging.getLogger("qinglong.control.dispatch.recovery")
 
 
 @dataclass(frozen=True)
 class RecoveryConfig:
     """``batch``: attempts recovered per ``run_once`` (1–1000). ``interval_s``: pause between
-    batches of the ``start`` loop (0.01–3600 s; a full batch runs the next one at once).
-    ``stop_budget_s``: how long ``stop`` waits for a batch in flight. ValidationError
-    otherwise."""
+    batches of the replica's ``lease_recovery`` lifecycle (0.01–3600 s; a full batch runs
+    the next one at once). ValidationError otherwise."""
 
     batch: int = BATCH_DEFAULT
     interval_s: float = INTERVAL_S_DEFAULT
-    stop_budget_s: float = 10.0
 
     def __post_init__(self) -> None:
         if not 1 <= self.batch <= 1000:
             raise ValidationError("batch", "must be 1–1000")
         if not 0.01 <= self.interval_s <= 3600:
             raise ValidationError("interval_s", "must be 0.01–3600 seconds")
-        if self.stop_budget_s <= 0:
-            raise ValidationError("stop_budget_s", "must be > 0")
 
 
 @dataclass(frozen=True)
@@ -94,9 +87,6 @@ class LeaseRecovery:
         self._engine = engine
         self.config = config or RecoveryConfig()
         self._rng = rng
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
 
     def run_once(self) -> RecoveryResult:
         """Recover at most ``config.batch`` expired leases; raises the driver's errors (the
@@ -149,34 +139,3 @@ class LeaseRecovery:
                          from_status=moved["from_status"], to_status=moved["to_status"],
                          detail={"reason": reason})
             return str(moved["to_status"])
-
-    def start(self) -> None:
-        """Run batches in a daemon thread until ``stop``; a second call does nothing."""
-        with self._lock:
-            if self._thread is not None:
-                return
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._loop, name="ql3-lease-recovery",
-                                            daemon=True)
-            self._thread.start()
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            full = False
-            try:
-                full = self.run_once().full
-            except Exception as exc:  # the loop survives a failed batch (database restart)
-                _log.warning("lease recovery batch failed: %s", type(exc).__name__)
-            if not full:
-                self._stop.wait(self.config.interval_s)
-
-    def stop(self) -> bool:
-        """Stop the loop; True when no batch is still running after ``stop_budget_s``.
-        Idempotent and callable without ``start``."""
-        self._stop.set()
-        with self._lock:
-            thread, self._thread = self._thread, None
-        if thread is None:
-            return True
-        thread.join(self.config.stop_budget_s)
-        return not thread.is_alive()

@@ -33,8 +33,8 @@ from qinglong.control.retention.objects import (
     ArtifactIntegrityMismatchError,
     ArtifactUnavailableError,
     S3ObjectStore,
-    http_status,
 )
+from qinglong.control.retention.store_common import http_status
 from qinglong.shared.errors import ValidationError
 
 if TYPE_CHECKING:

@@ -32,8 +32,8 @@ from qinglong.control.retention.objects import (
     ArtifactIdentity,
     ArtifactUnavailableError,
     S3ObjectStore,
-    http_status,
 )
+from qinglong.control.retention.store_common import http_status
 from qinglong.shared.errors import QinglongError
 
 if TYPE_CHECKING:

@@ -34,12 +34,11 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from qinglong.control.retention.store_common import ProbeVerdict, TransactionHeldError, http_status
 from qinglong.shared.errors import QinglongError, ValidationError
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
-
-    from qinglong.control.retention.probe import ProbeVerdict
 
 META_PREFIX = "ql3-"
 IDENTITY_FIELDS = ("project", "run", "attempt", "artifact")
@@ -69,11 +68,6 @@ class ArtifactIntegrityMismatchError(ObjectStoreError):
 class ObjectStoreUnsafeError(ObjectStoreError):
     """Unversioned deletes refused: the backend does not honour ``If-Match`` (or is unprobed)."""
     code = failure_class = "object_store_unsafe"
-
-
-class TransactionHeldError(QinglongError):
-    """An S3 call was attempted while a database transaction is open (ADR-0379 §3)."""
-    code = "transaction_held_across_s3"
 
 
 @dataclass(frozen=True)
@@ -164,13 +158,6 @@ def make_client(endpoint_url: str | None, *, region: str = "us-east-1",
     client: S3Client = boto3.client("s3", endpoint_url=endpoint_url, config=config,
                                     **credentials)  # type: ignore[call-overload]
     return client
-
-
-def http_status(exc: ClientError) -> int:
-    """The HTTP status of a ClientError (0 when the response carries none)."""
-    meta: Any = exc.response.get("ResponseMetadata", {})
-    status = meta.get("HTTPStatusCode", 0)
-    return status if isinstance(status, int) else 0
 
 
 class S3ObjectStore:

@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from qinglong.control.retention.objects import TransactionHeldError, http_status
+from qinglong.control.retention.store_common import ProbeVerdict, TransactionHeldError, http_status
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -35,32 +34,6 @@ if TYPE_CHECKING:
 
 CANARY_PREFIX = "ql3-probe/"
 _CANARY_BODY = b"ql3 conditional-delete probe\n"
-
-
-@dataclass(frozen=True)
-class ProbeVerdict:
-    """The probe's answer: ``status`` safe/unsafe/unavailable, a short ``reason``, the canary
-    key used and whether the canary was removed afterwards."""
-
-    status: Literal["safe", "unsafe", "unavailable"]
-    reason: str
-    canary_key: str
-    canary_removed: bool
-
-    @property
-    def allows_unversioned_delete(self) -> bool:
-        """True only for ``safe``: an unprobed or unavailable backend is not trusted."""
-        return self.status == "safe"
-
-    @property
-    def degraded(self) -> tuple[str, ...]:
-        """Degraded capabilities for readiness: ``("object_store_unsafe",)`` or ``()``."""
-        return ("object_store_unsafe",) if self.status == "unsafe" else ()
-
-    @property
-    def readiness_reason(self) -> str | None:
-        """``object_store_unavailable`` when the probe could not reach the store, else None."""
-        return "object_store_unavailable" if self.status == "unavailable" else None
 
 
 def probe_conditional_delete(client: S3Client, bucket: str, *,

@@ -34,8 +34,8 @@ from qinglong.control.retention.objects import (
     ArtifactUnavailableError,
     ObjectStoreUnsafeError,
     S3ObjectStore,
-    http_status,
 )
+from qinglong.control.retention.store_common import http_status
 from qinglong.shared.errors import QinglongError
 from qinglong.shared.ids import validate_uuid7
 

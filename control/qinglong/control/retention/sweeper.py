@@ -46,7 +46,8 @@ from qinglong.control.retention.objects import (
     ObjectStoreError,
     S3ObjectStore,
 )
-from qinglong.control.retention.probe import ProbeVerdict, probe_conditional_delete
+from qinglong.control.retention.probe import probe_conditional_delete
+from qinglong.control.retention.store_common import ProbeVerdict
 from qinglong.shared.backoff import retry_delay_s
 from qinglong.shared.errors import ValidationError
 

@@ -1,6 +1,8 @@
 """The leaderless scheduler service (docs/protocols.md §4.2; river's service shape).
 
-Every control replica runs one. A tick (``run_once``) is one short transaction: it reads at
+Every control replica runs one, as its ``scheduler`` lifecycle (``serve/lifecycle.py``'s
+``PeriodicService`` around ``run_once``: the period, the backoff after a failed tick and the
+stop budget are that loop's). A tick (``run_once``) is one short transaction: it reads at
 most ``page_size`` due tasks from the next-fire index (``next_fire_at <= now()`` by the
 database's clock, enabled, not removed; ``FOR UPDATE SKIP LOCKED``, so replicas split the
 due tasks and never wait on each other), fires each (``firing.fire_due_task``: ledger rows,
@@ -13,16 +15,14 @@ of tasks. Correctness never depends on a leader: the slot's unique run, the row 
 from __future__ import annotations
 
 import logging
-import threading
 from collections import Counter, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from qinglong.control.db.engine import run_named
 from qinglong.control.scheduling.firing import fire_due_task
 from qinglong.control.scheduling.run_creation import queries
-from qinglong.shared.backoff import retry_delay_s
 from qinglong.shared.errors import ValidationError
 
 if TYPE_CHECKING:
@@ -34,8 +34,6 @@ TICK_PERIOD_S_DEFAULT = 1.0
 PAGE_SIZE_DEFAULT = 256
 BACKLOG_LIMIT_DEFAULT = 1
 SLOT_SCAN_LIMIT_DEFAULT = 3600
-ERROR_BACKOFF_CAP_S_DEFAULT = 5.0
-STOP_BUDGET_S_DEFAULT = 10.0
 _KEPT_ERRORS = 5
 
 
@@ -43,22 +41,19 @@ _KEPT_ERRORS = 5
 class Config:
     """Scheduler settings; ``validate`` (called by the constructor) raises ValidationError.
 
-    ``tick_period_s``: seconds between ticks when the last one was not a full page (> 0).
+    ``tick_period_s``: seconds between ticks when the last one was not a full page (> 0;
+    serve ticks at ``--scheduler-tick-ms``).
     ``page_size``: due tasks one tick handles at most (1..10,000); a full page ticks again
     at once. ``backlog_limit``: policy ``allow`` records ``backlog_full`` instead of a run
     while the task has this many runs queued (>= 1; the local profile's bound is 1).
     ``slot_scan_limit``: downtime slots counted per task per tick (>= 1); a longer downtime
-    is recorded over several ticks into one merged row. ``error_backoff_cap_s``: the longest
-    wait after failed ticks (capped jittered backoff, docs/protocols.md §4.5: never a crash loop).
-    ``stop_budget_s``: how long ``stop()`` waits for the tick in flight (> 0).
+    is recorded over several ticks into one merged row.
     """
 
     tick_period_s: float = TICK_PERIOD_S_DEFAULT
     page_size: int = PAGE_SIZE_DEFAULT
     backlog_limit: int = BACKLOG_LIMIT_DEFAULT
     slot_scan_limit: int = SLOT_SCAN_LIMIT_DEFAULT
-    error_backoff_cap_s: float = ERROR_BACKOFF_CAP_S_DEFAULT
-    stop_budget_s: float = STOP_BUDGET_S_DEFAULT
 
     def validate(self) -> None:
         """Raise ValidationError naming the first field out of range."""
@@ -70,11 +65,6 @@ class Config:
             raise ValidationError("backlog_limit", f"{self.backlog_limit} must be >= 1")
         if self.slot_scan_limit < 1:
             raise ValidationError("slot_scan_limit", f"{self.slot_scan_limit} must be >= 1")
-        if not self.error_backoff_cap_s > 0:
-            raise ValidationError("error_backoff_cap_s",
-                                  f"{self.error_backoff_cap_s} s must be > 0")
-        if not self.stop_budget_s > 0:
-            raise ValidationError("stop_budget_s", f"{self.stop_budget_s} s must be > 0")
 
 
 @dataclass(frozen=True)
@@ -97,21 +87,16 @@ class TickResult:
 class Scheduler:
     """The scheduler lifecycle of one control replica (docs/protocols.md §4.2, §4.5).
 
-    ``engine``: a control engine (``db.engine.create_engine``). ``on_tick``: a test signal
-    called with each loop tick's result (on the scheduler thread). ``run_once`` may be called
-    directly (tests, a CLI) with or without the thread. ``start``/``stop`` are idempotent and
-    ``stop`` is callable without ``start``. Raises ValidationError for a bad ``config``.
+    ``engine``: a control engine (``db.engine.create_engine``). ``run_once`` is one tick;
+    the replica runs it in a ``PeriodicService`` (``serve/replica.py``), which owns the
+    thread, the backoff after a failed tick and the stop. Raises ValidationError for a bad
+    ``config``.
     """
 
-    def __init__(self, engine: Engine, config: Config | None = None, *,
-                 on_tick: Callable[[TickResult], None] | None = None) -> None:
+    def __init__(self, engine: Engine, config: Config | None = None) -> None:
         self.config = config or Config()
         self.config.validate()
         self._engine = engine
-        self._on_tick = on_tick
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
         self.last_errors: deque[str] = deque(maxlen=_KEPT_ERRORS)
 
     def run_once(self) -> TickResult:
@@ -144,53 +129,6 @@ class Scheduler:
                     done += 1
         return TickResult(done, failed, len(due) == cfg.page_size, dict(outcomes))
 
-    def start(self) -> None:
-        """Tick on one daemon thread until ``stop()``. Idempotent: a running scheduler is
-        left as it is."""
-        with self._lock:
-            if self._thread is not None and self._thread.is_alive():
-                return
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._loop, name="ql3-scheduler",
-                                            daemon=True)
-            self._thread.start()
-
-    def stop(self) -> bool:
-        """Ask the loop to stop after its tick in flight and wait up to ``stop_budget_s``.
-        Returns True when no tick is running any more. Idempotent; callable without
-        ``start``."""
-        with self._lock:
-            self._stop.set()
-            thread = self._thread
-        if thread is None:
-            return True
-        thread.join(self.config.stop_budget_s)
-        if thread.is_alive():
-            _log.warning("scheduler tick still running after %.1f s",
-                         self.config.stop_budget_s)
-            return False
-        with self._lock:
-            if self._thread is thread:
-                self._thread = None
-        return True
-
     def _note_error(self, message: str) -> None:
         self.last_errors.append(message)
         _log.warning("scheduler: %s", message)
-
-    def _loop(self) -> None:
-        failures = 0
-        while not self._stop.is_set():
-            try:
-                result = self.run_once()
-            except Exception as exc:  # database down, failover: back off, never crash
-                failures += 1
-                self._note_error(f"tick failed: {type(exc).__name__}: {exc}")
-                wait = retry_delay_s(failures, base_s=self.config.tick_period_s,
-                                     cap_s=self.config.error_backoff_cap_s)
-            else:
-                failures = 0
-                if self._on_tick is not None:
-                    self._on_tick(result)
-                wait = 0.0 if result.page_full else self.config.tick_period_s
-            self._stop.wait(wait)

@@ -79,7 +79,7 @@ def serve(database_url: str, runtime_role: str, listen: str, log_bucket: str,
     import logging
     import socket
 
-    from qinglong.control.cli import _checked_bucket, _s3_client, _url_label
+    from qinglong.control.cli_common import checked_bucket, s3_client, url_label
     from qinglong.control.cli_errors import checked_database_url
     from qinglong.control.db.roles import validate_role_name
     from qinglong.control.serve.replica import ControlReplica, ServeSettings
@@ -87,8 +87,8 @@ def serve(database_url: str, runtime_role: str, listen: str, log_bucket: str,
     database_url = checked_database_url(database_url, option="--database-url")
     validate_role_name(runtime_role)
     host, port = _listen(listen)
-    _checked_bucket(log_bucket)
-    _s3_client(s3_endpoint)  # checks the endpoint's shape (exit 2 on a malformed one)
+    checked_bucket(log_bucket)
+    s3_client(s3_endpoint)  # checks the endpoint's shape (exit 2 on a malformed one)
     keyring = _keyring(secrets_keyring)
     if default_timezone is not None:
         from qinglong.shared.cron import parse_schedule
@@ -106,7 +106,7 @@ def serve(database_url: str, runtime_role: str, listen: str, log_bucket: str,
         max_pushes=max_pushes, default_timezone=default_timezone)
     replica = ControlReplica(settings, keyring=keyring)
     try:
-        if replica.refuse_privileged_login(_url_label()):
+        if replica.refuse_privileged_login(url_label()):
             replica.refuse_missing_keyring()
     except BaseException:
         replica.stop()

@@ -1,4 +1,5 @@
-"""Keyset pages of the receipt cleanup journal (ADR-0069 §3–§4, docs/protocols.md §3.5).
+"""The receipt cleanup journal: its rows and their keyset pages (ADR-0069 §3–§4,
+docs/protocols.md §3.5).
 
 A mixin of :class:`~qinglong.local.storage.repository.LocalRunRepository`: the queries run
 on the repository's one ``Database`` (one connection, the serial queue, the close fence).
@@ -12,7 +13,9 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from qinglong.local.storage.database import Database
-from qinglong.shared.statuses import AttemptStatus
+from qinglong.local.storage.event_store import insert_event
+from qinglong.shared.errors import ConflictError, NotFoundError
+from qinglong.shared.statuses import AttemptStatus, Executor
 
 MAX_JOURNAL_PAGE = 64  # ADR-0069 §6: the page is hard-capped at 64 rows
 
@@ -75,7 +78,8 @@ def _entry(row: tuple[object, ...]) -> JournalEntry:
 
 
 class ReceiptJournalQueries:
-    """Journal paging and quarantine resolution (mixed into LocalRunRepository)."""
+    """The receipt journal: registration before the spawn (the ReceiptJournal port),
+    quarantine intents, paging and resolution (mixed into LocalRunRepository)."""
 
     db: Database
     clock: Callable[[], int]
@@ -118,3 +122,86 @@ class ReceiptJournalQueries:
             return cur.rowcount == 1
 
         return self.db.write(op)
+
+    def register(self, run_id: str, attempt_id: str, receipt_path: str) -> None:
+        """ReceiptJournal port (ADR-0069 §3): record ``pending`` before the spawn.
+
+        Only for an existing ``local_process`` attempt of that run; the same call twice is
+        idempotent; a different path for the same attempt raises ConflictError.
+        """
+        at = self.clock()
+
+        def op(conn: sqlite3.Connection) -> None:
+            row = conn.execute(
+                "SELECT run_id, executor FROM attempts WHERE id = ?", (attempt_id,)
+            ).fetchone()
+            if row is None or row[0] != run_id or row[1] != Executor.LOCAL_PROCESS.value:
+                raise NotFoundError("no local_process attempt of that run")
+            existing = conn.execute(
+                "SELECT run_id, receipt_path FROM local_completion_receipt_journal"
+                " WHERE attempt_id = ?",
+                (attempt_id,),
+            ).fetchone()
+            if existing is not None:
+                if tuple(existing) != (run_id, receipt_path):
+                    raise ConflictError("the attempt is registered with another receipt")
+                return
+            conn.execute(
+                "INSERT INTO local_completion_receipt_journal (attempt_id, run_id, state,"
+                " receipt_path, created_at_ms, updated_at_ms) VALUES (?, ?, 'pending', ?, ?, ?)",
+                (attempt_id, run_id, receipt_path, at, at),
+            )
+
+        self.db.write(op)
+
+    def resolve_journal(self, attempt_id: str) -> bool:
+        """Delete the ``pending`` journal row of a settled attempt (after its receipt file is
+        gone). A ``quarantined`` row stays: only the cleanup scanner resolves it, after the
+        purge, so the quarantined file is never orphaned (ADR-0069 §4)."""
+        def op(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "DELETE FROM local_completion_receipt_journal WHERE attempt_id = ?"
+                " AND state = 'pending'",
+                (attempt_id,),
+            )
+            return cur.rowcount == 1
+
+        return self.db.write(op)
+
+    def journal_quarantine(
+        self, run_id: str, attempt_id: str, quarantine_path: str, purge_at_ms: int
+    ) -> None:
+        """Persist the quarantine intent of an invalid receipt BEFORE it is moved
+        (ADR-0069 §3): state ``quarantined`` with its deterministic path and purge time.
+        Idempotent; creates the row if the attempt was never registered."""
+        at = self.clock()
+
+        def op(conn: sqlite3.Connection) -> None:
+            cur = conn.execute(
+                "UPDATE local_completion_receipt_journal SET state = 'quarantined',"
+                " quarantine_path = ?, purge_at_ms = ?, updated_at_ms = ? WHERE attempt_id = ?",
+                (quarantine_path, purge_at_ms, at, attempt_id),
+            )
+            if cur.rowcount == 0:
+                conn.execute(
+                    "INSERT INTO local_completion_receipt_journal (attempt_id, run_id, state,"
+                    " receipt_path, quarantine_path, purge_at_ms, created_at_ms, updated_at_ms)"
+                    " VALUES (?, ?, 'quarantined', '', ?, ?, ?, ?)",
+                    (attempt_id, run_id, quarantine_path, purge_at_ms, at, at),
+                )
+            insert_event(conn, at, "receipt_quarantined", run_id=run_id, attempt_id=attempt_id,
+                   detail={"purge_at_ms": purge_at_ms})
+
+        self.db.write(op)
+
+    def journal_rows(self) -> list[tuple[str, str, str]]:
+        """(attempt_id, state, receipt_path) of every journal row (diagnostics, tests)."""
+        return self.db.read(
+            lambda c: [
+                (str(a), str(s), str(p))
+                for a, s, p in c.execute(
+                    "SELECT attempt_id, state, receipt_path FROM local_completion_receipt_journal"
+                    " ORDER BY updated_at_ms, attempt_id"
+                )
+            ]
+        )
