@@ -51,7 +51,8 @@ RUNTIME_GRANTS: dict[str, frozenset[str]] = {
     # 0009, global variables (docs/protocols.md §4.5): operators set, reorder, remove values
     "global_variables": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
     "global_variable_values": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
-    "notify_channels": frozenset({"SELECT", "INSERT", "DELETE"}),  # a URL is never edited
+    # a URL is never edited; UPDATE only seals it (0013: a trigger refuses any other change)
+    "notify_channels": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
     # outcomes are kept while their run is; history pruning deletes them with it (0010)
     "notifications": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
     # 0010, history pruning: the one job row is locked and updated, never added or removed
