@@ -65,7 +65,8 @@ def main() -> int:
     without one: ``COLUMNS``), a log line cut with ``…``."""
     # the data directory as typed from here when it is below (the last lines repeat it)
     data = os.path.relpath(DATA) if DATA.is_relative_to(Path.cwd()) else str(DATA)
-    print(fit_line(f"== data directory: {data}"))
+    line = f"== data directory: {data}"
+    print(line if text_width(line) <= terminal_width() else f"== data directory:\n    {data}")
     DATA.mkdir(parents=True, exist_ok=True)
     print(fit_line(ql3("local", "init", "--profile", "standalone").strip()))
     if not SAMPLE.exists():
