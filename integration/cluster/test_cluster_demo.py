@@ -76,7 +76,7 @@ def test_the_demo_shows_every_claim_and_leaves_nothing_behind() -> None:
                   r"ok: attempt 1 lost on (w1|w2), attempt 2 succeeded on (w1|w2)",
                   r"ok: \d+ runs created after the kills succeeded on (w1|w2)",
                   r"ok: every run is terminal: \d+ succeeded",
-                  r"\$ ql3 cluster logs 'slow#1'\n(    .*\n)*    slow: done",
+                  r"\$ ql3 cluster logs 'slow#1'\n(  .*\n)*  slow: done",
                   r"ok: every attempt of report ran the pushed bundle sha256:[0-9a-f]{12}",
                   r"every check held", r"elapsed \d+ s; exit 0"):
         assert re.search(claim, output), (claim, output[-6000:])
