@@ -189,12 +189,21 @@ def stored_variable_value(conn: Connection, keyring: Keyring | None, name: str, 
     sealed)`` when ``secret`` and sealing is on (read in the caller's transaction), else
     ``(value, None)``. Raises SecretsKeyMissingError when it must seal and ``keyring`` is
     None."""
-    if not secret or sealing_state(conn) is None:
+    if not secret:
+        return value, None
+    return _stored(conn, keyring, variable_row_id(name), name, value)
+
+
+def _stored(conn: Connection, keyring: Keyring | None, row_id: str, name: str,
+            value: str) -> tuple[str, str | None]:
+    """``("", value sealed for (row_id, name))`` when sealing is on, else ``(value,
+    None)``; SecretsKeyMissingError when on and ``keyring`` is None."""
+    if sealing_state(conn) is None:
         return value, None
     if keyring is None:
         raise SecretsKeyMissingError("sealing is on and this process holds no keyring: "
                                      "secret values cannot be stored")
-    return "", keyring.seal(value, row_id=variable_row_id(name), name=name)
+    return "", keyring.seal(value, row_id=row_id, name=name)
 
 
 def opened_variable_value(keyring: Keyring | None, name: str, value: str,
@@ -202,12 +211,18 @@ def opened_variable_value(keyring: Keyring | None, name: str, value: str,
     """The plain value of a stored variable value (``sealed`` None: ``value`` itself).
     Raises SecretsKeyMissingError when sealed and ``keyring`` is None, SealError when it
     does not open."""
+    return _opened(keyring, variable_row_id(name), name, value, sealed)
+
+
+def _opened(keyring: Keyring | None, row_id: str, name: str, value: str,
+            sealed: str | None) -> str:
+    """``value`` when ``sealed`` is None, else ``sealed`` opened for (row_id, name)."""
     if sealed is None:
         return value
     if keyring is None:
         raise SecretsKeyMissingError("secret values are sealed and this process holds no "
                                      "keyring")
-    return keyring.open(sealed, row_id=variable_row_id(name), name=name)
+    return keyring.open(sealed, row_id=row_id, name=name)
 
 
 def _rewrite_variables(conn: Connection, keyring: Keyring, rows: list[Any],
@@ -269,12 +284,7 @@ def stored_channel_url(conn: Connection, keyring: Keyring | None, channel_id: st
     """``(url, sealed_url)`` to write for channel ``channel_id``: ``("", sealed)`` when
     sealing is on (read in the caller's transaction), else ``(url, None)``. Raises
     SecretsKeyMissingError when it must seal and ``keyring`` is None."""
-    if sealing_state(conn) is None:
-        return url, None
-    if keyring is None:
-        raise SecretsKeyMissingError("sealing is on and this process holds no keyring: "
-                                     "a channel URL cannot be stored")
-    return "", keyring.seal(url, row_id=channel_row_id(channel_id), name=CHANNEL_NAME)
+    return _stored(conn, keyring, channel_row_id(channel_id), CHANNEL_NAME, url)
 
 
 def opened_channel_url(keyring: Keyring | None, channel_id: str, url: str,
@@ -282,12 +292,7 @@ def opened_channel_url(keyring: Keyring | None, channel_id: str, url: str,
     """The plain URL of a stored channel (``sealed`` None: ``url`` itself). Raises
     SecretsKeyMissingError when sealed and ``keyring`` is None, SealError when it does not
     open (the message names no URL)."""
-    if sealed is None:
-        return url
-    if keyring is None:
-        raise SecretsKeyMissingError("channel URLs are sealed and this process holds no "
-                                     "keyring")
-    return keyring.open(sealed, row_id=channel_row_id(channel_id), name=CHANNEL_NAME)
+    return _opened(keyring, channel_row_id(channel_id), CHANNEL_NAME, url, sealed)
 
 
 def _rewrite_channels(conn: Connection, keyring: Keyring, rows: list[Any],
