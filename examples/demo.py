@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from qinglong.shared.display import fit_line, terminal_width, text_width
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 DATA = Path(os.environ.get("QL3_DATA_DIR") or ROOT / "demo-data").resolve()
@@ -59,10 +61,14 @@ def ql3(*args: str, check: bool = True) -> str:
 
 
 def main() -> int:
-    """Set up, run every example once, summarise."""
-    print(f"== data directory: {DATA}")
+    """Set up, run every example once, summarise; every line fits the terminal (80 columns
+    without one: ``COLUMNS``), a log line cut with ``…``."""
+    # the data directory as typed from here when it is below (the last lines repeat it)
+    data = os.path.relpath(DATA) if DATA.is_relative_to(Path.cwd()) else str(DATA)
+    line = f"== data directory: {data}"
+    print(line if text_width(line) <= terminal_width() else f"== data directory:\n    {data}")
     DATA.mkdir(parents=True, exist_ok=True)
-    print(ql3("local", "init", "--profile", "standalone").strip())
+    print(fit_line(ql3("local", "init", "--profile", "standalone").strip()))
     if not SAMPLE.exists():
         subprocess.run(
             [PY, str(EXAMPLES / "make_sample_data.py"), str(SAMPLE)],
@@ -93,7 +99,7 @@ def main() -> int:
         run = json.loads(ql3("local", "run", name, "--wait", "--json", check=False))
         outcomes[name] = run
         log = ql3("local", "logs", run["id"])
-        head = "\n".join("    | " + line for line in log.splitlines()[:6])
+        head = "\n".join(fit_line("    | " + line) for line in log.splitlines()[:6])
         exit_text = (
             run["exit_code"]
             if run["signal"] is None
@@ -111,14 +117,21 @@ def main() -> int:
         and outcomes["always-fails"]["exit_code"] == 3
         and outcomes["too-slow"]["status"] == "timed_out"
     )
-    # each line within 80 columns: the data directory as typed from here when it is below
-    data = os.path.relpath(DATA) if DATA.is_relative_to(Path.cwd()) else str(DATA)
     print("To keep these schedules running, start the scheduler in the foreground:")
-    print(f"    .venv/bin/ql3 local serve --data-dir {data}")
+    print(command_lines(".venv/bin/ql3 local serve --data-dir", data))
     print("and watch it from another terminal:")
-    print(f"    .venv/bin/ql3 local runs --data-dir {data}")
+    print(command_lines(".venv/bin/ql3 local runs --data-dir", data))
     print("See docs/systemd.md to run it as a service.")
     return 0 if ok else 1
+
+
+def command_lines(command: str, path: str) -> str:
+    """``command path`` indented to copy; when that is wider than the terminal, the path
+    goes on a continuation line (`` \\``) so a long data directory is never cut."""
+    one = f"    {command} {path}"
+    if text_width(one) <= terminal_width():
+        return one
+    return f"    {command} \\\n        {path}"
 
 
 def _child_alive(log: str) -> str:

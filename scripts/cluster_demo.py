@@ -31,6 +31,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from collections import Counter
 from contextlib import ExitStack
@@ -68,10 +69,33 @@ class Narrator:
         return time.monotonic() - self.started
 
     def step(self, text: str) -> None:
-        print(f"[{self.elapsed():5.1f}s] {text}", flush=True)
+        print(wrapped(f"[{self.elapsed():5.1f}s] ", text, " " * 9), flush=True)
 
     def ok(self, text: str) -> None:
-        print(f"         ok: {text}", flush=True)
+        print(wrapped("         ok: ", text, " " * 13), flush=True)
+
+
+WIDTH = 80  # every line the demo prints fits 80 columns
+
+
+def wrapped(first: str, text: str, indent: str) -> str:
+    """``first`` + ``text`` wrapped at spaces to WIDTH columns, later lines after ``indent``
+    (a word longer than a line stays whole)."""
+    return "\n".join(textwrap.wrap(first + text, WIDTH, subsequent_indent=indent,
+                                    break_long_words=False, break_on_hyphens=False))
+
+
+def command_lines(args: list[str]) -> str:
+    """``$ ql3 cluster ARGS`` as a shell would take it, continued with `` \\`` on lines of
+    at most WIDTH columns (an argument is never split)."""
+    lines, line = [], "$ ql3 cluster"
+    for word in (shlex.quote(a) for a in args):
+        if len(line) + 1 + len(word) + 2 > WIDTH:
+            lines.append(line + " \\")
+            line = "    " + word
+        else:
+            line += " " + word
+    return "\n".join([*lines, line])
 
 
 def check(condition: object, failure: str) -> None:
@@ -81,8 +105,9 @@ def check(condition: object, failure: str) -> None:
 
 
 class Cli:
-    """Runs ``ql3 cluster ARGS`` as a user would (80 columns, the replicas in
-    ``QL3_CONTROL_URL``, the admin token in ``QL3_TOKEN``), shows the command and its output."""
+    """Runs ``ql3 cluster ARGS`` as a user would (78 columns, so that its output indented by
+    2 fits 80; the replicas in ``QL3_CONTROL_URL``, the admin token in ``QL3_TOKEN``), shows
+    the command and its output."""
 
     def __init__(self, stage: Stage) -> None:
         self.stage = stage
@@ -91,15 +116,15 @@ class Cli:
     def __call__(self, *args: str) -> str:
         """Run, show, and return the output (stdout and stderr in the order written);
         CheckFailedError when the command exits non-zero."""
-        env = self.stage.cluster.env(QL3_CONTROL_URL=self.urls,
-                                     QL3_TOKEN=self.stage.admin_token, COLUMNS="80",
+        env = self.stage.cluster.env(QL3_CONTROL_URL=self.urls,  # 78: shown indented by 2
+                                     QL3_TOKEN=self.stage.admin_token, COLUMNS="78",
                                      PYTHONUNBUFFERED="1")  # stdout and stderr in order
         out = subprocess.run([QL3, "cluster", *args], env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, timeout=60, check=False,
                              cwd=ROOT)  # paths shown relative to the clone
-        print(f"  $ ql3 cluster {shlex.join(args)}")
+        print(command_lines(list(args)))
         for line in out.stdout.rstrip("\n").splitlines():
-            print(f"    {line}")
+            print(f"  {line}")
         check(out.returncode == 0, f"`ql3 cluster {shlex.join(args)}` exited "
                                    f"{out.returncode}: {out.stdout.strip()[-500:]}")
         return out.stdout
@@ -135,17 +160,21 @@ class Story:
         self.digest = self.push_bundle("report", BUNDLE, "report.sh", "*/3 * * * * *")
         m = self.marker  # in the command line of each of its processes, for /proc
         self.cli("task", "add", "slow", "--schedule", "@once", "--max-attempts", "2",
-                 "--shell", f'echo "slow: started"; sleep 5.{m} & sleep 6.{m} & wait; '
-                            'echo "slow: done"')
+                 "--shell", f'sleep 5.{m} & sleep 6.{m} & wait; echo "slow: done"')
 
     def push_bundle(self, name: str, root: Path, entry_point: str, schedule: str) -> str:
         """Push directory ``root`` as a script bundle with ``ql3 cluster script push`` and add
         task ``name`` running its ``entry_point`` on ``schedule``; the bundle's digest."""
         pushed = self.cli("script", "push", str(root.relative_to(ROOT)))
-        found = re.search(r"\b[0-9a-f]{64}\b", pushed)
+        # at 78 columns the digest line is cut: take the short digest it suggests and the
+        # whole one from the database
+        found = re.search(r"--bundle ([0-9a-f]{8,64})\b", pushed)
         check(found is not None, "`ql3 cluster script push` printed no digest")
         assert found is not None
-        digest = found.group(0)
+        rows = self.stage.rows("SELECT digest FROM script_bundles WHERE digest LIKE %s",
+                               found.group(1) + "%")
+        check(len(rows) == 1, f"no single bundle has the digest {found.group(1)}…: {rows}")
+        digest = str(rows[0]["digest"])
         self.cli("task", "add", name, "--schedule", schedule, "--bundle", digest[:12],
                  "--entry-point", entry_point)
         return digest

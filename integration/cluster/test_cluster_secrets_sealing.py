@@ -6,7 +6,8 @@ value (the check can fail); after it, none — also after a task that prints its
 and after a task added later. The worker still receives the value. Rotation: add a key as
 primary and roll, ``rotate-key``, remove the old key and roll; the worker still receives it.
 A replica without the keyring, or with one lacking the key in use, refuses to start (exit 2,
-one clear line). ``status`` fits 80 columns.
+one clear line). ``status`` fits 80 columns. Push-channel URLs (tokens in their path) are
+sealed the same way and still delivered, to a local receiver, after enable and rotation.
 """
 
 from __future__ import annotations
@@ -16,9 +17,12 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
 
 import pytest
 from cluster_kit import QL3, Cluster, Proc, wait_for
+from test_cluster_push import receiver  # noqa: F401  (the local receiver fixture)
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 
@@ -40,11 +44,12 @@ def dump(cluster: Cluster) -> str:
 
 
 def cli(cluster: Cluster, url: str, token: str, *args: str, stdin: str = "",
-        code: int = 0) -> subprocess.CompletedProcess[str]:
+        code: int | None = 0) -> subprocess.CompletedProcess[str]:
     env = cluster.env(QL3_CONTROL_URL=url, QL3_TOKEN=token, COLUMNS="80")
     out = subprocess.run([QL3, "cluster", *args], env=env, input=stdin, capture_output=True,
                          text=True, timeout=90, check=False)
-    assert out.returncode == code, (args, out.returncode, out.stdout, out.stderr)
+    assert code is None or out.returncode == code, (args, out.returncode, out.stdout,
+                                                    out.stderr)
     return out
 
 
@@ -226,3 +231,65 @@ def test_sealing_covers_global_variables_claims_and_rotation(
     assert received(out_dir / "r2") == "&".join(COOKIES)
     text = dump(cluster)
     assert not any(v in text for v in (*COOKIES, OTHER_POOL)), "a value in the dump"
+
+
+BOT_TOKEN = "DevKey7sealedBark"  # a Bark device key: in the URL's path, the secret part
+HOOK_TOKEN = "钩子-token-Rt62"
+
+
+def test_sealing_covers_channel_urls_and_delivery_after_enable_and_rotation(
+        cluster: Cluster, tmp_path: Path,
+        receiver: tuple[int, list[tuple[str, dict[str, Any]]]]) -> None:  # noqa: F811
+    """Push-channel URLs (migration 0013): sealed by enable, sealed on write after it,
+    opened to deliver (``notify test`` and a failed run's notification, at a local receiver),
+    re-sealed by rotate-key; lists show scheme and host only."""
+    port, posts = receiver
+    k1, k2 = os.urandom(32), os.urandom(32)
+    ring1 = keyring_file(tmp_path / "ring1.json", "k1", {"k1": k1})
+    ring12 = keyring_file(tmp_path / "ring12.json", "k2", {"k1": k1, "k2": k2})
+    ring2 = keyring_file(tmp_path / "ring2.json", "k2", {"k2": k2})
+
+    control = cluster.start_control("c1")
+    url = control.url or ""
+    admin = cluster.token("admin")
+    cli(cluster, url, admin, "notify", "add", stdin=f"bark://127.0.0.1:{port}/{BOT_TOKEN}")
+    assert BOT_TOKEN in dump(cluster)  # plain text before sealing: the check can fail
+
+    control = roll(cluster, control, "c1b", "--secrets-keyring", ring1)
+    said = secrets_cli(cluster, "enable", "--keyring", ring1)
+    assert "sealed 1 push-channel URL(s)" in said
+    assert BOT_TOKEN not in dump(cluster)
+    status = secrets_cli(cluster, "status")
+    assert "channel URLs in plain text: 0" in status and "sealed with k1: 1 value(s)" in status
+
+    # delivery opens the sealed URL: the receiver gets the device key
+    tested = cli(cluster, url, admin, "notify", "test")
+    assert tested.stdout.count(": ok") == 1, tested.stdout
+    assert wait_for(lambda: any(d.get("device_key") == BOT_TOKEN for _, d in posts), 10)
+    # a channel added after enable is sealed on write; lists show scheme and host only
+    cli(cluster, url, admin, "notify", "add", "--on", "failed",
+        stdin=f"json://127.0.0.1:{port}/hook/{HOOK_TOKEN}")
+    text = dump(cluster)
+    assert BOT_TOKEN not in text and HOOK_TOKEN not in text
+    listed = cli(cluster, url, admin, "notify", "list").stdout
+    assert f"bark://127.0.0.1:{port}/…" in listed and f"json://127.0.0.1:{port}/…" in listed
+    assert BOT_TOKEN not in listed and HOOK_TOKEN not in listed
+
+    # rotation re-seals both URLs; a failed run then reaches both channels
+    control = roll(cluster, control, "c1c", "--secrets-keyring", ring12)
+    said = secrets_cli(cluster, "rotate-key", "--keyring", ring12)
+    assert "re-sealed 2 push-channel URL(s)" in said
+    status = secrets_cli(cluster, "status")
+    assert "sealed with k2: 2 value(s)" in status and "k1" not in status
+    control = roll(cluster, control, "c1d", "--secrets-keyring", ring2)
+    posts.clear()
+    cluster.start_worker("w1", cluster.token("worker", pool="pool-a"), url, concurrency=1)
+    cli(cluster, url, admin, "task", "add", "jd_sign", "--schedule", "@once", "--",
+        "sh", "-c", "echo 签到失败; exit 3")
+    assert cli(cluster, url, admin, "run", "jd_sign", "--wait", code=None).returncode != 0
+    assert wait_for(lambda: len(posts) >= 2, 30), posts
+    assert any(p == "/push" and d.get("device_key") == BOT_TOKEN for p, d in posts)
+    assert any(unquote(p) == f"/hook/{HOOK_TOKEN}" for p, _ in posts), posts
+    text = dump(cluster)
+    assert BOT_TOKEN not in text and HOOK_TOKEN not in text
+    assert not any(BOT_TOKEN in p.log() or HOOK_TOKEN in p.log() for p in cluster.procs)

@@ -79,8 +79,8 @@ def test_the_runtime_login_from_the_environment_cannot_issue_or_revoke_tokens(
         out = ql3(*args, check=False, **runtime)
         assert out.returncode == 2, (args, out.returncode, out.stderr)
         assert "QL3_DATABASE_URL: connects as role" in out.stderr, out.stderr
-        assert "cannot create objects in schema public: issue and revoke tokens with the " \
-               "migration owner's URL" in out.stderr, out.stderr
+        assert "cannot create objects in schema public:\n  issue and revoke tokens with " \
+               "the migration owner's URL" in out.stderr, out.stderr
         assert "Traceback" not in out.stderr
     assert api.sql("SELECT count(*) FROM api_tokens") == before
     assert api.sql("SELECT revoked_at FROM api_tokens WHERE id = %(id)s",

@@ -179,7 +179,7 @@ def test_migrate_with_a_role_that_cannot_create_names_it_and_changes_nothing(
         url = empty_db.url + "?options=" + urllib.parse.quote(f"-c role={role}")
         out = _ql3("migrate", "--database-url", url)
         assert out.returncode == 2, out.stderr
-        assert f"connects as role '{role}', which cannot create objects" in out.stderr
+        assert f"connects as role '{role}',\n  which cannot create objects" in out.stderr
         assert "migration owner" in out.stderr
         with empty_db.connect() as conn:
             assert conn.execute("SELECT to_regclass('ql3_migration_ledger')").fetchone() == (

@@ -95,7 +95,10 @@ FORBIDDEN = [
     "ALTER TABLE global_variable_values"
     " DROP CONSTRAINT global_variable_values_sealed_value_check",
     "DROP INDEX global_variable_values_plaintext_idx",
-    "UPDATE notify_channels SET url = 'json://evil.example/'",
+    # 0013, sealed channel URLs: the trigger and the plaintext index are schema
+    "DROP TRIGGER notify_channels_seal_only ON notify_channels",
+    "ALTER TABLE notify_channels DROP COLUMN sealed_url",
+    "DROP INDEX notify_channels_plaintext_idx",
     "TRUNCATE notifications",
     # 0010, history pruning: runs, attempts and events may be deleted (by the pruning batch),
     # never truncated; the one job row is never added to nor removed
@@ -121,6 +124,25 @@ def test_runtime_role_cannot(pg_db: PgDb, statement: str) -> None:
         _tombstone(conn, pg_db, pg_db.runtime_role)
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             _as_runtime(conn, pg_db.runtime_role, statement)
+
+
+def test_runtime_role_may_update_a_channel_only_to_seal_its_url(pg_db: PgDb) -> None:
+    """0013: UPDATE on notify_channels is granted for sealing; a plain URL edit, or a change
+    to any other column, is refused by the owner's trigger, and the sealed form passes."""
+    channel = uuid7()
+    with pg_db.connect() as conn:
+        conn.execute("INSERT INTO notify_channels (id, url, target) VALUES"
+                     " (%s, 'json://127.0.0.1/hook', 'json://127.0.0.1/…')", (channel,))
+        for statement in ("UPDATE notify_channels SET url = 'json://evil.example/'",
+                          "UPDATE notify_channels SET target = 'json://evil.example/…'",
+                          "UPDATE notify_channels SET url = '', sealed_url = 'v1.k.n.c',"
+                          " notify_on = '{succeeded}'"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                _as_runtime(conn, pg_db.runtime_role, statement)
+        _as_runtime(conn, pg_db.runtime_role,
+                    "UPDATE notify_channels SET url = '', sealed_url = 'v1.k.n.c'")
+        row = conn.execute("SELECT url, sealed_url FROM notify_channels").fetchone()
+    assert row == ("", "v1.k.n.c")
 
 
 def test_runtime_role_can_insert_and_read_tombstones_and_use_controls(pg_db: PgDb) -> None:

@@ -59,3 +59,22 @@ def test_a_variable_value_opens_under_its_own_name_only() -> None:
     with pytest.raises(SecretsKeyMissingError):
         opened_variable_value(None, "JD_COOKIE", "", sealed)
     assert opened_variable_value(None, "JD_COOKIE", "plain", None) == "plain"
+
+
+def test_a_channel_url_opens_for_its_own_channel_only() -> None:
+    from qinglong.control.notify import channel_url
+    from qinglong.control.secrets.store import CHANNEL_NAME, channel_row_id, opened_channel_url
+
+    keyring = ring()
+    url = "tgram://123456:AAH-bot-令牌/998877"
+    sealed = keyring.seal(url, row_id=channel_row_id(ROW), name=CHANNEL_NAME)
+    assert "令牌" not in sealed and "AAH" not in sealed
+    assert opened_channel_url(keyring, ROW, "", sealed) == url
+    assert opened_channel_url(None, ROW, url, None) == url  # plain: no keyring needed
+    with pytest.raises(SealError):  # copied to another channel
+        opened_channel_url(keyring, "01a234f7-fbb2-7163-8b35-000000000000", "", sealed)
+    with pytest.raises(SecretsKeyMissingError):
+        opened_channel_url(None, ROW, "", sealed)
+    # delivery: a sealed URL that does not open is a failure class, never a URL
+    assert channel_url(keyring, {"channel_id": ROW, "url": "", "sealed_url": sealed}) == url
+    assert channel_url(None, {"id": ROW, "url": "", "sealed_url": sealed}) is None

@@ -3,6 +3,8 @@ messages never quote the value."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from qinglong.shared.errors import ValidationError
@@ -28,3 +30,36 @@ def test_bad_values_are_refused_without_quoting_them(data: bytes, reason: str) -
     with pytest.raises(ValidationError, match=reason) as caught:
         decode_secret(data, "x", max_bytes=8)
     assert data.decode(errors="replace") not in str(caught.value)
+
+
+def test_read_secret_reads_a_file_or_piped_stdin_and_prompts_only_on_a_terminal(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from qinglong.shared.secret_text import read_secret
+
+    asked: list[str] = []
+
+    def prompt(label: str) -> str:
+        asked.append(label)
+        return "从终端"
+
+    path = tmp_path / "value"
+    path.write_bytes("文件里的值\n".encode())
+    assert read_secret("variable CK", prompt, str(path)) == "文件里的值"
+    with pytest.raises(ValidationError, match="cannot read"):
+        read_secret("variable CK", prompt, str(tmp_path / "missing"))
+
+    class Pipe(io.TextIOWrapper):
+        def isatty(self) -> bool:
+            return False
+
+    class Tty(Pipe):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr("sys.stdin", Pipe(io.BytesIO("管道-value\n".encode())))
+    assert read_secret("variable CK", prompt) == "管道-value" and asked == []
+    monkeypatch.setattr("sys.stdin", Tty(io.BytesIO(b"")))
+    assert read_secret("variable CK", prompt) == "从终端"
+    assert asked == ["value of variable CK"]

@@ -20,10 +20,10 @@ from qinglong.client.cli_common import (
 )
 from qinglong.client.cli_scripts import resolve_digest
 from qinglong.client.http import ControlClient
+from qinglong.shared import secret_text
 from qinglong.shared.cron import parse_schedule
 from qinglong.shared.display import describe_last_run, iso_utc
 from qinglong.shared.errors import ValidationError
-from qinglong.shared.secret_text import SECRET_MAX_BYTES, decode_secret
 
 MASK = "********"
 
@@ -45,13 +45,11 @@ def _pairs(items: tuple[str, ...], option: str) -> dict[str, str]:
 
 
 def read_secret(what: str) -> str:
-    """A secret's value: a hidden prompt on a terminal, else all of stdin (never argv).
-    ValidationError without echoing it: too large, not UTF-8, NUL."""
-    if sys.stdin.isatty():
-        data = click.prompt(f"value of {what}", hide_input=True, err=True).encode()
-    else:
-        data = sys.stdin.buffer.read(SECRET_MAX_BYTES + 1)
-    return decode_secret(data, what)
+    """A secret's value: a hidden prompt on a terminal, else all of stdin (never argv;
+    ``shared/secret_text.py``'s ``read_secret``). ValidationError without echoing it: too
+    large, not UTF-8, NUL."""
+    return secret_text.read_secret(
+        what, lambda label: str(click.prompt(label, hide_input=True, err=True)))
 
 
 def read_secret_env(names: tuple[str, ...]) -> dict[str, str]:

@@ -1,5 +1,5 @@
-"""``ql3 control secrets ...``: seal secret variable values at rest (docs/operations.md
-"Secret values at rest"; storage and batches in ``secrets/store.py``).
+"""``ql3 control secrets ...``: seal secret variable values and push-channel URLs at rest
+(docs/operations.md "Secret values at rest"; storage and batches in ``secrets/store.py``).
 
 ``enable`` switches sealing on for the deployment (once every replica runs code that knows
 it) and seals the plaintext left in bounded batches, one transaction each; ``rotate-key``
@@ -29,7 +29,8 @@ _keyring_opt = click.option(
     "--keyring", "keyring_path", envvar="QL3_SECRETS_KEYRING", required=True,
     help="File of the keyring (env QL3_SECRETS_KEYRING), as given to every replica.")
 _batch = click.option("--batch", type=click.IntRange(1, 1000), default=100,
-                      show_default=True, help="Tasks (or variable values) per transaction.")
+                      show_default=True,
+                      help="Tasks (or variable values, channel URLs) per transaction.")
 
 
 def _load(path: str) -> Keyring:
@@ -57,12 +58,16 @@ def _seal_all(engine: Engine, keyring: Keyring, batch: int) -> tuple[int, int]:
             return rows, values
 
 
-def _variables_all(engine: Engine, keyring: Keyring, batch: int, *, reseal: bool) -> int:
-    """Seal (or re-seal with the primary) every global variable value that needs it, in
-    batches of ``batch`` values; returns how many."""
-    from qinglong.control.secrets.store import reseal_variables_batch, seal_variables_batch
+def _variables_all(engine: Engine, keyring: Keyring, batch: int, *, reseal: bool,
+                   channels: bool = False) -> int:
+    """Seal (or re-seal with the primary) every global variable value, or with
+    ``channels`` every push-channel URL, that needs it, in batches of ``batch``; returns
+    how many."""
+    from qinglong.control.secrets import store
 
-    step = reseal_variables_batch if reseal else seal_variables_batch
+    step = ((store.reseal_channels_batch if reseal else store.seal_channels_batch)
+            if channels else
+            (store.reseal_variables_batch if reseal else store.seal_variables_batch))
     values = 0
     while True:
         with engine.begin() as conn:
@@ -79,7 +84,7 @@ def _variables_all(engine: Engine, keyring: Keyring, batch: int, *, reseal: bool
 @click.option("--by", default="ql3 control secrets enable", show_default=True,
               help="Who switched it on (recorded).")
 def enable(database_url: str, keyring_path: str, batch: int, by: str) -> None:
-    """Switch sealing on and seal every secret value still in plain text.
+    """Switch sealing on and seal every secret value and channel URL still in plain text.
 
     Run it once every replica runs a release that knows sealing, and after each replica
     got the keyring (--secrets-keyring): from now on a replica without it refuses to
@@ -96,9 +101,11 @@ def enable(database_url: str, keyring_path: str, batch: int, by: str) -> None:
                 {"k": keyring.primary, "by": by[:200]})
         rows, values = _seal_all(engine, keyring, batch)
         shared = _variables_all(engine, keyring, batch, reseal=False)
+        channels = _variables_all(engine, keyring, batch, reseal=False, channels=True)
     click.echo(f"sealing on (key {keyring.primary}); sealed {values} value(s) in "
                f"{rows} task(s)")
     click.echo(f"sealed {shared} global variable value(s)")
+    click.echo(f"sealed {channels} push-channel URL(s)")
 
 
 @secrets.command("rotate-key")
@@ -139,9 +146,12 @@ def rotate_key(database_url: str, keyring_path: str, batch: int) -> None:
         more_rows, more_values = _seal_all(engine, keyring, batch)
         shared = _variables_all(engine, keyring, batch, reseal=True)
         shared += _variables_all(engine, keyring, batch, reseal=False)
+        channels = _variables_all(engine, keyring, batch, reseal=True, channels=True)
+        channels += _variables_all(engine, keyring, batch, reseal=False, channels=True)
     click.echo(f"primary key {keyring.primary}; re-sealed {values + more_values} "
                f"value(s) in {rows + more_rows} task(s)")
     click.echo(f"re-sealed {shared} global variable value(s)")
+    click.echo(f"re-sealed {channels} push-channel URL(s)")
 
 
 @secrets.command()
@@ -163,5 +173,6 @@ def status(database_url: str, as_json: bool) -> None:
                + (f"  primary key: {out['primary_key_id']}" if out["enabled"] else ""))
     click.echo(f"tasks with plaintext secrets: {out['plaintext_tasks']}")
     click.echo(f"variable values in plain text: {out['plaintext_variable_values']}")
+    click.echo(f"channel URLs in plain text: {out['plaintext_channel_urls']}")
     for key_id, n in out["sealed_by_key"].items():
         click.echo(f"sealed with {key_id}: {n} value(s)"[:80])

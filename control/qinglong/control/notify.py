@@ -10,7 +10,8 @@ it) in a helper thread bounded by :data:`SEND_TIMEOUT_S`; record ``sent``, or ba
 sending and recording repeats a send once the claim expires: at least once, each message
 carrying the notification's stable id. The outcome is a run event ``notify_sent`` /
 ``notify_failed`` naming the channel by scheme and host; a URL (a secret) is never in an
-answer, event, log line or metric, and a failing channel never changes a run.
+answer, event, log line or metric, and a failing channel never changes a run. Once sealing
+is on (migration 0013) a channel's URL is stored sealed and opened here only to send.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from qinglong.shared.ids import uuid7
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
+
+    from qinglong.control.secrets.sealing import Keyring
 
 BATCH = 10
 CLAIM_S = 60
@@ -103,6 +106,7 @@ def claim(engine: Engine) -> list[dict[str, Any]]:
             " WHERE n.id = picked.id AND c.id = n.channel_id AND r.id = n.run_id"
             "   AND t.id = r.task_id"
             " RETURNING n.id::text AS id, n.run_id::text AS run_id, n.tries, c.url, c.target,"
+            "   c.id::text AS channel_id, c.sealed_url,"
             "   r.status, r.number AS"
             "   run_number, t.name AS task_name"),
             {"batch": BATCH, "claim": CLAIM_S}).mappings()]
@@ -133,25 +137,48 @@ def record(engine: Engine, row: dict[str, Any], error: str | None) -> None:
                  "detail": json.dumps(detail)})
 
 
-def tick(engine: Engine) -> int:
-    """Queue, claim, send and record one batch; returns how many were sent or settled."""
+def channel_url(keyring: Keyring | None, row: Any) -> str | None:
+    """The plain URL of a channel row (``channel_id``/``id``, ``url``, ``sealed_url``),
+    opened with ``keyring`` when sealed (docs/operations.md "Secret values at rest"); None
+    when it cannot be opened (no keyring, a key the ring lacks, a changed value): the send
+    then fails with a class of failure that names no URL."""
+    from qinglong.control.secrets.store import opened_channel_url
+    from qinglong.shared.errors import QinglongError
+
+    try:
+        return opened_channel_url(keyring, str(row.get("channel_id") or row["id"]),
+                                  str(row["url"]), row.get("sealed_url"))
+    except QinglongError:
+        return None
+
+
+def _send_to(keyring: Keyring | None, row: Any, title: str, body: str) -> str | None:
+    url = channel_url(keyring, row)
+    return "the sealed channel URL does not open" if url is None else send(url, title, body)
+
+
+def tick(engine: Engine, keyring: Keyring | None = None) -> int:
+    """Queue, claim, send and record one batch; returns how many were sent or settled.
+    ``keyring`` opens sealed channel URLs (None: only plain ones are sent)."""
     enqueue(engine)
     rows = claim(engine)
     for row in rows:
-        record(engine, row, send(row["url"], *message(row)))
+        record(engine, row, _send_to(keyring, row, *message(row)))
     return len(rows)
 
 
-def test_channels(engine: Engine) -> list[dict[str, Any]]:
-    """Send a sample to every channel now: ``[{"id", "target", "ok", "error"?}]``."""
+def test_channels(engine: Engine, keyring: Keyring | None) -> list[dict[str, Any]]:
+    """Send a sample to every channel now: ``[{"id", "target", "ok", "error"?}]``;
+    ``keyring`` opens sealed channel URLs."""
     with engine.connect() as conn:
         channels = [dict(r) for r in run_named(
-            conn, "SELECT id, url, target FROM notify_channels ORDER BY created_at").mappings()]
+            conn, "SELECT id, url, sealed_url, target FROM notify_channels"
+                  " ORDER BY created_at").mappings()]
     out = []
     for ch in channels:
         sample = {"task_name": "ql3-notify-test", "run_number": 1, "status": "failed",
                   "id": uuid7()}
-        error = send(ch["url"], *message(sample, test=True))
+        error = _send_to(keyring, ch, *message(sample, test=True))
         out.append({"id": str(ch["id"]), "target": ch["target"], "ok": error is None,
                     **({"error": error} if error else {})})
     return out

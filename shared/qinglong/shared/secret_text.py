@@ -1,9 +1,12 @@
 """A secret value as typed or piped in (issue 12 item 7): never from argv, checked here
 without ever echoing it. Shared by ``ql3 local`` (``vars set``, ``--secret-env``) and
-``ql3 cluster task add|edit --secret-env``. Stdlib only: reading a terminal prompt stays with
-each command line."""
+``ql3 cluster task add|edit --secret-env``. Stdlib only: the terminal prompt itself is the
+caller's (``read_secret``'s ``prompt``: each command line prompts with click)."""
 
 from __future__ import annotations
+
+import sys
+from collections.abc import Callable
 
 from qinglong.shared.errors import ValidationError
 
@@ -33,3 +36,22 @@ def decode_secret(data: bytes, what: str, max_bytes: int = SECRET_MAX_BYTES) -> 
     if "\x00" in text:
         raise ValidationError(what, "the value contains a NUL byte")
     return text
+
+
+def read_secret(what: str, prompt: Callable[[str], str], from_file: str | None = None) -> str:
+    """The value of ``what``: from the file ``from_file`` when given, else ``prompt("value of
+    <what>")`` (a hidden prompt) when stdin is a terminal, else all of stdin (never argv);
+    checked by :func:`decode_secret` (at most SECRET_MAX_BYTES). Raises ValidationError(what,
+    ...) for an unreadable file (naming its path and the OS's reason) or a value
+    ``decode_secret`` refuses; the message never quotes the value."""
+    if from_file is not None:
+        try:
+            with open(from_file, "rb") as fh:
+                data = fh.read(SECRET_MAX_BYTES + 1)
+        except OSError as exc:
+            raise ValidationError(what, f"cannot read {from_file}: {exc.strerror}") from None
+    elif sys.stdin.isatty():
+        data = prompt(f"value of {what}").encode()
+    else:
+        data = sys.stdin.buffer.read(SECRET_MAX_BYTES + 1)
+    return decode_secret(data, what)

@@ -2,7 +2,8 @@
 
 * ``GET /v1/notify/channels``: ``[{id, target, notify_on, created_by, created_at}]``;
   ``target`` is scheme and host: a channel URL (a secret as a whole) is never answered.
-* ``POST /v1/notify/channels`` ``{url, notify_on?}``: 201 with the channel (no URL).
+* ``POST /v1/notify/channels`` ``{url, notify_on?}``: 201 with the channel (no URL); the URL
+  is stored sealed once sealing is on (503 ``secrets_key_missing`` without a keyring).
 * ``DELETE /v1/notify/channels/{channel_id}``: 204; its pending notifications go with it.
 * ``POST /v1/notify/test``: a sample to every channel now: ``[{id, target, ok, error?}]``.
 """
@@ -71,13 +72,25 @@ def add_channel(body: ChannelIn, request: Request, who: Admin) -> ChannelOut:
     if not _valid(body.url):
         raise ApiError(422, "invalid_channel", "give an Apprise URL such as bark://HOST/KEY, "
                                                "tgram://TOKEN/CHAT or json://HOST/PATH")
-    with get_context(request).engine.begin() as conn:
-        row = run_named(conn, (
-            "INSERT INTO notify_channels (id, url, target, notify_on, created_by)"
-            " VALUES (%(id)s, %(url)s, %(target)s, %(on)s, %(who)s) RETURNING id::text AS id,"
-            " target, notify_on, created_by, created_at"),
-            {"id": uuid7(), "url": body.url.strip(), "target": notify.channel_target(body.url),
-             "on": list(dict.fromkeys(body.notify_on)), "who": who.name}).mappings().one()
+    from qinglong.control.secrets.store import SecretsKeyMissingError, stored_channel_url
+
+    ctx = get_context(request)
+    channel_id = str(uuid7())
+    try:
+        with ctx.engine.begin() as conn:
+            url, sealed = stored_channel_url(conn, ctx.extras.get("keyring"), channel_id,
+                                             body.url.strip())
+            row = run_named(conn, (
+                "INSERT INTO notify_channels (id, url, sealed_url, target, notify_on,"
+                " created_by) VALUES (%(id)s, %(url)s, %(sealed)s, %(target)s, %(on)s,"
+                " %(who)s) RETURNING id::text AS id, target, notify_on, created_by,"
+                " created_at"),
+                {"id": channel_id, "url": url, "sealed": sealed,
+                 "target": notify.channel_target(body.url),
+                 "on": list(dict.fromkeys(body.notify_on)), "who": who.name}).mappings().one()
+    except SecretsKeyMissingError:
+        raise ApiError(503, "secrets_key_missing", "channel URLs are sealed and this replica "
+                       "has no keyring: start it with --secrets-keyring") from None
     return ChannelOut(**row)
 
 
@@ -95,4 +108,5 @@ def remove_channel(channel_id: UUID, request: Request) -> Response:
 @router.post("/v1/notify/test")
 async def test_channels(request: Request) -> list[dict[str, Any]]:
     """Send a sample notification through every channel now (each within 10 s)."""
-    return await run_in_threadpool(notify.test_channels, get_context(request).engine)
+    ctx = get_context(request)
+    return await run_in_threadpool(notify.test_channels, ctx.engine, ctx.extras.get("keyring"))

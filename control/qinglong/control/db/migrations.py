@@ -42,8 +42,8 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection
 
 # ADR-0379 §阶段验收: the reviewed hard cap moves exactly, one migration at a time.
-EXPECTED_MIGRATION_COUNT = 13
-EXPECTED_LAST_SHA256 = "18ca390fa874711731345323299f58c2c94bcbe4f14965cb2b2ad0b4e61a6ade"
+EXPECTED_MIGRATION_COUNT = 14
+EXPECTED_LAST_SHA256 = "e5580d3533fd2b1a43b1af1ef6f834e976b3a83895f997c0d4787cece639639c"
 
 LEDGER_TABLE = "ql3_migration_ledger"
 ADVISORY_LOCK_KEY = 0x716C335F6D6967  # "ql3_mig": one key for every replica and release

@@ -51,7 +51,8 @@ RUNTIME_GRANTS: dict[str, frozenset[str]] = {
     # 0009, global variables (docs/protocols.md §4.5): operators set, reorder, remove values
     "global_variables": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
     "global_variable_values": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
-    "notify_channels": frozenset({"SELECT", "INSERT", "DELETE"}),  # a URL is never edited
+    # a URL is never edited; UPDATE only seals it (0013: a trigger refuses any other change)
+    "notify_channels": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
     # outcomes are kept while their run is; history pruning deletes them with it (0010)
     "notifications": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
     # 0010, history pruning: the one job row is locked and updated, never added or removed
@@ -103,13 +104,15 @@ def refuse_non_owner(conn: Connection, option: str = "--database-url",
     ``public`` (e.g. migrate, or ``token create``, was given the runtime role's URL): the
     message names the role, which is not a secret, instead of the server's "permission
     denied for schema public"; ``option`` names the input that gave the URL and ``action``
-    what must be run with the owner's URL instead (a fixed phrase of the caller)."""
+    what must be run with the owner's URL instead (a fixed phrase of the caller). The
+    message is three lines (the second and third indented) so that, after ``ql3: error:
+    OPTION:``, each fits 80 columns (a role name of up to 40 characters)."""
     row = run_named(conn, "SELECT current_user, has_schema_privilege('public', 'CREATE')"
                     ).first()
     if row is not None and not row[1]:
         raise MigrationOwnerRequiredError(
-            option, f"connects as role {row[0]!r}, which cannot create objects in "
-                    f"schema public: {action} with the migration owner's URL")
+            option, f"connects as role {row[0]!r},\n  which cannot create objects in "
+                    f"schema public:\n  {action} with the migration owner's URL")
 
 
 def refuse_privileged_session(conn: Connection, option: str) -> None:

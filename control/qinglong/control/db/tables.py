@@ -76,6 +76,7 @@ notify_channels = Table(
     Column("notify_on", ARRAY(Text), nullable=False),
     Column("created_by", Text),
     Column("created_at", _TS, nullable=False),
+    Column("sealed_url", Text),  # 0014: sealed channel URL, secrets/store.py
 )
 
 notifications = Table(

@@ -7,9 +7,10 @@ variable in scope as the enabled values joined with ``&`` in position order
 module only through :func:`pool_environment`: :func:`list_variables` returns names, scopes,
 remarks and flags. No error message here contains a value.
 
-Limits (``execve``'s): one value and one joined variable at most 128 KiB, every variable
-of one pool's scope together at most 1 MiB (:data:`ENV_MAX_BYTES`), checked inside the
-writing transaction (a refused write changes nothing).
+Limits (``execve``'s, ``shared/variable_limits.py``): one value and one joined variable at
+most 128 KiB, every variable of one pool's scope together at most 1 MiB
+(:data:`ENV_MAX_BYTES`), checked inside the writing transaction (a refused write changes
+nothing).
 
 Once sealing is on (``ql3 control secrets enable``; docs/operations.md "Secret values at
 rest"), a value of a secret variable is stored sealed (migration 0012,
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from qinglong.control.db.engine import run_named
 from qinglong.shared.errors import NotFoundError, ValidationError
+from qinglong.shared.variable_limits import VARIABLE_MAX_BYTES, check_variables_size
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
     from qinglong.control.secrets.sealing import Keyring
 
 JOIN = "&"
-VALUE_MAX_BYTES = 128 * 1024
+VALUE_MAX_BYTES = VARIABLE_MAX_BYTES  # 128 KiB (shared/variable_limits.py)
 ENV_MAX_BYTES = 1024 * 1024
 REMARK_MAX_CHARS = 200
 _SHIFT = 1_000_000_000  # moves positions out of the way while renumbering
@@ -109,17 +111,9 @@ def _check_sizes(conn: Connection, keyring: Keyring | None) -> None:
     scoped = {r[0] for r in run_named(
         conn, "SELECT DISTINCT unnest(pools) FROM global_variables WHERE pools IS NOT NULL")}
     for pool in sorted(set(pools) | scoped | {""}):
-        total = 0
-        for name, value in pool_environment(conn, pool, keyring=keyring).items():
-            size = len(name) + 2 + len(value.encode("utf-8", "surrogateescape"))
-            if size > VALUE_MAX_BYTES:
-                raise ValidationError("value", f"{name} would be {size} bytes with its enabled "
-                                               f"values joined; one variable is limited to "
-                                               f"{VALUE_MAX_BYTES} bytes")
-            total += size
-        if total > ENV_MAX_BYTES:
-            raise ValidationError("value", f"the variables of a pool are limited to "
-                                           f"{ENV_MAX_BYTES} bytes in all")
+        check_variables_size(pool_environment(conn, pool, keyring=keyring), field="value",
+                             total_max_bytes=ENV_MAX_BYTES,
+                             total_what="the variables of a pool")
 
 
 def put_value(conn: Connection, name: str, value: str, *, who: str, remark: str | None,

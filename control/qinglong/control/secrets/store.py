@@ -16,6 +16,12 @@ a value of a secret variable is written by ``stored_variable_value`` (``value`` 
 ``seal_variables_batch`` / ``reseal_variables_batch``; associated data
 ``global_variables/<name>`` and the name.
 
+Push-channel URLs (migration 0013; an Apprise URL carries its token, so the whole URL is the
+secret) likewise: ``stored_channel_url`` on write (``url`` '' and ``sealed_url`` set once
+sealing is on), ``opened_channel_url`` when ``notify.py`` sends, and
+``seal_channels_batch`` / ``reseal_channels_batch``; associated data
+``notify_channels/<id>`` and ``url``.
+
 Errors name a variable or a key id, never a value or key material.
 """
 
@@ -183,12 +189,21 @@ def stored_variable_value(conn: Connection, keyring: Keyring | None, name: str, 
     sealed)`` when ``secret`` and sealing is on (read in the caller's transaction), else
     ``(value, None)``. Raises SecretsKeyMissingError when it must seal and ``keyring`` is
     None."""
-    if not secret or sealing_state(conn) is None:
+    if not secret:
+        return value, None
+    return _stored(conn, keyring, variable_row_id(name), name, value)
+
+
+def _stored(conn: Connection, keyring: Keyring | None, row_id: str, name: str,
+            value: str) -> tuple[str, str | None]:
+    """``("", value sealed for (row_id, name))`` when sealing is on, else ``(value,
+    None)``; SecretsKeyMissingError when on and ``keyring`` is None."""
+    if sealing_state(conn) is None:
         return value, None
     if keyring is None:
         raise SecretsKeyMissingError("sealing is on and this process holds no keyring: "
                                      "secret values cannot be stored")
-    return "", keyring.seal(value, row_id=variable_row_id(name), name=name)
+    return "", keyring.seal(value, row_id=row_id, name=name)
 
 
 def opened_variable_value(keyring: Keyring | None, name: str, value: str,
@@ -196,12 +211,18 @@ def opened_variable_value(keyring: Keyring | None, name: str, value: str,
     """The plain value of a stored variable value (``sealed`` None: ``value`` itself).
     Raises SecretsKeyMissingError when sealed and ``keyring`` is None, SealError when it
     does not open."""
+    return _opened(keyring, variable_row_id(name), name, value, sealed)
+
+
+def _opened(keyring: Keyring | None, row_id: str, name: str, value: str,
+            sealed: str | None) -> str:
+    """``value`` when ``sealed`` is None, else ``sealed`` opened for (row_id, name)."""
     if sealed is None:
         return value
     if keyring is None:
         raise SecretsKeyMissingError("secret values are sealed and this process holds no "
                                      "keyring")
-    return keyring.open(sealed, row_id=variable_row_id(name), name=name)
+    return keyring.open(sealed, row_id=row_id, name=name)
 
 
 def _rewrite_variables(conn: Connection, keyring: Keyring, rows: list[Any],
@@ -250,10 +271,75 @@ def reseal_variables_batch(conn: Connection, keyring: Keyring, *,
     return _rewrite_variables(conn, keyring, rows, limit)
 
 
+CHANNEL_NAME = "url"  # the associated data's name of a channel URL
+
+
+def channel_row_id(channel_id: str) -> str:
+    """The associated data's row id of push channel ``channel_id`` (its uuid as text)."""
+    return f"notify_channels/{channel_id}"
+
+
+def stored_channel_url(conn: Connection, keyring: Keyring | None, channel_id: str,
+                       url: str) -> tuple[str, str | None]:
+    """``(url, sealed_url)`` to write for channel ``channel_id``: ``("", sealed)`` when
+    sealing is on (read in the caller's transaction), else ``(url, None)``. Raises
+    SecretsKeyMissingError when it must seal and ``keyring`` is None."""
+    return _stored(conn, keyring, channel_row_id(channel_id), CHANNEL_NAME, url)
+
+
+def opened_channel_url(keyring: Keyring | None, channel_id: str, url: str,
+                       sealed: str | None) -> str:
+    """The plain URL of a stored channel (``sealed`` None: ``url`` itself). Raises
+    SecretsKeyMissingError when sealed and ``keyring`` is None, SealError when it does not
+    open (the message names no URL)."""
+    return _opened(keyring, channel_row_id(channel_id), CHANNEL_NAME, url, sealed)
+
+
+def _rewrite_channels(conn: Connection, keyring: Keyring, rows: list[Any],
+                      limit: int) -> BatchResult:
+    for channel_id, url, sealed in rows:
+        plain = opened_channel_url(keyring, str(channel_id), str(url), sealed)
+        conn.execute(text(
+            "UPDATE notify_channels SET url = '', sealed_url = :sealed WHERE id = :id"),
+            {"id": channel_id,
+             "sealed": keyring.seal(plain, row_id=channel_row_id(str(channel_id)),
+                                    name=CHANNEL_NAME)})
+    last = str(rows[-1][0]) if len(rows) == limit else None
+    return BatchResult(len(rows), len(rows), last)
+
+
+def seal_channels_batch(conn: Connection, keyring: Keyring, *,
+                        limit: int = BATCH_DEFAULT) -> BatchResult:
+    """Seal at most ``limit`` plaintext channel URLs (rows locked ``FOR UPDATE SKIP
+    LOCKED``; found by 0013's partial index) and clear their plaintext. A sealed URL no
+    longer matches, so the caller repeats until ``last_id`` is None. Runs in the caller's
+    transaction; does nothing while sealing is off."""
+    if sealing_state(conn) is None:
+        return BatchResult(0, 0, None)
+    rows = list(conn.execute(text(
+        "SELECT id, url, sealed_url FROM notify_channels WHERE sealed_url IS NULL "
+        "ORDER BY id LIMIT :n FOR UPDATE SKIP LOCKED"), {"n": limit}))
+    return _rewrite_channels(conn, keyring, rows, limit)
+
+
+def reseal_channels_batch(conn: Connection, keyring: Keyring, *,
+                          limit: int = BATCH_DEFAULT) -> BatchResult:
+    """Re-seal with the primary key at most ``limit`` channel URLs sealed with another key
+    (rotation); a re-sealed URL no longer matches, so the caller repeats until ``last_id``
+    is None. Runs in the caller's transaction."""
+    rows = list(conn.execute(text(
+        "SELECT id, url, sealed_url FROM notify_channels WHERE sealed_url IS NOT NULL "
+        "AND split_part(sealed_url, '.', 2) <> :primary "
+        "ORDER BY id LIMIT :n FOR UPDATE SKIP LOCKED"),
+        {"primary": keyring.primary, "n": limit}))
+    return _rewrite_channels(conn, keyring, rows, limit)
+
+
 def sealing_status(conn: Connection) -> dict[str, Any]:
     """``{"enabled": bool, "primary_key_id": str|None, "plaintext_tasks": int,
-    "plaintext_variable_values": int, "sealed_by_key": {key id: values}}`` (values of
-    tasks and of global variables together): what status prints."""
+    "plaintext_variable_values": int, "plaintext_channel_urls": int, "sealed_by_key":
+    {key id: values}}`` (values of tasks, of global variables and channel URLs together):
+    what status prints."""
     state = sealing_state(conn)
     plaintext = int(conn.execute(text(
         f"SELECT count(*) FROM tasks WHERE {_PLAINTEXT}")).scalar_one())  # noqa: S608
@@ -265,11 +351,18 @@ def sealing_status(conn: Connection) -> dict[str, Any]:
             "SELECT split_part(sealed_value, '.', 2), count(*) FROM global_variable_values "
             "WHERE sealed_value IS NOT NULL GROUP BY 1")):
         by_key[str(key_id)] = by_key.get(str(key_id), 0) + int(n)
+    for key_id, n in conn.execute(text(
+            "SELECT split_part(sealed_url, '.', 2), count(*) FROM notify_channels "
+            "WHERE sealed_url IS NOT NULL GROUP BY 1")):
+        by_key[str(key_id)] = by_key.get(str(key_id), 0) + int(n)
+    channels = int(conn.execute(text(
+        "SELECT count(*) FROM notify_channels WHERE sealed_url IS NULL")).scalar_one())
     variables = int(conn.execute(text(
         f"SELECT count(*) {_PLAINTEXT_VARIABLE}")).scalar_one())
     return {"enabled": state is not None,
             "primary_key_id": state.primary_key_id if state else None,
             "plaintext_tasks": plaintext, "plaintext_variable_values": variables,
+            "plaintext_channel_urls": channels,
             "sealed_by_key": dict(sorted(by_key.items()))}
 
 

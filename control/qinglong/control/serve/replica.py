@@ -287,6 +287,7 @@ class ControlReplica:
             from qinglong.control.secrets.store import (
                 BatchResult,
                 seal_batch,
+                seal_channels_batch,
                 seal_variables_batch,
             )
 
@@ -294,8 +295,11 @@ class ControlReplica:
                 tasks = seal_batch(conn, keyring)
             with self.engine.begin() as conn:
                 values = seal_variables_batch(conn, keyring)
-            return BatchResult(tasks.rows + values.rows, tasks.values + values.values,
-                               tasks.last_id or values.last_id)
+            with self.engine.begin() as conn:
+                urls = seal_channels_batch(conn, keyring)
+            return BatchResult(tasks.rows + values.rows + urls.rows,
+                               tasks.values + values.values + urls.values,
+                               tasks.last_id or values.last_id or urls.last_id)
 
         if keyring is not None:
             self.supervisor.services.append(PeriodicService(
@@ -315,7 +319,8 @@ class ControlReplica:
             PeriodicService("occurrence_prune", prune, period_s=PRUNE_PERIOD_S),
             PeriodicService("partial_log_sweep", sweep_partial,
                             period_s=PARTIAL_LOG_SWEEP_PERIOD_S, more=lambda n: n >= 100),
-            PeriodicService("notify", lambda: notify.tick(self.engine), period_s=1.0,
+            PeriodicService("notify", lambda: notify.tick(self.engine, keyring),
+                            period_s=1.0,
                             more=lambda n: n >= notify.BATCH),
             # docs/operations.md "History pruning": one bounded batch, again at once while full
             PeriodicService("history_prune",

@@ -14,25 +14,20 @@ import click
 from qinglong.local.app import display
 from qinglong.local.app.backend import open_backend
 from qinglong.local.app.cli_common import data_dir_option, datadir_of, json_option, print_json
+from qinglong.shared import secret_text
 from qinglong.shared.errors import ValidationError
-from qinglong.shared.secret_text import SECRET_MAX_BYTES, decode_secret
 
 
 def read_secret(what: str, from_file: str | None = None) -> str:
     """The value of ``what``: from ``from_file``, else a hidden prompt on a terminal, else
-    all of stdin. One trailing newline is dropped (``echo x | ...`` gives ``x``). Raises
-    ValidationError (too large, not UTF-8, NUL) without echoing any of it."""
-    if from_file is not None:
-        try:
-            with open(from_file, "rb") as fh:
-                data = fh.read(SECRET_MAX_BYTES + 1)
-        except OSError as exc:
-            raise ValidationError(what, f"cannot read {from_file}: {exc.strerror}") from None
-    elif sys.stdin.isatty():
-        data = click.prompt(f"value of {what}", hide_input=True, err=True).encode()
-    else:
-        data = sys.stdin.buffer.read(SECRET_MAX_BYTES + 1)
-    return decode_secret(data, what)
+    all of stdin (``shared/secret_text.py``'s ``read_secret``). One trailing newline is
+    dropped (``echo x | ...`` gives ``x``). Raises ValidationError (unreadable file, too
+    large, not UTF-8, NUL) without echoing any of it."""
+    return secret_text.read_secret(what, _hidden_prompt, from_file)
+
+
+def _hidden_prompt(label: str) -> str:
+    return str(click.prompt(label, hide_input=True, err=True))
 
 
 secret_env_option = click.option(

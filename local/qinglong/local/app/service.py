@@ -658,22 +658,13 @@ def _awaits_next_fire(task: Task, pending: object) -> bool:
 def check_variables_size(env: dict[str, str]) -> None:
     """Refuse global variables a task could not be started with: one ``NAME=value`` over
     128 KiB (the kernel's MAX_ARG_STRLEN) or all of them over GLOBAL_VARIABLES_MAX_BYTES
-    (the launcher's share for them). Raises ValidationError naming the limit, never a
-    value."""
+    (the launcher's share for them); ``shared/variable_limits.py``. Raises ValidationError
+    naming the limit, never a value."""
     from qinglong.local.app.legacy_import import GLOBAL_VARIABLES_MAX_BYTES
-    from qinglong.local.process.launch_request import SINGLE_STRING_MAX_BYTES
+    from qinglong.shared.variable_limits import check_variables_size as check
 
-    total = 0
-    for name, value in env.items():
-        size = len(f"{name}={value}".encode("utf-8", "surrogateescape")) + 1
-        if size > SINGLE_STRING_MAX_BYTES:
-            raise ValidationError("variable", f"{name} would be {size} bytes with its enabled "
-                                              f"values joined; one variable is limited to "
-                                              f"{SINGLE_STRING_MAX_BYTES} bytes")
-        total += size
-    if total > GLOBAL_VARIABLES_MAX_BYTES:
-        raise ValidationError("variable", f"global variables are limited to "
-                                          f"{GLOBAL_VARIABLES_MAX_BYTES} bytes in all")
+    check(env, field="variable", total_max_bytes=GLOBAL_VARIABLES_MAX_BYTES,
+          total_what="global variables")
 
 
 def _at(values: list[list[Any]], name: str, index: int) -> list[Any]:
