@@ -26,7 +26,7 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from qinglong.panel import i18n
+from qinglong.panel import i18n, task_pages
 from qinglong.panel.backend import BackendRefusedError, BackendUnavailableError, PanelBackend
 from qinglong.panel.security import (
     CSRF_FIELD,
@@ -41,6 +41,7 @@ from qinglong.panel.security import (
 
 PAGE_SIZE = 50
 LOG_WAIT_S = 15.0  # one long poll; the stream sends a comment between polls
+LOG_VIEWS = 200  # threads for open log views' long polls, apart from the pages' own pool
 
 
 def create_app(backend: PanelBackend, sessions: Sessions) -> Starlette:
@@ -87,6 +88,7 @@ def create_app(backend: PanelBackend, sessions: Sessions) -> Starlette:
         if sent is None:
             form = await request.form()
             request.state.form = dict(form)  # the body is read once: endpoints reuse it
+            request.state.form_data = form  # with every value of a repeated field
             value = form.get(CSRF_FIELD)
             sent = value if isinstance(value, str) else None
         return csrf_ok(session, sent) and origin_ok(
@@ -94,6 +96,16 @@ def create_app(backend: PanelBackend, sessions: Sessions) -> Starlette:
 
     async def call(fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
         return await anyio.to_thread.run_sync(lambda: fn(*args))
+
+    log_limiter: list[anyio.CapacityLimiter] = []  # made in the event loop, on first use
+
+    async def call_log_wait(*args: Any) -> dict[str, Any]:
+        """``backend.log_wait`` on its own thread pool: each open log view holds a thread
+        for up to LOG_WAIT_S, which must not starve the pages (anyio's default pool has 40)."""
+        if not log_limiter:
+            log_limiter.append(anyio.CapacityLimiter(LOG_VIEWS))
+        return await anyio.to_thread.run_sync(lambda: backend.log_wait(*args),
+                                              limiter=log_limiter[0])
 
     async def sign_in(request: Request) -> Response:
         session = sessions.redeem(request.query_params.get("token", ""))
@@ -126,7 +138,9 @@ def create_app(backend: PanelBackend, sessions: Sessions) -> Starlette:
             return render(request, "owner_down.html", 503)
         partial = request.headers.get("hx-request") == "true"
         return render(request, "tasks_table.html" if partial else "tasks.html",
-                      page=page, query=query, page_size=PAGE_SIZE)
+                      page=page, query=query, page_size=PAGE_SIZE,
+                      done=task_pages.count_param(request, "done"),
+                      failed=task_pages.count_param(request, "failed"))
 
     async def task_action(request: Request) -> Response:
         name = request.path_params["name"]
@@ -169,7 +183,7 @@ def create_app(backend: PanelBackend, sessions: Sessions) -> Starlette:
             yield "retry: 2000\n\n"
             while not await request.is_disconnected():
                 try:
-                    chunk = await call(backend.log_wait, run, offset, LOG_WAIT_S)
+                    chunk = await call_log_wait(run, offset, LOG_WAIT_S)
                 except (BackendUnavailableError, BackendRefusedError):
                     yield "event: unavailable\ndata: {}\n\n"
                     return
@@ -219,6 +233,7 @@ def create_app(backend: PanelBackend, sessions: Sessions) -> Starlette:
         Route("/", tasks),
         Route("/signin", sign_in),
         Route("/lang", set_lang, methods=["POST"]),
+        *task_pages.routes(render, call, backend),
         Route("/tasks/{name:path}/{action}", task_action, methods=["POST"]),
         Route("/runs/{run}", run_detail),
         Route("/runs/{run}/log/stream", log_stream),

@@ -67,3 +67,33 @@ class PanelBackend(Protocol):
         """Up to 64 KiB of the run's newest log from ``offset`` (bytes), without waiting;
         same shape as :meth:`log_wait`."""
         ...
+
+    def task_get(self, name: str) -> dict[str, Any]:
+        """One task (``task_show``: the task's fields, ``secret_env`` by name with masked
+        values, ``recent_runs``)."""
+        ...
+
+    def task_add(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """Create a task from the ``task_add`` spec (``name, argv, schedule, timezone, env,
+        timeout_s, max_attempts, concurrency, labels, secret_env``); the task."""
+        ...
+
+    def task_edit(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
+        """Change a task in place (``task_edit`` changes); the task plus ``changed``."""
+        ...
+
+    def task_remove(self, name: str) -> dict[str, Any]:
+        """Remove a task (its run history stays); the removed task."""
+        ...
+
+    def schedule_preview(self, schedule: str, timezone: str, count: int) -> dict[str, Any]:
+        """The next ``count`` fire times of an unsaved schedule: ``{"slots": [ISO UTC]}``;
+        a bad schedule or zone is a BackendRefusedError with ``usage`` True whose message
+        names the field (``"schedule: ..."``)."""
+        ...
+
+    def runs_page(self, task: str | None, status: str | None, before: str | None,
+                  limit: int) -> dict[str, Any]:
+        """Runs across tasks newest first, by keyset: ``{"runs": [run], "next": cursor or
+        None}`` (pass ``next`` as ``before`` for the older page)."""
+        ...

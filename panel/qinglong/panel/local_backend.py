@@ -72,3 +72,30 @@ class LocalPanelBackend:
     def log_read(self, run: str, offset: int) -> dict[str, Any]:
         """The ``logs_read`` socket op (newest attempt)."""
         return dict(self._call("logs_read", run_id=run, offset=offset))
+
+    def task_get(self, name: str) -> dict[str, Any]:
+        """The ``task_show`` socket op."""
+        return dict(self._call("task_show", name=name))
+
+    def task_add(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """The ``task_add`` socket op."""
+        return dict(self._call("task_add", spec=spec))
+
+    def task_edit(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
+        """The ``task_edit`` socket op."""
+        return dict(self._call("task_edit", name=name, changes=changes))
+
+    def task_remove(self, name: str) -> dict[str, Any]:
+        """The ``task_rm`` socket op."""
+        return dict(self._call("task_rm", name=name))
+
+    def schedule_preview(self, schedule: str, timezone: str, count: int) -> dict[str, Any]:
+        """The ``schedule_preview`` socket op."""
+        return dict(self._call("schedule_preview", schedule=schedule, timezone=timezone,
+                               count=count))
+
+    def runs_page(self, task: str | None, status: str | None, before: str | None,
+                  limit: int) -> dict[str, Any]:
+        """The ``runs_page`` socket op."""
+        return dict(self._call("runs_page", task=task, status=status, before=before,
+                               limit=limit))

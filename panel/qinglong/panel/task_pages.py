@@ -1,0 +1,194 @@
+"""The task form, the row and bulk actions of the Tasks page, and the Runs page
+(docs/panel.md "Pages"). Routes over any :class:`~qinglong.panel.backend.PanelBackend`;
+:func:`routes` is called by :func:`qinglong.panel.app.create_app`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import urlencode
+
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from qinglong.panel import forms
+from qinglong.panel.backend import BackendRefusedError, BackendUnavailableError, PanelBackend
+
+Render = Callable[..., Response]
+Call = Callable[..., Awaitable[dict[str, Any]]]
+RUNS_PAGE = 50
+PREVIEW_COUNT = 5
+BULK_ACTIONS = ("enable", "disable", "run", "delete")
+STATUSES = ("queued", "dispatching", "running", "succeeded", "failed", "cancelled",
+            "timed_out", "lost")
+
+
+async def form_of(request: Request) -> FormData:
+    """The posted form (read once: by the CSRF check when the token came in the body)."""
+    data = getattr(request.state, "form_data", None)
+    return data if data is not None else await request.form()
+
+
+def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
+    """The routes of this module, to be placed before the Tasks page's ``/tasks/{name}/
+    {action}`` route."""
+
+    async def preview(schedule: str, timezone: str) -> dict[str, Any]:
+        """``{"times": [wall-clock text in the zone], "error": text or None}``."""
+        if not schedule.strip():
+            return {"times": [], "error": None}
+        try:
+            slots = (await call(backend.schedule_preview, schedule, timezone,
+                                PREVIEW_COUNT))["slots"]
+        except BackendRefusedError as exc:
+            return {"times": [], "error": forms.owner_field(exc.message)[1]}
+        return {"times": forms.local_times(slots, timezone), "error": None}
+
+    def show_form(request: Request, form: forms.TaskForm, *, editing: str | None,
+                  errors: dict[str, str], preview_: dict[str, Any], status: int = 200,
+                  general: str | None = None) -> Response:
+        return render(request, "task_form.html", status, form=form, editing=editing,
+                      errors=errors, preview=preview_, zones=forms.zones(),
+                      policies=forms.CONCURRENCY, general=general)
+
+    async def new_task(request: Request) -> Response:
+        form = forms.TaskForm()
+        source = request.query_params.get("copy")
+        try:
+            if source:  # a copy: everything but the name and the write-only secrets
+                form = forms.TaskForm.from_task(await call(backend.task_get, source))
+                form.name = ""
+                form.secret_names = []
+            return show_form(request, form, editing=None, errors={},
+                             preview_=await preview(form.schedule, form.timezone))
+        except BackendUnavailableError:
+            return render(request, "owner_down.html", 503)
+        except BackendRefusedError:
+            return render(request, "error.html", 404, message_key="error.not_found")
+
+    async def edit_task(request: Request) -> Response:
+        name = request.path_params["name"]
+        try:
+            task = await call(backend.task_get, name)
+            form = forms.TaskForm.from_task(task)
+            return show_form(request, form, editing=name, errors={},
+                             preview_=await preview(form.schedule, form.timezone))
+        except BackendUnavailableError:
+            return render(request, "owner_down.html", 503)
+        except BackendRefusedError:
+            return render(request, "error.html", 404, message_key="error.not_found")
+
+    async def save_task(request: Request) -> Response:
+        editing = request.path_params.get("name")
+        data = await form_of(request)
+        unset = [v for v in data.getlist("secret_unset") if isinstance(v, str)]
+        form = forms.TaskForm.from_request(data, unset)
+        spec, errors = forms.parse(form)
+        form.secret_env = ""  # write-only: never sent back to the browser
+        try:
+            old = await call(backend.task_get, editing) if editing else None
+            if old is not None:
+                form.name = str(old["name"])
+                form.labels = ", ".join(old.get("labels") or ())
+                form.secret_names = sorted(dict(old.get("secret_env") or {}))
+            if not errors:
+                if old is not None and editing is not None:
+                    await call(backend.task_edit, editing,
+                               forms.edit_changes(spec, old, unset))
+                else:
+                    await call(backend.task_add, spec)
+                return RedirectResponse("/?" + urlencode({"q": form.name}), status_code=303)
+        except BackendUnavailableError:
+            return render(request, "owner_down.html", 503)
+        except BackendRefusedError as exc:
+            if exc.code == "not_found" and editing:
+                return render(request, "error.html", 404, message_key="error.not_found")
+            where, text = forms.owner_field(exc.message)
+            if where:
+                errors[where] = text
+            else:
+                return show_form(request, form, editing=editing, errors=errors,
+                                 preview_=await preview(form.schedule, form.timezone),
+                                 status=400 if exc.usage else 409, general=text)
+        return show_form(request, form, editing=editing, errors=errors, status=400,
+                         preview_=await preview(form.schedule, form.timezone))
+
+    async def preview_part(request: Request) -> Response:
+        schedule = request.query_params.get("schedule", "")[:500]
+        timezone = request.query_params.get("timezone", "")[:100]
+        try:
+            found = await preview(schedule, timezone)
+        except BackendUnavailableError:
+            return render(request, "owner_down.html", 503)
+        return render(request, "task_preview.html", preview=found, zone=timezone)
+
+    async def confirm_delete(request: Request) -> Response:
+        return render(request, "task_confirm.html", names=[request.path_params["name"]],
+                      action="delete")
+
+    async def bulk(request: Request) -> Response:
+        data = await form_of(request)
+        action = str(data.get("action", ""))
+        names = [v for v in data.getlist("names") if isinstance(v, str) and v][:500]
+        if action not in BULK_ACTIONS:
+            return render(request, "error.html", 400, message_key="error.refused")
+        if action == "delete" and data.get("confirm") != "yes":
+            return render(request, "task_confirm.html", names=names, action="delete")
+        done = failed = 0
+        for name in names:
+            try:
+                if action == "run":
+                    await call(backend.run_now, name)
+                elif action == "delete":
+                    await call(backend.task_remove, name)
+                else:
+                    await call(backend.set_enabled, name, action == "enable")
+                done += 1
+            except BackendUnavailableError:
+                return render(request, "owner_down.html", 503)
+            except BackendRefusedError:
+                failed += 1
+        target = "/runs" if action == "run" else "/"
+        return RedirectResponse(f"{target}?{urlencode({'done': done, 'failed': failed})}",
+                                status_code=303)
+
+    async def runs(request: Request) -> Response:
+        task = request.query_params.get("task", "").strip()[:200] or None
+        status = request.query_params.get("status") or None
+        status = status if status in STATUSES else None
+        before = request.query_params.get("before") or None
+        try:
+            page = await call(backend.runs_page, task, status, before, RUNS_PAGE)
+        except BackendUnavailableError:
+            return render(request, "owner_down.html", 503)
+        except BackendRefusedError:  # a cursor not made by us
+            page = {"runs": [], "next": None}
+        older = None
+        if page["next"]:
+            older = "/runs?" + urlencode({k: v for k, v in (
+                ("task", task), ("status", status), ("before", page["next"])) if v})
+        newest = "/runs?" + urlencode({k: v for k, v in (("task", task), ("status", status))
+                                       if v})
+        return render(request, "runs.html", page=page, task=task or "", status=status or "",
+                      statuses=STATUSES, older=older, newest=newest if before else None,
+                      done=count_param(request, "done"), failed=count_param(request, "failed"))
+
+    return [
+        Route("/tasks/new", new_task),
+        Route("/tasks/new", save_task, methods=["POST"]),
+        Route("/tasks/preview", preview_part),
+        Route("/tasks/bulk", bulk, methods=["POST"]),
+        Route("/tasks/{name}/edit", edit_task),
+        Route("/tasks/{name}/edit", save_task, methods=["POST"]),
+        Route("/tasks/{name}/delete", confirm_delete),
+        Route("/runs", runs),
+    ]
+
+
+def count_param(request: Request, key: str) -> int | None:
+    """The small whole number in query parameter ``key`` (a bulk action's counts), or None."""
+    value = request.query_params.get(key, "")
+    return int(value) if value.isdigit() and len(value) < 7 else None
