@@ -172,7 +172,8 @@ def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
                 ("task", task), ("status", status), ("before", page["next"])) if v})
         newest = "/runs?" + urlencode({k: v for k, v in (("task", task), ("status", status))
                                        if v})
-        return render(request, "runs.html", page=page, task=task or "", status=status or "",
+        return render(request, "runs.html", 200, page=page, task=task or "",
+                      picked=status or "",
                       statuses=STATUSES, older=older, newest=newest if before else None,
                       done=count_param(request, "done"), failed=count_param(request, "failed"))
 
