@@ -154,7 +154,7 @@ def test_runs_page_filters_and_pages_by_keyset(signed: Signed) -> None:
     preview = sock.call("schedule_preview", schedule="0 0 8 * * *",
                         timezone="Asia/Shanghai", count=3)
     assert [s[11:] for s in preview["slots"]] == ["00:00:00.000Z"] * 3  # 08:00 Shanghai
-    with pytest.raises(RemoteValidationError, match="^schedule"):
+    with pytest.raises(RemoteValidationError, match=r"^schedule"):
         sock.call("schedule_preview", schedule="1 2 3", timezone="UTC")
     # the page: one filter, the older link carries the cursor
     page = signed.http.get("/runs", params={"task": "多次"}).text
