@@ -6,6 +6,7 @@ serves it from ``ql3 local web`` (:mod:`qinglong.panel.local_web`).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -26,7 +27,7 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from qinglong.panel import i18n, task_pages
+from qinglong.panel import i18n, password, task_pages, var_pages
 from qinglong.panel.backend import BackendRefusedError, BackendUnavailableError, PanelBackend
 from qinglong.panel.security import (
     CSRF_FIELD,
@@ -44,8 +45,11 @@ LOG_WAIT_S = 15.0  # one long poll; the stream sends a comment between polls
 LOG_VIEWS = 200  # threads for open log views' long polls, apart from the pages' own pool
 
 
-def create_app(backend: PanelBackend, sessions: Sessions) -> Starlette:
-    """The panel over ``backend``; ``sessions`` holds the one-time sign-in token."""
+def create_app(backend: PanelBackend, sessions: Sessions,
+               password_hash: str | None = None) -> Starlette:
+    """The panel over ``backend``; ``sessions`` holds the one-time sign-in token;
+    ``password_hash``: the stored password (:mod:`qinglong.panel.password`), None: only the
+    one-time link signs in."""
     env = Environment(loader=PackageLoader("qinglong.panel", "templates"),
                       autoescape=select_autoescape(default=True, default_for_string=True))
 
@@ -55,7 +59,8 @@ def create_app(backend: PanelBackend, sessions: Sessions) -> Starlette:
         session: Session | None = request.state.session
         html = env.get_template(name).render(
             t=messages, lang=lang, session=session, profile=backend.profile,
-            csrf=session.csrf if session else "", path=request.url.path, **ctx)
+            csrf=session.csrf if session else "", path=request.url.path,
+            password_enabled=password_hash is not None, **ctx)
         return HTMLResponse(html, status_code=status)
 
     class Guard(BaseHTTPMiddleware):
@@ -67,7 +72,8 @@ def create_app(backend: PanelBackend, sessions: Sessions) -> Starlette:
             path = request.url.path
             public = path.startswith(("/static/", "/signin", "/lang"))
             if not public and request.state.session is None:
-                response: Response = render(request, "signin.html", 401, used=False)
+                response: Response = render(request, "signin.html", 401, used=False,
+                                            next=path)
             elif request.method not in ("GET", "HEAD") and not await _state_change_ok(request):
                 response = render(request, "error.html", 403, message_key="error.csrf")
             else:
@@ -78,7 +84,7 @@ def create_app(backend: PanelBackend, sessions: Sessions) -> Starlette:
 
     async def _state_change_ok(request: Request) -> bool:
         session: Session | None = request.state.session
-        if session is None and request.url.path.startswith("/lang"):
+        if session is None and request.url.path.startswith(("/lang", "/signin")):
             request.state.form = dict(await request.form())
             return origin_ok(request.headers.get("origin"), request.url.scheme,
                              request.headers.get("host"))
@@ -108,11 +114,28 @@ def create_app(backend: PanelBackend, sessions: Sessions) -> Starlette:
                                               limiter=log_limiter[0])
 
     async def sign_in(request: Request) -> Response:
+        if "token" not in request.query_params and password_hash is not None:
+            return render(request, "signin.html", 200, used=False, wrong=False)
         session = sessions.redeem(request.query_params.get("token", ""))
         if session is None:
             request.state.session = None
             return render(request, "signin.html", 403, used=True)
         response = RedirectResponse("/", status_code=303)
+        response.set_cookie(SESSION_COOKIE, session.id, httponly=True, samesite="strict",
+                            secure=request.url.scheme == "https", path="/")
+        return response
+
+    async def sign_in_password(request: Request) -> Response:
+        form = getattr(request.state, "form", None) or dict(await request.form())
+        given = form.get("password", "")
+        ok = password_hash is not None and isinstance(given, str) and await call(
+            lambda: {"ok": password.verify(password_hash, given)})
+        if not ok or not ok["ok"]:
+            await asyncio.sleep(1.0)  # a guesser gets one try a second per connection
+            return render(request, "signin.html", 403, used=False, wrong=True,
+                          next=_back(request))
+        session = sessions.renew(request.state.session)
+        response = RedirectResponse(_back(request), status_code=303)
         response.set_cookie(SESSION_COOKIE, session.id, httponly=True, samesite="strict",
                             secure=request.url.scheme == "https", path="/")
         return response
@@ -232,6 +255,8 @@ def create_app(backend: PanelBackend, sessions: Sessions) -> Starlette:
     return Starlette(routes=[
         Route("/", tasks),
         Route("/signin", sign_in),
+        Route("/signin", sign_in_password, methods=["POST"]),
+        *var_pages.routes(render, call, backend),
         Route("/lang", set_lang, methods=["POST"]),
         *task_pages.routes(render, call, backend),
         Route("/tasks/{name:path}/{action}", task_action, methods=["POST"]),

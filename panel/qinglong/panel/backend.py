@@ -97,3 +97,27 @@ class PanelBackend(Protocol):
         """Runs across tasks newest first, by keyset: ``{"runs": [run], "next": cursor or
         None}`` (pass ``next`` as ``before`` for the older page)."""
         ...
+
+    def vars_list(self) -> list[dict[str, Any]]:
+        """Global variables by name (``vars_list``): ``{"name", "secret", "source",
+        "enabled", "values": [{"index", "remark", "enabled", "updated_at"}]}``, no values."""
+        ...
+
+    def vars_reveal(self, name: str) -> dict[str, Any]:
+        """One non-secret variable with each value's ``value``; a secret one is a
+        BackendRefusedError (its values are write-only)."""
+        ...
+
+    def vars_set(self, name: str, value: str, *, remark: str | None, add: bool,
+                 secret: bool | None) -> dict[str, Any]:
+        """Store a value (``add``: as a new last value; else the variable becomes this one
+        value); ``{"name", "index", "changed"}``."""
+        ...
+
+    def vars_enable(self, name: str, index: int | None, enabled: bool) -> dict[str, Any]:
+        """Enable or disable value #index (None: all)."""
+        ...
+
+    def vars_remove(self, name: str, index: int | None) -> dict[str, Any]:
+        """Remove value #index, or the whole variable (None)."""
+        ...

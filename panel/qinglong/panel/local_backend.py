@@ -41,6 +41,9 @@ class LocalPanelBackend:
         except OSError as exc:  # a reply cut off mid-way, a timeout
             raise BackendUnavailableError(type(exc).__name__) from None
 
+    def _list(self, op: str, **args: Any) -> list[dict[str, Any]]:
+        return [dict(item) for item in self._call(op, **args)]
+
     def available(self) -> bool:
         """True when ``serve`` answers ``ping``."""
         try:
@@ -99,3 +102,25 @@ class LocalPanelBackend:
         """The ``runs_page`` socket op."""
         return dict(self._call("runs_page", task=task, status=status, before=before,
                                limit=limit))
+
+    def vars_list(self) -> list[dict[str, Any]]:
+        """The ``vars_list`` socket op."""
+        return self._list("vars_list")
+
+    def vars_reveal(self, name: str) -> dict[str, Any]:
+        """The ``vars_show`` socket op with ``reveal``."""
+        return dict(self._call("vars_show", name=name, reveal=True))
+
+    def vars_set(self, name: str, value: str, *, remark: str | None, add: bool,
+                 secret: bool | None) -> dict[str, Any]:
+        """The ``vars_set`` socket op."""
+        return dict(self._call("vars_set", name=name, value=value, remark=remark, add=add,
+                               secret=secret))
+
+    def vars_enable(self, name: str, index: int | None, enabled: bool) -> dict[str, Any]:
+        """The ``vars_enable`` socket op."""
+        return dict(self._call("vars_enable", name=name, index=index, enabled=enabled))
+
+    def vars_remove(self, name: str, index: int | None) -> dict[str, Any]:
+        """The ``vars_rm`` socket op."""
+        return dict(self._call("vars_rm", name=name, index=index))

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -22,6 +23,7 @@ Call = Callable[..., Awaitable[dict[str, Any]]]
 RUNS_PAGE = 50
 PREVIEW_COUNT = 5
 BULK_ACTIONS = ("enable", "disable", "run", "delete")
+FAILED = ("failed", "timed_out", "lost")
 STATUSES = ("queued", "dispatching", "running", "succeeded", "failed", "cancelled",
             "timed_out", "lost")
 
@@ -177,7 +179,23 @@ def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
                       statuses=STATUSES, older=older, newest=newest if before else None,
                       done=count_param(request, "done"), failed=count_param(request, "failed"))
 
+    async def dashboard(request: Request) -> Response:
+        try:
+            page = await call(backend.runs_page, None, None, None, 200)
+            tasks = await call(backend.task_page, 0, 200, "")
+        except BackendUnavailableError:
+            return render(request, "owner_down.html", 503)
+        since = (datetime.now(UTC) - timedelta(days=1)).isoformat()
+        recent = [r for r in page["runs"] if _utc(r.get("created_at")) >= since]
+        failures = [r for r in recent if r["status"] in FAILED]
+        upcoming = sorted((t for t in tasks["tasks"] if t.get("next_fire")),
+                          key=lambda t: _utc(t["next_fire"]))[:10]
+        return render(request, "dashboard.html", 200, recent=recent, failures=failures,
+                      more=len(recent) == len(page["runs"]) and page["next"] is not None,
+                      upcoming=upcoming, total=tasks["total"])
+
     return [
+        Route("/dashboard", dashboard),
         Route("/tasks/new", new_task),
         Route("/tasks/new", save_task, methods=["POST"]),
         Route("/tasks/preview", preview_part),
@@ -193,3 +211,10 @@ def count_param(request: Request, key: str) -> int | None:
     """The small whole number in query parameter ``key`` (a bulk action's counts), or None."""
     value = request.query_params.get(key, "")
     return int(value) if value.isdigit() and len(value) < 7 else None
+
+
+def _utc(text: object) -> str:
+    """An ISO UTC instant (``…Z``) as comparable ``+00:00`` text; "" for none."""
+    if not isinstance(text, str) or not text:
+        return ""
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC).isoformat()
