@@ -7,6 +7,7 @@ Debian's chromium-headless-shell through playwright, against a real `ql3 local s
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from panel_harness import start_web
@@ -50,7 +51,7 @@ def test_create_a_chinese_task_in_the_form_run_it_and_read_its_log(world: World)
     page.goto(world.web.base + "/")
     page.get_by_role("link", name="新建任务").click()
     page.wait_for_url("**/tasks/new")
-    page.get_by_label("名称").fill("京东签到")
+    page.get_by_label("名称", exact=True).fill("京东签到")
     page.get_by_label("时区").fill("Asia/Shanghai")
     page.get_by_label("定时规则（cron，可带秒）").fill("15 30 9 * * *")
     preview = page.locator("#preview")
@@ -107,12 +108,40 @@ def test_bulk_disable_three_tasks(world: World) -> None:
     assert page.locator("td", has_text="已禁用").count() == 3
 
 
+def test_add_a_secret_variable_and_see_it_masked(world: World) -> None:
+    page = world.page("zh-CN")
+    page.goto(world.web.base + "/")
+    page.get_by_role("link", name="环境变量").click()
+    page.wait_for_url("**/vars")
+    page.get_by_label("名称", exact=True).fill("JD_COOKIE")
+    page.get_by_label("值", exact=True).fill("pt_key=绝不显示")
+    page.get_by_label("备注").fill("京东账号一")
+    page.get_by_label("机密（保存后不再显示值）").check()
+    page.get_by_role("button", name="保存").click()
+    page.wait_for_url("**/vars")
+    row = page.locator("tr", has_text="JD_COOKIE")
+    assert "********" in row.inner_text() and "京东账号一" in row.inner_text()
+    assert "绝不显示" not in page.content()
+    page.get_by_label("名称", exact=True).fill("UA")
+    page.get_by_label("值", exact=True).fill(EVIL)
+    page.get_by_role("button", name="保存").click()
+    page.wait_for_url("**/vars")
+    assert EVIL in page.locator("tr", has_text="UA").inner_text()  # a value is text
+    assert page.evaluate("window.__pwned") is None
+    with page.expect_download() as download:
+        page.get_by_role("link", name="导出为 NAME=value 行（不含机密）").click()
+    assert Path(download.value.path()).read_text() == f"UA={EVIL}\n"
+    assert world.ql3.json("local", "vars", "show", "JD_COOKIE")["secret"] is True
+    assert world.csp_errors == []
+
+
 @pytest.mark.parametrize("locale", ["zh-CN", "en-US"])
 def test_form_and_runs_pages_pass_axe_at_desktop_and_375px(world: World, locale: str) -> None:
     lang = "zh-CN" if locale == "zh-CN" else "en"
     for label, viewport in (("desktop", DESKTOP), ("375px", PHONE)):
         page = world.page(locale, viewport)
-        for name, path in (("task-form", "/tasks/new"), ("runs", "/runs"), ("tasks", "/")):
+        for name, path in (("task-form", "/tasks/new"), ("runs", "/runs"), ("tasks", "/"),
+                           ("vars", "/vars"), ("dashboard", "/dashboard")):
             page.goto(world.web.base + path)
             assert page.locator("html").get_attribute("lang") == lang
             assert _axe_serious(page) == [], (name, label)
