@@ -163,3 +163,51 @@ def test_runs_page_filters_and_pages_by_keyset(signed: Signed) -> None:
     assert 'class="task-name">别的<' in failed and 'class="task-name">多次<' not in failed
     cursor_page = signed.http.get("/runs", params={"task": "多次", "before": made[2]}).text
     assert cursor_page.count('class="task-name">多次<') == 2 and "最新" in cursor_page
+
+
+def test_set_password_then_a_non_loopback_listen_signs_in_with_it(ql3: Ql3) -> None:
+    import re
+    import select
+    import signal
+    import stat
+    import subprocess
+
+    from harness import QL3
+
+    refused = ql3.run("local", "web", "--listen", "0.0.0.0:0", check=False, timeout=60)
+    assert refused.returncode == 2 and "--set-password" in refused.stderr
+    short = subprocess.run([QL3, "local", "web", "--set-password"], input="短\n", env=ql3.env,
+                           capture_output=True, text=True, timeout=60, check=False)
+    assert short.returncode == 2 and "8-1024" in short.stderr
+    done = subprocess.run([QL3, "local", "web", "--set-password"], input="青龙密码-123\n",
+                          env=ql3.env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    stored = ql3.data_dir / "panel-password"
+    assert stat.S_IMODE(stored.stat().st_mode) == 0o600
+    assert "青龙密码" not in stored.read_text() and stored.read_text().startswith("scrypt$")
+    serve = ql3.start_serve()
+    proc = subprocess.Popen([QL3, "local", "web", "--listen", "0.0.0.0:0"], env=ql3.env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], 60)
+        assert ready, "no sign-in link"
+        port = re.search(r":(\d+)/signin", proc.stdout.readline())
+        assert port is not None
+        base = f"http://127.0.0.1:{port.group(1)}"
+        with httpx.Client(base_url=base, timeout=30) as http:
+            assert http.get("/").status_code == 401
+            assert 'type="password"' in http.get("/signin").text
+            wrong = http.post("/signin", data={"password": "猜的"}, headers={"Origin": base})
+            assert wrong.status_code == 403 and http.get("/").status_code == 401
+            ok = http.post("/signin", data={"password": "青龙密码-123"},
+                           headers={"Origin": base}, follow_redirects=False)
+            assert ok.status_code == 303
+            assert http.get("/").status_code == 200
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(20) == 0
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        ql3.stop_serve(serve)
