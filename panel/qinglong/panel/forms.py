@@ -120,8 +120,8 @@ def edit_changes(spec: dict[str, Any], old: Mapping[str, Any],
         "env_set": {k: v for k, v in spec["env"].items() if old_env.get(k) != v},
         "env_unset": [k for k in old_env if k not in spec["env"]],
     }
-    if old.get("cwd") is not None:
-        changes["cwd"] = old["cwd"]
+    # no "cwd": the owner keeps the stored one (a directory deleted since must not block an
+    # unrelated edit; task_changes.apply_changes)
     if spec["secret_env"]:
         changes["secret_env"] = spec["secret_env"]
     unset = [n for n in secret_unset if n in dict(old.get("secret_env") or {})]
