@@ -128,9 +128,11 @@ def create_app(backend: PanelBackend, sessions: Sessions,
     async def sign_in_password(request: Request) -> Response:
         form = getattr(request.state, "form", None) or dict(await request.form())
         given = form.get("password", "")
-        ok = password_hash is not None and isinstance(given, str) and await call(
-            lambda: {"ok": password.verify(password_hash, given)})
-        if not ok or not ok["ok"]:
+        stored = password_hash
+        ok = False
+        if stored is not None and isinstance(given, str):  # scrypt off the event loop
+            ok = bool((await call(lambda: {"ok": password.verify(stored, given)}))["ok"])
+        if not ok:
             await asyncio.sleep(1.0)  # a guesser gets one try a second per connection
             return render(request, "signin.html", 403, used=False, wrong=True,
                           next=_back(request))
