@@ -211,3 +211,28 @@ def test_set_password_then_a_non_loopback_listen_signs_in_with_it(ql3: Ql3) -> N
             if pipe is not None:
                 pipe.close()
         ql3.stop_serve(serve)
+
+
+def test_overview_counts_the_last_day_and_lists_failures_and_next_runs(
+        signed: Signed) -> None:
+    from qinglong.local.app.client import SocketBackend
+
+    signed.ql3.run("local", "task", "add", "会失败", "--schedule", "0 8 * * *", "--", "false")
+    signed.ql3.run("local", "task", "add", "会成功", "--schedule", "0 9 * * *", "--", "true")
+    sock = SocketBackend(str(signed.ql3.data_dir / "ql3.sock"))
+    bad = sock.call("run_now", name="会失败")["id"]
+    good = sock.call("run_now", name="会成功")["id"]
+    for run, end in ((bad, "failed"), (good, "succeeded")):
+        assert wait_for(lambda r=run, e=end: sock.call("run_get", run_id=r)["status"] == e, 30)
+    assert wait_for(lambda: all(t["next_fire"] for t in sock.call(
+        "task_page", offset=0, limit=10, query="")["tasks"]), 30)
+    page = signed.http.get("/dashboard")
+    assert page.status_code == 200
+    facts = [p.split("</p>")[0] for p in page.text.split('class="big')[1:]]
+    assert [f.rsplit(">", 1)[1] for f in facts] == ["2", "1", "2"]  # runs, failed, tasks
+    assert f'/runs/{bad}"' in page.text and f'/runs/{good}"' not in page.text
+    tasks = sock.call("task_page", offset=0, limit=10, query="")["tasks"]
+    soonest = sorted(tasks, key=lambda t: t["next_fire"])
+    upcoming = page.text.split("<ol>", 1)[1]
+    at = [upcoming.index(f'"task-name">{t["name"]}<') for t in soonest]
+    assert at == sorted(at)  # soonest first, whatever the time of day
