@@ -1,7 +1,8 @@
 """The cluster's web panel at ``/ui`` over real HTTP and real PostgreSQL as the runtime role
 (docs/panel.md "Cluster"; DESIGN §4.6): API-token sign-in, server-side sessions (hashed ids,
 dying with their token), scopes, CSRF and Origin, the throttle on failed sign-ins shared
-through PostgreSQL, sign-out, the sweep, and the pages over ``ControlPanelBackend``."""
+through PostgreSQL, sign-out, the sweep, and the pages over ``ControlPanelBackend`` (those it
+does not serve yet hidden and answering 501)."""
 
 from __future__ import annotations
 
@@ -226,3 +227,28 @@ def test_log_stream_follows_with_the_cookie_session(api: ApiWorld) -> None:
     assert "event: end" in lines and 'data: "cancelled"' in lines
     anonymous = _browser(api).get(f"/ui/runs/{run_id}/log/stream")
     assert anonymous.status_code == 401
+
+
+def test_pages_the_cluster_does_not_serve_yet_are_hidden_and_answer_501(
+        api: ApiWorld) -> None:
+    _make_task(api, "京东签到")
+    _make_task(api, "淘宝签到")
+    client, csrf = _signed_in(api, "operator")
+    page = client.get("/ui/", headers={"Accept-Language": "en"}).text
+    for hidden in ('href="/ui/runs"', 'href="/ui/vars"', 'href="/ui/dashboard"',
+                   "/ui/tasks/new", "/edit", 'value="delete"'):
+        assert hidden not in page, hidden
+    for path in ("/ui/runs", "/ui/vars", "/ui/dashboard", "/ui/tasks/new",
+                 "/ui/tasks/%E4%BA%AC%E4%B8%9C%E7%AD%BE%E5%88%B0/edit"):
+        reply = client.get(path, headers={"Accept-Language": "en"})
+        assert reply.status_code == 501, path
+        assert "not available in this profile" in reply.text, path
+    names = ["京东签到", "淘宝签到"]
+    refused = client.post("/ui/tasks/bulk", data={"csrf": csrf, "action": "delete",
+                                                   "confirm": "yes", "names": names})
+    assert refused.status_code == 501
+    off = client.post("/ui/tasks/bulk", data={"csrf": csrf, "action": "disable",
+                                              "names": names})
+    assert off.status_code == 303 and off.headers["location"] == "/ui/?done=2&failed=0"
+    assert sorted(api.sql("SELECT name, enabled, deleted_at IS NULL FROM tasks")) == [
+        ("京东签到", False, True), ("淘宝签到", False, True)]

@@ -14,7 +14,7 @@ with warnings.catch_warnings():  # starlette's TestClient prefers httpx2; httpx 
     from starlette.testclient import TestClient
 
 from qinglong.panel.app import create_app
-from qinglong.panel.backend import BackendRefusedError, BackendUnavailableError
+from qinglong.panel.backend import FEATURES, BackendRefusedError, BackendUnavailableError
 from qinglong.panel.security import Sessions
 
 BASE = "http://testserver"
@@ -23,6 +23,7 @@ EVIL = "<script>alert(1)</script>"
 
 class FakeBackend:
     profile = "local"
+    features = FEATURES
 
     def __init__(self) -> None:
         self.up = True

@@ -2,8 +2,10 @@
 ``/ui`` (docs/panel.md "Cluster"), over fakes of its ports: links and redirects carry the
 mount, the token form, 403 for a refused token and 429 with Retry-After when throttled,
 a read-only session sees no write controls and its forged writes get 403, sign-out, Stop,
-and the log stream ending once its session is gone. The real store and backend run against
-PostgreSQL in integration/control/test_panel_cluster.py."""
+and the log stream ending once its session is gone; the optional pages a profile does not
+serve are hidden and answer 501, and the local profile's pages keep the mount in every link
+(docs/panel.md "Backends"). The real store and backend run against PostgreSQL in
+integration/control/test_panel_cluster.py."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from qinglong.panel.app import create_app
+from qinglong.panel.backend import FEATURES
 from qinglong.panel.security import (
     Session,
     Sessions,
@@ -62,6 +65,7 @@ class TokenStore:
 
 class Backend:
     profile = "cluster"
+    features: frozenset[str] = frozenset()  # as control's: no optional pages yet
 
     def __init__(self, store: TokenStore) -> None:
         self.store = store
@@ -193,3 +197,103 @@ def test_local_sessions_sign_out() -> None:
     assert session is not None and sessions.get(session.id) == session
     sessions.sign_out(session.id)
     assert sessions.get(session.id) is None
+
+
+NOT_IN_PROFILE = "此页面在当前部署方式中尚不可用"  # the zh-CN catalog's error.not_in_profile
+
+
+def test_pages_the_cluster_does_not_serve_are_hidden_and_answer_501(
+        client: TestClient, backend: Backend) -> None:
+    csrf = _sign_in(client, "ql3_operator")
+    page = client.get("/ui/").text
+    for hidden in ('href="/ui/runs"', 'href="/ui/vars"', 'href="/ui/dashboard"',
+                   "/ui/tasks/new", "/edit", "?copy=", "/delete", 'value="delete"'):
+        assert hidden not in page, hidden
+    assert 'action="/ui/tasks/bulk"' in page and 'value="disable"' in page
+    for path in ("/ui/runs", "/ui/vars", "/ui/vars/export.txt", "/ui/dashboard",
+                 "/ui/tasks/new", f"/ui/tasks/{JD}/edit", f"/ui/tasks/{JD}/delete",
+                 "/ui/tasks/preview?schedule=*+*+*+*+*&timezone=UTC"):
+        reply = client.get(path)
+        assert reply.status_code == 501 and NOT_IN_PROFILE in reply.text, path
+    for path, data in (("/ui/tasks/new", {"name": "x", "schedule": "@daily"}),
+                       ("/ui/vars", {"action": "add", "name": "UA", "value": "x"}),
+                       ("/ui/tasks/bulk", {"action": "delete", "names": "京东签到",
+                                           "confirm": "yes"})):
+        reply = client.post(path, data={"csrf": csrf, **data})
+        assert reply.status_code == 501 and NOT_IN_PROFILE in reply.text, path
+    assert backend.calls == []
+    bulk = client.post("/ui/tasks/bulk", data={"csrf": csrf, "action": "run",
+                                               "names": "京东签到"}, follow_redirects=False)
+    assert bulk.status_code == 303 and bulk.headers["location"] == "/ui/?done=1&failed=0"
+    assert backend.calls == [("run_now", ("京东签到", "operator"))]
+
+
+def test_the_bulk_bar_and_row_checkboxes_are_for_sessions_that_may_write(
+        backend: Backend, store: TokenStore) -> None:
+    app = Starlette(routes=[Mount("/ui", create_app(backend, store))])
+    shown = {}
+    for token in ("ql3_viewer", "ql3_operator"):
+        client = TestClient(app, base_url=BASE, headers={"Origin": BASE})
+        _sign_in(client, token)
+        page = client.get("/ui/").text
+        assert "京东签到" in page
+        shown[token] = ("/tasks/bulk" in page, 'form="bulk"' in page)
+    assert shown == {"ql3_viewer": (False, False), "ql3_operator": (True, True)}
+
+
+class LocalPages(Backend):
+    """The local profile's optional pages, with one task, one run and one variable."""
+
+    profile = "local"
+    features = FEATURES
+
+    def runs_page(self, task: str | None, status: str | None, before: str | None,
+                  limit: int) -> dict[str, Any]:
+        run = {"id": "r1", "number": 3, "task": "京东签到", "status": "failed",
+               "trigger": "manual", "created_at": "2999-01-01T00:00:00Z",
+               "finished_at": None}
+        return {"runs": [run], "next": "r1"}
+
+    def task_get(self, name: str) -> dict[str, Any]:
+        return {"name": name, "argv": ["echo", "hi"], "schedule": "0 8 * * *",
+                "timezone": "Asia/Shanghai", "env": {}, "timeout_s": None,
+                "max_attempts": 1, "concurrency": "forbid", "labels": [],
+                "secret_env": {}}
+
+    def schedule_preview(self, schedule: str, timezone: str, count: int) -> dict[str, Any]:
+        return {"slots": []}
+
+    def vars_list(self) -> list[dict[str, Any]]:
+        return [{"name": "UA", "secret": False, "source": "manual", "enabled": 1,
+                 "values": [{"index": 1, "remark": "", "enabled": True,
+                             "updated_at": None}]}]
+
+    def vars_reveal(self, name: str) -> dict[str, Any]:
+        view = self.vars_list()[0]
+        view["values"][0]["value"] = "浏览器"
+        return view
+
+
+def test_the_local_pages_under_a_mount_keep_it_in_every_link_and_form() -> None:
+    sessions = Sessions("one-time")
+    app = Starlette(routes=[Mount("/ui", create_app(LocalPages(TokenStore()), sessions))])
+    client = TestClient(app, base_url=BASE, headers={"Origin": BASE})
+    assert client.get("/ui/signin?token=one-time",
+                      follow_redirects=False).headers["location"] == "/ui/"
+    pages = {path: client.get(path) for path in (
+        "/ui/", "/ui/runs", "/ui/vars", "/ui/dashboard", "/ui/tasks/new",
+        f"/ui/tasks/{JD}/edit", f"/ui/tasks/{JD}/delete")}
+    assert {path: reply.status_code for path, reply in pages.items()} == dict.fromkeys(
+        pages, 200)
+    every = "".join(reply.text for reply in pages.values())
+    for wanted in ('href="/ui/runs"', 'href="/ui/vars"', 'href="/ui/dashboard"',
+                   'href="/ui/tasks/new"', f'href="/ui/tasks/{JD}/edit"',
+                   'action="/ui/tasks/bulk"', 'action="/ui/runs"', 'href="/ui/runs/r1"',
+                   'href="/ui/runs?before=r1"', 'action="/ui/vars"', 'action="/ui/vars/import"',
+                   'href="/ui/vars/export.txt"', 'action="/ui/tasks/new"',
+                   f'action="/ui/tasks/{JD}/edit"', 'hx-get="/ui/tasks/preview"',
+                   'href="/ui/runs?status=failed"'):
+        assert wanted in every, wanted
+    for tag in ('href="/', 'action="/', 'hx-get="/', 'src="/'):
+        for rest in every.split(tag)[1:]:
+            assert rest.startswith("ui/"), tag + rest[:40]

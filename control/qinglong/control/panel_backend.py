@@ -26,7 +26,11 @@ from sqlalchemy import Text, and_, cast, func, or_, select
 from qinglong.control.api.errors import ApiError
 from qinglong.control.api.tasks import like_escape
 from qinglong.control.db.tables import attempts, runs, tasks
-from qinglong.panel.backend import BackendRefusedError, BackendUnavailableError
+from qinglong.panel.backend import (
+    BackendRefusedError,
+    BackendUnavailableError,
+    NotInProfileError,
+)
 from qinglong.panel.security import current_session
 
 if TYPE_CHECKING:
@@ -61,6 +65,9 @@ class ControlPanelBackend:
     thread); database errors become BackendUnavailableError (the page says so, 503)."""
 
     profile = "cluster"
+    #: none of the optional pages yet (qinglong.panel.backend.FEATURES): task form, Runs,
+    #: Variables and Overview are the local profile's for now (docs/panel.md "Cluster")
+    features: frozenset[str] = frozenset()
 
     def __init__(self, ctx: ApiContext) -> None:
         self.ctx = ctx
@@ -317,6 +324,55 @@ class ControlPanelBackend:
         """Up to 64 KiB of the newest attempt's log from ``offset``, without waiting."""
         chunk, _attempt = self._chunk(run, offset)
         return chunk
+
+    # -- pages the cluster does not serve yet (``features`` is empty: the navigation hides
+    # them; reached by URL, the panel shows "not available in this profile", 501) ---------
+
+    def task_get(self, name: str) -> dict[str, Any]:
+        """Not in the cluster yet: raises NotInProfileError ``task_edit``."""
+        raise NotInProfileError("task_edit")
+
+    def task_add(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """Not in the cluster yet: raises NotInProfileError ``task_edit``."""
+        raise NotInProfileError("task_edit")
+
+    def task_edit(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
+        """Not in the cluster yet: raises NotInProfileError ``task_edit``."""
+        raise NotInProfileError("task_edit")
+
+    def task_remove(self, name: str) -> dict[str, Any]:
+        """Not in the cluster yet: raises NotInProfileError ``task_edit``."""
+        raise NotInProfileError("task_edit")
+
+    def schedule_preview(self, schedule: str, timezone: str, count: int) -> dict[str, Any]:
+        """Not in the cluster yet: raises NotInProfileError ``task_edit``."""
+        raise NotInProfileError("task_edit")
+
+    def runs_page(self, task: str | None, status: str | None, before: str | None,
+                  limit: int) -> dict[str, Any]:
+        """Not in the cluster yet: raises NotInProfileError ``runs``."""
+        raise NotInProfileError("runs")
+
+    def vars_list(self) -> list[dict[str, Any]]:
+        """Not in the cluster yet: raises NotInProfileError ``vars``."""
+        raise NotInProfileError("vars")
+
+    def vars_reveal(self, name: str) -> dict[str, Any]:
+        """Not in the cluster yet: raises NotInProfileError ``vars``."""
+        raise NotInProfileError("vars")
+
+    def vars_set(self, name: str, value: str, *, remark: str | None, add: bool,
+                 secret: bool | None) -> dict[str, Any]:
+        """Not in the cluster yet: raises NotInProfileError ``vars``."""
+        raise NotInProfileError("vars")
+
+    def vars_enable(self, name: str, index: int | None, enabled: bool) -> dict[str, Any]:
+        """Not in the cluster yet: raises NotInProfileError ``vars``."""
+        raise NotInProfileError("vars")
+
+    def vars_remove(self, name: str, index: int | None) -> dict[str, Any]:
+        """Not in the cluster yet: raises NotInProfileError ``vars``."""
+        raise NotInProfileError("vars")
 
 
 def mount_panel(app: Any, ctx: ApiContext) -> Starlette:

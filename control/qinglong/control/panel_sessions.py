@@ -157,4 +157,3 @@ class PanelSessionStore:
         the number of rows deleted (a replica's periodic service)."""
         with self.engine.begin() as conn:
             return int(conn.exec_driver_sql(_SWEEP, {"after": SWEEP_AFTER_S}).scalar() or 0)
-

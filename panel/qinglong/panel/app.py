@@ -6,6 +6,7 @@ serves it from ``ql3 local web`` (:mod:`qinglong.panel.local_web`).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -26,8 +27,13 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from qinglong.panel import i18n
-from qinglong.panel.backend import BackendRefusedError, BackendUnavailableError, PanelBackend
+from qinglong.panel import i18n, password, paths, task_pages, var_pages
+from qinglong.panel.backend import (
+    BackendRefusedError,
+    BackendUnavailableError,
+    NotInProfileError,
+    PanelBackend,
+)
 from qinglong.panel.security import (
     CSRF_FIELD,
     CSRF_HEADER,
@@ -44,13 +50,18 @@ from qinglong.panel.security import (
 
 PAGE_SIZE = 50
 LOG_WAIT_S = 15.0  # one long poll; the stream sends a comment between polls
+LOG_VIEWS = 200  # threads for open log views' long polls, apart from the pages' own pool
 
 
-def create_app(backend: PanelBackend, sessions: Sessions | Any) -> Starlette:
+def create_app(backend: PanelBackend, sessions: Sessions | Any,
+               password_hash: str | None = None) -> Starlette:
     """The panel over ``backend``; ``sessions`` holds the one-time sign-in token (local), or
     is a store with ``token_sign_in = True``, ``sign_in(token, client)``, ``get`` and
     ``sign_out`` (the cluster's, in control: docs/panel.md "Cluster"). Mounted under a
-    prefix (control's ``/ui``), every link and redirect carries the mount's ``root_path``."""
+    prefix (control's ``/ui``), every link and redirect carries the mount's ``root_path``.
+    ``password_hash``: the stored local password (:mod:`qinglong.panel.password`), None: no
+    password sign-in. The navigation shows the optional pages in ``backend.features``; a page
+    the profile does not serve answers 501 "not available in this profile"."""
     token_sign_in = bool(getattr(sessions, "token_sign_in", False))
     env = Environment(loader=PackageLoader("qinglong.panel", "templates"),
                       autoescape=select_autoescape(default=True, default_for_string=True))
@@ -62,13 +73,14 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any) -> Starlette:
         html = env.get_template(name).render(
             t=messages, lang=lang, session=session, profile=backend.profile,
             csrf=session.csrf if session else "", path=request.url.path,
-            root=_root(request), **ctx)
+            root=_root(request), features=backend.features,
+            password_enabled=password_hash is not None, **ctx)
         return HTMLResponse(html, status_code=status)
 
     def signin_page(request: Request, status: int, **ctx: Any) -> HTMLResponse:
         if token_sign_in:
             return render(request, "signin_token.html", status, **ctx)
-        return render(request, "signin.html", status, used=False)
+        return render(request, "signin.html", status, **{"used": False, **ctx})
 
     class Guard(BaseHTTPMiddleware):
         async def dispatch(self, request: Request,
@@ -83,7 +95,7 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any) -> Starlette:
             public = path.startswith(("/static/", "/signin", "/lang"))
             writes = request.method not in ("GET", "HEAD")
             if not public and request.state.session is None:
-                response: Response = signin_page(request, 401)
+                response: Response = signin_page(request, 401, next=request.url.path)
             elif writes and not await _state_change_ok(request):
                 response = render(request, "error.html", 403, message_key="error.csrf")
             elif writes and path not in ("/lang", "/signin", "/signout") \
@@ -107,6 +119,7 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any) -> Starlette:
         if sent is None:
             form = await request.form()
             request.state.form = dict(form)  # the body is read once: endpoints reuse it
+            request.state.form_data = form  # with every value of a repeated field
             value = form.get(CSRF_FIELD)
             sent = value if isinstance(value, str) else None
         return csrf_ok(session, sent) and origin_ok(
@@ -115,17 +128,49 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any) -> Starlette:
     async def call(fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
         return await anyio.to_thread.run_sync(lambda: fn(*args))
 
+    log_limiter: list[anyio.CapacityLimiter] = []  # made in the event loop, on first use
+
+    async def call_log_wait(*args: Any) -> dict[str, Any]:
+        """``backend.log_wait`` on its own thread pool: each open log view holds a thread
+        for up to LOG_WAIT_S, which must not starve the pages (anyio's default pool has 40)."""
+        if not log_limiter:
+            log_limiter.append(anyio.CapacityLimiter(LOG_VIEWS))
+        return await anyio.to_thread.run_sync(lambda: backend.log_wait(*args),
+                                              limiter=log_limiter[0])
+
     async def sign_in(request: Request) -> Response:
         if token_sign_in:
             return await sign_in_token(request)
+        if "token" not in request.query_params and password_hash is not None:
+            return render(request, "signin.html", 200, used=False, wrong=False)
         session = sessions.redeem(request.query_params.get("token", ""))
         if session is None:
             request.state.session = None
             return render(request, "signin.html", 403, used=True)
         return _signed_in(request, session)
 
-    def _signed_in(request: Request, session: Session) -> Response:
-        response = RedirectResponse(_root(request) + "/", status_code=303)
+    async def sign_in_post(request: Request) -> Response:
+        if token_sign_in:
+            return await sign_in_token(request)
+        return await sign_in_password(request)
+
+    async def sign_in_password(request: Request) -> Response:
+        """The local password form (docs/panel.md "Running it"): a new session on success,
+        403 after a one-second pause otherwise."""
+        form = getattr(request.state, "form", None) or dict(await request.form())
+        given = form.get("password", "")
+        stored = password_hash
+        ok = False
+        if stored is not None and isinstance(given, str):  # scrypt off the event loop
+            ok = bool((await call(lambda: {"ok": password.verify(stored, given)}))["ok"])
+        if not ok:
+            await asyncio.sleep(1.0)  # a guesser gets one try a second per connection
+            return render(request, "signin.html", 403, used=False, wrong=True,
+                          next=_back(request))
+        return _signed_in(request, sessions.renew(request.state.session), _back(request))
+
+    def _signed_in(request: Request, session: Session, target: str | None = None) -> Response:
+        response = RedirectResponse(target or _root(request) + "/", status_code=303)
         response.set_cookie(SESSION_COOKIE, session.id, httponly=True, samesite="strict",
                             secure=request.url.scheme == "https", path=_root(request) or "/")
         return response
@@ -182,7 +227,9 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any) -> Starlette:
             return render(request, "owner_down.html", 503)
         partial = request.headers.get("hx-request") == "true"
         return render(request, "tasks_table.html" if partial else "tasks.html",
-                      page=page, query=query, page_size=PAGE_SIZE)
+                      page=page, query=query, page_size=PAGE_SIZE,
+                      done=task_pages.count_param(request, "done"),
+                      failed=task_pages.count_param(request, "failed"))
 
     async def task_action(request: Request) -> Response:
         name = request.path_params["name"]
@@ -242,7 +289,7 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any) -> Starlette:
                     # woken by its LISTEN fan-out) offers log_wait_async
                     waiter = getattr(backend, "log_wait_async", None)
                     chunk = await (waiter(run, offset, LOG_WAIT_S) if waiter is not None
-                                   else call(backend.log_wait, run, offset, LOG_WAIT_S))
+                                   else call_log_wait(run, offset, LOG_WAIT_S))
                 except (BackendUnavailableError, BackendRefusedError):
                     yield "event: unavailable\ndata: {}\n\n"
                     return
@@ -292,34 +339,28 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any) -> Starlette:
         return StreamingResponse(body(), media_type="text/plain; charset=utf-8", headers={
             "Content-Disposition": 'attachment; filename="run.log"'})
 
+    async def not_in_profile(request: Request, exc: Exception) -> Response:
+        return render(request, "error.html", 501, message_key="error.not_in_profile")
+
     static = StaticFiles(packages=[("qinglong.panel", "static")])
     return Starlette(routes=[
         Route("/", tasks),
-        Route("/signin", sign_in, methods=["GET", "POST"]),
+        Route("/signin", sign_in),
+        Route("/signin", sign_in_post, methods=["POST"]),
         Route("/signout", sign_out, methods=["POST"]),
+        *var_pages.routes(render, call, backend),
         Route("/lang", set_lang, methods=["POST"]),
+        *task_pages.routes(render, call, backend),
         Route("/tasks/{name:path}/{action}", task_action, methods=["POST"]),
         Route("/runs/{run}", run_detail),
         Route("/runs/{run}/log/stream", log_stream),
         Route("/runs/{run}/stop", run_stop, methods=["POST"]),
         Route("/runs/{run}/log.txt", log_download),
         Mount("/static", static, name="static"),
-    ], middleware=[Middleware(Guard)])
+    ], middleware=[Middleware(Guard)],
+        exception_handlers={NotInProfileError: not_in_profile})
 
 
-def _back(request: Request) -> str:
-    """Where to go after a form: the same-origin page named by ``next`` (a path), else /."""
-    target = request.query_params.get("next", _root(request) + "/")
-    safe = target.startswith("/") and not target.startswith(("//", "/\\"))
-    return target if safe and "\\" not in target else "/"
-
-
-def _root(request: Request) -> str:
-    """The mount's prefix (``/ui`` in control; "" when the panel is the whole site)."""
-    return str(request.scope.get("root_path", "")).rstrip("/")
-
-
-def _relative(request: Request) -> str:
-    """The request's path below the mount (``/ui/runs/x`` -> ``/runs/x``)."""
-    path, root = request.url.path, _root(request)
-    return path[len(root):] or "/" if root and path.startswith(root) else path
+_back = paths.back
+_root = paths.root
+_relative = paths.relative

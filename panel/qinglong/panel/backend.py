@@ -1,9 +1,12 @@
 """The panel's port: what a page needs from a profile (docs/panel.md "Backends").
 
 Two implementations: the local profile's (:mod:`qinglong.panel.local_backend`, a client of
-``ql3 local serve`` over the data directory's socket) and, next, control's (mounted at
-``/ui``, calling the same services as the HTTP API). Every method returns plain JSON-able
-dicts shaped as the local socket answers (docs/protocols.md §3.8), so templates render both.
+``ql3 local serve`` over the data directory's socket) and control's
+(``qinglong.control.panel_backend``, mounted at ``/ui``, calling the same services as the
+HTTP API). A profile names the pages it serves in ``features``; the navigation shows only
+those, and a method of a page it does not serve raises :class:`NotInProfileError`. Every
+method returns plain JSON-able dicts shaped as the local socket answers (docs/protocols.md
+§3.8), so templates render both.
 """
 
 from __future__ import annotations
@@ -26,12 +29,32 @@ class BackendRefusedError(Exception):
         self.usage = usage
 
 
+#: the optional pages (docs/panel.md "Backends"): ``task_edit`` the task form (new, edit,
+#: copy, delete: task_get, task_add, task_edit, task_remove, schedule_preview), ``runs`` the
+#: Runs page (runs_page), ``vars`` the Variables page (vars_*), ``dashboard`` the Overview
+#: (runs_page and task_page). The Tasks page, run now, enable/disable, bulk
+#: enable/disable/run, the run page, Stop and the log are in every profile.
+FEATURES: frozenset[str] = frozenset({"task_edit", "runs", "vars", "dashboard"})
+
+
+class NotInProfileError(Exception):
+    """This profile does not serve ``feature`` (one of :data:`FEATURES`): the page says so
+    (HTTP 501) instead of showing anything made up. Not a BackendRefusedError, so no page
+    mistakes it for "not found" or "bad input"."""
+
+    def __init__(self, feature: str) -> None:
+        super().__init__(f"{feature} is not available in this profile")
+        self.feature = feature
+
+
 class PanelBackend(Protocol):
     """What the panel asks of a profile. Every method may raise BackendUnavailableError
     (no owner) or BackendRefusedError (the owner said no: unknown task, bad input)."""
 
     #: shown in the page header: "local" or "cluster"
     profile: str
+    #: the optional pages this profile serves (a subset of :data:`FEATURES`)
+    features: frozenset[str]
 
     def available(self) -> bool:
         """True when the owner answers (local: ``ping`` over the socket)."""
@@ -72,4 +95,58 @@ class PanelBackend(Protocol):
     def log_read(self, run: str, offset: int) -> dict[str, Any]:
         """Up to 64 KiB of the run's newest log from ``offset`` (bytes), without waiting;
         same shape as :meth:`log_wait`."""
+        ...
+
+    def task_get(self, name: str) -> dict[str, Any]:
+        """One task (``task_show``: the task's fields, ``secret_env`` by name with masked
+        values, ``recent_runs``)."""
+        ...
+
+    def task_add(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """Create a task from the ``task_add`` spec (``name, argv, schedule, timezone, env,
+        timeout_s, max_attempts, concurrency, labels, secret_env``); the task."""
+        ...
+
+    def task_edit(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
+        """Change a task in place (``task_edit`` changes); the task plus ``changed``."""
+        ...
+
+    def task_remove(self, name: str) -> dict[str, Any]:
+        """Remove a task (its run history stays); the removed task."""
+        ...
+
+    def schedule_preview(self, schedule: str, timezone: str, count: int) -> dict[str, Any]:
+        """The next ``count`` fire times of an unsaved schedule: ``{"slots": [ISO UTC]}``;
+        a bad schedule or zone is a BackendRefusedError with ``usage`` True whose message
+        names the field (``"schedule: ..."``)."""
+        ...
+
+    def runs_page(self, task: str | None, status: str | None, before: str | None,
+                  limit: int) -> dict[str, Any]:
+        """Runs across tasks newest first, by keyset: ``{"runs": [run], "next": cursor or
+        None}`` (pass ``next`` as ``before`` for the older page)."""
+        ...
+
+    def vars_list(self) -> list[dict[str, Any]]:
+        """Global variables by name (``vars_list``): ``{"name", "secret", "source",
+        "enabled", "values": [{"index", "remark", "enabled", "updated_at"}]}``, no values."""
+        ...
+
+    def vars_reveal(self, name: str) -> dict[str, Any]:
+        """One non-secret variable with each value's ``value``; a secret one is a
+        BackendRefusedError (its values are write-only)."""
+        ...
+
+    def vars_set(self, name: str, value: str, *, remark: str | None, add: bool,
+                 secret: bool | None) -> dict[str, Any]:
+        """Store a value (``add``: as a new last value; else the variable becomes this one
+        value); ``{"name", "index", "changed"}``."""
+        ...
+
+    def vars_enable(self, name: str, index: int | None, enabled: bool) -> dict[str, Any]:
+        """Enable or disable value #index (None: all)."""
+        ...
+
+    def vars_remove(self, name: str, index: int | None) -> dict[str, Any]:
+        """Remove value #index, or the whole variable (None)."""
         ...

@@ -15,7 +15,7 @@ from qinglong.local.app.client import (
     ServerUnavailableError,
     SocketBackend,
 )
-from qinglong.panel.backend import BackendRefusedError, BackendUnavailableError
+from qinglong.panel.backend import FEATURES, BackendRefusedError, BackendUnavailableError
 
 
 class LocalPanelBackend:
@@ -23,6 +23,7 @@ class LocalPanelBackend:
     with SO_PEERCRED, so the panel runs as the owner's user)."""
 
     profile = "local"
+    features = FEATURES  # every page
 
     def __init__(self, socket_path: str) -> None:
         self._socket = SocketBackend(socket_path)
@@ -40,6 +41,9 @@ class LocalPanelBackend:
             raise BackendRefusedError(exc.code, str(exc)) from None
         except OSError as exc:  # a reply cut off mid-way, a timeout
             raise BackendUnavailableError(type(exc).__name__) from None
+
+    def _list(self, op: str, **args: Any) -> list[dict[str, Any]]:
+        return [dict(item) for item in self._call(op, **args)]
 
     def available(self) -> bool:
         """True when ``serve`` answers ``ping``."""
@@ -76,3 +80,52 @@ class LocalPanelBackend:
     def log_read(self, run: str, offset: int) -> dict[str, Any]:
         """The ``logs_read`` socket op (newest attempt)."""
         return dict(self._call("logs_read", run_id=run, offset=offset))
+
+    def task_get(self, name: str) -> dict[str, Any]:
+        """The ``task_show`` socket op."""
+        return dict(self._call("task_show", name=name))
+
+    def task_add(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """The ``task_add`` socket op."""
+        return dict(self._call("task_add", spec=spec))
+
+    def task_edit(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
+        """The ``task_edit`` socket op."""
+        return dict(self._call("task_edit", name=name, changes=changes))
+
+    def task_remove(self, name: str) -> dict[str, Any]:
+        """The ``task_rm`` socket op."""
+        return dict(self._call("task_rm", name=name))
+
+    def schedule_preview(self, schedule: str, timezone: str, count: int) -> dict[str, Any]:
+        """The ``schedule_preview`` socket op."""
+        return dict(self._call("schedule_preview", schedule=schedule, timezone=timezone,
+                               count=count))
+
+    def runs_page(self, task: str | None, status: str | None, before: str | None,
+                  limit: int) -> dict[str, Any]:
+        """The ``runs_page`` socket op."""
+        return dict(self._call("runs_page", task=task, status=status, before=before,
+                               limit=limit))
+
+    def vars_list(self) -> list[dict[str, Any]]:
+        """The ``vars_list`` socket op."""
+        return self._list("vars_list")
+
+    def vars_reveal(self, name: str) -> dict[str, Any]:
+        """The ``vars_show`` socket op with ``reveal``."""
+        return dict(self._call("vars_show", name=name, reveal=True))
+
+    def vars_set(self, name: str, value: str, *, remark: str | None, add: bool,
+                 secret: bool | None) -> dict[str, Any]:
+        """The ``vars_set`` socket op."""
+        return dict(self._call("vars_set", name=name, value=value, remark=remark, add=add,
+                               secret=secret))
+
+    def vars_enable(self, name: str, index: int | None, enabled: bool) -> dict[str, Any]:
+        """The ``vars_enable`` socket op."""
+        return dict(self._call("vars_enable", name=name, index=index, enabled=enabled))
+
+    def vars_remove(self, name: str, index: int | None) -> dict[str, Any]:
+        """The ``vars_rm`` socket op."""
+        return dict(self._call("vars_rm", name=name, index=index))

@@ -6,12 +6,15 @@ A client of the owner (``ql3 local serve``) over the data directory's socket: it
 
 from __future__ import annotations
 
+import getpass
+import os
 import signal
 import socket
 import sys
 
 import uvicorn
 
+from qinglong.panel import password
 from qinglong.panel.app import create_app
 from qinglong.panel.local_backend import LocalPanelBackend
 from qinglong.panel.security import Sessions
@@ -25,11 +28,16 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def main(socket_path: str, listen: str) -> int:
-    """`ql3 local web`'s body: :func:`serve`, with a bad ``listen`` as exit 2 and a failed
-    bind as exit 1, one line on stderr each."""
+def main(socket_path: str, listen: str, set_password: bool = False) -> int:
+    """`ql3 local web`'s body: :func:`serve` (or :func:`set_password_file` with
+    ``set_password``), with a bad ``listen``, a non-loopback one without a password, or a
+    bad password file as exit 2 and a failed bind as exit 1, one line on stderr each. The
+    password file is ``panel-password`` beside the socket (the data directory)."""
+    password_path = os.path.join(os.path.dirname(socket_path), password.FILE_NAME)
     try:
-        return serve(socket_path, listen)
+        if set_password:
+            return set_password_file(password_path)
+        return serve(socket_path, listen, password_path)
     except ValueError as exc:
         print(f"ql3: error: {exc}", file=sys.stderr)
         return 2
@@ -38,10 +46,30 @@ def main(socket_path: str, listen: str) -> int:
         return 1
 
 
-def serve(socket_path: str, listen: str) -> int:
+def set_password_file(path: str) -> int:
+    """Ask for the password (twice on a terminal; one line on stdin otherwise), store its
+    scrypt hash at ``path`` (0600); exit 0. Raises PasswordError (a ValueError)."""
+    if sys.stdin.isatty():
+        first = getpass.getpass("panel password: ")
+        if getpass.getpass("again: ") != first:
+            raise password.PasswordError("the two passwords differ")
+    else:
+        first = sys.stdin.readline().rstrip("\n")
+    password.write(path, password.hash_password(first))
+    print("ql3: panel password set; sessions signed in before keep working until the "
+          "panel restarts", flush=True)
+    return 0
+
+
+def serve(socket_path: str, listen: str, password_path: str | None = None) -> int:
     """Bind ``listen``, print the sign-in link on stdout, serve until SIGINT/SIGTERM; the
-    exit status. Raises ValueError for a bad ``listen``, OSError when it cannot bind."""
+    exit status. Raises ValueError for a bad ``listen`` or a non-loopback one without a
+    password (PasswordError for an unsafe password file), OSError when it cannot bind."""
     host, port = parse_listen(listen)
+    stored = password.read(password_path) if password_path else None
+    if stored is None and not password.is_loopback(host):
+        raise ValueError(f"listening on {host} (not loopback) needs a password: run "
+                         "`ql3 local web --set-password` first")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -49,7 +77,7 @@ def serve(socket_path: str, listen: str) -> int:
     sock.listen(128)
     bound = sock.getsockname()[1]
     sessions = Sessions()
-    app = create_app(LocalPanelBackend(socket_path), sessions)
+    app = create_app(LocalPanelBackend(socket_path), sessions, stored)
     shown = f"[{host}]" if family == socket.AF_INET6 else host
     print(f"ql3 panel: open http://{shown}:{bound}/signin?token={sessions.sign_in_token}",
           flush=True)

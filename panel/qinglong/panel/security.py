@@ -12,6 +12,7 @@ from __future__ import annotations
 import hmac
 import secrets
 import threading
+import time
 from contextvars import ContextVar
 from dataclasses import dataclass
 
@@ -32,7 +33,9 @@ SECURITY_HEADERS = {
 
 @dataclass(frozen=True)
 class Session:
-    """A signed-in browser: ``csrf`` is the token its forms must send back."""
+    """A signed-in browser: ``csrf`` is the token its forms must send back;
+    ``signed_in_at``: when it signed in (``time.monotonic()`` seconds), for the pages that
+    need a recent sign-in (docs/panel.md "Security": variables, 15 minutes)."""
 
     id: str
     csrf: str
@@ -43,6 +46,13 @@ class Session:
     actor: str = ""
     #: the token's scope in the cluster (viewer, operator, admin); "" locally
     scope: str = ""
+    #: when it signed in (``time.monotonic()`` seconds of this process; the cluster's
+    #: sessions leave it 0.0: their pages need no recent sign-in)
+    signed_in_at: float = 0.0
+
+    def recent(self, within_s: float = 15 * 60) -> bool:
+        """True when the sign-in was at most ``within_s`` seconds ago."""
+        return time.monotonic() - self.signed_in_at <= within_s
 
 
 class Sessions:
@@ -65,9 +75,21 @@ class Sessions:
             if self._token is None or not hmac.compare_digest(self._token, token):
                 return None
             self._token = None
-            session = Session(secrets.token_urlsafe(32), secrets.token_urlsafe(32))
-            self._sessions[session.id] = session
-            return session
+            return self._new()
+
+    def _new(self) -> Session:
+        session = Session(secrets.token_urlsafe(32), secrets.token_urlsafe(32),
+                          signed_in_at=time.monotonic())
+        self._sessions[session.id] = session
+        return session
+
+    def renew(self, old: Session | None) -> Session:
+        """A fresh session (new id and CSRF token, signed in now) replacing ``old``: after a
+        password sign-in, so a session id seen before it is worth nothing."""
+        with self._lock:
+            if old is not None:
+                self._sessions.pop(old.id, None)
+            return self._new()
 
     def get(self, session_id: str | None) -> Session | None:
         """The session for a cookie value, or None."""

@@ -14,7 +14,10 @@ from qinglong.local.app.cli_common import data_dir_option, datadir_of
 @data_dir_option
 @click.option("--listen", default="127.0.0.1:5700", show_default=True, metavar="HOST:PORT",
               help="Where the panel listens (port 0: any free port).")
-def web(data_dir: str | None, listen: str) -> None:
+@click.option("--set-password", "set_password", is_flag=True,
+              help="Set the panel's password (scrypt, stored 0600 in the data directory) "
+                   "and exit; read from the terminal, or one line on stdin.")
+def web(data_dir: str | None, listen: str, set_password: bool) -> None:
     """Serve the web panel, a client of `ql3 local serve` (needs qinglong[web])."""
     try:
         panel = importlib.import_module("qinglong.panel.local_web")
@@ -25,4 +28,4 @@ def web(data_dir: str | None, listen: str) -> None:
         click.echo("ql3: error: the web panel is not installed: pip install 'qinglong[web]'",
                    err=True)
         sys.exit(2)
-    sys.exit(panel.main(datadir_of(data_dir).socket_path, listen))
+    sys.exit(panel.main(datadir_of(data_dir).socket_path, listen, set_password))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import time
 from typing import Any
 
 from qinglong.local.app.ops import call
@@ -54,10 +55,7 @@ class SocketBackend:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.settimeout(CONNECT_TIMEOUT_S)
-            try:
-                sock.connect(self.path)
-            except OSError as exc:
-                raise ServerUnavailableError("no ql3 serve answers on the socket") from exc
+            _connect(sock, self.path)
             sock.settimeout(REPLY_TIMEOUT_S)
             with contextlib.suppress(BrokenPipeError):  # a refusal may come before we finish
                 sock.sendall(json.dumps({"op": op, "args": args}).encode() + b"\n")
@@ -87,6 +85,23 @@ class SocketBackend:
         except (QinglongError, OSError, ValueError):
             return False
         return True
+
+
+def _connect(sock: socket.socket, path: str) -> None:
+    """Connect within CONNECT_TIMEOUT_S. A full listen backlog answers a socket with a
+    timeout EAGAIN at once (not a wait): that is retried until the deadline, so a burst of
+    clients waits its turn instead of reading "no server". Raises ServerUnavailableError."""
+    deadline = time.monotonic() + CONNECT_TIMEOUT_S
+    while True:
+        try:
+            sock.connect(path)
+            return
+        except BlockingIOError as exc:
+            if time.monotonic() >= deadline:
+                raise ServerUnavailableError("no ql3 serve answers on the socket") from exc
+            time.sleep(0.02)
+        except OSError as exc:
+            raise ServerUnavailableError("no ql3 serve answers on the socket") from exc
 
 
 class DirectBackend:

@@ -46,6 +46,12 @@ def call(service: LocalService, op: str, args: dict[str, Any]) -> Any:
             status = args.get("status")
             return service.runs(None if task is None else str(task), int(args.get("limit", 20)),
                                 None if status is None else str(status))
+        if op == "runs_page":
+            return service.runs_page(_opt_str(args.get("task")), _opt_str(args.get("status")),
+                                     _opt_str(args.get("before")), int(args.get("limit", 50)))
+        if op == "schedule_preview":
+            return service.schedule_preview(str(args["schedule"]), str(args["timezone"]),
+                                            int(args.get("count", 5)))
         if op == "cancel":
             return service.cancel(str(args["run_id"]))
         if op == "logs_read":

@@ -88,6 +88,9 @@ class _Server(socketserver.ThreadingUnixStreamServer):
     daemon_threads = True
     block_on_close = False  # the drain below is bounded instead
     allow_reuse_address = False
+    # socketserver's default backlog is 5; a burst of connections beyond it (twenty log views
+    # opening at once) is refused at once with EAGAIN by a client with a timeout
+    request_queue_size = 128
 
     def __init__(self, path: str, service: LocalService) -> None:
         self.service = service

@@ -247,6 +247,37 @@ class LocalService:
             raise NotFoundError(f"no such task '{task}'")
         return self._run_views(self.repo.list_runs(task_name=task, limit=limit, status=status))
 
+    def runs_page(self, task: str | None = None, status: str | None = None,
+                  before: str | None = None, limit: int = 50) -> dict[str, Any]:
+        """One page of runs across tasks, newest first, by keyset (docs/protocols.md §3.8):
+        ``{"runs": [run view], "next": run id to pass as ``before`` for the older page, or
+        None}``. ``task``: every task ever called so (none: an empty page, not an error);
+        ``status``: a RunStatus value; ``before``: a run id (UUIDv7) from ``next``; ``limit``
+        1-200. ValidationError for bad paging, status or cursor."""
+        if not 1 <= limit <= 200:
+            raise ValidationError("request", "limit must be 1-200")
+        if before is not None:
+            validate_uuid7(before, "before")  # InvalidIdentifierError is a ValidationError
+        rows = self.repo.list_runs(limit=limit + 1, status=status, task_name=task,
+                                   before=before)
+        page = rows[:limit]
+        return {"runs": self._run_views(page),
+                "next": page[-1].id if len(rows) > limit else None}
+
+    def schedule_preview(self, schedule: str, timezone: str, count: int = 5) -> dict[str, Any]:
+        """The next ``count`` (1-100) fire times of a schedule not stored anywhere (the
+        panel's task form, as you type): ``{"slots": [ISO UTC...]}``, empty for
+        ``@boot``/``@once``. ValidationError("schedule" | "timezone" | "count", ...) by the
+        rules of ``task add`` (docs/protocols.md §3.7)."""
+        from qinglong.shared.cron import parse_schedule
+
+        if not 1 <= count <= 100:
+            raise ValidationError("count", "must be between 1 and 100")
+        if timezone == "":
+            raise ValidationError("timezone", "must not be empty")
+        slots = parse_schedule(schedule, timezone).next_slots(self.repo.clock(), count)
+        return {"slots": [iso(s) for s in slots]}
+
     def cancel(self, run_id: str) -> dict[str, Any]:
         """Cancel a run (any reference ``run_get`` accepts): queued ones at once, active ones
         by TERM, grace, KILL."""

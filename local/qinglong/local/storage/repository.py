@@ -55,4 +55,3 @@ class LocalRunRepository(
     def __init__(self, db: Database, clock: Callable[[], int] = now_ms) -> None:
         self.db = db
         self.clock = clock
-

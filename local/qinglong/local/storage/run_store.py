@@ -101,14 +101,18 @@ class RunStore:
 
     def list_runs(
         self, task_id: str | None = None, limit: int = 20, status: str | None = None, *,
-        task_name: str | None = None,
+        task_name: str | None = None, before: str | None = None,
     ) -> list[Run]:
         """Runs newest first (by UUIDv7 id), optionally of one task (by id) or of every task
-        ever called ``task_name`` (removed ones included, issue 12 item 1), and/or in one
-        ``status`` (a RunStatus value, else ValidationError); limit 1–1000."""
+        ever called ``task_name`` (removed ones included), and/or in one ``status`` (a
+        RunStatus value, else ValidationError), and/or older than the run id ``before``
+        (keyset paging, docs/protocols.md §3.8 ``runs_page``); limit 1–1000."""
         limit = max(1, min(limit, 1000))
         clauses: list[str] = []
         args: list[object] = []
+        if before is not None:
+            clauses.append("r.id < ?")
+            args.append(before)
         if task_name is not None:
             clauses.append("r.task_id IN (SELECT id FROM tasks WHERE name = ?)")
             args.append(task_name)

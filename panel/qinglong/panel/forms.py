@@ -1,0 +1,172 @@
+"""The task form of the panel (docs/panel.md "Task form"): what the browser sends, turned into
+the local socket's ``task_add`` spec or ``task_edit`` changes, and back.
+
+The panel checks only the form's own shape (a command that splits like a shell line,
+``NAME=value`` lines, whole numbers); every rule about the task itself (name, schedule, zone,
+limits) is the owner's, and its refusal is shown beside the field it names.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cache
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
+
+CONCURRENCY = ("forbid", "allow", "replace")
+
+#: the owner's ValidationError field -> the form field it is shown beside
+FIELD_OF = {"name": "name", "schedule": "schedule", "timezone": "timezone", "argv": "command",
+            "cwd": "command", "env": "env", "env_unset": "env", "secret_env": "secret_env",
+            "timeout": "timeout", "max_attempts": "attempts", "concurrency": "concurrency",
+            "labels": "labels"}
+
+
+@dataclass
+class TaskForm:
+    """The form's fields as text (what the page shows back after a refusal).
+
+    ``secret_names``: the task's secret variables (names only: values are write-only);
+    ``secret_unset``: those the user ticked for removal; ``secret_env``: new secrets as
+    ``NAME=value`` or ``NAME=@VAR`` lines, never shown again."""
+
+    name: str = ""
+    schedule: str = "0 8 * * *"
+    timezone: str = "Asia/Shanghai"
+    command: str = ""
+    timeout: str = ""
+    attempts: str = "1"
+    concurrency: str = "forbid"
+    env: str = ""
+    labels: str = ""
+    secret_env: str = ""
+    secret_names: list[str] = field(default_factory=list)
+    secret_unset: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_request(cls, form: Mapping[str, Any], unset: list[str]) -> TaskForm:
+        """The fields of a posted form (missing ones empty; ``unset``: the ticked secret
+        names)."""
+        def text(key: str) -> str:
+            value = form.get(key, "")
+            return value if isinstance(value, str) else ""
+        return cls(name=text("name").strip(), schedule=text("schedule").strip(),
+                   timezone=text("timezone").strip(), command=text("command").strip(),
+                   timeout=text("timeout").strip(), attempts=text("attempts").strip(),
+                   concurrency=text("concurrency"), env=text("env"), labels=text("labels"),
+                   secret_env=text("secret_env"), secret_unset=unset)
+
+    @classmethod
+    def from_task(cls, task: Mapping[str, Any]) -> TaskForm:
+        """A stored task (the ``task_show`` shape) as form text; secrets by name only."""
+        timeout = task.get("timeout_s")
+        return cls(
+            name=str(task["name"]), schedule=str(task["schedule"]),
+            timezone=str(task["timezone"]), command=shlex.join(task["argv"]),
+            timeout="" if timeout is None else f"{float(timeout):g}",
+            attempts=str(task["max_attempts"]), concurrency=str(task["concurrency"]),
+            env="\n".join(f"{k}={v}" for k, v in dict(task.get("env") or {}).items()),
+            labels=", ".join(task.get("labels") or ()),
+            secret_names=sorted(dict(task.get("secret_env") or {})))
+
+
+def parse(form: TaskForm) -> tuple[dict[str, Any], dict[str, str]]:
+    """The ``task_add`` spec of ``form`` and the form-shape errors (field -> catalog key).
+    The spec is only good to send when the errors are empty."""
+    errors: dict[str, str] = {}
+    try:
+        argv = shlex.split(form.command)
+    except ValueError:
+        argv = []
+        errors["command"] = "form.bad_command"
+    if not argv and "command" not in errors:
+        errors["command"] = "form.need_command"
+    env = _lines(form.env, "env", errors)
+    secrets: dict[str, dict[str, str]] = {}
+    for name, value in _lines(form.secret_env, "secret_env", errors).items():
+        secrets[name] = ({"variable": value[1:]} if value.startswith("@") and len(value) > 1
+                         else {"value": value})
+    timeout: float | None = None
+    if form.timeout:
+        try:
+            timeout = float(form.timeout)
+        except ValueError:
+            errors["timeout"] = "form.bad_number"
+    attempts = 1
+    try:
+        attempts = int(form.attempts or "1")
+    except ValueError:
+        errors["attempts"] = "form.bad_number"
+    labels = [p.strip() for p in form.labels.replace("，", ",").split(",") if p.strip()]
+    spec = {"name": form.name, "argv": argv, "schedule": form.schedule,
+            "timezone": form.timezone, "env": env, "timeout_s": timeout,
+            "max_attempts": attempts, "concurrency": form.concurrency, "labels": labels,
+            "secret_env": secrets}
+    return spec, errors
+
+
+def edit_changes(spec: dict[str, Any], old: Mapping[str, Any],
+                 secret_unset: list[str]) -> dict[str, Any]:
+    """``task_edit`` changes turning the stored task ``old`` into ``spec`` (name and labels
+    stay: the owner edits neither)."""
+    old_env = dict(old.get("env") or {})
+    changes: dict[str, Any] = {
+        "argv": spec["argv"], "schedule": spec["schedule"], "timezone": spec["timezone"],
+        "timeout_s": spec["timeout_s"], "max_attempts": spec["max_attempts"],
+        "concurrency": spec["concurrency"],
+        "env_set": {k: v for k, v in spec["env"].items() if old_env.get(k) != v},
+        "env_unset": [k for k in old_env if k not in spec["env"]],
+    }
+    # no "cwd": the owner keeps the stored one (a directory deleted since must not block an
+    # unrelated edit; task_changes.apply_changes)
+    if spec["secret_env"]:
+        changes["secret_env"] = spec["secret_env"]
+    unset = [n for n in secret_unset if n in dict(old.get("secret_env") or {})]
+    if unset:
+        changes["secret_env_unset"] = unset
+    return changes
+
+
+def _lines(text: str, key: str, errors: dict[str, str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        name, sep, value = line.partition("=")
+        if not sep or not name.strip():
+            errors[key] = "form.bad_env_line"
+            continue
+        out[name.strip()] = value
+    return out
+
+
+def owner_field(message: str) -> tuple[str, str]:
+    """The form field an owner's refusal names (``"field: text"``) and its text; the field
+    is ``""`` when it names none of the form's."""
+    head, sep, rest = message.partition(": ")
+    if sep and head in FIELD_OF:
+        return FIELD_OF[head], rest
+    return "", message
+
+
+@cache
+def zones() -> tuple[str, ...]:
+    """The IANA zones this machine knows, sorted (the zone picker's list)."""
+    return tuple(sorted(available_timezones()))
+
+
+def local_times(slots: list[str], zone: str) -> list[str]:
+    """ISO UTC instants as ``YYYY-MM-DD HH:MM:SS`` wall-clock times in ``zone`` (UTC when
+    the panel's machine does not know the zone)."""
+    try:
+        tz = ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        tz = ZoneInfo("UTC")
+    out = []
+    for slot in slots:
+        at = datetime.fromisoformat(slot.replace("Z", "+00:00")).astimezone(tz)
+        out.append(at.strftime("%Y-%m-%d %H:%M:%S"))
+    return out
