@@ -59,6 +59,8 @@ RUNTIME_GRANTS: dict[str, frozenset[str]] = {
     # 0010, orphan log objects: the job row is leased and moved; evidence is append-only
     "orphan_sweep_jobs": frozenset({"SELECT", "UPDATE"}),
     "orphan_log_objects": frozenset({"SELECT", "INSERT"}),
+    # 0013, run now's Idempotency-Key: recorded, taken over after 24 h, pruned
+    "run_request_keys": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
 }
 
 

@@ -363,3 +363,13 @@ orphan_log_objects = Table(
     Column("swept_at", _TS, nullable=False),
     Column("swept_by", Text, nullable=False),
 )
+
+# 0013: run now's Idempotency-Key (docs/protocols.md §4.5); run_id has no foreign key (the
+# run is inserted after the key, as its transaction's last statement)
+run_request_keys = Table(
+    "run_request_keys", metadata,
+    Column("task_id", _uuid(), primary_key=True),
+    Column("key", Text, primary_key=True),
+    Column("run_id", _uuid(), nullable=False),
+    Column("created_at", _TS, nullable=False),
+)
