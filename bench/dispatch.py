@@ -24,6 +24,19 @@ alternate within each round; medians are printed, then one JSON line.
 Target (issue 13 item 4): ours >= procrastinate with the same number of worker processes.
 Printed, never asserted. Usage:
     python bench/dispatch.py [--runs N (200)] [--rounds R (1)] [--threads T (4)]
+
+``--enqueue``: run creation alone. 1 and 3 replicas, no workers: N (default 1,000) "run now"
+requests of one ``allow`` task from T (default 8) clients, each with a fresh
+``Idempotency-Key``; wall time from the first request to the last answer, per-request
+p50/p95, and the numbers checked to be exactly 1..N. Baseline of the same run: as many
+``GET /v1/tasks/<name>`` from the same clients (the HTTP and token-check floor). Target:
+1,000 requests from 8 clients in <= 5 s.
+
+``--latency``: how soon an idle cluster starts a run. 2 replicas, 2 workers x 8, idle; N
+(default 200) "run now" requests spaced ``--spacing`` (0.25 s) apart, alternating over the
+replicas; p50/p95 of run made -> ``started`` recorded (both on the database clock), and of
+run made -> claimed. Baseline: none in the same run (the figure before is main's, recorded
+in bench/README.md). Target: p50 <= 100 ms, p95 <= 250 ms.
 """
 
 from __future__ import annotations
@@ -42,7 +55,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_support import admin, db_url, drop_database, moto_server, unique
-from dispatch_ours import cpu_with_children_s, run_ours
+from dispatch_ours import cpu_with_children_s, run_enqueue, run_latency, run_ours
 from dispatch_procrastinate import (
     apply_schema,
     enqueue,
@@ -124,7 +137,17 @@ def main() -> int:
                         help="py-spy samples of our replicas and workers into DIR")
     parser.add_argument("--only", choices=("ours_1", "ours_3", "procrastinate", "floor"),
                         action="append", help="run only these configurations")
+    parser.add_argument("--enqueue", action="store_true",
+                        help="run creation alone: N run-now requests from T clients")
+    parser.add_argument("--latency", action="store_true",
+                        help="run now -> started on an idle cluster, N spaced requests")
+    parser.add_argument("--spacing", type=float, default=0.25,
+                        help="--latency: seconds between requests")
     args = parser.parse_args()
+    if args.enqueue:
+        return enqueue_main(args)
+    if args.latency:
+        return latency_main(args)
     kinds = args.only or [f"ours_{r}" for r in REPLICAS] + ["procrastinate", "floor"]
     results: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
     with tempfile.TemporaryDirectory(prefix="ql3bench-dispatch-") as tmp, \
@@ -150,6 +173,68 @@ def main() -> int:
                         "cpu_ms_per_attempt": {k: round(1000 * v / r.runs, 2)
                                                for k, v in r.cpu_s.items()}})
     return report(args, results)
+
+
+def enqueue_main(args: argparse.Namespace) -> int:
+    """``--enqueue``: medians over the rounds per replica count; 1 when a batch's numbers
+    were not exactly 1..N."""
+    runs = args.runs if args.runs != 200 else 1000
+    threads = args.threads if args.threads != 4 else 8
+    results: dict[str, list[dict[str, Any]]] = {f"enqueue_{r}": [] for r in REPLICAS}
+    with tempfile.TemporaryDirectory(prefix="ql3bench-enqueue-") as tmp, \
+            moto_server() as moto:
+        for rnd in range(args.rounds):
+            for replicas in REPLICAS:
+                r = run_enqueue(Path(tmp) / f"enqueue{replicas}-{rnd}", moto,
+                                replicas=replicas, runs=runs, threads=threads)
+                results[f"enqueue_{replicas}"].append({
+                    "wall_s": r.wall_s, "db_span_s": r.db_span_s, "latency_ms": r.latency_ms,
+                    "floor_wall_s": r.floor_wall_s, "floor_ms": r.floor_ms,
+                    "problems": list(r.problems)})
+    print(f"{runs} run-now requests of one task from {threads} clients, {args.rounds} "
+          "round(s); medians")
+    print(f"{'replicas':<10}{'wall s':>8}{'runs/s':>9}{'p50 ms':>8}{'p95 ms':>8}"
+          f"{'floor s':>9}{'ratio':>7}  numbers 1..N")
+    for key, rs in results.items():
+        wall = statistics.median(r["wall_s"] for r in rs)
+        floor = statistics.median(r["floor_wall_s"] for r in rs)
+        p50 = statistics.median(r["latency_ms"]["p50"] for r in rs)
+        p95 = statistics.median(r["latency_ms"]["p95"] for r in rs)
+        ok = all(not r["problems"] for r in rs)
+        print(f"{key.split('_')[1]:<10}{wall:>8.2f}{runs / wall:>9.0f}{p50:>8.1f}{p95:>8.1f}"
+              f"{floor:>9.2f}{wall / floor:>7.2f}  "
+              f"{'yes' if ok else 'NO: ' + '; '.join(rs[-1]['problems'])}")
+    print("floor: as many GET /v1/tasks/<name> from the same clients; ratio = wall / floor")
+    print("target: 1,000 requests from 8 clients in <= 5 s (printed, not asserted)")
+    print(json.dumps({"runs": runs, "threads": threads, "rounds": args.rounds,
+                      "results": results}, sort_keys=True))
+    return 0 if all(not r["problems"] for rs in results.values() for r in rs) else 1
+
+
+def latency_main(args: argparse.Namespace) -> int:
+    """``--latency``: one batch per round; medians of the percentiles over the rounds."""
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="ql3bench-latency-") as tmp, \
+            moto_server() as moto:
+        for rnd in range(args.rounds):
+            r = run_latency(Path(tmp) / f"latency-{rnd}", moto, replicas=2, workers=WORKERS,
+                            concurrency=CONCURRENCY, runs=args.runs, spacing_s=args.spacing,
+                            timeout_s=args.timeout)
+            rows.append({"started_ms": r.started_ms, "claimed_ms": r.claimed_ms,
+                         "problems": list(r.problems)})
+    def med(key: str, q: str) -> float:
+        return float(statistics.median(r[key][q] for r in rows))
+    print(f"{args.runs} run-now requests {args.spacing:.2f} s apart over 2 replicas, "
+          f"{WORKERS} idle workers x {CONCURRENCY}, {args.rounds} round(s); medians")
+    for key, label in (("claimed_ms", "made -> claimed"), ("started_ms", "made -> started")):
+        print(f"{label:<18} p50 {med(key, 'p50'):7.1f} ms  p95 {med(key, 'p95'):7.1f} ms  "
+              f"max {med(key, 'max'):7.1f} ms")
+    ok = all(not r["problems"] for r in rows)
+    print(f"exactly once: {'yes' if ok else 'NO: ' + '; '.join(rows[-1]['problems'])}")
+    print("target: made -> started p50 <= 100 ms, p95 <= 250 ms (printed, not asserted)")
+    print(json.dumps({"runs": args.runs, "spacing_s": args.spacing, "rounds": args.rounds,
+                      "results": rows}, sort_keys=True))
+    return 0 if ok else 1
 
 
 def report(args: argparse.Namespace, results: dict[str, list[dict[str, Any]]]) -> int:

@@ -281,3 +281,176 @@ def _verify(cluster: Cluster, runs: int, cpu: dict[str, float],
                     strict=True)}
     return OursResult(runs, float(span[0] or 0), float(span[1] or 0), cpu, phase_ms,
                       requests, tuple(problems))
+
+
+@dataclass(frozen=True)
+class EnqueueResult:
+    """One ``--enqueue`` batch: ``runs`` run-now requests of one ``allow`` task from
+    ``threads`` clients. ``wall_s``: first request sent .. last answer read (wall clock);
+    ``db_span_s``: first .. last ``runs.created_at``; ``latency_ms``: p50 / p95 / max of one
+    request; ``floor_wall_s`` and ``floor_ms``: the same number of ``GET /v1/tasks/<name>``
+    (token check, one read) from the same clients, the HTTP floor of the same run;
+    ``problems``: empty when the task's numbers are exactly 1..runs, one run each."""
+
+    runs: int
+    wall_s: float
+    db_span_s: float
+    latency_ms: dict[str, float]
+    floor_wall_s: float
+    floor_ms: dict[str, float]
+    problems: tuple[str, ...]
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    if not ordered:
+        return {}
+    def at(q: float) -> float:
+        return round(1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
+    return {"p50": at(0.5), "p95": at(0.95), "max": round(1000 * ordered[-1], 1)}
+
+
+def _burst(clients: list[Any], threads: int, runs: int, send: Any) -> tuple[float, list[float]]:
+    """``runs`` calls of ``send(client)`` over ``threads`` threads; (wall s, latencies s)."""
+    latencies: list[float] = []
+
+    def one(i: int) -> None:
+        t0 = time.perf_counter()
+        send(clients[i % threads])
+        latencies.append(time.perf_counter() - t0)
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(one, range(runs)))
+    return time.perf_counter() - start, latencies
+
+
+def run_enqueue(tmp: Path, moto: str, *, replicas: int, runs: int, threads: int,
+                keyed: bool = True) -> EnqueueResult:
+    """``runs`` "run now" requests of one ``allow`` task from ``threads`` clients (client j
+    through replica j mod ``replicas``), no workers, on a fresh cluster; each request with
+    a fresh ``Idempotency-Key`` when ``keyed`` (as ``ql3 cluster run`` sends; a control
+    without the header support ignores it). The floor first: as many task reads."""
+    import uuid
+
+    from qinglong.control.retention.objects import make_client
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    db = ClusterDb.create()
+    cluster = Cluster(tmp, db, moto,
+                      new_bucket(make_client(moto, timeout_s=5, **CREDS), versioned=True))
+    try:
+        controls = [cluster.start_control(f"c{i}", lease_ms=30_000, heartbeat_ms=10_000,
+                                          wait=False) for i in range(replicas)]
+        for control in controls:
+            cluster.wait_ready(control)
+        urls = [c.url or "" for c in controls]
+        operator, admin = cluster.token("operator"), cluster.token("admin")
+        with cluster.api(urls[0], admin) as api:
+            r = api.post("/v1/tasks", json={"name": TASK, "argv": ["true"],
+                                            "concurrency_policy": "allow"})
+            assert r.status_code == 201, r.text
+        clients = [cluster.api(urls[j % len(urls)], operator) for j in range(threads)]
+        try:
+            def read(client: Any) -> None:
+                r = client.get(f"/v1/tasks/{TASK}")
+                if r.status_code != 200:
+                    raise AssertionError(f"task read answered {r.status_code}: {r.text}")
+
+            def post(client: Any) -> None:
+                headers = {"Idempotency-Key": str(uuid.uuid4())} if keyed else {}
+                r = client.post(f"/v1/tasks/{TASK}/run", headers=headers)
+                if r.status_code != 201:
+                    raise AssertionError(f"run now answered {r.status_code}: {r.text}")
+
+            floor_wall, floor_lat = _burst(clients, threads, runs, read)
+            wall, lat = _burst(clients, threads, runs, post)
+        finally:
+            for client in clients:
+                client.close()
+        problems: list[str] = []
+        with db.connect() as conn:
+            numbers = [r[0] for r in conn.execute("SELECT number FROM runs ORDER BY number")]
+            span = conn.execute("SELECT extract(epoch FROM max(created_at) - min(created_at))"
+                                " FROM runs").fetchone()
+        if numbers != list(range(1, runs + 1)):
+            problems.append(f"{len(numbers)} runs, numbers not exactly 1..{runs}")
+        return EnqueueResult(runs, wall, float(span[0] or 0) if span else 0.0,
+                             _percentiles(lat), floor_wall, _percentiles(floor_lat),
+                             tuple(problems))
+    finally:
+        cluster.close()
+        db.drop()
+
+
+@dataclass(frozen=True)
+class LatencyResult:
+    """One ``--latency`` batch: ``runs`` run-now requests sent ``spacing_s`` apart (so every
+    one finds idle workers). ``started_ms``: p50 / p95 / max of ``attempts.started_at -
+    runs.created_at`` (database clock: run made .. the worker's ``started`` recorded);
+    ``claimed_ms``: the same up to the claim; ``problems``: empty when every run succeeded
+    after exactly one attempt."""
+
+    runs: int
+    started_ms: dict[str, float]
+    claimed_ms: dict[str, float]
+    problems: tuple[str, ...]
+
+
+def run_latency(tmp: Path, moto: str, *, replicas: int, workers: int, concurrency: int,
+                runs: int, spacing_s: float, timeout_s: float) -> LatencyResult:
+    """``runs`` "run now" requests of one ``allow`` task, one every ``spacing_s`` seconds,
+    alternating over ``replicas`` replicas, with ``workers`` idle workers (worker i first
+    tries replica i mod ``replicas``, so a run is often made on a replica other than the
+    one a worker waits on). Everything is stopped and the database dropped."""
+    from qinglong.control.retention.objects import make_client
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    db = ClusterDb.create()
+    cluster = Cluster(tmp, db, moto,
+                      new_bucket(make_client(moto, timeout_s=5, **CREDS), versioned=True))
+    try:
+        controls = [cluster.start_control(f"c{i}", lease_ms=30_000, heartbeat_ms=10_000,
+                                          wait=False) for i in range(replicas)]
+        for control in controls:
+            cluster.wait_ready(control)
+        urls = [c.url or "" for c in controls]
+        operator, admin = cluster.token("operator"), cluster.token("admin")
+        token = cluster.token("worker", pool="bench")
+        procs = [cluster.start_worker(f"w{i}", token,
+                                      ",".join(urls[i % replicas:] + urls[:i % replicas]),
+                                      concurrency=concurrency) for i in range(workers)]
+        with cluster.api(urls[0], admin) as api:
+            r = api.post("/v1/tasks", json={"name": TASK, "argv": ["true"],
+                                            "concurrency_policy": "allow"})
+            assert r.status_code == 201, r.text
+        with db.connect() as conn:
+            registered = wait_for(lambda: conn.execute(
+                "SELECT count(*) FROM worker_incarnations").fetchone()[0] >= workers, 30)
+        assert registered, [p.log()[-2000:] for p in procs]
+        time.sleep(3.0)  # every worker past its first (empty) claim: idle, as in production
+        clients = [cluster.api(u, operator) for u in urls]
+        try:
+            for i in range(runs):
+                t0 = time.monotonic()
+                r = clients[i % len(clients)].post(f"/v1/tasks/{TASK}/run")
+                assert r.status_code == 201, r.text
+                time.sleep(max(0.0, spacing_s - (time.monotonic() - t0)))
+        finally:
+            for client in clients:
+                client.close()
+        done = _wait_terminal(cluster, runs, timeout_s)
+        assert done, f"the batch did not end within {timeout_s} s"
+        for proc in procs:
+            proc.terminate()
+        result = _verify(cluster, runs, {}, {})
+        with db.connect() as conn:
+            rows = conn.execute(
+                "SELECT extract(epoch FROM a.started_at - r.created_at),"
+                "       extract(epoch FROM a.claimed_at - r.created_at)"
+                " FROM attempts a JOIN runs r ON r.id = a.run_id").fetchall()
+        return LatencyResult(runs, _percentiles([float(s) for s, _ in rows]),
+                             _percentiles([float(c) for _, c in rows]), result.problems)
+    finally:
+        cluster.close()
+        db.drop()

@@ -8,6 +8,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+import httpx
 import pytest
 from api_world import ApiWorld
 
@@ -320,3 +321,81 @@ def test_an_edit_refuses_a_number_given_as_a_string_and_says_why_for_null(
         answer = api.client.patch("/v1/tasks/backup", json=body, headers=api.as_("admin"))
         assert (answer.status_code, answer.json()["error"]["message"]) == (
             422, f"invalid fields: {message}")
+
+
+def test_run_now_with_the_same_idempotency_key_answers_the_first_run(api: ApiWorld) -> None:
+    """docs/protocols.md §4.5: a retry with the key answers the first run (and says so),
+    another key makes a new run; only the first request records a run_requested event."""
+    api.client.post("/v1/tasks", json=task("备份", concurrency_policy="allow"),
+                    headers=api.as_("admin"))
+    key = {"Idempotency-Key": "6f1c2a9e-0d1b-4c57-9b7e-3f7f3c1d2e4a"}
+    first = api.client.post("/v1/tasks/备份/run", headers=api.as_("operator") | key)
+    again = api.client.post("/v1/tasks/备份/run", headers=api.as_("operator") | key)
+    other = api.client.post("/v1/tasks/备份/run",
+                            headers=api.as_("operator") | {"Idempotency-Key": "k-2"})
+    bare = api.client.post("/v1/tasks/备份/run", headers=api.as_("operator"))
+    assert [r.status_code for r in (first, again, other, bare)] == [201] * 4, again.text
+    assert again.json() == first.json() and first.json()["number"] == 1
+    assert again.headers.get("Idempotent-Replayed") == "true"
+    assert "Idempotent-Replayed" not in first.headers
+    assert (other.json()["number"], bare.json()["number"]) == (2, 3)
+    assert api.sql("SELECT count(*) FROM runs")[0][0] == 3
+    assert api.sql("SELECT count(*) FROM task_events WHERE kind = 'run_requested'")[0][0] == 3
+
+
+def test_run_now_with_one_key_from_8_clients_at_once_makes_one_run(api: ApiWorld) -> None:
+    import threading
+
+    api.client.post("/v1/tasks", json=task(concurrency_policy="allow"),
+                    headers=api.as_("admin"))
+    headers = api.as_("operator") | {"Idempotency-Key": "same-key"}
+    barrier = threading.Barrier(8)
+    answers: list[Any] = []
+
+    def post() -> None:
+        with httpx.Client(base_url=str(api.client.base_url), timeout=30) as http:
+            barrier.wait()
+            answers.append(http.post("/v1/tasks/backup/run", headers=headers))
+
+    threads = [threading.Thread(target=post) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert [a.status_code for a in answers] == [201] * 8
+    assert len({a.json()["id"] for a in answers}) == 1
+    assert sum(a.headers.get("Idempotent-Replayed") == "true" for a in answers) == 7
+    assert api.sql("SELECT count(*) FROM runs")[0][0] == 1
+
+
+def test_a_key_past_24_hours_makes_a_new_run_and_a_malformed_key_is_422(
+        api: ApiWorld) -> None:
+    api.client.post("/v1/tasks", json=task(concurrency_policy="allow"),
+                    headers=api.as_("admin"))
+    key = {"Idempotency-Key": "nightly-1"}
+    first = api.client.post("/v1/tasks/backup/run", headers=api.as_("operator") | key).json()
+    api.sql("UPDATE run_request_keys SET created_at = now() - interval '25 hours'")
+    later = api.client.post("/v1/tasks/backup/run", headers=api.as_("operator") | key)
+    assert later.status_code == 201 and later.json()["number"] == first["number"] + 1
+    assert "Idempotent-Replayed" not in later.headers
+    for bad in ("x" * 256, "has space", "键"):
+        refused = api.client.post("/v1/tasks/backup/run", headers=api.as_("operator") | {
+            "Idempotency-Key": bad.encode()})  # type: ignore[dict-item]
+        assert refused.status_code == 422, bad
+        assert refused.json()["error"]["code"] == "invalid_request"
+        assert bad not in refused.text
+    assert api.sql("SELECT count(*) FROM runs")[0][0] == 2
+
+
+def test_a_refused_run_now_leaves_its_key_free_for_a_later_retry(api: ApiWorld) -> None:
+    api.client.post("/v1/tasks", json=task(concurrency_policy="forbid"),
+                    headers=api.as_("admin"))
+    blocker = api.client.post("/v1/tasks/backup/run", headers=api.as_("operator")).json()
+    key = {"Idempotency-Key": "retry-me"}
+    refused = api.client.post("/v1/tasks/backup/run", headers=api.as_("operator") | key)
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "run_refused"
+    api.sql("UPDATE runs SET status = 'cancelled', finished_at = now() WHERE id = %(id)s",
+            {"id": blocker["id"]})
+    made = api.client.post("/v1/tasks/backup/run", headers=api.as_("operator") | key)
+    assert made.status_code == 201 and made.json()["number"] == 2
+    assert "Idempotent-Replayed" not in made.headers

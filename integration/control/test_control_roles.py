@@ -95,7 +95,7 @@ FORBIDDEN = [
     "ALTER TABLE global_variable_values"
     " DROP CONSTRAINT global_variable_values_sealed_value_check",
     "DROP INDEX global_variable_values_plaintext_idx",
-    # 0013, sealed channel URLs: the trigger and the plaintext index are schema
+    # 0014, sealed channel URLs: the trigger and the plaintext index are schema
     "DROP TRIGGER notify_channels_seal_only ON notify_channels",
     "ALTER TABLE notify_channels DROP COLUMN sealed_url",
     "DROP INDEX notify_channels_plaintext_idx",
@@ -127,7 +127,7 @@ def test_runtime_role_cannot(pg_db: PgDb, statement: str) -> None:
 
 
 def test_runtime_role_may_update_a_channel_only_to_seal_its_url(pg_db: PgDb) -> None:
-    """0013: UPDATE on notify_channels is granted for sealing; a plain URL edit, or a change
+    """0014: UPDATE on notify_channels is granted for sealing; a plain URL edit, or a change
     to any other column, is refused by the owner's trigger, and the sealed form passes."""
     channel = uuid7()
     with pg_db.connect() as conn:

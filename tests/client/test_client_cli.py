@@ -220,3 +220,23 @@ def test_a_run_no_live_worker_can_take_says_so_when_queued_and_inspected(
     assert code == 0
     waiting = [line for line in out.splitlines() if line.startswith("waiting: ")]
     assert waiting == ([] if hint is None else [f"waiting: {hint}"])
+
+
+def test_run_sends_a_uuid_idempotency_key_and_retries_a_lost_answer_with_it(
+        fake: dict[str, Route], capsys: pytest.CaptureFixture[str]) -> None:
+    import uuid
+
+    keys: list[str | None] = []
+
+    def run_now(request: httpx.Request) -> httpx.Response:
+        keys.append(request.headers.get("Idempotency-Key"))
+        if len(keys) == 1:  # the first answer is lost on the way back
+            raise httpx.ReadTimeout("timed out", request=request)
+        return httpx.Response(201, json={"id": RUN_ID, "number": 4})
+
+    fake["POST /v1/tasks/京东签到/run"] = run_now
+    fake["GET /v1/workers"] = json_answer({"items": []})
+    code, out, _err = ql3(capsys, "run", "京东签到")
+    assert code == 0 and out == f"queued run 京东签到#4 ({RUN_ID})\n"
+    assert len(keys) == 2 and keys[0] == keys[1]
+    assert uuid.UUID(str(keys[0])).version == 4

@@ -236,3 +236,21 @@ def test_pages_are_followed_up_to_the_limit() -> None:
 
     assert client(handler).items("/v1/runs") == [0, 1, 2, 3, 4]
     assert client(handler).items("/v1/runs", limit=3) == [0, 1, 2]
+
+
+def test_a_keyed_write_whose_answer_was_lost_is_sent_again_with_the_same_key() -> None:
+    """Run now's Idempotency-Key (docs/protocols.md §4.5): a lost answer is retried at the
+    next replica, and with one base URL at the same one, under the same key."""
+    for urls, again in ((("http://c1:1", "http://c2:2"), "c2"), (("http://c1:1",), "c1")):
+        seen: list[tuple[str | None, str | None]] = []
+
+        def handler(request: httpx.Request, seen: list[Any] = seen) -> httpx.Response:
+            seen.append((request.url.host, request.headers.get("Idempotency-Key")))
+            if len(seen) == 1:
+                raise httpx.ReadTimeout("timed out", request=request)
+            return httpx.Response(201, json={"id": "r", "number": 1})
+
+        status, body = client(handler, urls).send("POST", "/v1/tasks/x/run",
+                                                  idempotency_key="k-1")
+        assert (status, body) == (201, {"id": "r", "number": 1})
+        assert seen == [("c1", "k-1"), (again, "k-1")]

@@ -14,6 +14,8 @@ Resolved lazily by ``ql3`` (``local/app/cli.py``), so ``ql3 local`` never loads 
 
 from __future__ import annotations
 
+import uuid
+
 import click
 
 from qinglong.client import output
@@ -54,8 +56,11 @@ def cluster() -> None:
 def run(name: str, wait: bool, as_json: bool, client: ControlClient) -> None:
     """Queue a run of task NAME now (its concurrency policy applies: a forbid task with a
     run active refuses). With --wait, wait for the run's end: the exit code is the run's
-    outcome, so `ql3 cluster run X --wait && next` works. Ctrl-C stops waiting, not the run."""
-    _, created = client.send("POST", f"/v1/tasks/{segment(name)}/run", task=name)
+    outcome, so `ql3 cluster run X --wait && next` works. Ctrl-C stops waiting, not the run.
+    The request carries a fresh Idempotency-Key (a UUID) and is sent again with it when
+    its answer is lost, so a retry never queues a second run."""
+    _, created = client.send("POST", f"/v1/tasks/{segment(name)}/run", task=name,
+                             idempotency_key=str(uuid.uuid4()))
     line = f"queued run {name}#{created['number']} ({created['id']})"
     hint = no_worker_hint(client, name)
     if not wait:

@@ -6,7 +6,10 @@ One ``httpx.Client`` per control base URL, each sending ``Authorization: Bearer 
 replicas sharing one database: a request goes to the current one and moves to the next when
 it cannot connect — for reads also on any transport error (a read timeout, a reset) and on
 502/503/504 — and the URL that answered stays current. A write that may have reached a
-replica (anything but a refused connection) is never sent again.
+replica (anything but a refused connection) is never sent again, unless it carries an
+``Idempotency-Key`` (``idempotency_key``: run now, docs/protocols.md §4.5): such a write is
+sent again with the same key like a read, at least once more even with one base URL, and
+control answers a retry with the first request's run.
 
 Every answer other than 2xx becomes one typed error (``errors.py``), by status and control's
 stable ``error.code``:
@@ -150,19 +153,23 @@ class ControlClient:
                 body: Any = None, content: bytes | None = None,
                 content_type: str = "application/octet-stream", task: str | None = None,
                 run: str | None = None, script: str | None = None,
-                timeout_s: float | None = None) -> httpx.Response:
+                timeout_s: float | None = None,
+                idempotency_key: str | None = None) -> httpx.Response:
         """``method path`` (``/v1/...``) answered 2xx, through the first replica that takes
         it. ``body`` is sent as JSON; ``content`` (instead) as raw bytes of ``content_type``
         (a bundle's gzip tar). ``task`` / ``run`` / ``script`` (a bundle digest): what the
         request is about, named in error lines (``no such task 'x'``). ``timeout_s``
-        replaces the client's read timeout for this request (a long poll). Raises the typed
-        errors of the module docstring."""
-        idempotent = method.upper() in IDEMPOTENT
+        replaces the client's read timeout for this request (a long poll).
+        ``idempotency_key``: sent as ``Idempotency-Key``; the write is then retried as a
+        read is (module docstring). Raises the typed errors of the module docstring."""
+        idempotent = method.upper() in IDEMPOTENT or idempotency_key is not None
+        headers = {} if idempotency_key is None else {"Idempotency-Key": idempotency_key}
         params = {k: v for k, v in (params or {}).items() if v is not None}
         last: httpx.Response | None = None
         last_url = ""
         failures: list[tuple[str, str]] = []  # (shown URL, reason) of each replica tried
-        for step in range(len(self.urls)):
+        tries = len(self.urls) if idempotency_key is None else max(2, len(self.urls))
+        for step in range(tries):
             index = (self._current + step) % len(self.urls)
             url = shown_url(self.urls[index])
             try:
@@ -170,8 +177,9 @@ class ControlClient:
                     "timeout": httpx.Timeout(self.timeout_s, read=timeout_s)}
                 response = self._https[index].request(
                     method, path, params=params, **extra,
-                    **({"json": body} if content is None else {
-                        "content": content, "headers": {"Content-Type": content_type}}))
+                    **({"json": body, "headers": headers} if content is None else {
+                        "content": content,
+                        "headers": headers | {"Content-Type": content_type}}))
             except httpx.ConnectError as exc:  # nothing was sent: the next replica may take it
                 failures.append((url, failure_reason(exc, self.timeout_s)))
                 continue
@@ -198,9 +206,12 @@ class ControlClient:
                                        script=script))
 
     def send(self, method: str, path: str, body: Any = None, *, task: str | None = None,
-             run: str | None = None, script: str | None = None) -> tuple[int, Any]:
-        """``(status, JSON or None)`` of a write (POST, PATCH, DELETE)."""
-        response = self.request(method, path, body=body, task=task, run=run, script=script)
+             run: str | None = None, script: str | None = None,
+             idempotency_key: str | None = None) -> tuple[int, Any]:
+        """``(status, JSON or None)`` of a write (POST, PATCH, DELETE); with
+        ``idempotency_key``, retried under that key (``request``)."""
+        response = self.request(method, path, body=body, task=task, run=run, script=script,
+                                idempotency_key=idempotency_key)
         return response.status_code, (self._json(response) if response.content else None)
 
     def send_content(self, method: str, path: str, content: bytes, content_type: str, *,

@@ -17,6 +17,11 @@ in one test process never share counts. The lifecycles count through its small m
   not be stored; the live chunks are their partial log) (``ql3_attempts_log_unavailable_total``);
 - ``object_store_available(bool)``: the replica's last bucket check, 1 or 0
   (``ql3_object_store_available``; ``serve/store_watch.py``);
+- ``claim_waiting(delta)`` and ``claim_wait_slept(ended)``: claims waiting for work now
+  (``ql3_claims_waiting``) and each sleep of a waiting claim by how it ended — ``woken``
+  (a wake-up: a NOTIFY, a listener reconnect, a run made here), ``timer`` (its wait or the
+  next ``not_before`` came), ``draining`` (``ql3_claim_wait_sleeps_total{ended}``;
+  docs/protocols.md §4.2 "Claims that wait");
 - ``observe_request(method, route, status, seconds)``: the API middleware's request latency,
   labelled by route *template* (``/v1/runs/{run_id}``), never the raw path
   (``ql3_http_request_duration_seconds``).
@@ -58,6 +63,12 @@ class Metrics:
             "1 when this replica's last check of the log bucket answered, else 0.",
             registry=self.registry)
         self._store_available.set(1)
+        self._claims_waiting = Gauge("ql3_claims_waiting",
+                                     "Claims waiting for work on this replica now.",
+                                     registry=self.registry)
+        self._claim_sleeps = Counter("ql3_claim_wait_sleeps",
+                                     "Sleeps of waiting claims, by how each ended.",
+                                     ["ended"], registry=self.registry)
         self._latency = Histogram("ql3_http_request_duration_seconds",
                                   "API request latency by route template.",
                                   ["method", "route", "status"], buckets=_LATENCY_BUCKETS,
@@ -90,6 +101,16 @@ class Metrics:
     def object_store_available(self, available: bool) -> None:
         """Set the bucket gauge from the last check (``serve/store_watch.py``)."""
         self._store_available.set(1 if available else 0)
+
+    def claim_waiting(self, delta: int) -> None:
+        """Move the gauge of waiting claims by ``delta`` (+1 when a wait begins, -1 at
+        its end)."""
+        self._claims_waiting.inc(delta)
+
+    def claim_wait_slept(self, ended: str) -> None:
+        """Count one sleep of a waiting claim that ended ``woken``, ``timer`` or
+        ``draining``."""
+        self._claim_sleeps.labels(ended=ended).inc()
 
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
         """Record one request's latency (seconds) under its route template."""

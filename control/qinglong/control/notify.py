@@ -11,7 +11,7 @@ sending and recording repeats a send once the claim expires: at least once, each
 carrying the notification's stable id. The outcome is a run event ``notify_sent`` /
 ``notify_failed`` naming the channel by scheme and host; a URL (a secret) is never in an
 answer, event, log line or metric, and a failing channel never changes a run. Once sealing
-is on (migration 0013) a channel's URL is stored sealed and opened here only to send.
+is on (migration 0014) a channel's URL is stored sealed and opened here only to send.
 """
 
 from __future__ import annotations

@@ -43,6 +43,13 @@ MAX_CLAIM = 64
 # with ``QL3-Wire: 2`` on its claim; control sends them only then (docs/protocols.md §4.2).
 WIRE_HEADER = "QL3-Wire"
 WIRE_VERSION = 2
+# A waiting claim (docs/protocols.md §4.2 "Claims that wait"): a worker sending
+# ``QL3-Wire: 2`` may add ``QL3-Claim-Wait: <ms>``, the longest it lets an empty claim wait
+# for work; control waits at most min(that, 25 s, lease/3) and names the wait it allowed in
+# the same header of its answer. Without the header in the answer (an older control, or a
+# draining replica) the worker keeps its idle poll between claims.
+CLAIM_WAIT_HEADER = "QL3-Claim-Wait"
+CLAIM_WAIT_MAX_MS = 25_000
 MAX_LOG_BYTES = 5 * 1024**3  # S3's limit for one PUT: a presigned upload is one PUT
 _CONTENT_TYPE = re.compile(r"^[\x20-\x7e]{1,128}$")  # one HTTP header value, ASCII
 

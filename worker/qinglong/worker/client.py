@@ -202,8 +202,22 @@ class ControlClient:
         attempt decodes on its own, so one with heartbeat > lease/3 is refused without
         refusing the others. Sends ``QL3-Wire: 2`` (wire.WIRE_HEADER): this worker decodes
         ``ClaimedAttempt.secret_names``."""
-        body = self._post(ROUTES["claim"], msg, deadline,
-                          {wire.WIRE_HEADER: str(wire.WIRE_VERSION)})
+        attempts, refused, _waited = self.claim_waiting(msg, deadline, wait_ms=0)
+        return attempts, refused
+
+    def claim_waiting(self, msg: wire.ClaimRequest, deadline: float | None = None, *,
+                      wait_ms: int) -> tuple[list[wire.ClaimedAttempt], list[str], bool]:
+        """``claim``, letting an empty claim wait up to ``wait_ms`` (> 0; header
+        ``QL3-Claim-Wait``, docs/protocols.md §4.2 "Claims that wait") for work at control;
+        the read timeout grows by the wait. The third item is True when control answered
+        that it waited (its answer carries the header), so claiming again at once does not
+        spin; False from an older control or a draining replica."""
+        headers = {wire.WIRE_HEADER: str(wire.WIRE_VERSION)}
+        if wait_ms > 0:
+            headers[wire.CLAIM_WAIT_HEADER] = str(wait_ms)
+        seen: dict[str, str] = {}
+        body = self._post(ROUTES["claim"], msg, deadline, headers,
+                          read_timeout_s=self._timeout_s + wait_ms / 1000, seen=seen)
         if not isinstance(body, dict) or set(body) != {"attempts"} or not isinstance(
                 body["attempts"], list):
             raise WireAnswerError("ClaimAnswer: must be an object with a list 'attempts'")
@@ -214,7 +228,7 @@ class ControlClient:
                 attempts.append(wire.ClaimedAttempt.from_json(item))
             except ValidationError as exc:
                 refused.append(str(exc))
-        return attempts, refused
+        return attempts, refused, wait_ms > 0 and wire.CLAIM_WAIT_HEADER.lower() in seen
 
     def started(self, msg: wire.StartedReport, deadline: float) -> wire.Ack:
         """POST /v1/worker/started."""
@@ -260,11 +274,16 @@ class ControlClient:
             raise WireAnswerError(f"{answer.__name__}: {exc}") from None
 
     def _post(self, path: str, msg: wire._Wire, deadline: float | None,
-              extra_headers: dict[str, str] | None = None) -> Any:
+              extra_headers: dict[str, str] | None = None, *,
+              read_timeout_s: float | None = None, seen: dict[str, str] | None = None) -> Any:
+        """POST ``msg`` with retries until ``deadline``; the answer's JSON. ``read_timeout_s``
+        replaces the client's timeout per request (a waiting claim); ``seen`` receives the
+        answer's ``QL3-*`` headers (names in lower case)."""
         if deadline is None:
             deadline = clock.now() + DEFAULT_BUDGET_S
         payload = msg.to_json()
         extra = extra_headers or {}
+        timeout_s = self._timeout_s if read_timeout_s is None else read_timeout_s
 
         def once() -> Any:
             left = deadline - clock.now()
@@ -276,7 +295,7 @@ class ControlClient:
                 token = self._token
                 response = self._https[index].post(
                     path, json=payload, headers={"Authorization": f"Bearer {token}", **extra},
-                    timeout=min(self._timeout_s, left))
+                    timeout=min(timeout_s, left))
                 if response.status_code == 401 and self._renewed(token):
                     left = deadline - clock.now()
                     if left <= 0:
@@ -284,7 +303,11 @@ class ControlClient:
                     token = self._token  # once, with the new token
                     response = self._https[index].post(
                         path, json=payload, headers={"Authorization": f"Bearer {token}", **extra},
-                        timeout=min(self._timeout_s, left))
+                        timeout=min(timeout_s, left))
+                if seen is not None:
+                    seen.clear()
+                    seen.update({k.lower(): v for k, v in response.headers.items()
+                                 if k.lower().startswith("ql3-")})
                 return self._answer(response)
             except httpx.TransportError as exc:
                 self._fail_over(index, type(exc).__name__)

@@ -2,7 +2,11 @@
 incarnation, claim up to the free slots, run each attempt, drain on stop.
 
 A registration is a new incarnation per process start (a restarted worker under the
-same name inherits nothing). An empty claim backs off 0.5–2 s with jitter. A claimed attempt
+same name inherits nothing). Claims wait at control for work (``QL3-Claim-Wait``:
+min(25 s, lease/3), docs/protocols.md §4.2 "Claims that wait"); when control answered that
+it waited, the next claim goes out at once, else (an older control, a draining replica, an
+error) an empty claim backs off 0.5–2 s with jitter. A stop requested while a claim waits
+takes effect when it returns (at most the wait). A claimed attempt
 whose heartbeat breaks heartbeat ≤ lease/3 is refused and not run. An attempt whose
 command has ended and whose log is still being stored does not hold a ``--concurrency`` slot
 (at most 2 × concurrency of them are held). Stop (SIGTERM/SIGINT)
@@ -97,7 +101,9 @@ class WorkerLoop:
                 with self._changed:
                     self._changed.wait(0.5)
                 continue
-            if not self._claim_once(registered.incarnation_id, free) and not refused.is_set():
+            wait_ms = min(wire.CLAIM_WAIT_MAX_MS, registered.lease_ms // 3)
+            if not self._claim_once(registered.incarnation_id, free, wait_ms) \
+                    and not refused.is_set():
                 self._stop.wait(random.uniform(*self._config.idle_s))  # noqa: S311 jitter
         if refused.is_set():
             log.error(REFUSED_LINE)
@@ -140,14 +146,16 @@ class WorkerLoop:
             return 0
         return self._config.concurrency - (len(runners) - storing)
 
-    def _claim_once(self, incarnation_id: str, free: int) -> bool:
-        """One claim call; True when at least one attempt started."""
-        sent_at = clock.now()  # the first renewal of every lease in this answer
+    def _claim_once(self, incarnation_id: str, free: int, wait_ms: int) -> bool:
+        """One claim call, letting control wait up to ``wait_ms`` for work (0: answer at
+        once); True when an attempt started or control waited (claim again at once)."""
+        sent_at = clock.now()  # the first renewal of every lease in this answer: a lease
+        # granted later in the wait ends later than the fence counts (the safe side)
         try:
-            attempts, refused = self._client.claim(
+            attempts, refused, waited = self._client.claim_waiting(
                 wire.ClaimRequest(incarnation_id=incarnation_id,
                                   max_attempts=min(free, wire.MAX_CLAIM)),
-                deadline=sent_at + CLAIM_BUDGET_S)
+                deadline=sent_at + CLAIM_BUDGET_S + wait_ms / 1000, wait_ms=wait_ms)
         except ControlAuthError as exc:
             if exc.status != 401:
                 log.warning("claim failed: %s", exc)
@@ -164,7 +172,7 @@ class WorkerLoop:
                 self._running[runner.attempt_id] = runner
             log.info("%s: starting", runner.who)
             runner.start()
-        return bool(attempts)
+        return bool(attempts) or waited
 
     def _finished(self, attempt_id: str) -> None:
         with self._changed:

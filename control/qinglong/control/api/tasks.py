@@ -11,7 +11,7 @@ import unicodedata
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from sqlalchemy import RowMapping, Text, cast, or_, select
 
 from qinglong.control.api.context import get_context
@@ -43,6 +43,9 @@ from qinglong.control.api.task_store import (
 )
 from qinglong.control.auth.tokens import Principal
 from qinglong.control.db.tables import occurrences, tasks
+from qinglong.control.scheduling.errors import TaskDeletedError
+from qinglong.shared.errors import ValidationError
+from qinglong.shared.ids import uuid7
 
 router = APIRouter(tags=["tasks"], responses=ERRORS)
 # A name in a path or query is looked up, never stored: any text up to 512 characters (an
@@ -178,30 +181,68 @@ def disable_task(name: TaskName, request: Request, who: Operator) -> TaskOut:
         return task_out(set_enabled(conn, ctx.project_id, name, False, who.name))
 
 
+IDEMPOTENCY_KEY = "Idempotency-Key"
+REPLAYED_HEADER = "Idempotent-Replayed"
+
+
 @router.post("/v1/tasks/{name}/run", status_code=201, response_model=RunRef,
              responses={409: {"model": ErrorBody, "description": (
                  "run_refused: the task's concurrency_policy is forbid and a run of it is "
-                 "queued, dispatching or running")}})
-def run_task(name: TaskName, request: Request, who: Operator) -> RunRef:
+                 "queued, dispatching or running; idempotency_key_expired: the run an "
+                 "earlier request with this Idempotency-Key made is no longer kept")}})
+def run_task(name: TaskName, request: Request, response: Response, who: Operator,
+             idempotency_key: Annotated[str | None, Header(
+                 alias=IDEMPOTENCY_KEY, description=(
+                     "1 to 255 visible ASCII characters (a UUID): a request with the same "
+                     "key for the same task within 24 hours answers the first one's run, "
+                     "with header Idempotent-Replayed: true, and makes none"))] = None,
+             ) -> RunRef:
     """Run now (operator): a queued run with trigger ``manual``, its number answered; a
     ``run_requested`` task event. The task's concurrency policy applies, decided under the
     task row's lock: ``forbid`` with a run queued, dispatching or running answers 409
     ``run_refused`` (nothing created); ``allow`` creates; ``replace`` creates and cancels
-    the queued runs, asking the dispatching or running ones to stop."""
+    the queued runs, asking the dispatching or running ones to stop. With an
+    ``Idempotency-Key`` a retry answers the run the first request made (docs/protocols.md
+    §4.5); a key that is not 1..255 visible ASCII characters is 422 ``invalid_request``."""
+    from qinglong.control.livelog.hub import hub_of
+    from qinglong.control.livelog.wakeups import CLAIMABLE
     from qinglong.control.scheduling.errors import RunRefusedError
     from qinglong.control.scheduling.firing import run_now
+    from qinglong.control.scheduling.run_creation import claim_request_key, requested_run
 
     ctx = get_context(request)
+    run_id = uuid7()
     with ctx.engine.begin() as conn:
-        task = live_task(conn, ctx.project_id, name, lock=True)
-        try:
-            created = run_now(conn, str(task["id"]))
+        task = live_task(conn, ctx.project_id, name)
+        task_id = str(task["id"])
+        if idempotency_key is not None:
+            try:
+                fresh = claim_request_key(conn, task_id=task_id, key=idempotency_key,
+                                          run_id=run_id)
+            except ValidationError:
+                raise ApiError(422, "invalid_request", f"{IDEMPOTENCY_KEY} must be 1 to 255 "
+                               "visible ASCII characters") from None
+            if not fresh:
+                earlier = requested_run(conn, task_id=task_id, key=idempotency_key)
+                if earlier is None:
+                    raise ApiError(409, "idempotency_key_expired", "the run this key made "
+                                   "is no longer kept; send the request with a new key")
+                response.headers[REPLAYED_HEADER] = "true"
+                return RunRef(id=earlier[0], number=earlier[1])
+        record_event(conn, task_id, "run_requested", by=who.name)
+        try:  # the last statement before the commit (scheduling/firing.py run_now)
+            created = run_now(conn, task_id, policy=str(task["concurrency_policy"]),
+                              run_id=run_id)
         except RunRefusedError as exc:
             which = f"run {task['name']}#{exc.number}" if exc.number else "a run of it"
             raise ApiError(409, "run_refused", f"{which} is {exc.status or 'in progress'} "
                            "and the task's concurrency policy is forbid") from None
-        record_event(conn, str(task["id"]), "run_requested", by=who.name)
-        return RunRef(id=str(created.run_id), number=created.number)
+        except TaskDeletedError:
+            raise ApiError(404, "task_not_found", "no live task has this name") from None
+    # committed: its NOTIFY wakes claims waiting anywhere; this wakes this replica's at once
+    # (also when it runs without a listener)
+    hub_of(ctx.extras).wakeups.wake(CLAIMABLE)
+    return RunRef(id=str(created.run_id), number=created.number)
 
 
 @router.get("/v1/tasks/{name}/occurrences", response_model=OccurrencePage)

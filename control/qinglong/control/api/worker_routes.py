@@ -17,11 +17,12 @@ pool's lease) counts in ``ql3_leases_lost_total{reason="fenced"}``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from qinglong.control.api.context import ApiContext, get_context
@@ -138,15 +139,86 @@ async def register(request: Request, principal: WorkerPrincipal) -> dict[str, An
         pool_labels=principal.pool_labels or {}, registration=body))
 
 
+def claim_wait_s(request: Request, config: DispatchConfig) -> float:
+    """How long an empty claim may wait for work (docs/protocols.md §4.2 "Claims that
+    wait"), in seconds: 0 unless the worker sends ``QL3-Wire: 2`` or later and
+    ``QL3-Claim-Wait: <ms>`` (a decimal of at most 7 digits); else min(that, 25 s,
+    lease/3). An older worker, which sends no wait, keeps its immediate answer."""
+    if _wire_version(request) < 2:
+        return 0.0
+    value = request.headers.get(wire.CLAIM_WAIT_HEADER, "").strip()
+    if not value.isdigit() or len(value) > 7:
+        return 0.0
+    return min(int(value), wire.CLAIM_WAIT_MAX_MS, config.lease_ms // 3) / 1000.0
+
+
+def _next_due_in_s(ctx: ApiContext) -> float | None:
+    from qinglong.control.db.engine import run_named
+    from qinglong.control.dispatch.statements import sql
+
+    with ctx.engine.connect() as conn:
+        value = run_named(conn, sql("next_due_in")).scalar()
+    return None if value is None else max(0.0, float(value))
+
+
 @router.post("/claim", **_doc(wire.ClaimRequest, wire.ClaimAnswer))
-async def claim(request: Request, principal: WorkerPrincipal) -> dict[str, Any]:
+async def claim(request: Request, response: Response,
+                principal: WorkerPrincipal) -> dict[str, Any]:
     """Lease up to ``max_attempts`` queued attempts (409 ``unknown_incarnation``); each
-    attempt's ``secret_names`` only to a worker that sends ``QL3-Wire: 2``."""
+    attempt's ``secret_names`` only to a worker that sends ``QL3-Wire: 2``.
+
+    A worker that also sends ``QL3-Claim-Wait`` (``claim_wait_s``) is answered when work
+    was leased or the wait is over: an empty claim waits on this replica's claim wake-ups
+    (a NOTIFY on ``ql3_claimable`` from any replica when a run is made, requeued, or may
+    free a ``replace`` successor; livelog/wakeups.py) and until the earliest queued run's
+    ``not_before``, then claims again; each claim moves the incarnation's
+    ``last_seen_at``. Such an answer names the wait allowed in ``QL3-Claim-Wait``. A
+    draining replica answers at once, without the header."""
+    from qinglong.control.livelog.hub import hub_of
+    from qinglong.control.livelog.wakeups import CLAIMABLE
+
     body = await _decode(request, wire.ClaimRequest)
     ctx = get_context(request)
-    answer = await _call(ctx, lambda: claim_attempts(
-        ctx.engine, _config(ctx), pool_id=_pool(principal), request=body,
-        keyring=ctx.extras.get("keyring")))
+    config = _config(ctx)
+    hub = hub_of(ctx.extras)
+    wait_s = 0.0 if hub.draining.is_set() else claim_wait_s(request, config)
+    event = hub.wakeups.register(CLAIMABLE) if wait_s > 0 else None
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    metrics = ctx.metrics
+    if event is not None and metrics is not None:
+        metrics.claim_waiting(+1)
+    try:
+        while True:
+            answer = await _call(ctx, lambda: claim_attempts(
+                ctx.engine, config, pool_id=_pool(principal), request=body,
+                keyring=ctx.extras.get("keyring")))
+            if answer["attempts"] or event is None or hub.draining.is_set():
+                break
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            due_in = await run_in_threadpool(_next_due_in_s, ctx)
+            sleep_s = left if due_in is None else min(left, due_in + 0.01)
+            try:
+                await asyncio.wait_for(event.wait(), sleep_s)
+                ended = "woken"
+            except TimeoutError:
+                ended = "timer"
+            event.clear()
+            if hub.draining.is_set():
+                ended = "draining"
+            if metrics is not None:
+                metrics.claim_wait_slept(ended)
+            if ended == "draining":
+                break
+    finally:
+        if event is not None:
+            hub.wakeups.unregister(CLAIMABLE, event)
+            if metrics is not None:
+                metrics.claim_waiting(-1)
+    if wait_s > 0 and not hub.draining.is_set():
+        response.headers[wire.CLAIM_WAIT_HEADER] = str(round(wait_s * 1000))
     if _wire_version(request) < wire.WIRE_VERSION:
         for item in answer["attempts"]:  # an older worker's strict decoder refuses the field
             item.pop("secret_names", None)

@@ -42,8 +42,8 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection
 
 # ADR-0379 §阶段验收: the reviewed hard cap moves exactly, one migration at a time.
-EXPECTED_MIGRATION_COUNT = 14
-EXPECTED_LAST_SHA256 = "e5580d3533fd2b1a43b1af1ef6f834e976b3a83895f997c0d4787cece639639c"
+EXPECTED_MIGRATION_COUNT = 15
+EXPECTED_LAST_SHA256 = "94b44fce6c8a853106fa75e3f330e2cf371d8577a38876435af81642a46cdec3"
 
 LEDGER_TABLE = "ql3_migration_ledger"
 ADVISORY_LOCK_KEY = 0x716C335F6D6967  # "ql3_mig": one key for every replica and release

@@ -51,7 +51,7 @@ RUNTIME_GRANTS: dict[str, frozenset[str]] = {
     # 0009, global variables (docs/protocols.md §4.5): operators set, reorder, remove values
     "global_variables": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
     "global_variable_values": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
-    # a URL is never edited; UPDATE only seals it (0013: a trigger refuses any other change)
+    # a URL is never edited; UPDATE only seals it (0014: a trigger refuses any other change)
     "notify_channels": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
     # outcomes are kept while their run is; history pruning deletes them with it (0010)
     "notifications": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
@@ -64,6 +64,8 @@ RUNTIME_GRANTS: dict[str, frozenset[str]] = {
     # and swept; sign-in failures are counted, cleared and swept
     "panel_sessions": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
     "panel_signin_failures": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
+    # 0015, run now's Idempotency-Key: recorded, taken over after 24 h, pruned
+    "run_request_keys": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
 }
 
 

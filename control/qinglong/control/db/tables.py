@@ -385,3 +385,13 @@ panel_signin_failures = Table(
     Column("last_failed_at", _TS, nullable=False),
     Column("blocked_until", _TS, nullable=False),
 )
+
+# 0015: run now's Idempotency-Key (docs/protocols.md §4.5); run_id has no foreign key (the
+# run is inserted after the key, as its transaction's last statement)
+run_request_keys = Table(
+    "run_request_keys", metadata,
+    Column("task_id", _uuid(), primary_key=True),
+    Column("key", Text, primary_key=True),
+    Column("run_id", _uuid(), nullable=False),
+    Column("created_at", _TS, nullable=False),
+)

@@ -191,6 +191,9 @@ def _apply(conn: Connection, state: RowMapping, pool_id: str, report: Completion
     insert_event(conn, run_id=run_id, attempt_id=attempt_id,
                  kind="run_requeued" if retry else "run_finished",
                  from_status=moved["from_status"], to_status=moved["to_status"])
+    if retry or state.get("concurrency_policy") == "replace":
+        # claimable now or at its not_before; an ended run may free its replace successor
+        run_named(conn, sql("notify_claimable"))
     if not retry:
         # ADR-0379 §2: enrolled in the terminal transition's own transaction
         enroll_run(conn, str(run_id))

@@ -130,7 +130,7 @@ SELECT a.id::text AS attempt_id, a.run_id::text AS run_id, r.project_id::text AS
        r.task_id::text AS task_id, a.number, a.status, a.started_at IS NOT NULL AS started,
        a.lease_expires_at > now() AS live, a.completion, r.status AS run_status,
        r.cancel_requested_at IS NOT NULL AS cancel, t.max_attempts, t.retry_backoff_ms,
-       t.retry_backoff_cap_ms
+       t.retry_backoff_cap_ms, t.concurrency_policy
 FROM attempts a
 JOIN worker_incarnations i ON i.id = a.worker_incarnation_id
 JOIN runs r ON r.id = a.run_id
@@ -269,3 +269,16 @@ SET status = 'lost', reason = %(reason)s, finished_at = now(), version = version
 WHERE id = CAST(%(attempt_id)s AS uuid) AND lease_version = %(lease_version)s
   AND status IN ('claimed', 'starting', 'running') AND lease_expires_at <= now()
 RETURNING status
+
+-- notify_claimable --
+-- A run became claimable (requeued for a retry, or an older run of a task ended, which may
+-- free its `replace` successor): wake the claims waiting on every replica at commit
+-- (docs/protocols.md §4.2 "Claims that wait"; the channel carries no payload)
+SELECT pg_notify('ql3_claimable', '')
+
+-- next_due_in --
+-- Seconds until the earliest queued run that is not yet due becomes due (NULL: none); a
+-- waiting claim sleeps no longer than this (runs_queued_idx)
+SELECT extract(epoch FROM min(not_before) - now()) AS due_in_s
+FROM runs
+WHERE status = 'queued' AND owner = 'runtime' AND not_before > now()

@@ -138,4 +138,6 @@ class LeaseRecovery:
                          kind="run_requeued" if retry else "run_lost",
                          from_status=moved["from_status"], to_status=moved["to_status"],
                          detail={"reason": reason})
+            # requeued, or ended (which may free a replace successor): wake waiting claims
+            run_named(conn, sql("notify_claimable"))
             return str(moved["to_status"])

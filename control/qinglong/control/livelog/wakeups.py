@@ -7,6 +7,10 @@ process: every follower of that attempt waiting in ``wait`` is woken. The payloa
 doubling to 5 s); after each reconnect every waiter is woken, because notifications sent while
 the session was down are gone. Followers never rely on NOTIFY alone: ``wait`` also returns
 after ``REREAD_S`` (2 s) so they re-read the database.
+
+The same session also listens on ``ql3_claimable`` (docs/protocols.md §4.2 "Claims that
+wait"): each such NOTIFY wakes every claim waiting on this replica (registered under
+``CLAIMABLE``); a reconnect wakes them too.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 CHANNEL = "ql3_log"
+CLAIM_CHANNEL = "ql3_claimable"
+CLAIMABLE = "claimable"  # the waiters' key for claim wake-ups (never an attempt id)
 REREAD_S = 2.0
 
 _log = logging.getLogger("qinglong.control.livelog")
@@ -110,6 +116,7 @@ class LogWakeups:
                 assert self._connect is not None
                 conn = self._connect()
                 conn.execute(f"LISTEN {CHANNEL}")
+                conn.execute(f"LISTEN {CLAIM_CHANNEL}")
                 if not first:
                     self.reconnects += 1
                     self.wake_all()  # what was sent while we were away is gone: re-read
@@ -118,7 +125,10 @@ class LogWakeups:
                 first, delay, failures = False, 0.2, 0
                 while not self._stop.is_set():
                     for note in conn.notifies(timeout=0.5, stop_after=64):
-                        self._deliver(note.payload)
+                        if note.channel == CLAIM_CHANNEL:
+                            self.wake(CLAIMABLE)
+                        else:
+                            self._deliver(note.payload)
             except Exception as exc:  # a lost session: reconnect with backoff, never crash
                 if self._stop.is_set():
                     break

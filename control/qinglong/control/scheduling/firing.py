@@ -29,7 +29,13 @@ from qinglong.control.db.engine import run_named
 from qinglong.control.scheduling.errors import RunRefusedError
 from qinglong.control.scheduling.ledger import from_ms, record_run_created, record_skips, to_ms
 from qinglong.control.scheduling.next_fire import advance, cron_schedule
-from qinglong.control.scheduling.run_creation import CreatedRun, create_run, lock_task, queries
+from qinglong.control.scheduling.run_creation import (
+    CreatedRun,
+    create_run,
+    created_run,
+    locked_task,
+    queries,
+)
 from qinglong.shared.errors import ValidationError
 from qinglong.shared.ids import uuid7
 
@@ -123,7 +129,8 @@ def _fire_slot(conn: Connection, schedule: Schedule, task: RowMapping, slot_ms: 
     if policy == "allow" and sum(r["status"] == "queued" for r in active) >= backlog_limit:
         record_skips(conn, schedule, task_id, "backlog_full", slot, slot, 1)
         return "backlog_full"
-    run = create_run(conn, task_id=task_id, trigger="schedule", scheduled_for=slot)
+    run = create_run(conn, task_id=task_id, trigger="schedule", scheduled_for=slot,
+                     task_locked=True)  # the tick's due read locked the live row
     if run is None:  # the slot has its run already (and its ledger row): nothing to add
         return "already_served"
     record_run_created(conn, task_id, slot, run.run_id)
@@ -146,17 +153,31 @@ def replace_active_runs(conn: Connection, active: Sequence[RowMapping], *, by_ru
                       {"run_id": old["id"], "event_id": uuid7(), "by_run": by_run})
 
 
-def run_now(conn: Connection, task_id: str) -> CreatedRun:
+def run_now(conn: Connection, task_id: str, *, policy: str | None = None,
+            run_id: str | None = None) -> CreatedRun:
     """Run now: a queued ``manual`` run of ``task_id`` under its concurrency policy, in the
-    caller's transaction, decided under the task row's lock (``lock_task``, held until the
-    caller's transaction ends, so two concurrent requests see each other's run).
+    caller's transaction (docs/protocols.md §4.5 "Run now").
 
-    ``forbid`` with a run queued, dispatching or running raises RunRefusedError (nothing
-    created); ``allow`` creates; ``replace`` creates, then replaces the active runs as the
-    scheduler does (``replace_active_runs``). Raises TaskNotFoundError, TaskDeletedError."""
-    lock_task(conn, task_id)
-    policy = run_named(conn, "SELECT concurrency_policy FROM tasks WHERE id = %(id)s",
-                       {"id": task_id}).scalar_one()
+    ``policy``: the task's ``concurrency_policy`` as the caller read it without a lock, or
+    None (read under the lock). ``run_id``: the new run's id (fresh when None).
+
+    ``allow`` (as read): the run is made by one statement, ``insert_allowed_run``, which
+    takes the task row's lock and the next number; the caller must send nothing after it
+    but its commit, so the lock is held for that statement and the commit only. When that
+    statement finds the task removed or no longer ``allow`` (an edit committed meanwhile),
+    the decision is taken again as below. Otherwise the task row is locked once
+    (``locked_task``, held until the caller's transaction ends, so two concurrent requests
+    see each other's run) and its policy read under the lock: ``forbid`` with a run queued,
+    dispatching or running raises RunRefusedError (nothing created); ``allow`` creates;
+    ``replace`` creates, then replaces the active runs as the scheduler does
+    (``replace_active_runs``). Raises TaskNotFoundError, TaskDeletedError."""
+    run_id = run_id or uuid7()
+    if policy == "allow":
+        row = run_named(conn, queries()["insert_allowed_run"], {
+            "task_id": task_id, "run_id": run_id, "event_id": uuid7()}).mappings().first()
+        if row is not None:
+            return created_run(row)
+    policy = str(locked_task(conn, task_id)["concurrency_policy"])
     # ``allow`` decides nothing from the active runs (a manual run has no backlog bound):
     # they are read only for the policies that use them
     active = [] if policy == "allow" else run_named(
@@ -165,7 +186,8 @@ def run_now(conn: Connection, task_id: str) -> CreatedRun:
         first = active[0]
         raise RunRefusedError("a run of this task is active; policy forbid",
                               first.get("number"), str(first["status"]))
-    run = create_run(conn, task_id=task_id, trigger="manual")
+    run = create_run(conn, task_id=task_id, trigger="manual", run_id=run_id,
+                     task_locked=True)
     if run is None:  # a manual run has no slot: only a slot conflict answers None
         raise RunRefusedError("no run was created")
     if policy == "replace":

@@ -3,14 +3,15 @@
 
 -- lock_task --
 -- Lock one task row (every run creation of a task serialises here) and read what it needs
-SELECT id, project_id, deleted_at
+SELECT id, project_id, deleted_at, concurrency_policy
 FROM tasks
 WHERE id = %(task_id)s
 FOR UPDATE
 
 -- insert_run --
 -- Take the task's next number and insert a queued runtime run with its 'created' event; no
--- row (and no number taken) when the slot already has a run. Runs after lock_task, so this
+-- row (and no number taken) when the slot already has a run. A NOTIFY on ql3_claimable,
+-- delivered at commit, wakes the claims waiting on every replica (docs/protocols.md §4.2). Runs after lock_task, so this
 -- statement's snapshot sees every run committed by the previous holder of the lock.
 WITH bump AS (
     UPDATE tasks SET run_counter = run_counter + 1
@@ -34,8 +35,64 @@ WITH bump AS (
            jsonb_build_object('trigger', run.trigger)
     FROM run
 )
-SELECT id, project_id, task_id, number, trigger, scheduled_for, not_before, created_at
+SELECT id, project_id, task_id, number, trigger, scheduled_for, not_before, created_at,
+       (SELECT 1 FROM (SELECT pg_notify('ql3_claimable', '')) n) AS woke
 FROM run
+
+-- insert_allowed_run --
+-- Run now of an `allow` task, as its transaction's last statement: the UPDATE takes the task
+-- row's lock and the next number (re-checked on the newest row version when it had to wait,
+-- so numbers stay gapless and a removal or a policy edit committed meanwhile is seen), then
+-- the run and its 'created' event, and the NOTIFY that wakes waiting claims. No row when the task was removed or is no longer
+-- `allow`: the caller decides again under the lock (lock_task).
+WITH bump AS (
+    UPDATE tasks SET run_counter = run_counter + 1
+    WHERE id = %(task_id)s AND deleted_at IS NULL AND concurrency_policy = 'allow'
+    RETURNING project_id, run_counter
+), run AS (
+    INSERT INTO runs (id, project_id, task_id, owner, status, number, trigger, not_before)
+    SELECT CAST(%(run_id)s AS uuid), bump.project_id, CAST(%(task_id)s AS uuid), 'runtime',
+           'queued', bump.run_counter, 'manual', now()
+    FROM bump
+    RETURNING id, project_id, task_id, number, trigger, scheduled_for, not_before, created_at
+), created AS (
+    INSERT INTO events (id, run_id, kind, from_status, to_status, detail)
+    SELECT CAST(%(event_id)s AS uuid), run.id, 'created', NULL, 'queued',
+           jsonb_build_object('trigger', run.trigger)
+    FROM run
+)
+SELECT id, project_id, task_id, number, trigger, scheduled_for, not_before, created_at,
+       (SELECT 1 FROM (SELECT pg_notify('ql3_claimable', '')) n) AS woke
+FROM run
+
+-- claim_request_key --
+-- Record an Idempotency-Key of run now for the run about to be made; a row already there
+-- and younger than 24 hours wins (no row returned: the caller answers that row's run). A
+-- concurrent first use of the key waits here for the other transaction's end.
+INSERT INTO run_request_keys (task_id, key, run_id)
+VALUES (%(task_id)s, %(key)s, %(run_id)s)
+ON CONFLICT (task_id, key) DO UPDATE SET run_id = EXCLUDED.run_id, created_at = now()
+    WHERE run_request_keys.created_at < now() - interval '24 hours'
+RETURNING run_id
+
+-- requested_run --
+-- The run an earlier request with this key made
+SELECT r.id, r.number
+FROM run_request_keys k JOIN runs r ON r.id = k.run_id
+WHERE k.task_id = %(task_id)s AND k.key = %(key)s
+
+-- prune_request_keys --
+-- Delete at most %(limit)s keys older than 24 hours, oldest first (run_request_keys_created_idx);
+-- the picked rows are fixed first (a plain IN (subquery LIMIT n) may lock more than n)
+WITH picked AS MATERIALIZED (
+    SELECT task_id, key FROM run_request_keys
+    WHERE created_at < now() - interval '24 hours'
+    ORDER BY created_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM run_request_keys k USING picked
+WHERE k.task_id = picked.task_id AND k.key = picked.key
 
 -- due_tasks_plan --
 -- Pin due_tasks' plan (docs/protocols.md §4.3): without statistics the planner guesses a

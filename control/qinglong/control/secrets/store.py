@@ -16,7 +16,7 @@ a value of a secret variable is written by ``stored_variable_value`` (``value`` 
 ``seal_variables_batch`` / ``reseal_variables_batch``; associated data
 ``global_variables/<name>`` and the name.
 
-Push-channel URLs (migration 0013; an Apprise URL carries its token, so the whole URL is the
+Push-channel URLs (migration 0014; an Apprise URL carries its token, so the whole URL is the
 secret) likewise: ``stored_channel_url`` on write (``url`` '' and ``sealed_url`` set once
 sealing is on), ``opened_channel_url`` when ``notify.py`` sends, and
 ``seal_channels_batch`` / ``reseal_channels_batch``; associated data
@@ -311,7 +311,7 @@ def _rewrite_channels(conn: Connection, keyring: Keyring, rows: list[Any],
 def seal_channels_batch(conn: Connection, keyring: Keyring, *,
                         limit: int = BATCH_DEFAULT) -> BatchResult:
     """Seal at most ``limit`` plaintext channel URLs (rows locked ``FOR UPDATE SKIP
-    LOCKED``; found by 0013's partial index) and clear their plaintext. A sealed URL no
+    LOCKED``; found by 0014's partial index) and clear their plaintext. A sealed URL no
     longer matches, so the caller repeats until ``last_id`` is None. Runs in the caller's
     transaction; does nothing while sealing is off."""
     if sealing_state(conn) is None:

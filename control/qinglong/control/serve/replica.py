@@ -281,6 +281,12 @@ class ControlReplica:
                 return prune_occurrences(conn, older_than=datetime.now(UTC) - keep,
                                          limit=1000)
 
+        def prune_keys() -> int:
+            from qinglong.control.scheduling.run_creation import prune_request_keys
+
+            with self.engine.begin() as conn:
+                return prune_request_keys(conn, limit=1000)
+
         keyring = self.keyring
 
         def seal() -> Any:
@@ -317,6 +323,9 @@ class ControlReplica:
                             more=lambda r: bool(r.full)),
             PeriodicService("enrollment", enroll, period_s=ENROLLMENT_PERIOD_S),
             PeriodicService("occurrence_prune", prune, period_s=PRUNE_PERIOD_S),
+            # run now's Idempotency-Key rows past their 24 h (docs/protocols.md §4.5)
+            PeriodicService("run_request_key_prune", prune_keys, period_s=PRUNE_PERIOD_S,
+                            more=lambda n: n >= 1000),
             PeriodicService("partial_log_sweep", sweep_partial,
                             period_s=PARTIAL_LOG_SWEEP_PERIOD_S, more=lambda n: n >= 100),
             PeriodicService("notify", lambda: notify.tick(self.engine, keyring),
