@@ -238,7 +238,14 @@ class Cluster:
     def token(self, scope: str, *, pool: str | None = None,
               labels: str | None = None, name: str | None = None) -> str:
         """A new token of ``scope`` (a worker token in ``pool`` with the pool's ``labels``
-        "k=v,..."), issued by ``ql3 control token create`` as the schema owner."""
+        "k=v,..."), issued by ``ql3 control token create`` as the schema owner. The command
+        runs in this process (click's runner on ql3's own command group, the environment
+        as ``env`` leaves it): the same code as the binary without a Python start per
+        token; the binary itself is tested where the command is the subject."""
+        from click.testing import CliRunner
+
+        from qinglong.local.app.cli import main
+
         args = ["control", "token", "create", "--database-url", self.db.owner_url,
                 "--name", name or f"{scope}-{secrets.token_hex(3)}", "--scope", scope,
                 "--json"]
@@ -246,7 +253,12 @@ class Cluster:
             args += ["--pool", pool]
         if labels is not None:
             args += ["--pool-labels", labels]
-        token: str = json.loads(self.ql3(*args).stdout)["token"]
+        unset: dict[str, str | None] = {k: None for k in os.environ
+                                        if k.startswith(("QL3_", "AWS_"))}
+        out = CliRunner().invoke(main, args, env={**unset, **CREDS}, catch_exceptions=False)
+        if out.exit_code != 0:
+            raise AssertionError(f"ql3 {args[:3]} exited {out.exit_code}: {out.stderr}")
+        token: str = json.loads(out.stdout)["token"]
         return token
 
     def _start(self, name: str, args: list[str], env: dict[str, str],
