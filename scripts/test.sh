@@ -8,11 +8,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TIMES=()
-timed() {  # timed NAME COMMAND...: run it, then record its wall time under NAME
-  local name="$1" start=$SECONDS
+timed() {  # timed NAME COMMAND...: run it, record its wall time under NAME, pass its status on
+  local name="$1" start=$SECONDS status=0
   shift
-  "$@"
-  TIMES+=("$(printf '%-22s %5ds' "$name" $((SECONDS - start)))")
+  "$@" || status=$?
+  TIMES+=("$(printf '%-22s %5ds%s' "$name" $((SECONDS - start)) \
+    "$([ "$status" -eq 0 ] || echo "  failed (exit $status)")")")
+  return "$status"
 }
 skipped() { TIMES+=("$(printf '%-22s %6s  %s' "$1" skipped "$2")"); }
 summary() {
@@ -63,9 +65,14 @@ if [ "$#" -gt 0 ]; then
   skipped "tiers" "arguments given: one pytest run of them instead"
   exit 0
 fi
-echo "== unit (tests/)"; timed "unit: tests/" pytest tests
+# QL3_TEST_WORKERS=N spreads the unit and integration tiers over N pytest-xdist workers; the
+# default is one process (on two cores, -n 2 measured slower for the unit tier, and the
+# integration tier's lease and schedule windows want the cores to themselves)
+par=()
+[ "${QL3_TEST_WORKERS:-1}" = 1 ] || par=(-n "$QL3_TEST_WORKERS")
+echo "== unit (tests/)"; timed "unit: tests/" pytest "${par[@]}" tests
 echo "== integration (integration/, not the drill)"
-timed "integration" pytest integration -m "not drill"
+timed "integration" pytest "${par[@]}" integration -m "not drill"
 if [ "$drill" -eq 1 ]; then
   echo "== drill (integration/drills, marker drill)"
   timed "drill" pytest integration -m drill
