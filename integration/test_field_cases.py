@@ -56,10 +56,17 @@ def test_c01_timeout_kills_background_children_on_manual_and_scheduled_runs(ql3:
 def test_c03_forbid_never_overlaps_and_replace_cancels_the_whole_previous_group(
     ql3: Ql3,
 ) -> None:
-    ql3.run("local", "task", "add", "c03", "--schedule", "* * * * * *", "--", "sleep", "5")
+    # an attempt outlasts the one-second period: the slots that come meanwhile are skipped
+    ql3.run("local", "task", "add", "c03", "--schedule", "* * * * * *", "--", "sleep", "3")
     serve = ql3.start_serve()
     try:
-        time.sleep(6)
+        def two_attempts_and_a_skip() -> bool:
+            attempted = [r for r in ql3.json("local", "runs", "--task", "c03") if r["attempts"]]
+            return len(attempted) >= 2 and any(
+                e["kind"] == "slot_skipped"
+                for e in ql3.json("local", "task", "show", "c03")["events"])
+
+        wait_for(two_attempts_and_a_skip, 30)
         ql3.run("local", "task", "disable", "c03")
         forbid_runs = ql3.json("local", "runs", "--task", "c03")
         shown = ql3.json("local", "task", "show", "c03")
@@ -72,7 +79,9 @@ def test_c03_forbid_never_overlaps_and_replace_cancels_the_whole_previous_group(
             "replace", "--", "sh", "-c", "sleep 5 & wait")
     serve = ql3.start_serve()
     try:
-        time.sleep(5)
+        # three started runs: each but the last one was replaced by its successor
+        wait_for(lambda: sum(1 for r in ql3.json("local", "runs", "--task", "c03r")
+                             if r["attempts"]) >= 3, 30)
         ql3.run("local", "task", "disable", "c03r")
         wait_for(lambda: all(r["finished_at"] or r["status"] == "queued"
                              for r in ql3.json("local", "runs", "--task", "c03r")[1:]), 10)

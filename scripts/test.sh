@@ -2,13 +2,34 @@
 # The one test command (README; .ci/run calls it): installs what it needs, then runs the
 # linters (ruff, mypy, import-linter) and every test tier: unit (tests/) and integration
 # (integration/: real processes, files, sockets).
+# With arguments, the pytest part is one run of `pytest "$@"` instead of the tiers.
+# At the end (also after a failure) it prints each tier's wall time, one line a tier, and
+# for a tier it did not run, why.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/bootstrap.sh dev
+TIMES=()
+timed() {  # timed NAME COMMAND...: run it, record its wall time under NAME, pass its status on
+  local name="$1" start=$SECONDS status=0
+  shift
+  "$@" || status=$?
+  TIMES+=("$(printf '%-22s %5ds%s' "$name" $((SECONDS - start)) \
+    "$([ "$status" -eq 0 ] || echo "  failed (exit $status)")")")
+  return "$status"
+}
+skipped() { TIMES+=("$(printf '%-22s %6s  %s' "$1" skipped "$2")"); }
+summary() {
+  local status=$?
+  echo "== tier times (wall clock)"
+  printf '%s\n' "${TIMES[@]}"
+  [ "$status" -eq 0 ] || echo "(stopped by a failure, exit $status: later tiers did not run)"
+}
+trap summary EXIT
+timed "setup: venv" bash scripts/bootstrap.sh dev
 export PATH="$PWD/.venv/bin:$PATH"
-echo "== ruff"; ruff check .
-echo "== mypy"; mypy
-echo "== import-linter"; lint-imports
+echo "== ruff"; timed "lint: ruff" ruff check .
+echo "== mypy"; timed "lint: mypy" mypy
+echo "== import-linter"; timed "lint: import-linter" lint-imports
+setup_start=$SECONDS
 echo "== faketime"  # integration/test_clock_step.py (case C15) needs libfaketime
 if ! ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -30,10 +51,31 @@ if ! pg_isready -q -h 127.0.0.1; then
   for _ in $(seq 50); do pg_isready -q -h 127.0.0.1 && break; sleep 0.2; done
 fi
 echo "== drill tools"  # integration/drills (marker drill): etcd and a Patroni venv, cached
+drill=1
 if [ "$(id -u)" -eq 0 ]; then
   QL3_PATRONI_VENV="$(bash scripts/drill_env.sh)"
   export QL3_PATRONI_VENV QL3_DRILL_REQUIRED=1  # CI never passes by skipping the drill
 else
+  drill=0
   echo "not root: the failover drill will be skipped"
 fi
-echo "== pytest"; pytest "$@"
+TIMES+=("$(printf '%-22s %5ds' "setup: system tools" $((SECONDS - setup_start)))")
+if [ "$#" -gt 0 ]; then
+  echo "== pytest $*"; timed "pytest $*" pytest "$@"
+  skipped "tiers" "arguments given: one pytest run of them instead"
+  exit 0
+fi
+# QL3_TEST_WORKERS=N spreads the unit and integration tiers over N pytest-xdist workers; the
+# default is one process (on two cores, -n 2 measured slower for the unit tier, and the
+# integration tier's lease and schedule windows want the cores to themselves)
+par=()
+[ "${QL3_TEST_WORKERS:-1}" = 1 ] || par=(-n "$QL3_TEST_WORKERS")
+echo "== unit (tests/)"; timed "unit: tests/" pytest "${par[@]}" tests
+echo "== integration (integration/, not the drill)"
+timed "integration" pytest "${par[@]}" integration -m "not drill"
+if [ "$drill" -eq 1 ]; then
+  echo "== drill (integration/drills, marker drill)"
+  timed "drill" pytest integration -m drill
+else
+  skipped "drill" "not root: Patroni's PostgreSQL members need root (runuser)"
+fi

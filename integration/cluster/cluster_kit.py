@@ -65,21 +65,58 @@ class ClusterDb:
         return pg_url(self.login_role, self.name, self.server, self.params)
 
     @classmethod
-    def create(cls, server: str = LOCAL_PG, params: str = "") -> ClusterDb:
+    def create(cls, server: str = LOCAL_PG, params: str = "",
+               template: ClusterDb | None = None) -> ClusterDb:
         """A new database on ``server`` ("host:port", or "h1:p1,h2:p2,…" with ``params``
         naming ``target_session_attrs=read-write``; trust auth for ``postgres``), migrated
-        by ``ql3 control migrate`` with its own runtime role and a login in it."""
+        by ``ql3 control migrate`` with its own runtime role and a login in it.
+
+        With ``template`` (a migrated database on the same server nobody is connected to,
+        ``ClusterDb.template``), the database is a ``CREATE DATABASE … TEMPLATE`` copy of it
+        instead: the template's runtime role loses what it was granted there
+        (``DROP OWNED BY``) and this database's own runtime role gets the runtime grants
+        (``db.roles.apply_runtime_grants``, what the migrate ends with) — the same schema
+        and grants as a migrate, without running the migrations again."""
         suffix = secrets.token_hex(5)
         db = cls(f"ql3c_{suffix}", f"ql3c_rt_{suffix}", f"ql3c_login_{suffix}", server,
                  params)
-        with _admin(server, params) as conn:
-            conn.execute(f'CREATE DATABASE "{db.name}"')
-        subprocess.run([QL3, "control", "migrate", "--database-url", db.owner_url,
-                        "--runtime-role", db.runtime_role], check=True, capture_output=True,
-                       timeout=60)
+        if template is None:
+            with _admin(server, params) as conn:
+                conn.execute(f'CREATE DATABASE "{db.name}"')
+            subprocess.run([QL3, "control", "migrate", "--database-url", db.owner_url,
+                            "--runtime-role", db.runtime_role], check=True,
+                           capture_output=True, timeout=60)
+        else:
+            assert (template.server, template.params) == (server, params)
+            with _admin(server, params) as conn:
+                conn.execute(f'CREATE DATABASE "{db.name}" TEMPLATE "{template.name}"')
+            db.grant_runtime(revoke_from=template.runtime_role)
         with _admin(server, params) as conn:
             conn.execute(f'CREATE ROLE "{db.login_role}" LOGIN IN ROLE "{db.runtime_role}"')
         return db
+
+    @classmethod
+    def template(cls, server: str = LOCAL_PG) -> ClusterDb:
+        """A migrated database for ``create(template=…)``: ``create`` without its login role
+        (nobody may connect to a template while it is copied); ``drop`` removes it."""
+        db = cls.create(server)
+        with _admin(server) as conn:
+            conn.execute(f'DROP ROLE "{db.login_role}"')
+        return db
+
+    def grant_runtime(self, *, revoke_from: str) -> None:
+        """In this database: revoke everything ``revoke_from`` was granted (it owns nothing)
+        and apply the runtime grants to ``runtime_role`` (created if missing)."""
+        from qinglong.control.db.engine import create_engine
+        from qinglong.control.db.roles import apply_runtime_grants
+
+        engine = create_engine(self.owner_url, pool_size=1, max_overflow=0)
+        try:
+            with engine.connect() as conn, conn.begin():
+                conn.exec_driver_sql(f'DROP OWNED BY "{revoke_from}"')
+                apply_runtime_grants(conn, self.runtime_role)
+        finally:
+            engine.dispose()
 
     def connect(self) -> psycopg.Connection[Any]:
         return psycopg.connect(self.owner_url, autocommit=True, connect_timeout=10)
@@ -201,7 +238,14 @@ class Cluster:
     def token(self, scope: str, *, pool: str | None = None,
               labels: str | None = None, name: str | None = None) -> str:
         """A new token of ``scope`` (a worker token in ``pool`` with the pool's ``labels``
-        "k=v,..."), issued by ``ql3 control token create`` as the schema owner."""
+        "k=v,..."), issued by ``ql3 control token create`` as the schema owner. The command
+        runs in this process (click's runner on ql3's own command group, the environment
+        as ``env`` leaves it): the same code as the binary without a Python start per
+        token; the binary itself is tested where the command is the subject."""
+        from click.testing import CliRunner
+
+        from qinglong.local.app.cli import main
+
         args = ["control", "token", "create", "--database-url", self.db.owner_url,
                 "--name", name or f"{scope}-{secrets.token_hex(3)}", "--scope", scope,
                 "--json"]
@@ -209,7 +253,12 @@ class Cluster:
             args += ["--pool", pool]
         if labels is not None:
             args += ["--pool-labels", labels]
-        token: str = json.loads(self.ql3(*args).stdout)["token"]
+        unset: dict[str, str | None] = {k: None for k in os.environ
+                                        if k.startswith(("QL3_", "AWS_"))}
+        out = CliRunner().invoke(main, args, env={**unset, **CREDS}, catch_exceptions=False)
+        if out.exit_code != 0:
+            raise AssertionError(f"ql3 {args[:3]} exited {out.exit_code}: {out.stderr}")
+        token: str = json.loads(out.stdout)["token"]
         return token
 
     def _start(self, name: str, args: list[str], env: dict[str, str],

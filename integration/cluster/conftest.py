@@ -32,8 +32,20 @@ def cluster_moto() -> Iterator[str]:
         yield endpoint
 
 
-def _cluster(tmp_path: Path, moto: str, server: str, *, drop: bool) -> Iterator[Cluster]:
-    db = ClusterDb.create(server)
+@pytest.fixture(scope="session")
+def cluster_template() -> Iterator[ClusterDb]:
+    """A database on the local PostgreSQL migrated once per session by ``ql3 control
+    migrate``; each ``cluster`` database is a copy of it (``ClusterDb.create``)."""
+    template = ClusterDb.template()
+    try:
+        yield template
+    finally:
+        template.drop()
+
+
+def _cluster(tmp_path: Path, moto: str, server: str, *, drop: bool,
+             template: ClusterDb | None = None) -> Iterator[Cluster]:
+    db = ClusterDb.create(server, template=template)
     bucket = new_bucket(make_client(moto, timeout_s=5, **CREDS), versioned=True)
     c = Cluster(tmp_path, db, moto, bucket)
     try:
@@ -45,8 +57,8 @@ def _cluster(tmp_path: Path, moto: str, server: str, *, drop: bool) -> Iterator[
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, cluster_moto: str) -> Iterator[Cluster]:
-    yield from _cluster(tmp_path, cluster_moto, LOCAL_PG, drop=True)
+def cluster(tmp_path: Path, cluster_moto: str, cluster_template: ClusterDb) -> Iterator[Cluster]:
+    yield from _cluster(tmp_path, cluster_moto, LOCAL_PG, drop=True, template=cluster_template)
 
 
 @pytest.fixture

@@ -239,7 +239,8 @@ def _long_poll_across_replicas(scene: Scene) -> None:
     other = str(scene.controls[1].url)
     assert wait_for(lambda: scene.one(
         "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'ql3-listen:c2'"
-        " AND query = 'LISTEN ql3_log'") == 1, 10), "c2 keeps no LISTEN session"
+        " AND query = 'LISTEN ql3_log' AND datname = current_database()") == 1, 10), \
+        "c2 keeps no LISTEN session"
     answers: list[httpx.Response] = []
     poll = threading.Thread(target=lambda: answers.append(
         raw_read(other, scene.viewer, lease.attempt_id, offset=4, wait=20)))
@@ -247,7 +248,7 @@ def _long_poll_across_replicas(scene: Scene) -> None:
     # the poll is parked on c2 (it answered nothing yet) before c1 stores the chunk
     assert wait_for(lambda: scene.one(
         "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'ql3-listen:c2'"
-        ) == 1 and poll.is_alive(), 5)
+        " AND datname = current_database()") == 1 and poll.is_alive(), 5)
     scene.worker.send(lease, 4, b"two\n")
     poll.join(25)
     assert not poll.is_alive() and len(answers) == 1
