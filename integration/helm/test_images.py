@@ -85,7 +85,7 @@ def _pod(rendered: Rendered, kind: str, name: str, install: Install, built: Buil
 WRITABLE = ("find / \\( -path /proc -o -path /dev \\) -prune -o -writable -print 2>/dev/null"
             " | sed 's/^/writable=/'")
 PROBE = f"""echo "uid=$(id -u) gid=$(id -g)"
-echo "bash=$BASH_VERSION"
+echo "bash=$(bash -c 'echo "$BASH_VERSION"')"
 echo "python3=$(python3 -c 'print(6 * 7)')"
 echo "node=$(node -e 'console.log(6 * 7)')"
 {WRITABLE}
@@ -101,10 +101,11 @@ def _writable_outside(lines: list[str], mounts: list[dict[str, Any]]) -> list[st
 
 
 def _owned_by(root: Path, uid: int) -> list[str]:
-    """Paths in an image's file system owned by ``uid`` or writable by everyone (sticky
-    directories such as /tmp aside)."""
-    done = subprocess.run(["find", str(root), "-xdev", "(", "-uid", str(uid), "-o", "-perm",
-                           "-0002", "!", "-type", "l", "!", "-perm", "-1000", ")", "-print"],
+    """Files and directories in an image's file system owned by ``uid`` or writable by
+    everyone (sticky directories such as /tmp aside; device nodes are the runtime's)."""
+    done = subprocess.run(["find", str(root), "-xdev", "(", "-type", "f", "-o", "-type", "d",
+                           ")", "(", "-uid", str(uid), "-o", "-perm", "-0002", "!", "-perm",
+                           "-1000", ")", "-print"],
                           capture_output=True, text=True, check=True)
     return [line[len(str(root)):] for line in done.stdout.splitlines()]
 
