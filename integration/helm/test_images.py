@@ -73,7 +73,7 @@ def mounted(images: dict[str, str]) -> Iterator[dict[str, Built]]:
             one.close()
 
 
-def _pod(rendered: Rendered, kind: str, name: str, install: Install, built: Built,
+def _pod(rendered: Rendered, kind: str, name: str, install: Install, built: Built,  # noqa: F811
          hosts: list[str]) -> ImagePod:
     doc = rendered.one(kind, name)
     spec = doc["spec"] if kind == "Pod" else doc["spec"]["template"]["spec"]
