@@ -59,7 +59,7 @@ RUN --mount=type=bind,from=build,source=/dist,target=/dist \
     && python -m pip --python /opt/ql3/bin/python install --no-cache-dir \
        /dist/qinglong-*.whl /dist/qinglong_cluster-*.whl \
     && /opt/ql3/bin/ql3 --version && bash --version >/dev/null && node --version \
-    && mkdir -p -m 0755 /var/lib/qinglong/work /var/lib/qinglong/spool
+    && install -d -m 0755 /var/lib/qinglong /var/lib/qinglong/work /var/lib/qinglong/spool
 # (made here, owned by root: WORKDIR after USER would give them to ql3; the chart mounts
 # emptyDirs on both, so ql3 writes nothing of the image's own)
 # ql3's venv first on PATH only now: while installing, `python` is the base's (with pip)
