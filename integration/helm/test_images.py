@@ -49,6 +49,10 @@ def images() -> dict[str, str]:
            for tool in ("buildah", "debootstrap", "bwrap") if shutil.which(tool) is None]
     if os.geteuid() != 0:
         why.append("buildah's chroot builds and the sandbox need root")
+    if not why:
+        info = subprocess.run(["buildah", "info"], capture_output=True, text=True, check=False)
+        if info.returncode != 0:
+            why.append(f"buildah cannot work here: {info.stderr.strip()[-500:]}")
     if why:
         pytest.skip("; ".join(why))
     started = time.monotonic()
@@ -111,7 +115,7 @@ def _owned_by(root: Path, uid: int) -> list[str]:
 
 
 def test_the_built_images_install_serve_and_run_a_task_as_the_chart_runs_them(
-        install: Install, mounted: dict[str, Built], tmp_path: Path) -> None:  # noqa: F811
+        mounted: dict[str, Built], install: Install, tmp_path: Path) -> None:  # noqa: F811
     control_image, worker_image = mounted["control"], mounted["worker"]
     for built in (control_image, worker_image):
         assert built.config.get("User") == "10001:10001", built.config
