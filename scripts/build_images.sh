@@ -74,7 +74,7 @@ for target in control worker; do
     '{{index .OCIv1.Config.Labels "org.qinglong.context"}}' "$image" 2>/dev/null || true)"
   if [ "$have" != "$context" ]; then
     echo "== build --target $target" >&2
-    buildah bud --isolation chroot --quiet "${trust[@]}" --build-arg "PYTHON_IMAGE=$BASE" \
+    buildah bud --isolation chroot --quiet --force-rm "${trust[@]}" --build-arg "PYTHON_IMAGE=$BASE" \
       --label "org.qinglong.context=$context" --target "$target" -t "$image" . >&2
   else
     echo "== $image is up to date" >&2
