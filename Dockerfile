@@ -40,8 +40,7 @@ RUN python -m pip wheel --no-cache-dir --no-deps . ./cluster -w /dist
 FROM ${PYTHON_IMAGE} AS runtime
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PATH=/opt/ql3/bin:$PATH
+    PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN groupadd --system --gid 10001 ql3 \
     && useradd --system --uid 10001 --gid 10001 --no-create-home \
        --home-dir /var/lib/qinglong/work --shell /usr/sbin/nologin ql3
@@ -59,7 +58,12 @@ RUN --mount=type=bind,from=build,source=/dist,target=/dist \
     python -m venv --without-pip /opt/ql3 \
     && python -m pip --python /opt/ql3/bin/python install --no-cache-dir \
        /dist/qinglong-*.whl /dist/qinglong_cluster-*.whl \
-    && ql3 --version && bash --version >/dev/null && node --version
+    && /opt/ql3/bin/ql3 --version && bash --version >/dev/null && node --version \
+    && install -d -m 0755 /var/lib/qinglong /var/lib/qinglong/work /var/lib/qinglong/spool
+# (made here, owned by root: WORKDIR after USER would give them to ql3; the chart mounts
+# emptyDirs on both, so ql3 writes nothing of the image's own)
+# ql3's venv first on PATH only now: while installing, `python` is the base's (with pip)
+ENV PATH=/opt/ql3/bin:$PATH
 USER 10001:10001
 WORKDIR /var/lib/qinglong/work
 ENTRYPOINT ["ql3"]
@@ -71,7 +75,8 @@ RUN --mount=type=bind,from=build,source=/dist,target=/dist \
     python -m venv --without-pip /opt/ql3 \
     && python -m pip --python /opt/ql3/bin/python install --no-cache-dir \
        /dist/qinglong-*.whl "$(ls /dist/qinglong_cluster-*.whl)[control]" \
-    && ql3 control --help >/dev/null
+    && /opt/ql3/bin/ql3 control --help >/dev/null
+ENV PATH=/opt/ql3/bin:$PATH
 USER 10001:10001
 EXPOSE 8080
 ENTRYPOINT ["ql3"]

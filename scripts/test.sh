@@ -40,6 +40,14 @@ if ! command -v bwrap >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq && $SUDO apt-get install -y -qq bubblewrap
 fi
+echo "== buildah, debootstrap"  # the image tier builds the Dockerfile's images (scripts/build_images.sh)
+image=1
+if [ "$(id -u)" -ne 0 ]; then
+  image=0
+  echo "not root: buildah's chroot builds need root; the image tier will be skipped"
+elif ! command -v buildah >/dev/null 2>&1 || ! command -v debootstrap >/dev/null 2>&1; then
+  apt-get update -qq && apt-get install -y -qq buildah debootstrap
+fi
 echo "== chromium"  # integration/panel: the panel in a real browser (playwright, no download)
 if ! command -v chromium-headless-shell >/dev/null 2>&1 || ! fc-list | grep -qi wenquanyi; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -72,7 +80,15 @@ par=()
 [ "${QL3_TEST_WORKERS:-1}" = 1 ] || par=(-n "$QL3_TEST_WORKERS")
 echo "== unit (tests/)"; timed "unit: tests/" pytest "${par[@]}" tests
 echo "== integration (integration/, not the drill)"
-timed "integration" pytest "${par[@]}" integration -m "not drill"
+timed "integration" pytest "${par[@]}" integration -m "not drill and not image"
+if [ "$image" -eq 1 ]; then
+  # the first run makes the Debian base (debootstrap, a few minutes, cached under
+  # /var/cache/ql3-image); later runs rebuild only when the build context changed
+  echo "== image (integration/helm/test_images.py, marker image)"
+  timed "image" pytest integration -m image -rs
+else
+  skipped "image" "not root: buildah's chroot builds and the sandbox need root"
+fi
 if [ "$drill" -eq 1 ]; then
   echo "== drill (integration/drills, marker drill)"
   timed "drill" pytest integration -m drill
