@@ -1,4 +1,5 @@
-"""The README's main job: register real maintenance scripts and run each once, for real.
+"""The README's main job: register real maintenance scripts and run each once, for real,
+then say how to keep them running and how to open the web panel (docs/panel.md).
 
 Uses only the `ql3` command line, exactly as a person would, on the data directory
 ./demo-data (override with QL3_DATA_DIR). Re-running is safe: existing tasks are kept.
@@ -6,6 +7,7 @@ Uses only the `ql3` command line, exactly as a person would, on the data directo
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -20,6 +22,9 @@ DATA = Path(os.environ.get("QL3_DATA_DIR") or ROOT / "demo-data").resolve()
 SAMPLE = DATA / "sample"
 QL3 = [str(Path(sys.executable).parent / "ql3")]
 PY = sys.executable
+# where `ql3 local web` listens by default (its --listen); the sign-in token is made by the
+# running panel and lives in its memory, so the demo can show the command, never the link
+PANEL_URL = "http://127.0.0.1:5700/"
 
 TASKS: list[tuple[str, str, list[str], list[str]]] = [
     # name, schedule, extra options, argv
@@ -121,6 +126,13 @@ def main() -> int:
     print(command_lines(".venv/bin/ql3 local serve --data-dir", data))
     print("and watch it from another terminal:")
     print(command_lines(".venv/bin/ql3 local runs --data-dir", data))
+    print("Open the web panel (docs/panel.md) while the scheduler runs, with:")
+    print(command_lines(".venv/bin/ql3 local web --data-dir", data))
+    print(f"It serves {PANEL_URL} and prints the one-time sign-in link to open:")
+    print(f"    {PANEL_URL}signin?token=…")
+    print("(a new token each start; Ctrl-C stops the panel)")
+    if importlib.util.find_spec("qinglong.panel") is None:
+        print("The panel is not installed here: bash scripts/bootstrap.sh web")
     print("See docs/systemd.md to run it as a service.")
     return 0 if ok else 1
 

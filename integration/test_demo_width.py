@@ -2,9 +2,11 @@
 and then runs ``examples/demo.py`` with the venv's Python, which is what this test runs: the
 install step is the bootstrap's, not the demo's). Every line it prints — its own narration,
 the ``ql3`` output it shows, the head of each log and the last lines telling how to keep the
-schedules running — fits 80 screen columns (East Asian wide characters count 2), also with
-a data directory whose path is long: the command to copy then continues on a second line,
-never cut."""
+schedules running and how to open the web panel — fits 80 screen columns (East Asian wide
+characters count 2), also with a data directory whose path is long: the command to copy then
+continues on a second line, never cut. The panel is not started by the demo (its sign-in
+token lives in the running panel's memory): it prints the command and where the link points
+(docs/panel.md "Running it")."""
 
 from __future__ import annotations
 
@@ -33,9 +35,14 @@ def test_every_line_of_the_local_demo_fits_80_columns(tmp_path: Path) -> None:
     wide = [(text_width(line), line) for line in lines if text_width(line) > 80]
     assert not wide, wide
     # the last lines: the commands to copy, the long path on a continuation line, whole
-    tail = "\n".join(lines[-7:])
+    tail = "\n".join(lines[-13:])
     assert f".venv/bin/ql3 local serve --data-dir \\\n        {data}\n" in tail, tail
     assert f".venv/bin/ql3 local runs --data-dir \\\n        {data}\n" in tail, tail
+    assert f".venv/bin/ql3 local web --data-dir \\\n        {data}\n" in tail, tail
+    assert "It serves http://127.0.0.1:5700/ and prints the one-time sign-in link" in tail
+    assert "    http://127.0.0.1:5700/signin?token=…\n" in tail, tail
+    assert "not installed" not in tail  # this venv has the panel, as scripts/demo.sh's has
     assert lines[-1] == "See docs/systemd.md to run it as a service."
     assert lines[:2] == ["== data directory:", f"    {data}"]
     assert "    | backup ok: " in out.stdout  # the log head that was too wide, now cut with …
+

@@ -27,9 +27,9 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def test_help_and_cluster_commands_without_the_cluster_libraries(tmp_path: Path) -> None:
-    """After scripts/demo.sh (the runtime-only install), httpx is absent: `ql3 --help` and a
-    bare `ql3` print help, and `ql3 cluster …` says in one line what to install."""
-    shadow = tmp_path / "shadow" / "httpx"  # a runtime-only install: importing httpx fails
+    """After scripts/demo.sh (local profile and panel, no cluster), httpx is absent: `ql3
+    --help` and a bare `ql3` print help, and `ql3 cluster …` says in one line what to install."""
+    shadow = tmp_path / "shadow" / "httpx"  # an install without httpx: importing it fails
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text(
         "raise ModuleNotFoundError(\"No module named 'httpx'\", name='httpx')\n")

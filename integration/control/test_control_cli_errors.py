@@ -210,7 +210,7 @@ def test_an_endpoint_from_the_environment_alone_does_not_stop_a_database_check(
 
 
 def test_a_missing_control_extra_says_how_to_install_it() -> None:
-    """Without psycopg (the runtime-only install of scripts/demo.sh): exit 2, one line."""
+    """Without psycopg (as after scripts/demo.sh, which has no cluster): exit 2, one line."""
     code = ("import sys; sys.modules['psycopg'] = None; "
             "from qinglong.local.app.cli import run_main; "
             "sys.exit(run_main(['control', 'readiness', '--database-url', "

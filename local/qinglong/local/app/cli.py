@@ -50,7 +50,7 @@ class _LazyGroup(click.Group):
                 module = importlib.import_module(self.lazy[cmd_name])
             except ModuleNotFoundError:
                 # our cluster package, or a library only it brings (httpx after the
-                # runtime-only install of scripts/demo.sh): the command stands in as one
+                # install of scripts/demo.sh, which has no cluster): the command stands in as one
                 # that says what to install, so `ql3 --help` still lists and prints
                 return _missing_command(cmd_name)
             found = getattr(module, cmd_name)
