@@ -2,7 +2,8 @@
 (docs/panel.md "Cluster"; DESIGN §4.6): API-token sign-in, server-side sessions (hashed ids,
 dying with their token), scopes, CSRF and Origin, the throttle on failed sign-ins shared
 through PostgreSQL, sign-out, the sweep, and the pages over ``ControlPanelBackend`` (those it
-does not serve yet hidden and answering 501)."""
+does not serve yet hidden and answering 501): Runs across tasks with filters and keyset
+pages, and the Overview of the last 24 hours."""
 
 from __future__ import annotations
 
@@ -46,11 +47,24 @@ def _csrf(page: str) -> str:
     return found.group(1)
 
 
-def _make_task(api: ApiWorld, name: str, labels: dict[str, str] | None = None) -> None:
+def _make_task(api: ApiWorld, name: str, labels: dict[str, str] | None = None,
+               **fields: Any) -> None:
     answer = api.client.post("/v1/tasks", json={"name": name, "shell": "sleep 600",
-                                                "labels": labels or {}},
+                                                "labels": labels or {}, **fields},
                              headers=api.as_("admin"))
     assert answer.status_code == 201, answer.text
+
+
+def _run(api: ApiWorld, name: str) -> str:
+    """A run of ``name`` requested through the API (queued: no worker serves this world)."""
+    answer = api.client.post(f"/v1/tasks/{name}/run", headers=api.as_("operator"))
+    assert answer.status_code in (200, 201, 202), answer.text
+    return str(answer.json()["id"])
+
+
+def _run_ids(page: str) -> list[str]:
+    """The run ids linked from a Runs page's table, in page order."""
+    return re.findall(r'href="/ui/runs/([0-9a-f-]{36})"', page)
 
 
 def _signed_in(api: ApiWorld, scope: str) -> tuple[httpx.Client, str]:
@@ -235,10 +249,11 @@ def test_pages_the_cluster_does_not_serve_yet_are_hidden_and_answer_501(
     _make_task(api, "淘宝签到")
     client, csrf = _signed_in(api, "operator")
     page = client.get("/ui/", headers={"Accept-Language": "en"}).text
-    for hidden in ('href="/ui/runs"', 'href="/ui/vars"', 'href="/ui/dashboard"',
-                   "/ui/tasks/new", "/edit", 'value="delete"'):
+    for hidden in ('href="/ui/vars"', "/ui/tasks/new", "/edit", 'value="delete"'):
         assert hidden not in page, hidden
-    for path in ("/ui/runs", "/ui/vars", "/ui/dashboard", "/ui/tasks/new",
+    for shown in ('href="/ui/runs"', 'href="/ui/dashboard"'):
+        assert shown in page, shown
+    for path in ("/ui/vars", "/ui/tasks/new",
                  "/ui/tasks/%E4%BA%AC%E4%B8%9C%E7%AD%BE%E5%88%B0/edit"):
         reply = client.get(path, headers={"Accept-Language": "en"})
         assert reply.status_code == 501, path
@@ -252,3 +267,54 @@ def test_pages_the_cluster_does_not_serve_yet_are_hidden_and_answer_501(
     assert off.status_code == 303 and off.headers["location"] == "/ui/?done=2&failed=0"
     assert sorted(api.sql("SELECT name, enabled, deleted_at IS NULL FROM tasks")) == [
         ("京东签到", False, True), ("淘宝签到", False, True)]
+
+
+def test_runs_page_lists_across_tasks_filters_and_pages_by_keyset(api: ApiWorld) -> None:
+    _make_task(api, "京东签到", concurrency_policy="allow")
+    _make_task(api, "淘宝签到")
+    jd = [_run(api, "京东签到") for _ in range(52)]  # one more than two pages of 50 hold
+    tb = _run(api, "淘宝签到")
+    api.sql("UPDATE runs SET status = 'failed', finished_at = now() WHERE id = %(r)s",
+            {"r": jd[0]})
+    client, _ = _signed_in(api, "viewer")
+    first = client.get("/ui/runs")
+    assert first.status_code == 200
+    # newest first across tasks: 淘宝签到's run, then 京东签到's newest 49
+    assert _run_ids(first.text) == [tb, *reversed(jd[3:])]
+    assert "淘宝签到" in first.text and "京东签到" in first.text
+    older = re.search(r'href="(/ui/runs\?before=[^"]+)"', first.text)
+    assert older, first.text[-600:]
+    second = client.get(older.group(1).replace("&amp;", "&")).text
+    assert _run_ids(second) == list(reversed(jd[:3]))
+    assert "/ui/runs?before=" not in second  # the last page offers no older one
+    only = client.get("/ui/runs", params={"task": "淘宝签到"}).text
+    assert _run_ids(only) == [tb]
+    failed = client.get("/ui/runs", params={"status": "failed"}).text
+    assert _run_ids(failed) == [jd[0]]
+    both = client.get("/ui/runs", params={"task": "京东签到", "status": "queued"}).text
+    assert len(_run_ids(both)) == 50 and jd[0] not in _run_ids(both)
+    none = client.get("/ui/runs", params={"task": "没有这个任务"}).text
+    assert _run_ids(none) == []
+    junk = client.get("/ui/runs", params={"before": "不是游标"})  # a cursor not made by us
+    assert junk.status_code == 200 and _run_ids(junk.text) == []
+    assert _browser(api).get("/ui/runs").status_code == 401
+
+
+def test_overview_counts_the_last_day_shows_failures_and_next_runs(api: ApiWorld) -> None:
+    _make_task(api, "京东签到", schedule="0 8 * * *", timezone="Asia/Shanghai")
+    _make_task(api, "淘宝签到", concurrency_policy="allow")
+    old, failed, fresh = _run(api, "京东签到"), _run(api, "淘宝签到"), _run(api, "淘宝签到")
+    api.sql("UPDATE runs SET status = 'failed', finished_at = now() WHERE id = %(r)s",
+            {"r": failed})
+    api.sql("UPDATE runs SET status = 'failed', finished_at = now() - interval '2 days',"
+            " created_at = now() - interval '2 days' WHERE id = %(r)s", {"r": old})
+    client, _ = _signed_in(api, "viewer")
+    page = client.get("/ui/dashboard", headers={"Accept-Language": "zh-CN"})
+    assert page.status_code == 200
+    counts = re.findall(r'<p class="big[^"]*">(\d+)\+?</p>', page.text)
+    assert counts == ["2", "1", "2"]  # runs in 24 h, failed in 24 h, tasks
+    assert f"/ui/runs/{failed}" in page.text  # the failure of the last day is linked
+    assert f"/ui/runs/{old}" not in page.text and f"/ui/runs/{fresh}" not in page.text
+    upcoming = re.search(r"<ol>(.*?)</ol>", page.text, re.S)
+    assert upcoming and "京东签到" in upcoming.group(1) and "Asia/Shanghai" in upcoming.group(1)
+    assert "淘宝签到" not in upcoming.group(1)  # no schedule: no next run

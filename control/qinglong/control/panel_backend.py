@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 import unicodedata
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 from uuid import UUID
 
 from sqlalchemy import Text, and_, cast, func, or_, select
@@ -65,9 +65,9 @@ class ControlPanelBackend:
     thread); database errors become BackendUnavailableError (the page says so, 503)."""
 
     profile = "cluster"
-    #: none of the optional pages yet (qinglong.panel.backend.FEATURES): task form, Runs,
-    #: Variables and Overview are the local profile's for now (docs/panel.md "Cluster")
-    features: frozenset[str] = frozenset()
+    #: the optional pages it serves (qinglong.panel.backend.FEATURES): Runs and Overview;
+    #: the task form and Variables are the local profile's for now (docs/panel.md "Cluster")
+    features: frozenset[str] = frozenset({"runs", "dashboard"})
 
     def __init__(self, ctx: ApiContext) -> None:
         self.ctx = ctx
@@ -325,6 +325,51 @@ class ControlPanelBackend:
         chunk, _attempt = self._chunk(run, offset)
         return chunk
 
+    def runs_page(self, task: str | None, status: str | None, before: str | None,
+                  limit: int) -> dict[str, Any]:
+        """Runs across tasks newest first by keyset (``PanelBackend.runs_page``), the query
+        of ``GET /v1/runs`` (``api/runs.runs_with_task``): ``task`` every task, live or
+        removed, of that name (or name key); ``status`` a run status; ``before`` a run id
+        from ``next``; ``limit`` 1-200. ``{"runs": [{"id", "number", "task", "task_id",
+        "status", "trigger", "created_at", "finished_at", "exit_code"}], "next": run id
+        or None}``. A bad status, cursor or limit is BackendRefusedError (usage)."""
+        from qinglong.control.api.run_models import RunStatus
+        from qinglong.control.api.runs import runs_with_task
+        from qinglong.shared.names import name_key
+
+        if not 1 <= limit <= 200:
+            raise BackendRefusedError("bad_request", "limit must be 1-200", usage=True)
+        query = runs_with_task(self.ctx.project_id)
+        if task is not None:
+            query = query.where(or_(tasks.c.name == task, tasks.c.name_key == name_key(task)))
+        if status is not None:
+            if status not in get_args(RunStatus):
+                raise BackendRefusedError("bad_request", "not a run status", usage=True)
+            query = query.where(runs.c.status == status)
+        if before is not None:
+            try:
+                cursor = UUID(before)
+            except ValueError:
+                raise BackendRefusedError("bad_request", "not a run cursor",
+                                          usage=True) from None
+            query = query.where(runs.c.id < str(cursor))
+
+        def read() -> dict[str, Any]:
+            with self.ctx.engine.connect() as conn:
+                rows = list(conn.execute(query.order_by(runs.c.id.desc()).limit(limit + 1))
+                            .mappings())
+            page = rows[:limit]
+            return {"runs": [{"id": str(r["id"]), "number": r["number"],
+                              "task": r["task_name"], "task_id": str(r["task_id"]),
+                              "status": r["status"], "trigger": r["trigger"],
+                              "created_at": _iso(r["created_at"]),
+                              "finished_at": _iso(r["finished_at"]),
+                              "exit_code": r["exit_code"]} for r in page],
+                    "next": str(page[-1]["id"]) if len(rows) > limit else None}
+
+        result: dict[str, Any] = self._guard(read)
+        return result
+
     # -- pages the cluster does not serve yet (``features`` is empty: the navigation hides
     # them; reached by URL, the panel shows "not available in this profile", 501) ---------
 
@@ -347,11 +392,6 @@ class ControlPanelBackend:
     def schedule_preview(self, schedule: str, timezone: str, count: int) -> dict[str, Any]:
         """Not in the cluster yet: raises NotInProfileError ``task_edit``."""
         raise NotInProfileError("task_edit")
-
-    def runs_page(self, task: str | None, status: str | None, before: str | None,
-                  limit: int) -> dict[str, Any]:
-        """Not in the cluster yet: raises NotInProfileError ``runs``."""
-        raise NotInProfileError("runs")
 
     def vars_list(self) -> list[dict[str, Any]]:
         """Not in the cluster yet: raises NotInProfileError ``vars``."""
