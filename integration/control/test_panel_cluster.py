@@ -2,7 +2,9 @@
 (docs/panel.md "Cluster"; DESIGN §4.6): API-token sign-in, server-side sessions (hashed ids,
 dying with their token), scopes, CSRF and Origin, the throttle on failed sign-ins shared
 through PostgreSQL, sign-out, the sweep, and the pages over ``ControlPanelBackend`` (those it
-does not serve yet hidden and answering 501)."""
+does not serve yet hidden and answering 501): Runs across tasks with filters and keyset
+pages, the Overview of the last 24 hours, and Variables (operator writes, every value
+masked, pool scopes shown)."""
 
 from __future__ import annotations
 
@@ -46,11 +48,24 @@ def _csrf(page: str) -> str:
     return found.group(1)
 
 
-def _make_task(api: ApiWorld, name: str, labels: dict[str, str] | None = None) -> None:
+def _make_task(api: ApiWorld, name: str, labels: dict[str, str] | None = None,
+               **fields: Any) -> None:
     answer = api.client.post("/v1/tasks", json={"name": name, "shell": "sleep 600",
-                                                "labels": labels or {}},
+                                                "labels": labels or {}, **fields},
                              headers=api.as_("admin"))
     assert answer.status_code == 201, answer.text
+
+
+def _run(api: ApiWorld, name: str) -> str:
+    """A run of ``name`` requested through the API (queued: no worker serves this world)."""
+    answer = api.client.post(f"/v1/tasks/{name}/run", headers=api.as_("operator"))
+    assert answer.status_code in (200, 201, 202), answer.text
+    return str(answer.json()["id"])
+
+
+def _run_ids(page: str) -> list[str]:
+    """The run ids linked from a Runs page's table, in page order."""
+    return re.findall(r'href="/ui/runs/([0-9a-f-]{36})"', page)
 
 
 def _signed_in(api: ApiWorld, scope: str) -> tuple[httpx.Client, str]:
@@ -235,10 +250,11 @@ def test_pages_the_cluster_does_not_serve_yet_are_hidden_and_answer_501(
     _make_task(api, "淘宝签到")
     client, csrf = _signed_in(api, "operator")
     page = client.get("/ui/", headers={"Accept-Language": "en"}).text
-    for hidden in ('href="/ui/runs"', 'href="/ui/vars"', 'href="/ui/dashboard"',
-                   "/ui/tasks/new", "/edit", 'value="delete"'):
+    for hidden in ("/ui/tasks/new", "/edit", 'value="delete"'):
         assert hidden not in page, hidden
-    for path in ("/ui/runs", "/ui/vars", "/ui/dashboard", "/ui/tasks/new",
+    for shown in ('href="/ui/runs"', 'href="/ui/dashboard"', 'href="/ui/vars"'):
+        assert shown in page, shown
+    for path in ("/ui/tasks/new",
                  "/ui/tasks/%E4%BA%AC%E4%B8%9C%E7%AD%BE%E5%88%B0/edit"):
         reply = client.get(path, headers={"Accept-Language": "en"})
         assert reply.status_code == 501, path
@@ -252,3 +268,135 @@ def test_pages_the_cluster_does_not_serve_yet_are_hidden_and_answer_501(
     assert off.status_code == 303 and off.headers["location"] == "/ui/?done=2&failed=0"
     assert sorted(api.sql("SELECT name, enabled, deleted_at IS NULL FROM tasks")) == [
         ("京东签到", False, True), ("淘宝签到", False, True)]
+
+
+def test_runs_page_lists_across_tasks_filters_and_pages_by_keyset(api: ApiWorld) -> None:
+    _make_task(api, "京东签到", concurrency_policy="allow")
+    _make_task(api, "淘宝签到")
+    jd = [_run(api, "京东签到") for _ in range(52)]  # one more than two pages of 50 hold
+    tb = _run(api, "淘宝签到")
+    api.sql("UPDATE runs SET status = 'failed', finished_at = now() WHERE id = %(r)s",
+            {"r": jd[0]})
+    client, _ = _signed_in(api, "viewer")
+    first = client.get("/ui/runs")
+    assert first.status_code == 200
+    # newest first across tasks: 淘宝签到's run, then 京东签到's newest 49
+    assert _run_ids(first.text) == [tb, *reversed(jd[3:])]
+    assert "淘宝签到" in first.text and "京东签到" in first.text
+    older = re.search(r'href="(/ui/runs\?before=[^"]+)"', first.text)
+    assert older, first.text[-600:]
+    second = client.get(older.group(1).replace("&amp;", "&")).text
+    assert _run_ids(second) == list(reversed(jd[:3]))
+    assert "/ui/runs?before=" not in second  # the last page offers no older one
+    only = client.get("/ui/runs", params={"task": "淘宝签到"}).text
+    assert _run_ids(only) == [tb]
+    failed = client.get("/ui/runs", params={"status": "failed"}).text
+    assert _run_ids(failed) == [jd[0]]
+    both = client.get("/ui/runs", params={"task": "京东签到", "status": "queued"}).text
+    assert len(_run_ids(both)) == 50 and jd[0] not in _run_ids(both)
+    none = client.get("/ui/runs", params={"task": "没有这个任务"}).text
+    assert _run_ids(none) == []
+    junk = client.get("/ui/runs", params={"before": "不是游标"})  # a cursor not made by us
+    assert junk.status_code == 200 and _run_ids(junk.text) == []
+    assert _browser(api).get("/ui/runs").status_code == 401
+
+
+def test_overview_counts_the_last_day_shows_failures_and_next_runs(api: ApiWorld) -> None:
+    _make_task(api, "京东签到", schedule="0 8 * * *", timezone="Asia/Shanghai")
+    _make_task(api, "淘宝签到", concurrency_policy="allow")
+    old, failed, fresh = _run(api, "京东签到"), _run(api, "淘宝签到"), _run(api, "淘宝签到")
+    api.sql("UPDATE runs SET status = 'failed', finished_at = now() WHERE id = %(r)s",
+            {"r": failed})
+    api.sql("UPDATE runs SET status = 'failed', finished_at = now() - interval '2 days',"
+            " created_at = now() - interval '2 days' WHERE id = %(r)s", {"r": old})
+    client, _ = _signed_in(api, "viewer")
+    page = client.get("/ui/dashboard", headers={"Accept-Language": "zh-CN"})
+    assert page.status_code == 200
+    counts = re.findall(r'<p class="big[^"]*">(\d+)\+?</p>', page.text)
+    assert counts == ["2", "1", "2"]  # runs in 24 h, failed in 24 h, tasks
+    assert f"/ui/runs/{failed}" in page.text  # the failure of the last day is linked
+    assert f"/ui/runs/{old}" not in page.text and f"/ui/runs/{fresh}" not in page.text
+    upcoming = re.search(r"<ol>(.*?)</ol>", page.text, re.S)
+    assert upcoming and "京东签到" in upcoming.group(1) and "Asia/Shanghai" in upcoming.group(1)
+    assert "淘宝签到" not in upcoming.group(1)  # no schedule: no next run
+
+
+def _values(api: ApiWorld) -> list[tuple[Any, ...]]:
+    return api.sql("SELECT v.name, x.position, x.value, x.remark, x.enabled, v.secret"
+                   " FROM global_variable_values x JOIN global_variables v USING (name)"
+                   " ORDER BY v.name, x.position")
+
+
+def test_variables_operator_writes_values_never_shown_pool_scope_shown(
+        api: ApiWorld) -> None:
+    scoped = api.client.post("/v1/vars/TB_REGION", json={
+        "value": "华东", "remark": "淘宝地区", "secret": False, "pools": ["pool-a"]},
+        headers=api.as_("operator"))
+    assert scoped.status_code == 200, scoped.text
+    client, csrf = _signed_in(api, "operator")
+    for value, remark, another in (("pt_key=京东秘密一", "京东账号一", "off"),
+                                   ("pt_key=京东秘密二", "京东账号二", "on")):
+        saved = client.post("/ui/vars", data={
+            "csrf": csrf, "action": "add", "name": "JD_COOKIE", "value": value,
+            "remark": remark, "secret": "on", "another": another})
+        assert saved.status_code == 303 and saved.headers["location"] == "/ui/vars"
+    assert _values(api) == [
+        ("JD_COOKIE", 1, "pt_key=京东秘密一", "京东账号一", True, True),
+        ("JD_COOKIE", 2, "pt_key=京东秘密二", "京东账号二", True, True),
+        ("TB_REGION", 1, "华东", "淘宝地区", True, False)]
+    page = client.get("/ui/vars", headers={"Accept-Language": "zh-CN"}).text
+    for shown in ("JD_COOKIE", "京东账号一", "京东账号二", "TB_REGION", "淘宝地区",
+                  "执行池：pool-a", "所有执行池"):
+        assert shown in page, shown
+    for never in ("京东秘密", "华东", "/ui/vars/export.txt"):
+        assert never not in page, never  # every value write-only, so no export either
+    assert page.count("********") == 3
+    export = client.get("/ui/vars/export.txt")
+    assert export.status_code == 200 and export.text == ""
+    off = client.post("/ui/vars", data={"csrf": csrf, "action": "disable",
+                                        "name": "JD_COOKIE", "index": "1"})
+    assert off.status_code == 303
+    gone = client.post("/ui/vars", data={"csrf": csrf, "action": "delete",
+                                         "name": "TB_REGION"})
+    assert gone.status_code == 303
+    bad = client.post("/ui/vars", data={"csrf": csrf, "action": "add", "name": "坏名字",
+                                        "value": "x"})
+    assert bad.headers["location"] == "/ui/vars?problem=1"
+    assert _values(api) == [
+        ("JD_COOKIE", 1, "pt_key=京东秘密一", "京东账号一", False, True),
+        ("JD_COOKIE", 2, "pt_key=京东秘密二", "京东账号二", True, True)]
+    assert api.sql("SELECT updated_by FROM global_variables") == [("operator-token",)]
+
+
+def test_variables_viewer_reads_names_and_flags_and_may_not_write(api: ApiWorld) -> None:
+    stored = api.client.post("/v1/vars/JD_COOKIE", json={"value": "京东秘密",
+                                                          "remark": "京东账号"},
+                             headers=api.as_("operator"))
+    assert stored.status_code == 200, stored.text
+    client, csrf = _signed_in(api, "viewer")
+    page = client.get("/ui/vars").text
+    assert "JD_COOKIE" in page and "京东账号" in page and "京东秘密" not in page
+    assert 'name="action"' not in page and "/ui/vars/import" not in page
+    for data in ({"action": "add", "name": "JD_COOKIE", "value": "换掉"},
+                 {"action": "delete", "name": "JD_COOKIE"}):
+        forged = client.post("/ui/vars", data={"csrf": csrf, **data})
+        assert forged.status_code == 403
+    forged = client.post("/ui/vars/import", data={"csrf": csrf, "lines": "A=1"})
+    assert forged.status_code == 403
+    assert _values(api) == [("JD_COOKIE", 1, "京东秘密", "京东账号", True, True)]
+
+
+def test_variables_writes_need_a_sign_in_within_15_minutes_by_the_database_clock(
+        api: ApiWorld) -> None:
+    client, csrf = _signed_in(api, "operator")
+    api.sql("UPDATE panel_sessions SET created_at = now() - interval '16 minutes'")
+    stale = client.post("/ui/vars", data={"csrf": csrf, "action": "add",
+                                          "name": "JD_COOKIE", "value": "京东秘密"})
+    assert stale.status_code == 401  # sign in again first
+    assert _values(api) == []
+    assert client.get("/ui/vars").status_code == 200  # reading needs no recent sign-in
+    fresh, fresh_csrf = _signed_in(api, "operator")
+    saved = fresh.post("/ui/vars", data={"csrf": fresh_csrf, "action": "add",
+                                         "name": "JD_COOKIE", "value": "京东秘密"})
+    assert saved.status_code == 303
+    assert [r[:3] for r in _values(api)] == [("JD_COOKIE", 1, "京东秘密")]

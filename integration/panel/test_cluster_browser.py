@@ -198,3 +198,31 @@ def test_revoking_the_token_ends_the_session_and_sign_out_ends_another(
     assert page.locator("#token").count() == 1
     page.context.close()
     other.context.close()
+
+
+def test_operator_finds_runs_overview_and_variables_in_the_header(world: World) -> None:
+    answer = world.api.post(f"/v1/tasks/{JD}/run")  # 409 when one is in progress already
+    assert answer.status_code in (201, 409), answer.text
+    newest = world.runs_of(JD)[0]["id"]
+    page = world.sign_in(world.cluster.token("operator"))
+    page.get_by_role("link", name="运行记录").click()
+    page.wait_for_url(world.base + "/runs")
+    assert page.locator(f"a[href$='/runs/{newest}']").count() == 1
+    assert JD in page.locator("table").inner_text()
+    _shot(page, "cluster-runs-zh-CN")
+    page.get_by_role("link", name="概览").click()
+    page.wait_for_url(world.base + "/dashboard")
+    assert JD in page.locator("ol").inner_text()  # its next run at 08:00 Asia/Shanghai
+    page.get_by_role("link", name="环境变量").click()
+    page.wait_for_url(world.base + "/vars")
+    page.fill("#var-name", "JD_COOKIE")
+    page.fill("#var-value", "pt_key=京东秘密")
+    page.fill("#var-remark", "京东账号")
+    page.locator("input[name=secret]").first.check()
+    page.get_by_role("button", name="保存").click()
+    page.wait_for_url(world.base + "/vars")
+    row = page.locator("tr", has_text="JD_COOKIE")
+    assert "京东账号" in row.inner_text() and "********" in row.inner_text()
+    assert "京东秘密" not in page.content()
+    _shot(page, "cluster-vars-zh-CN")
+    page.context.close()

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 import unicodedata
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 from uuid import UUID
 
 from sqlalchemy import Text, and_, cast, func, or_, select
@@ -65,9 +65,9 @@ class ControlPanelBackend:
     thread); database errors become BackendUnavailableError (the page says so, 503)."""
 
     profile = "cluster"
-    #: none of the optional pages yet (qinglong.panel.backend.FEATURES): task form, Runs,
-    #: Variables and Overview are the local profile's for now (docs/panel.md "Cluster")
-    features: frozenset[str] = frozenset()
+    #: the optional pages it serves (qinglong.panel.backend.FEATURES): Runs, Overview and
+    #: Variables; the task form is the local profile's for now (docs/panel.md "Cluster")
+    features: frozenset[str] = frozenset({"runs", "dashboard", "vars"})
 
     def __init__(self, ctx: ApiContext) -> None:
         self.ctx = ctx
@@ -325,8 +325,53 @@ class ControlPanelBackend:
         chunk, _attempt = self._chunk(run, offset)
         return chunk
 
-    # -- pages the cluster does not serve yet (``features`` is empty: the navigation hides
-    # them; reached by URL, the panel shows "not available in this profile", 501) ---------
+    def runs_page(self, task: str | None, status: str | None, before: str | None,
+                  limit: int) -> dict[str, Any]:
+        """Runs across tasks newest first by keyset (``PanelBackend.runs_page``), the query
+        of ``GET /v1/runs`` (``api/runs.runs_with_task``): ``task`` every task, live or
+        removed, of that name (or name key); ``status`` a run status; ``before`` a run id
+        from ``next``; ``limit`` 1-200. ``{"runs": [{"id", "number", "task", "task_id",
+        "status", "trigger", "created_at", "finished_at", "exit_code"}], "next": run id
+        or None}``. A bad status, cursor or limit is BackendRefusedError (usage)."""
+        from qinglong.control.api.run_models import RunStatus
+        from qinglong.control.api.runs import runs_with_task
+        from qinglong.shared.names import name_key
+
+        if not 1 <= limit <= 200:
+            raise BackendRefusedError("bad_request", "limit must be 1-200", usage=True)
+        query = runs_with_task(self.ctx.project_id)
+        if task is not None:
+            query = query.where(or_(tasks.c.name == task, tasks.c.name_key == name_key(task)))
+        if status is not None:
+            if status not in get_args(RunStatus):
+                raise BackendRefusedError("bad_request", "not a run status", usage=True)
+            query = query.where(runs.c.status == status)
+        if before is not None:
+            try:
+                cursor = UUID(before)
+            except ValueError:
+                raise BackendRefusedError("bad_request", "not a run cursor",
+                                          usage=True) from None
+            query = query.where(runs.c.id < str(cursor))
+
+        def read() -> dict[str, Any]:
+            with self.ctx.engine.connect() as conn:
+                rows = list(conn.execute(query.order_by(runs.c.id.desc()).limit(limit + 1))
+                            .mappings())
+            page = rows[:limit]
+            return {"runs": [{"id": str(r["id"]), "number": r["number"],
+                              "task": r["task_name"], "task_id": str(r["task_id"]),
+                              "status": r["status"], "trigger": r["trigger"],
+                              "created_at": _iso(r["created_at"]),
+                              "finished_at": _iso(r["finished_at"]),
+                              "exit_code": r["exit_code"]} for r in page],
+                    "next": str(page[-1]["id"]) if len(rows) > limit else None}
+
+        result: dict[str, Any] = self._guard(read)
+        return result
+
+    # -- the task form, not served yet (not in ``features``: the navigation hides it;
+    # reached by URL, the panel shows "not available in this profile", 501) ---------------
 
     def task_get(self, name: str) -> dict[str, Any]:
         """Not in the cluster yet: raises NotInProfileError ``task_edit``."""
@@ -348,31 +393,88 @@ class ControlPanelBackend:
         """Not in the cluster yet: raises NotInProfileError ``task_edit``."""
         raise NotInProfileError("task_edit")
 
-    def runs_page(self, task: str | None, status: str | None, before: str | None,
-                  limit: int) -> dict[str, Any]:
-        """Not in the cluster yet: raises NotInProfileError ``runs``."""
-        raise NotInProfileError("runs")
+    # -- Variables (``db/variables.py``, the services of ``/v1/vars``) ---------------------
+
+    def _vars_write(self, fn: Any) -> Any:
+        """Run ``fn(conn, by)`` in one transaction as an operator-or-better session; the
+        store's refusals become BackendRefusedError (their messages never hold a value)."""
+        from qinglong.control.secrets.store import SecretsKeyMissingError
+        from qinglong.shared.errors import NotFoundError, ValidationError
+
+        by = self._actor(write=True)
+
+        def write() -> Any:
+            try:
+                with self.ctx.engine.begin() as conn:
+                    return fn(conn, by)
+            except SecretsKeyMissingError:
+                raise BackendRefusedError("secrets_key_missing", "secret values are sealed "
+                                          "and this replica has no keyring") from None
+            except NotFoundError as exc:
+                raise BackendRefusedError("not_found", str(exc), usage=True) from None
+            except ValidationError as exc:
+                raise BackendRefusedError("invalid_variable", str(exc), usage=True) from None
+
+        return self._guard(write)
 
     def vars_list(self) -> list[dict[str, Any]]:
-        """Not in the cluster yet: raises NotInProfileError ``vars``."""
-        raise NotInProfileError("vars")
+        """The cluster's global variables by name, as ``GET /v1/vars`` answers them
+        (``db/variables.list_variables``): ``{"name", "secret", "pools" (list, or None for
+        every pool), "updated_by", "values": [{"index", "remark", "enabled",
+        "updated_at"}]}``; never a value. Every scope reads it."""
+        from qinglong.control.db.variables import list_variables
+
+        def read() -> list[dict[str, Any]]:
+            with self.ctx.engine.connect() as conn:
+                rows = list_variables(conn)
+            return [{"name": r["name"], "secret": bool(r["secret"]), "pools": r["pools"],
+                     "updated_by": r["updated_by"], "updated_at": _iso(r["updated_at"]),
+                     "values": [{"index": v["index"], "remark": v["remark"],
+                                 "enabled": bool(v["enabled"]),
+                                 "updated_at": _iso(v["updated_at"])}
+                                for v in r["values"]]} for r in rows]
+
+        result: list[dict[str, Any]] = self._guard(read)
+        return result
 
     def vars_reveal(self, name: str) -> dict[str, Any]:
-        """Not in the cluster yet: raises NotInProfileError ``vars``."""
-        raise NotInProfileError("vars")
+        """Always BackendRefusedError ``write_only`` (usage): in the cluster every value is
+        write-only, as in ``/v1/vars`` (values leave the store only in a claim answer,
+        docs/protocols.md §4.5 "Global variables"); the page shows them masked."""
+        raise BackendRefusedError("write_only", "the cluster never shows a variable's "
+                                  "values", usage=True)
 
     def vars_set(self, name: str, value: str, *, remark: str | None, add: bool,
                  secret: bool | None) -> dict[str, Any]:
-        """Not in the cluster yet: raises NotInProfileError ``vars``."""
-        raise NotInProfileError("vars")
+        """Store a value as ``POST /v1/vars/{name}`` does (``db/variables.put_value``,
+        operator): ``add`` a new last value, else the variable becomes this one value; a
+        new variable reaches every pool, an existing one keeps its scope; sealed with the
+        replica's keyring once sealing is on. ``{"name", "index", "changed"}``."""
+        from qinglong.control.db.variables import put_value
+
+        keyring = self.ctx.extras.get("keyring")
+        index = self._vars_write(lambda conn, by: put_value(
+            conn, name, value, who=by, remark=remark, index=None, add=add, secret=secret,
+            pools=None, set_pools=False, keyring=keyring))
+        return {"name": name, "index": index, "changed": 1}
 
     def vars_enable(self, name: str, index: int | None, enabled: bool) -> dict[str, Any]:
-        """Not in the cluster yet: raises NotInProfileError ``vars``."""
-        raise NotInProfileError("vars")
+        """Enable or disable value #index (None: all) as ``POST /v1/vars/{name}/enable``
+        and ``/disable`` do (operator); ``{"name", "index", "changed"}``."""
+        from qinglong.control.db.variables import set_enabled
+
+        keyring = self.ctx.extras.get("keyring")
+        changed = self._vars_write(lambda conn, by: set_enabled(
+            conn, name, index, enabled, by, keyring=keyring))
+        return {"name": name, "index": index, "changed": int(changed)}
 
     def vars_remove(self, name: str, index: int | None) -> dict[str, Any]:
-        """Not in the cluster yet: raises NotInProfileError ``vars``."""
-        raise NotInProfileError("vars")
+        """Remove value #index, or the whole variable (None), as ``DELETE /v1/vars/{name}``
+        does (operator); ``{"name", "index"}``."""
+        from qinglong.control.db.variables import remove
+
+        self._vars_write(lambda conn, by: remove(conn, name, index))
+        return {"name": name, "index": index}
 
 
 def mount_panel(app: Any, ctx: ApiContext) -> Starlette:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -58,7 +59,7 @@ VALUES (%(sha)s, %(token)s, %(csrf)s, now() + make_interval(secs => %(idle)s),
 """
 _LOOKUP = """
 WITH live AS (
-    SELECT s.id_sha256, s.csrf, s.last_seen_at, t.name, t.scope
+    SELECT s.id_sha256, s.csrf, s.last_seen_at, s.created_at, t.name, t.scope
     FROM panel_sessions s JOIN api_tokens t ON t.id = s.token_id
     WHERE s.id_sha256 = %(sha)s AND s.idle_expires_at > now()
       AND s.absolute_expires_at > now()
@@ -70,7 +71,7 @@ WITH live AS (
       AND live.last_seen_at < now() - make_interval(secs => %(touch)s)
     RETURNING 1
 )
-SELECT csrf, name, scope FROM live
+SELECT csrf, name, scope, extract(epoch FROM now() - created_at) FROM live
 """
 _SWEEP = """
 WITH gone AS (
@@ -127,7 +128,8 @@ class PanelSessionStore:
         if failed or principal is None:
             raise SignInRefusedError
         return Session(session_id, csrf, can_write=principal.allows("operator"),
-                       actor=principal.name, scope=principal.scope)
+                       actor=principal.name, scope=principal.scope,
+                       signed_in_at=time.monotonic())
 
     def get(self, session_id: str | None) -> Session | None:
         """The live session of a cookie value (its token valid, not expired), its idle
@@ -140,9 +142,12 @@ class PanelSessionStore:
                 "touch": TOUCH_AFTER_S}).first()
         if row is None:
             return None
-        csrf, name, scope = row
+        csrf, name, scope, age_s = row
+        # the sign-in's age by the database's clock, as this process's monotonic time, so
+        # the Variables page's "signed in within 15 minutes" holds on every replica
         return Session(session_id, str(csrf), can_write=scope in ("operator", "admin"),
-                       actor=str(name), scope=str(scope))
+                       actor=str(name), scope=str(scope),
+                       signed_in_at=time.monotonic() - max(0.0, float(age_s)))
 
     def sign_out(self, session_id: str | None) -> None:
         """End one session (no error when it is unknown or already gone)."""

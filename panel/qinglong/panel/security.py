@@ -47,7 +47,7 @@ class Session:
     #: the token's scope in the cluster (viewer, operator, admin); "" locally
     scope: str = ""
     #: when it signed in (``time.monotonic()`` seconds of this process; the cluster's
-    #: sessions leave it 0.0: their pages need no recent sign-in)
+    #: store computes it from the session row's age by the database's clock)
     signed_in_at: float = 0.0
 
     def recent(self, within_s: float = 15 * 60) -> bool:

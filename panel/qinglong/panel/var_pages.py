@@ -1,6 +1,8 @@
 """The Variables page (环境变量, docs/panel.md "Pages"): Qinglong's model of several values
 per name, each with a remark and an enabled flag, and a secret flag per name whose values
 are never shown again; import and export as ``NAME=value`` lines (secrets never exported).
+A profile whose values are all write-only (the cluster: ``vars_reveal`` refuses) shows
+every value masked, each variable's pool scope, and no export.
 
 Every change needs a sign-in within the last 15 minutes (docs/panel.md "Security"); an older
 session is sent to sign in again first.
@@ -33,13 +35,18 @@ def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
         need(backend, "vars")
         try:
             found = await call(backend.vars_list)
+            revealed = True
             for var in found:
-                if not var["secret"]:
-                    shown = await call(backend.vars_reveal, var["name"])
+                if not var["secret"] and revealed:
+                    try:
+                        shown = await call(backend.vars_reveal, var["name"])
+                    except BackendRefusedError:  # a profile whose values are write-only
+                        revealed = False
+                        continue
                     var["values"] = shown["values"]
         except BackendUnavailableError:
             return render(request, "owner_down.html", 503)
-        return render(request, "vars.html", 200, variables=found,
+        return render(request, "vars.html", 200, variables=found, revealed=revealed,
                       done=count_param(request, "done"), failed=count_param(request, "failed"),
                       problem=request.query_params.get("problem") == "1")
 
@@ -109,6 +116,8 @@ def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
             found = await call(backend.vars_list)
             plain = [await call(backend.vars_reveal, v["name"]) for v in found
                      if not v["secret"]]
+        except BackendRefusedError:  # values are write-only in this profile: none leave
+            plain = []
         except BackendUnavailableError:
             return render(request, "owner_down.html", 503)
 
