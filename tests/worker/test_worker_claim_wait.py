@@ -13,7 +13,9 @@ from typing import Any
 
 import httpx
 
+from qinglong.shared import wire
 from qinglong.shared.ids import uuid7
+from qinglong.worker import clock
 from qinglong.worker.attempt import RunnerConfig
 from qinglong.worker.client import ControlClient
 from qinglong.worker.loop import WorkerConfig, WorkerLoop
@@ -65,3 +67,26 @@ def test_the_worker_claims_again_at_once_after_a_wait_and_polls_after_a_plain_an
     assert loop.run() == 0
     assert claims == [{"QL3-Wire": "2", "QL3-Claim-Wait": "15000"}] * (waited_answers + 1)
     assert idle == [waited_answers + 1]  # no idle sleep until the plain empty answer
+
+
+def test_a_retried_claim_reports_the_send_time_of_the_request_that_was_answered() -> None:
+    """A claim whose first try fails on the wire (a replica rolling) and is answered on a
+    retry: the send time handed back — the leases' first renewal, from which the worker
+    counts its fence — is the retry's, not the first try's. Counting from the first try fenced
+    a lease granted after the retry at once (its deadline had passed before it started)."""
+    tries: list[float] = []
+
+    def control(request: httpx.Request) -> httpx.Response:
+        tries.append(clock.now())
+        if len(tries) == 1:
+            raise httpx.ConnectError("replica rolling", request=request)
+        return httpx.Response(200, json={"attempts": []})
+
+    client = ControlClient("http://control", "tok", transport=httpx.MockTransport(control))
+    answered = [0.0]
+    client.claim_waiting(
+        wire.ClaimRequest(incarnation_id="01a2360c-d667-713a-aa7e-ed14e7d03227",
+                          max_attempts=1),
+        deadline=clock.now() + 30, wait_ms=0, sent_at=answered)
+    assert len(tries) == 2
+    assert tries[0] < answered[0] <= tries[1]

@@ -206,18 +206,21 @@ class ControlClient:
         return attempts, refused
 
     def claim_waiting(self, msg: wire.ClaimRequest, deadline: float | None = None, *,
-                      wait_ms: int) -> tuple[list[wire.ClaimedAttempt], list[str], bool]:
+                      wait_ms: int, sent_at: list[float] | None = None,
+                      ) -> tuple[list[wire.ClaimedAttempt], list[str], bool]:
         """``claim``, letting an empty claim wait up to ``wait_ms`` (> 0; header
         ``QL3-Claim-Wait``, docs/protocols.md §4.2 "Claims that wait") for work at control;
         the read timeout grows by the wait. The third item is True when control answered
         that it waited (its answer carries the header), so claiming again at once does not
-        spin; False from an older control or a draining replica."""
+        spin; False from an older control or a draining replica. ``sent_at`` receives the
+        send time of the answered request (see ``_post``): the leases' first renewal."""
         headers = {wire.WIRE_HEADER: str(wire.WIRE_VERSION)}
         if wait_ms > 0:
             headers[wire.CLAIM_WAIT_HEADER] = str(wait_ms)
         seen: dict[str, str] = {}
         body = self._post(ROUTES["claim"], msg, deadline, headers,
-                          read_timeout_s=self._timeout_s + wait_ms / 1000, seen=seen)
+                          read_timeout_s=self._timeout_s + wait_ms / 1000, seen=seen,
+                          sent_at=sent_at)
         if not isinstance(body, dict) or set(body) != {"attempts"} or not isinstance(
                 body["attempts"], list):
             raise WireAnswerError("ClaimAnswer: must be an object with a list 'attempts'")
@@ -275,10 +278,14 @@ class ControlClient:
 
     def _post(self, path: str, msg: wire._Wire, deadline: float | None,
               extra_headers: dict[str, str] | None = None, *,
-              read_timeout_s: float | None = None, seen: dict[str, str] | None = None) -> Any:
+              read_timeout_s: float | None = None, seen: dict[str, str] | None = None,
+              sent_at: list[float] | None = None) -> Any:
         """POST ``msg`` with retries until ``deadline``; the answer's JSON. ``read_timeout_s``
         replaces the client's timeout per request (a waiting claim); ``seen`` receives the
-        answer's ``QL3-*`` headers (names in lower case)."""
+        answer's ``QL3-*`` headers (names in lower case); ``sent_at`` receives, as its one
+        item, the monotonic time (``clock.now()``, seconds) at which the answered request was
+        sent — a retry's, not the first try's (a lease granted by that answer cannot have
+        started before it: docs/protocols.md §4.2 "Claims that wait")."""
         if deadline is None:
             deadline = clock.now() + DEFAULT_BUDGET_S
         payload = msg.to_json()
@@ -293,6 +300,8 @@ class ControlClient:
                 index = self._current
             try:
                 token = self._token
+                if sent_at is not None:
+                    sent_at[:] = [clock.now()]
                 response = self._https[index].post(
                     path, json=payload, headers={"Authorization": f"Bearer {token}", **extra},
                     timeout=min(timeout_s, left))
@@ -301,6 +310,8 @@ class ControlClient:
                     if left <= 0:
                         raise _TransientError("deadline passed")
                     token = self._token  # once, with the new token
+                    if sent_at is not None:
+                        sent_at[:] = [clock.now()]
                     response = self._https[index].post(
                         path, json=payload, headers={"Authorization": f"Bearer {token}", **extra},
                         timeout=min(timeout_s, left))

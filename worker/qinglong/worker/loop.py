@@ -149,13 +149,17 @@ class WorkerLoop:
     def _claim_once(self, incarnation_id: str, free: int, wait_ms: int) -> bool:
         """One claim call, letting control wait up to ``wait_ms`` for work (0: answer at
         once); True when an attempt started or control waited (claim again at once)."""
-        sent_at = clock.now()  # the first renewal of every lease in this answer: a lease
-        # granted later in the wait ends later than the fence counts (the safe side)
+        began = clock.now()
+        answered = [began]  # the answered request's send time, a retry's when it was retried:
+        # the first renewal of every lease in this answer. A lease granted later in the wait
+        # ends later than the fence counts (the safe side); counting from the first try
+        # instead would fence a lease granted seconds later, after a retry, at once
         try:
             attempts, refused, waited = self._client.claim_waiting(
                 wire.ClaimRequest(incarnation_id=incarnation_id,
                                   max_attempts=min(free, wire.MAX_CLAIM)),
-                deadline=sent_at + CLAIM_BUDGET_S + wait_ms / 1000, wait_ms=wait_ms)
+                deadline=began + CLAIM_BUDGET_S + wait_ms / 1000, wait_ms=wait_ms,
+                sent_at=answered)
         except ControlAuthError as exc:
             if exc.status != 401:
                 log.warning("claim failed: %s", exc)
@@ -166,7 +170,7 @@ class WorkerLoop:
         for reason in refused:
             log.error("claimed attempt refused, not run: %s", reason)
         for attempt in attempts:
-            runner = AttemptRunner(self._client, attempt, sent_at, self._config.runner,
+            runner = AttemptRunner(self._client, attempt, answered[0], self._config.runner,
                                    self._finished)
             with self._changed:
                 self._running[runner.attempt_id] = runner
