@@ -65,14 +65,15 @@ def test_c15_a_clock_stepped_back_two_hours_and_set_right_keeps_the_schedule(
 
         stamp.write_text("-2h\n")  # step back two hours
         stepped_at = time.time() * 1000
-        past = wait_for(lambda: [s for s in _slots(ql3) if s < stepped_at - HOUR_MS], 8)
-        assert past, f"no run within 8 s of the step back: {_slots(ql3)}"
+        # each poll starts a ql3 process (seconds on a loaded machine): 15 s is a few polls
+        past = wait_for(lambda: [s for s in _slots(ql3) if s < stepped_at - HOUR_MS], 15)
+        assert past, f"no run within 15 s of the step back: {_slots(ql3)}"
         time.sleep(max(0.0, 10 - (time.time() * 1000 - stepped_at) / 1000))
 
         stamp.write_text("+0\n")  # set right
         fixed_at = time.time() * 1000
-        resumed = wait_for(lambda: [s for s in _slots(ql3) if s >= fixed_at - 2_000], 8)
-        assert resumed, f"no run within 8 s of the correction: {_slots(ql3)}"
+        resumed = wait_for(lambda: [s for s in _slots(ql3) if s >= fixed_at - 2_000], 15)
+        assert resumed, f"no run within 15 s of the correction: {_slots(ql3)}"
         assert wait_for(lambda: len([s for s in _slots(ql3) if s >= fixed_at]) >= 2, 8)
 
         slots = _slots(ql3)
