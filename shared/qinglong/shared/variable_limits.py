@@ -33,10 +33,10 @@ def reserved_name_problem(name: str) -> str | None:
                 "a global PATH would replace it so that tasks stop finding their programs; "
                 + PATH_ADVICE)
     if name.startswith("LD_"):
-        return (f"{name} changes how every process is loaded (LD_* names are the dynamic "
-                "linker's) and cannot be a global variable")
+        return (f"{name} cannot be a global variable: LD_* names are the dynamic linker's "
+                "and change how every task's processes are loaded")
     if name.startswith("QL3_"):
-        return f"{name} is the runtime's own (QL3_* names) and cannot be a global variable"
+        return f"{name} cannot be a global variable: QL3_* names are the runtime's own"
     return None
 
 
