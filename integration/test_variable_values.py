@@ -93,3 +93,24 @@ def test_a_value_over_128_kib_is_refused_and_nothing_is_lost(ql3: Ql3) -> None:
     refused = ql3_input(ql3, big, "local", "vars", "set", "BIG", "--add")
     assert refused.returncode != 0 and "limited to" in refused.stderr
     assert json.loads(ql3.run("local", "vars", "list", "--json").stdout)[0]["enabled"] == 1
+
+
+@pytest.mark.parametrize("name", ["PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "QL3_DATA_DIR"])
+def test_a_name_the_runtime_or_the_loader_owns_is_refused_and_tasks_keep_running(
+    ql3: Ql3, name: str
+) -> None:
+    refused = ql3_input(ql3, "x", "local", "vars", "set", name)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert name in refused.stderr and "global variable" in refused.stderr
+    if name == "PATH":  # the refusal says where a PATH belongs
+        assert "--env PATH=" in refused.stderr and "task_path" in refused.stderr
+    assert ql3.json("local", "vars", "list") == []
+    ql3.run("local", "task", "add", "签到", "--schedule", "@once", "--", "sh", "-c", "echo ok")
+    assert _run_output(ql3, "签到") == "ok\n"
+
+
+def test_names_qinglong_users_set_themselves_stay_settable(ql3: Ql3) -> None:
+    for name in ("NODE_OPTIONS", "HOME_TOWN", "PATH_PREFIX", "MY_LD_FLAGS"):
+        assert ql3_input(ql3, "v", "local", "vars", "set", name).returncode == 0, name
+    assert sorted(v["name"] for v in ql3.json("local", "vars", "list")) == [
+        "HOME_TOWN", "MY_LD_FLAGS", "NODE_OPTIONS", "PATH_PREFIX"]

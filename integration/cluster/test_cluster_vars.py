@@ -76,3 +76,20 @@ def test_values_remarks_flags_scope_and_override_reach_each_attempt(cluster: Clu
         events = api.get("/v1/runs", params={"task": "jd_sign"}).text
     everything += events + listed + json.dumps(views) + "".join(p.log() for p in cluster.procs)
     assert not any(secret in everything for secret in (*COOKIES, "not-for-pool-a"))
+
+
+def test_path_and_loader_names_are_refused_by_ql3_cluster_vars_set(cluster: Cluster) -> None:
+    """The rule of ``ql3 local vars set`` (``shared/variable_limits.check_settable_name``):
+    PATH points to the task's own ``--env PATH=``; nothing is stored, no value is shown."""
+    urls, tokens = started_cluster(cluster, replicas=1)
+    url, op = urls[0], tokens["operator"]
+    for name in ("PATH", "LD_PRELOAD", "QL3_CONTROL_URL"):
+        out = cli(cluster, url, op, "vars", "set", name, stdin="x-secret-value", code=None)
+        assert out.returncode != 0 and out.stdout == "", (name, out.stderr)
+        assert f"{name} cannot be a global variable" in out.stderr
+        assert "x-secret-value" not in out.stderr
+    assert "--env PATH=" in cli(cluster, url, op, "vars", "set", "PATH", stdin="x",
+                                code=None).stderr
+    cli(cluster, url, op, "vars", "set", "NODE_OPTIONS", stdin="--max-old-space-size=64")
+    listed = json.loads(cli(cluster, url, op, "vars", "list", "--json").stdout)
+    assert [v["name"] for v in listed] == ["NODE_OPTIONS"]

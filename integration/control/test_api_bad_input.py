@@ -123,3 +123,25 @@ def test_a_nul_in_the_task_list_query_is_a_422_not_a_500(api: Any, query: str) -
     answer = api.client.get(f"/v1/tasks?{query}", headers=api.as_("viewer"))
     assert answer.status_code == 422, answer.text
     assert answer.json()["error"]["code"] == "invalid_request"
+
+
+@pytest.mark.parametrize("name", ["PATH", "LD_PRELOAD", "LD_AUDIT", "QL3_WORKER_TOKEN"])
+def test_a_variable_named_as_the_runtime_or_the_loader_is_a_422_and_nothing_is_stored(
+        api: Any, name: str) -> None:
+    """``PATH``, ``LD_*`` and ``QL3_*`` are no global variable's (one rule with ``ql3
+    local vars set``: ``shared/variable_limits.check_settable_name``); the answer says why,
+    never echoes the value, and a name users set themselves still goes in."""
+    answer = api.client.post(f"/v1/vars/{name}", json={"value": "x-secret-value"},
+                             headers=api.as_("operator"))
+    assert answer.status_code == 422, answer.text
+    error = answer.json()["error"]
+    assert error["code"] == "invalid_variable" and name in error["message"]
+    assert "cannot be a global variable" in error["message"]
+    assert "x-secret-value" not in answer.text
+    if name == "PATH":
+        assert "--env PATH=" in error["message"]
+    listed = api.client.get("/v1/vars", headers=api.as_("operator")).json()
+    assert name not in [v["name"] for v in listed]
+    ok = api.client.post("/v1/vars/NODE_OPTIONS", json={"value": "--max-old-space-size=64"},
+                         headers=api.as_("operator"))
+    assert ok.status_code == 200, ok.text

@@ -137,6 +137,19 @@ def test_envs_become_joined_global_variables(tmp_path: Path, repo: LocalRunRepos
     assert not [s for s in SECRETS if s in text]
 
 
+def test_envs_the_runtime_or_the_loader_owns_are_skipped_as_reserved(
+        tmp_path: Path, repo: LocalRunRepository) -> None:
+    """The setters' rule (``shared/variable_limits.check_settable_name``) and the runtime's
+    own PATH/HOME/LANG: skipped with code ``reserved_name``, the others imported."""
+    envs = [{"id": n, "name": name, "value": "v"} for n, name in enumerate(
+        ("PATH", "HOME", "LD_PRELOAD", "LD_LIBRARY_PATH", "QL3_DATA_DIR", "NODE_OPTIONS"), 1)]
+    install = build_install(tmp_path / "ql", "2.17", envs=envs)
+    report = import_qinglong(repo, str(install.db))
+    skipped = {row["id"]: row["code"] for row in report["variables"]["skipped"]}
+    assert skipped == dict.fromkeys((1, 2, 3, 4, 5), "reserved_name")
+    assert repo.global_variables() == {"NODE_OPTIONS": "v"}
+
+
 def test_reimport_is_idempotent(tmp_path: Path, repo: LocalRunRepository) -> None:
     install = build_install(tmp_path / "ql", "2.21")
     first = import_qinglong(repo, str(install.db))

@@ -10,8 +10,10 @@ import pytest
 from qinglong.shared.errors import ValidationError
 from qinglong.shared.variable_limits import (
     VARIABLE_MAX_BYTES,
+    check_settable_name,
     check_variables_size,
     entry_bytes,
+    reserved_name_problem,
 )
 
 
@@ -40,3 +42,19 @@ def test_all_variables_together_stay_within_the_budget() -> None:
     check(env, budget=990)
     with pytest.raises(ValidationError, match="the variables of a pool are limited to 989"):
         check(env, budget=989)
+
+
+@pytest.mark.parametrize("name", ["PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_", "QL3_X",
+                                  "QL3_LAUNCH_RUN_ID"])
+def test_path_the_loaders_and_the_runtimes_names_are_refused_naming_the_field(
+        name: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        check_settable_name(name, "name")
+    assert caught.value.field == "name" and name in str(caught.value)
+
+
+@pytest.mark.parametrize("name", ["NODE_OPTIONS", "HOME", "LANG", "JD_COOKIE", "PATHS",
+                                  "MY_PATH", "path", "ld_preload", "OLD_X", "QL3", "QL_DIR"])
+def test_other_names_stay_settable(name: str) -> None:
+    assert reserved_name_problem(name) is None
+    assert check_settable_name(name) == name

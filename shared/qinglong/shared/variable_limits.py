@@ -5,6 +5,11 @@ docs/protocols.md §4.5 "Global variables"). Stdlib only.
 One ``NAME=value`` entry, NUL included, is at most :data:`VARIABLE_MAX_BYTES` (Linux
 ``MAX_ARG_STRLEN``, 128 KiB); all of them together at most a budget the caller gives (the
 cluster: 1 MiB a pool; locally: the launcher's share for global variables).
+
+Some names are not a global variable's to set (:func:`check_settable_name`): ``PATH`` (the
+runtime gives every task its own), any ``LD_*`` (they change how every process is loaded:
+``LD_PRELOAD``, ``LD_LIBRARY_PATH``) and ``QL3_*`` (the runtime's own). Names Qinglong users
+set themselves (``NODE_OPTIONS``, ``HOME``, ``LANG``, ...) stay settable.
 """
 
 from __future__ import annotations
@@ -14,6 +19,39 @@ from collections.abc import Mapping
 from qinglong.shared.errors import ValidationError
 
 VARIABLE_MAX_BYTES = 32 * 4096  # Linux MAX_ARG_STRLEN: one NAME=value entry, NUL included
+
+
+PATH_ADVICE = ("give a task its own PATH with --env PATH=... (locally, every task's with "
+               "`ql3 local settings set task_path`)")
+
+
+def reserved_name_problem(name: str) -> str | None:
+    """Why a global variable may not be called ``name`` (one sentence), or None when it may
+    (module docstring: ``PATH``, ``LD_*``, ``QL3_*``)."""
+    if name == "PATH":
+        return ("PATH cannot be a global variable: the runtime sets it for every task, and "
+                "a global PATH would replace it so that tasks stop finding their programs; "
+                + PATH_ADVICE)
+    if name.startswith("LD_"):
+        return (f"{name} cannot be a global variable: LD_* names are the dynamic linker's "
+                "and change how every task's processes are loaded")
+    if name.startswith("QL3_"):
+        return f"{name} cannot be a global variable: QL3_* names are the runtime's own"
+    return None
+
+
+def check_settable_name(name: str, field: str = "variable") -> str:
+    """``name`` when a global variable may be set under it; the same rule in both profiles'
+    setters (``ql3 local vars set``, ``POST /v1/vars/{name}``). Removing one stays allowed,
+    so a variable stored before the rule can be cleaned up.
+
+    Raises:
+        ValidationError: ``field`` named, the message :func:`reserved_name_problem`'s.
+    """
+    problem = reserved_name_problem(name)
+    if problem is not None:
+        raise ValidationError(field, problem)
+    return name
 
 
 def entry_bytes(name: str, value: str) -> int:

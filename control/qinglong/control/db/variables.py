@@ -26,7 +26,11 @@ from typing import TYPE_CHECKING, Any
 
 from qinglong.control.db.engine import run_named
 from qinglong.shared.errors import NotFoundError, ValidationError
-from qinglong.shared.variable_limits import VARIABLE_MAX_BYTES, check_variables_size
+from qinglong.shared.variable_limits import (
+    VARIABLE_MAX_BYTES,
+    check_settable_name,
+    check_variables_size,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -128,9 +132,10 @@ def put_value(conn: Connection, name: str, value: str, *, who: str, remark: str 
     variable reaches every pool and an existing one keeps its scope. Raises
     ValidationError (never echoing the value; SecretsKeyMissingError is one) or
     NotFoundError (no such index). A secret variable's value is sealed with ``keyring``
-    once sealing is on (``secrets/store.py``).
+    once sealing is on (``secrets/store.py``). ``PATH``, ``LD_*`` and ``QL3_*`` are refused
+    (``shared/variable_limits.check_settable_name``).
     """
-    check_name(name)
+    check_settable_name(check_name(name), "name")
     if "\x00" in value or len(value.encode("utf-8", "surrogateescape")) > VALUE_MAX_BYTES:
         raise ValidationError("value", f"a value is text without NUL bytes, at most "
                                        f"{VALUE_MAX_BYTES} bytes")

@@ -345,4 +345,4 @@ def task_rm(name: str, data_dir: str | None, as_json: bool) -> None:
     if as_json:
         print_json(view)
     else:
-        click.echo(f"removed task {name}")
+        click.echo(f"removed task {view['name']}")

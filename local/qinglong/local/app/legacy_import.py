@@ -72,6 +72,7 @@ from qinglong.local.storage.repository import LocalRunRepository
 from qinglong.shared.cron import parse_schedule
 from qinglong.shared.errors import ConflictError, ValidationError
 from qinglong.shared.names import is_valid_name, name_key
+from qinglong.shared.variable_limits import reserved_name_problem
 
 SOURCE_TAG = "qinglong2"
 KEY_LABEL_PREFIX = "ql2:"
@@ -617,9 +618,10 @@ def _import_variables(
             skipped.append(_skip_view(source_id, None, name, "invalid_name",
                                       "not usable as a variable name ([A-Za-z_][A-Za-z0-9_]*)"))
             continue
-        if name in RESERVED_VARIABLES:
+        if name in RESERVED_VARIABLES or reserved_name_problem(name) is not None:
             skipped.append(_skip_view(source_id, None, name, "reserved_name",
-                                      "the runtime sets this variable itself"))
+                                      "the runtime sets this variable itself, or it changes "
+                                      "how processes are loaded (LD_*)"))
             continue
         if not isinstance(value, str | int | float) or "\x00" in str(value):
             skipped.append(_skip_view(source_id, None, name, "invalid_value",

@@ -28,6 +28,7 @@ from qinglong.shared.domain import Task
 from qinglong.shared.errors import NotFoundError, QinglongError, ValidationError
 from qinglong.shared.ids import validate_uuid7
 from qinglong.shared.statuses import ATTEMPT_ACTIVE, RUN_TERMINAL, AttemptStatus
+from qinglong.shared.variable_limits import check_settable_name
 
 LOG_CHUNK_BYTES = 64 * 1024
 TAIL_SCAN_BYTES = 1024 * LOG_CHUNK_BYTES  # `logs --tail` looks back at most 64 MiB
@@ -401,7 +402,9 @@ class LocalService:
         "changed"}``. ``add``: a new last value; ``index``: replace value #index (its flag,
         and remark unless given, kept); neither: the variable becomes this one value.
         Limits: ``check_variables_size``. Raises ValidationError (never echoing the
-        value), NotFoundError for a missing index."""
+        value), NotFoundError for a missing index; ``PATH``, ``LD_*`` and ``QL3_*`` are
+        refused (``shared/variable_limits.check_settable_name``)."""
+        check_settable_name(name)
         if remark is not None and (len(remark) > 200 or not remark.isprintable()):
             raise ValidationError("remark", "a remark is at most 200 characters on one line")
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from qinglong.local.storage.database import Database
 from qinglong.local.storage.event_store import insert_event
 from qinglong.local.storage.rows import RUN_COLUMNS, load_attempts, load_run, run_from_row
-from qinglong.local.storage.run_numbers import next_run_number
+from qinglong.local.storage.run_numbers import named_args, next_run_number
 from qinglong.shared.domain import Run, Trigger
 from qinglong.shared.errors import ConcurrentUpdateError, ConflictError, ValidationError
 from qinglong.shared.ids import uuid7, validate_uuid7
@@ -104,7 +104,8 @@ class RunStore:
         task_name: str | None = None, before: str | None = None,
     ) -> list[Run]:
         """Runs newest first (by UUIDv7 id), optionally of one task (by id) or of every task
-        ever called ``task_name`` (removed ones included), and/or in one ``status`` (a
+        ever called ``task_name`` or a name equal to it (``run_numbers.named_args``; removed
+        ones included), and/or in one ``status`` (a
         RunStatus value, else ValidationError), and/or older than the run id ``before``
         (keyset paging, docs/protocols.md §3.8 ``runs_page``); limit 1–1000."""
         limit = max(1, min(limit, 1000))
@@ -114,8 +115,8 @@ class RunStore:
             clauses.append("r.id < ?")
             args.append(before)
         if task_name is not None:
-            clauses.append("r.task_id IN (SELECT id FROM tasks WHERE name = ?)")
-            args.append(task_name)
+            clauses.append("r.task_id IN (SELECT id FROM tasks WHERE name = ? OR name_key = ?)")
+            args.extend(named_args(task_name))
         elif task_id is not None:
             clauses.append("r.task_id = ?")
             args.append(task_id)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from qinglong.local.storage.database import Database
 from qinglong.local.storage.rows import TASK_COLUMNS, task_from_row
+from qinglong.local.storage.run_numbers import named_args
 from qinglong.local.storage.schedule_queries import insert_task_event
 from qinglong.local.storage.secrets import SecretEntry, write_entries
 from qinglong.shared.domain import Task
@@ -125,10 +126,12 @@ class TaskQueries:
         return self.db.write(op)
 
     def task_ids_named(self, name: str) -> list[str]:
-        """Ids of every task ever called ``name`` (the live one and removed ones), oldest
-        first: a removed-and-re-added task's history stays under its name."""
+        """Ids of every task ever called ``name`` or a name equal to it (the live one and
+        removed ones; ``run_numbers.named_args``), oldest first: a removed-and-re-added task's
+        history stays under its name."""
         return self.db.read(lambda conn: [str(r[0]) for r in conn.execute(
-            "SELECT id FROM tasks WHERE name = ? ORDER BY created_at_ms, id", (name,))])
+            "SELECT id FROM tasks WHERE name = ? OR name_key = ? ORDER BY created_at_ms, id",
+            named_args(name))])
 
     def task_overview(self, task_ids: list[str]) -> dict[str, tuple[int | None, str | None,
                                                                      str | None]]:

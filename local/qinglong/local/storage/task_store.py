@@ -34,11 +34,14 @@ class TaskStore(RunStore):
 
         def op(conn: sqlite3.Connection) -> Task:
             key = name_key(task.name)
-            if conn.execute(
-                "SELECT 1 FROM tasks WHERE (name = ? OR name_key = ?) AND deleted_at_ms IS NULL",
+            taken = conn.execute(
+                "SELECT name FROM tasks WHERE (name = ? OR name_key = ?) AND deleted_at_ms IS NULL",
                 (task.name, key),
-            ).fetchone():
-                raise ConflictError("a task with that name already exists")
+            ).fetchone()
+            if taken:
+                raise ConflictError(
+                    f"a task with that name already exists: '{taken[0]}' (names equal"
+                    " ignoring case and character width are the same name)")
             conn.execute(
                 f"INSERT INTO tasks ({TASK_COLUMNS}, name_key) VALUES "  # noqa: S608
                 "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?)",
