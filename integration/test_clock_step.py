@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import glob
 import json
+import os
 import signal
 import sqlite3
 import subprocess
@@ -38,6 +39,15 @@ def _slots(ql3: Ql3) -> list[int]:
                 .timestamp() * 1000) for r in reversed(runs)]
 
 
+def _set_offset(stamp: Path, offset: str) -> None:
+    """Write libfaketime's offset file atomically (a temporary file renamed over it): with
+    FAKETIME_NO_CACHE serve re-reads it at every clock call, and a truncate-then-write let
+    it read an empty file once — offset 0, a spurious forward and backward step."""
+    tmp = stamp.with_name(stamp.name + ".tmp")
+    tmp.write_text(offset + "\n")
+    os.replace(tmp, stamp)
+
+
 def _start_faked_serve(ql3: Ql3, stamp: Path) -> subprocess.Popen[str]:
     env = dict(ql3.env, LD_PRELOAD=_libfaketime(), FAKETIME_DONT_FAKE_MONOTONIC="1",
                FAKETIME_TIMESTAMP_FILE=str(stamp), FAKETIME_NO_CACHE="1")
@@ -57,20 +67,20 @@ def test_c15_a_clock_stepped_back_two_hours_and_set_right_keeps_the_schedule(
     ql3: Ql3, tmp_path: Path
 ) -> None:
     stamp = tmp_path / "faketime"
-    stamp.write_text("+0\n")
+    _set_offset(stamp, "+0")
     ql3.run("local", "task", "add", "tick", "--schedule", "*/2 * * * * *", "--", "true")
     serve = _start_faked_serve(ql3, stamp)
     try:
         assert wait_for(lambda: len(_slots(ql3)) >= 2, 15), ql3.serve_log()
 
-        stamp.write_text("-2h\n")  # step back two hours
+        _set_offset(stamp, "-2h")  # step back two hours
         stepped_at = time.time() * 1000
         # each poll starts a ql3 process (seconds on a loaded machine): 15 s is a few polls
         past = wait_for(lambda: [s for s in _slots(ql3) if s < stepped_at - HOUR_MS], 15)
         assert past, f"no run within 15 s of the step back: {_slots(ql3)}"
         time.sleep(max(0.0, 10 - (time.time() * 1000 - stepped_at) / 1000))
 
-        stamp.write_text("+0\n")  # set right
+        _set_offset(stamp, "+0")  # set right
         fixed_at = time.time() * 1000
         resumed = wait_for(lambda: [s for s in _slots(ql3) if s >= fixed_at - 2_000], 15)
         assert resumed, f"no run within 15 s of the correction: {_slots(ql3)}"
