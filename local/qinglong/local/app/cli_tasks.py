@@ -21,11 +21,17 @@ def task() -> None:
 
 
 def _parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
+    """``--env K=V`` pairs as a mapping. Raises click.BadParameter (exit 2) on a pair without
+    ``=`` or a name given twice (which value was meant is not ours to guess); the message
+    names the variable, never a value."""
     env: dict[str, str] = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep:
             raise click.BadParameter("use K=V", param_hint="--env")
+        if name in env:
+            raise click.BadParameter(f"{name} is given twice; give each variable once",
+                                     param_hint="--env")
         env[name] = value
     return env
 
