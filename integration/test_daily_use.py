@@ -97,8 +97,12 @@ def test_bad_labels_and_a_variable_given_twice_are_refused_and_nothing_is_stored
         assert "secret" not in result.stderr and "xxxxxxxx" not in result.stderr
         assert ("labels" in result.stderr) or ("TOKEN is given twice" in result.stderr)
     assert ql3.json("local", "task", "list") == []
+    assert ql3.run("local", "task", "list").stdout == (
+        "no tasks yet: add one with `ql3 local task add NAME --schedule CRON -- COMMAND`\n")
     ql3.run(*base, "--label", "日常", "--label", "日常", "--label", "env=prod", "--", "true")
     assert _show(ql3, "签到")["labels"] == ["日常", "env=prod"]
+    assert ql3.run("local", "task", "list", "--search", "京东").stdout == (
+        "no task matches the filters (1 task in all)\n")
 
 
 def test_edit_through_serve_reschedules_at_once_and_applies_to_the_next_run_only(

@@ -257,11 +257,17 @@ def task_list(label_filters: tuple[str, ...], search: str | None, data_dir: str 
     """List tasks, optionally only those with given labels or matching a text."""
     with open_backend(datadir_of(data_dir), "task list") as backend:
         tasks = backend.call("task_list")
-    tasks = [t for t in tasks if task_matches(t, label_filters, search)]
+    matching = [t for t in tasks if task_matches(t, label_filters, search)]
     if as_json:
-        print_json(tasks)
+        print_json(matching)
+    elif not tasks:
+        click.echo("no tasks yet: add one with `ql3 local task add NAME --schedule CRON "
+                   "-- COMMAND`")
+    elif not matching:
+        plural = "" if len(tasks) == 1 else "s"
+        click.echo(f"no task matches the filters ({len(tasks)} task{plural} in all)")
     else:
-        output.print_tasks(tasks)
+        output.print_tasks(matching)
 
 
 def task_matches(task: dict[str, Any], labels: tuple[str, ...], search: str | None) -> bool:
