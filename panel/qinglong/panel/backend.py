@@ -32,9 +32,12 @@ class BackendRefusedError(Exception):
 #: the optional pages (docs/panel.md "Backends"): ``task_edit`` the task form (new, edit,
 #: copy, delete: task_get, task_add, task_edit, task_remove, schedule_preview), ``runs`` the
 #: Runs page (runs_page), ``vars`` the Variables page (vars_*), ``dashboard`` the Overview
-#: (runs_page and task_page). The Tasks page, run now, enable/disable, bulk
+#: (runs_page and task_page), ``scripts`` the local scripts folder (scripts_list,
+#: script_read, script_write), ``bundles`` the cluster's script bundles (bundles_list,
+#: bundle_show, bundle_push, bundle_remove). The Tasks page, run now, enable/disable, bulk
 #: enable/disable/run, the run page, Stop and the log are in every profile.
-FEATURES: frozenset[str] = frozenset({"task_edit", "runs", "vars", "dashboard"})
+FEATURES: frozenset[str] = frozenset({"task_edit", "runs", "vars", "dashboard", "scripts",
+                                      "bundles"})
 
 
 class NotInProfileError(Exception):
@@ -149,4 +152,37 @@ class PanelBackend(Protocol):
 
     def vars_remove(self, name: str, index: int | None) -> dict[str, Any]:
         """Remove value #index, or the whole variable (None)."""
+        ...
+
+    # -- scripts (the local folder) and bundles (the cluster), docs/panel.md "Scripts" ---
+
+    def scripts_list(self) -> dict[str, Any]:
+        """The scripts folder: ``{"root", "files": [{"path", "size", "modified_ms"}],
+        "truncated"}``."""
+        ...
+
+    def script_read(self, path: str) -> dict[str, Any]:
+        """One file: ``{"path", "content" (None: not UTF-8), "size", "version"}``."""
+        ...
+
+    def script_write(self, path: str, content: str, version: str) -> dict[str, Any]:
+        """Save ``content`` if the file is still ``version`` (``""``: new); a stale version
+        is a BackendRefusedError with code ``script_changed``, nothing written."""
+        ...
+
+    def bundles_list(self) -> list[dict[str, Any]]:
+        """The cluster's bundles (``GET /v1/scripts`` items), newest first."""
+        ...
+
+    def bundle_show(self, digest: str) -> dict[str, Any]:
+        """One bundle with ``members`` and ``used_by_tasks``; ``not_found`` when unknown."""
+        ...
+
+    def bundle_push(self, data: bytes) -> dict[str, Any]:
+        """Push a gzip tar (the API's checks); ``{"digest", ..., "created"}``; a refused
+        archive is a BackendRefusedError with ``usage`` True."""
+        ...
+
+    def bundle_remove(self, digest: str) -> dict[str, Any]:
+        """Remove an unused bundle (admin); ``bundle_in_use`` while a task names it."""
         ...

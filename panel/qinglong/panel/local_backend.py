@@ -15,7 +15,12 @@ from qinglong.local.app.client import (
     ServerUnavailableError,
     SocketBackend,
 )
-from qinglong.panel.backend import FEATURES, BackendRefusedError, BackendUnavailableError
+from qinglong.panel.backend import (
+    FEATURES,
+    BackendRefusedError,
+    BackendUnavailableError,
+    NotInProfileError,
+)
 
 
 class LocalPanelBackend:
@@ -23,7 +28,7 @@ class LocalPanelBackend:
     with SO_PEERCRED, so the panel runs as the owner's user)."""
 
     profile = "local"
-    features = FEATURES  # every page
+    features = FEATURES - {"bundles"}  # every page but the cluster's bundles
 
     def __init__(self, socket_path: str) -> None:
         self._socket = SocketBackend(socket_path)
@@ -129,3 +134,31 @@ class LocalPanelBackend:
     def vars_remove(self, name: str, index: int | None) -> dict[str, Any]:
         """The ``vars_rm`` socket op."""
         return dict(self._call("vars_rm", name=name, index=index))
+
+    def scripts_list(self) -> dict[str, Any]:
+        """The ``scripts_list`` socket op."""
+        return dict(self._call("scripts_list"))
+
+    def script_read(self, path: str) -> dict[str, Any]:
+        """The ``scripts_read`` socket op."""
+        return dict(self._call("scripts_read", path=path))
+
+    def script_write(self, path: str, content: str, version: str) -> dict[str, Any]:
+        """The ``scripts_write`` socket op."""
+        return dict(self._call("scripts_write", path=path, content=content, version=version))
+
+    def bundles_list(self) -> list[dict[str, Any]]:
+        """Not in this profile (bundles are the cluster's)."""
+        raise NotInProfileError("bundles")
+
+    def bundle_show(self, digest: str) -> dict[str, Any]:
+        """Not in this profile."""
+        raise NotInProfileError("bundles")
+
+    def bundle_push(self, data: bytes) -> dict[str, Any]:
+        """Not in this profile."""
+        raise NotInProfileError("bundles")
+
+    def bundle_remove(self, digest: str) -> dict[str, Any]:
+        """Not in this profile."""
+        raise NotInProfileError("bundles")

@@ -16,6 +16,7 @@ import time
 
 from qinglong.local.app import settings as keys
 from qinglong.local.app.datadir import DataDir, OwnerLock
+from qinglong.local.app.scripts_folder import ScriptsFolder
 from qinglong.local.app.notifier import Notifier
 from qinglong.local.app.profiles import Profile, get_profile
 from qinglong.local.app.service import LocalService
@@ -150,7 +151,7 @@ class LocalStack:
         """The operations, supervised by this stack."""
         return LocalService(
             self.store.repo, supervised=True, wake=self.wake, stop_run=self.stop_run,
-            receipts=self.receipts,
+            receipts=self.receipts, scripts=ScriptsFolder(self.store.datadir.scripts_root),
         )
 
     def cleanup_startup_page(self) -> PageResult | None:
