@@ -27,7 +27,15 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from qinglong.panel import i18n, password, paths, script_pages, task_pages, var_pages
+from qinglong.panel import (
+    bundle_pages,
+    i18n,
+    password,
+    paths,
+    script_pages,
+    task_pages,
+    var_pages,
+)
 from qinglong.panel.backend import (
     BackendRefusedError,
     BackendUnavailableError,
@@ -350,6 +358,7 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any,
         Route("/signout", sign_out, methods=["POST"]),
         *var_pages.routes(render, call, backend),
         *script_pages.routes(render, call, backend),
+        *bundle_pages.routes(render, call, backend),
         Route("/lang", set_lang, methods=["POST"]),
         *task_pages.routes(render, call, backend),
         Route("/tasks/{name:path}/{action}", task_action, methods=["POST"]),

@@ -170,12 +170,19 @@ class PanelBackend(Protocol):
         is a BackendRefusedError with code ``script_changed``, nothing written."""
         ...
 
-    def bundles_list(self) -> list[dict[str, Any]]:
-        """The cluster's bundles (``GET /v1/scripts`` items), newest first."""
+    def bundles_list(self, after: str | None = None) -> dict[str, Any]:
+        """The cluster's bundles by digest after ``after`` (keyset): ``{"bundles":
+        [{"digest", "size_bytes", "member_count", "unpacked_bytes", "created_by",
+        "created_at", "used_by"}], "next"}``."""
         ...
 
     def bundle_show(self, digest: str) -> dict[str, Any]:
         """One bundle with ``members`` and ``used_by_tasks``; ``not_found`` when unknown."""
+        ...
+
+    def bundle_file(self, digest: str, path: str) -> dict[str, Any]:
+        """One file of a bundle: ``{"digest", "path", "content" (None: not UTF-8 or too
+        large to show), "size"}``; ``not_found`` for an unknown bundle or file."""
         ...
 
     def bundle_push(self, data: bytes) -> dict[str, Any]:

@@ -147,8 +147,12 @@ class LocalPanelBackend:
         """The ``scripts_write`` socket op."""
         return dict(self._call("scripts_write", path=path, content=content, version=version))
 
-    def bundles_list(self) -> list[dict[str, Any]]:
+    def bundles_list(self, after: str | None = None) -> dict[str, Any]:
         """Not in this profile (bundles are the cluster's)."""
+        raise NotInProfileError("bundles")
+
+    def bundle_file(self, digest: str, path: str) -> dict[str, Any]:
+        """Not in this profile."""
         raise NotInProfileError("bundles")
 
     def bundle_show(self, digest: str) -> dict[str, Any]:

@@ -16,9 +16,9 @@ import time
 
 from qinglong.local.app import settings as keys
 from qinglong.local.app.datadir import DataDir, OwnerLock
-from qinglong.local.app.scripts_folder import ScriptsFolder
 from qinglong.local.app.notifier import Notifier
 from qinglong.local.app.profiles import Profile, get_profile
+from qinglong.local.app.scripts_folder import ScriptsFolder
 from qinglong.local.app.service import LocalService
 from qinglong.local.execution.coordinator import ExecutionConfig, ExecutionCoordinator
 from qinglong.local.execution.dispatcher import Dispatcher
