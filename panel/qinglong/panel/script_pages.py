@@ -86,7 +86,7 @@ def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
             return refused
         if found["content"] is None:
             return render(request, "error.html", 400, message_key="scripts.not_text")
-        return editor(request, 200, path=found["path"], content=found["content"],
+        return editor(request, 200, file_path=found["path"], content=found["content"],
                       version=found["version"], crlf="\r\n" in found["content"], new=False)
 
     async def new(request: Request) -> Response:
@@ -94,7 +94,7 @@ def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
         refused = stale(request, root(request) + "/scripts/new")
         if refused is not None:
             return refused
-        return editor(request, 200, path="", content="", version="", crlf=False, new=True)
+        return editor(request, 200, file_path="", content="", version="", crlf=False, new=True)
 
     def editor(request: Request, status: int, **ctx: Any) -> Response:
         return render(request, "script_edit.html", status, **{"problem": None, **ctx})
@@ -110,7 +110,7 @@ def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
         content = str(data.get("content", ""))[:MAX_FORM_CHARS].replace("\r\n", "\n")
         if crlf:
             content = content.replace("\n", "\r\n")
-        again = {"path": path, "content": content, "version": version, "crlf": crlf,
+        again = {"file_path": path, "content": content, "version": version, "crlf": crlf,
                  "new": new_file}
         session: Session = request.state.session
         if not session.recent():
