@@ -260,6 +260,13 @@ def test_upload_browse_and_delete_a_bundle_refused_while_used(world: World,
     page.wait_for_url("**/file?path=*")
     assert "echo 京东签到 脚本包" in page.locator("pre").inner_text()
     _shot(page, "cluster-bundle-file-zh-CN")
+    page.set_viewport_size({"width": 375, "height": 740})  # a phone: nothing wider
+    for path in ("/bundles", f"/bundles/{digest}",
+                 f"/bundles/{digest}/file?path=lib/工具.sh"):
+        page.goto(world.base + path)
+        assert page.evaluate("document.documentElement.scrollWidth") <= 375, path
+    _shot(page, "cluster-bundle-file-zh-CN-375px")
+    page.set_viewport_size(DESKTOP)
     # a task uses it: the page names the task and the delete is refused, nothing removed
     made = world.api.post("/v1/tasks", json={
         "name": "包任务", "bundle_digest": digest, "entry_point": "签到.sh",

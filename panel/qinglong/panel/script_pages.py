@@ -27,7 +27,6 @@ from qinglong.panel.task_pages import form_of, need
 
 Render = Callable[..., Response]
 Call = Callable[..., Awaitable[Any]]
-MAX_FORM_CHARS = 200_000  # the owner's own limit is 128 KiB of UTF-8
 
 
 def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
@@ -107,7 +106,9 @@ def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
         crlf = data.get("crlf") == "1"
         new_file = data.get("new") == "1"
         # browsers send a textarea's lines with CRLF: back to the file's own line ends
-        content = str(data.get("content", ""))[:MAX_FORM_CHARS].replace("\r\n", "\n")
+        # (not cut short: Starlette bounds a form field at 1 MiB, the owner refuses more
+        # than 128 KiB, and a refusal shows the whole text again)
+        content = str(data.get("content", "")).replace("\r\n", "\n")
         if crlf:
             content = content.replace("\n", "\r\n")
         again = {"file_path": path, "content": content, "version": version, "crlf": crlf,
