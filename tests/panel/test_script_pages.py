@@ -118,3 +118,19 @@ def test_bundle_pages_are_not_in_the_local_profile() -> None:
     client, _ = _client()
     assert client.get("/bundles").status_code == 501
     assert "/bundles" not in client.get("/scripts").text
+
+
+def test_switching_the_language_stays_on_the_same_file() -> None:
+    client, _ = _client()
+    page = client.get("/scripts/view", params={"path": "签到.py"}).text
+    switched = client.post(f"/lang?next={_lang_next(page)}", headers={"Origin": BASE},
+                           data={"csrf": _csrf(page), "lang": "en"}, follow_redirects=False)
+    assert switched.status_code == 303
+    assert client.get(switched.headers["location"]).status_code == 200
+    assert "path=" in switched.headers["location"]
+
+
+def _lang_next(page: str) -> str:
+    found = re.search(r'action="/lang\?next=([^"]+)"', page)
+    assert found is not None
+    return found.group(1)

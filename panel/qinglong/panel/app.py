@@ -81,6 +81,7 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any,
         html = env.get_template(name).render(
             t=messages, lang=lang, session=session, profile=backend.profile,
             csrf=session.csrf if session else "", path=request.url.path,
+            here=request.url.path + (f"?{request.url.query}" if request.url.query else ""),
             root=_root(request), features=backend.features,
             password_enabled=password_hash is not None, **ctx)
         return HTMLResponse(html, status_code=status)
