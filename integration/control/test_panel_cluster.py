@@ -253,9 +253,11 @@ def test_pages_the_cluster_does_not_serve_yet_are_hidden_and_answer_501(
     page = client.get("/ui/", headers={"Accept-Language": "en"}).text
     for hidden in ("/ui/tasks/new", "/edit", 'value="delete"'):
         assert hidden not in page, hidden
-    for shown in ('href="/ui/runs"', 'href="/ui/dashboard"', 'href="/ui/vars"'):
+    for shown in ('href="/ui/runs"', 'href="/ui/dashboard"', 'href="/ui/vars"',
+                  'href="/ui/bundles"'):
         assert shown in page, shown
-    for path in ("/ui/tasks/new",
+    assert 'href="/ui/scripts"' not in page  # the local folder: the cluster has bundles
+    for path in ("/ui/tasks/new", "/ui/scripts", "/ui/scripts/new",
                  "/ui/tasks/%E4%BA%AC%E4%B8%9C%E7%AD%BE%E5%88%B0/edit"):
         reply = client.get(path, headers={"Accept-Language": "en"})
         assert reply.status_code == 501, path
@@ -493,3 +495,41 @@ def test_occurrences_page_reads_the_ledger_newest_first_with_runs_linked(
     with pytest.raises(BackendRefusedError) as missing:
         backend.occurrences_page("没有这个任务", None, 10)
     assert missing.value.code == "not_found"
+def test_bundle_removal_needs_an_admin_session_and_no_task_using_it(api: ApiWorld) -> None:
+    """The backend itself (not only the page) refuses an operator's removal, and an
+    admin's while a live task names the bundle; the row stays until then."""
+    from qinglong.control.bundles import records
+    from qinglong.control.panel_backend import ControlPanelBackend
+    from qinglong.panel.backend import BackendRefusedError
+    from qinglong.panel.security import Session, current_session
+    from qinglong.shared.bundles import Manifest, Member
+
+    digest = "ab" * 32
+    with api.engine.begin() as conn:
+        records.record(conn, digest, 100, Manifest(
+            (Member("签到.sh", "file", 10, 0o644),), 10), "测试")
+    _make_task(api, "包任务", bundle_digest=digest, entry_point="签到.sh", shell=None)
+    backend = ControlPanelBackend(api.ctx)
+    shown = backend.bundle_show(digest)
+    assert shown["used_by_tasks"] == ["包任务"] and shown["members"][0]["path"] == "签到.sh"
+    assert [b["used_by"] for b in backend.bundles_list()["bundles"]] == [1]
+
+    def remove_as(scope: str) -> str:
+        token = current_session.set(Session("s", "c", can_write=scope != "viewer",
+                                            actor=f"{scope}-token", scope=scope))
+        try:
+            backend.bundle_remove(digest)
+        except BackendRefusedError as exc:
+            return exc.code
+        finally:
+            current_session.reset(token)
+        return "removed"
+
+    assert remove_as("viewer") == "forbidden"
+    assert remove_as("operator") == "forbidden"
+    assert remove_as("admin") == "bundle_in_use"
+    assert api.sql("SELECT count(*) FROM script_bundles") == [(1,)]
+    gone = api.client.delete("/v1/tasks/%E5%8C%85%E4%BB%BB%E5%8A%A1", headers=api.as_("admin"))
+    assert gone.status_code in (200, 204), gone.text
+    assert remove_as("admin") == "removed"
+    assert api.sql("SELECT count(*) FROM script_bundles") == [(0,)]

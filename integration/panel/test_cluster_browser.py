@@ -305,3 +305,100 @@ def test_workers_and_occurrences_fit_375px_in_english(world: World) -> None:
     display = page.eval_on_selector("#workers tr", "e => getComputedStyle(e).display")
     assert display == "block"  # one card per worker
     page.context.close()
+def _tarball(files: dict[str, str]) -> bytes:
+    import io
+    import tarfile
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o755
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def test_upload_browse_and_delete_a_bundle_refused_while_used(world: World,
+                                                              tmp_path: Path) -> None:
+    page = world.sign_in(world.cluster.token("admin", name="管理员"))
+    page.get_by_role("link", name="脚本").click()
+    page.wait_for_url(world.base + "/bundles")
+    assert "ql3 cluster script push" in page.content()  # how scripts get in, said on the page
+    archive = tmp_path / "jd.tar.gz"
+    archive.write_bytes(_tarball({"签到.sh": "echo 京东签到 脚本包\n", "lib/工具.sh": "true\n"}))
+    page.get_by_label(".tar.gz 脚本包，或单个脚本文件").set_input_files(str(archive))
+    page.get_by_role("button", name="上传", exact=True).click()
+    page.wait_for_url("**/bundles/*?pushed=new")
+    digest = page.url.rsplit("/", 1)[1].split("?")[0]
+    assert "已上传：新的脚本包" in page.locator("[role=status]").inner_text()
+    assert "没有任务使用它" in page.content()
+    page.get_by_role("link", name="签到.sh").click()
+    page.wait_for_url("**/file?path=*")
+    assert "echo 京东签到 脚本包" in page.locator("pre").inner_text()
+    _shot(page, "cluster-bundle-file-zh-CN")
+    page.set_viewport_size({"width": 375, "height": 740})  # a phone: nothing wider
+    for path in ("/bundles", f"/bundles/{digest}",
+                 f"/bundles/{digest}/file?path=lib/工具.sh"):
+        page.goto(world.base + path)
+        assert page.evaluate("document.documentElement.scrollWidth") <= 375, path
+    _shot(page, "cluster-bundle-file-zh-CN-375px")
+    page.set_viewport_size(DESKTOP)
+    # a task uses it: the page names the task and the delete is refused, nothing removed
+    made = world.api.post("/v1/tasks", json={
+        "name": "包任务", "bundle_digest": digest, "entry_point": "签到.sh",
+        "schedule": "0 8 * * *", "timezone": "Asia/Shanghai"})
+    assert made.status_code == 201, made.text
+    page.goto(f"{world.base}/bundles/{digest}")
+    assert page.locator("ul.bundle-tasks li", has_text="包任务").count() == 1
+    with page.expect_response(lambda r: r.url.endswith("/delete")) as answer:
+        page.get_by_role("button", name="删除脚本包").click()
+    assert answer.value.status == 409
+    assert "有任务使用此脚本包" in page.locator("#bundle-problem").inner_text()
+    assert world.api.get(f"/v1/scripts/{digest}").status_code == 200
+    _shot(page, "cluster-bundle-in-use-zh-CN")
+    # once no task uses it, an admin deletes it
+    assert world.api.delete("/v1/tasks/%E5%8C%85%E4%BB%BB%E5%8A%A1").status_code in (200, 204)
+    page.goto(f"{world.base}/bundles/{digest}")
+    page.get_by_role("button", name="删除脚本包").click()
+    page.wait_for_url("**/bundles?removed=1")
+    assert world.api.get(f"/v1/scripts/{digest}").status_code == 404
+    page.context.close()
+
+
+def test_one_file_uploads_as_a_bundle_and_a_viewer_cannot_upload_or_delete(
+        world: World, tmp_path: Path) -> None:
+    page = world.sign_in(world.cluster.token("operator"), locale="en-US")
+    page.goto(world.base + "/bundles")
+    single = tmp_path / "每日签到.py"
+    single.write_text("print('每日签到')\n", encoding="utf-8")
+    page.get_by_label(".tar.gz bundle, or one script file").set_input_files(str(single))
+    page.get_by_role("button", name="Upload", exact=True).click()
+    page.wait_for_url("**/bundles/*?pushed=*")
+    digest = page.url.rsplit("/", 1)[1].split("?")[0]
+    assert page.get_by_role("link", name="每日签到.py").count() == 1
+    assert page.get_by_role("button", name="Delete bundle").count() == 0  # operator
+    csrf = page.locator("input[name=csrf]").first.get_attribute("value")
+    origin = world.base.rsplit("/ui", 1)[0]
+    reply = page.request.post(f"{world.base}/bundles/{digest}/delete",
+                              headers={"Origin": origin}, form={"csrf": str(csrf)})
+    assert reply.status == 403  # removing needs admin
+    page.context.close()
+    viewer = world.sign_in(world.cluster.token("viewer"), locale="en-US")
+    viewer.goto(f"{world.base}/bundles/{digest}")
+    assert viewer.get_by_role("link", name="每日签到.py").count() == 1
+    assert viewer.locator("form[action$='/upload'], form[action$='/delete']").count() == 0
+    viewer.goto(world.base + "/bundles")
+    assert viewer.locator("input[type=file]").count() == 0
+    csrf = viewer.locator("input[name=csrf]").first.get_attribute("value")
+    forged = viewer.request.post(f"{world.base}/bundles/upload", headers={"Origin": origin},
+                                 multipart={"csrf": str(csrf), "bundle": {
+                                     "name": "x.py", "mimeType": "text/plain",
+                                     "buffer": b"print(1)\n"}})
+    assert forged.status == 403
+    for path in (f"/bundles/{digest}/delete",):
+        assert viewer.request.post(world.base + path, headers={"Origin": origin},
+                                   form={"csrf": str(csrf)}).status == 403
+    assert world.api.get(f"/v1/scripts/{digest}").status_code == 200
+    _shot(viewer, "cluster-bundles-viewer-en")
+    viewer.context.close()

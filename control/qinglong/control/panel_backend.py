@@ -26,6 +26,7 @@ from sqlalchemy import Text, and_, cast, func, or_, select
 from qinglong.control.api.errors import ApiError
 from qinglong.control.api.tasks import like_escape
 from qinglong.control.db.tables import attempts, runs, tasks
+from qinglong.control.panel_bundles import BundlePanel
 from qinglong.panel.backend import (
     BackendRefusedError,
     BackendUnavailableError,
@@ -59,16 +60,16 @@ def _run_id(run: str) -> UUID:
         raise BackendRefusedError("not_found", "no run has this id", usage=True) from None
 
 
-class ControlPanelBackend:
+class ControlPanelBackend(BundlePanel):
     """Implements PanelBackend over ``ctx`` (the replica's ApiContext: engine, project,
     S3 client and live-log hub). Every method blocks (the panel calls it from a worker
     thread); database errors become BackendUnavailableError (the page says so, 503)."""
 
     profile = "cluster"
-    #: the optional pages it serves (qinglong.panel.backend.FEATURES): Runs, Overview and
-    #: Variables, Workers; the task form is the local profile's for now (docs/panel.md
-    #: "Cluster")
-    features: frozenset[str] = frozenset({"runs", "dashboard", "vars", "workers"})
+    #: the optional pages it serves (qinglong.panel.backend.FEATURES): Runs, Overview,
+    #: Variables, Workers and the bundles (``panel_bundles.py``); the task form and the
+    #: scripts folder are the local profile's (docs/panel.md "Cluster")
+    features: frozenset[str] = frozenset({"runs", "dashboard", "vars", "workers", "bundles"})
 
     def __init__(self, ctx: ApiContext) -> None:
         self.ctx = ctx
@@ -507,6 +508,20 @@ class ControlPanelBackend:
 
         self._vars_write(lambda conn, by: remove(conn, name, index))
         return {"name": name, "index": index}
+
+    # -- the local scripts folder: not in the cluster (bundles instead) --------------------
+
+    def scripts_list(self) -> dict[str, Any]:
+        """Not in the cluster: raises NotInProfileError ``scripts``."""
+        raise NotInProfileError("scripts")
+
+    def script_read(self, path: str) -> dict[str, Any]:
+        """Not in the cluster: raises NotInProfileError ``scripts``."""
+        raise NotInProfileError("scripts")
+
+    def script_write(self, path: str, content: str, version: str) -> dict[str, Any]:
+        """Not in the cluster: raises NotInProfileError ``scripts``."""
+        raise NotInProfileError("scripts")
 
 
 def mount_panel(app: Any, ctx: ApiContext) -> Starlette:

@@ -28,10 +28,12 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from qinglong.panel import (
+    bundle_pages,
     i18n,
     occurrence_pages,
     password,
     paths,
+    script_pages,
     task_pages,
     var_pages,
     worker_pages,
@@ -81,6 +83,7 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any,
         html = env.get_template(name).render(
             t=messages, lang=lang, session=session, profile=backend.profile,
             csrf=session.csrf if session else "", path=request.url.path,
+            here=request.url.path + (f"?{request.url.query}" if request.url.query else ""),
             root=_root(request), features=backend.features,
             password_enabled=password_hash is not None, **ctx)
         return HTMLResponse(html, status_code=status)
@@ -357,6 +360,8 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any,
         Route("/signin", sign_in_post, methods=["POST"]),
         Route("/signout", sign_out, methods=["POST"]),
         *var_pages.routes(render, call, backend),
+        *script_pages.routes(render, call, backend),
+        *bundle_pages.routes(render, call, backend),
         Route("/lang", set_lang, methods=["POST"]),
         *task_pages.routes(render, call, backend),
         *occurrence_pages.routes(render, call, backend),

@@ -32,10 +32,13 @@ class BackendRefusedError(Exception):
 #: the optional pages (docs/panel.md "Backends"): ``task_edit`` the task form (new, edit,
 #: copy, delete: task_get, task_add, task_edit, task_remove, schedule_preview), ``runs`` the
 #: Runs page (runs_page), ``vars`` the Variables page (vars_*), ``dashboard`` the Overview
-#: (runs_page and task_page), ``workers`` the Workers page (workers_page; the cluster's).
-#: The Tasks page, run now, enable/disable, bulk enable/disable/run, a task's Occurrences,
-#: the run page, Stop and the log are in every profile.
-FEATURES: frozenset[str] = frozenset({"task_edit", "runs", "vars", "dashboard", "workers"})
+#: (runs_page and task_page), ``workers`` the Workers page (workers_page; the cluster's),
+#: ``scripts`` the local scripts folder (scripts_list, script_read, script_write),
+#: ``bundles`` the cluster's script bundles (bundles_list, bundle_show, bundle_push,
+#: bundle_remove). The Tasks page, run now, enable/disable, bulk enable/disable/run, a
+#: task's Occurrences, the run page, Stop and the log are in every profile.
+FEATURES: frozenset[str] = frozenset({"task_edit", "runs", "vars", "dashboard", "workers",
+                                      "scripts", "bundles"})
 
 
 class NotInProfileError(Exception):
@@ -177,4 +180,42 @@ class PanelBackend(Protocol):
         clock), "attempts_held"}], "next": cursor or None, "live": live workers,
         "unmatched": [{"name", "labels"}] (at most 100, by name), "unmatched_total"}``.
         A profile without workers raises NotInProfileError ``workers``."""
+    # -- scripts (the local folder) and bundles (the cluster), docs/panel.md "Scripts" ---
+
+    def scripts_list(self) -> dict[str, Any]:
+        """The scripts folder: ``{"root", "files": [{"path", "size", "modified_ms"}],
+        "truncated"}``."""
+        ...
+
+    def script_read(self, path: str) -> dict[str, Any]:
+        """One file: ``{"path", "content" (None: not UTF-8), "size", "version"}``."""
+        ...
+
+    def script_write(self, path: str, content: str, version: str) -> dict[str, Any]:
+        """Save ``content`` if the file is still ``version`` (``""``: new); a stale version
+        is a BackendRefusedError with code ``script_changed``, nothing written."""
+        ...
+
+    def bundles_list(self, after: str | None = None) -> dict[str, Any]:
+        """The cluster's bundles by digest after ``after`` (keyset): ``{"bundles":
+        [{"digest", "size_bytes", "member_count", "unpacked_bytes", "created_by",
+        "created_at", "used_by"}], "next"}``."""
+        ...
+
+    def bundle_show(self, digest: str) -> dict[str, Any]:
+        """One bundle with ``members`` and ``used_by_tasks``; ``not_found`` when unknown."""
+        ...
+
+    def bundle_file(self, digest: str, path: str) -> dict[str, Any]:
+        """One file of a bundle: ``{"digest", "path", "content" (None: not UTF-8 or too
+        large to show), "size"}``; ``not_found`` for an unknown bundle or file."""
+        ...
+
+    def bundle_push(self, data: bytes) -> dict[str, Any]:
+        """Push a gzip tar (the API's checks); ``{"digest", ..., "created"}``; a refused
+        archive is a BackendRefusedError with ``usage`` True."""
+        ...
+
+    def bundle_remove(self, digest: str) -> dict[str, Any]:
+        """Remove an unused bundle (admin); ``bundle_in_use`` while a task names it."""
         ...

@@ -28,7 +28,7 @@ class LocalPanelBackend:
     with SO_PEERCRED, so the panel runs as the owner's user)."""
 
     profile = "local"
-    features = FEATURES - {"workers"}  # every page but the cluster's Workers
+    features = FEATURES - {"workers", "bundles"}  # every page but the cluster's two
 
     def __init__(self, socket_path: str) -> None:
         self._socket = SocketBackend(socket_path)
@@ -142,3 +142,34 @@ class LocalPanelBackend:
     def workers_page(self, before: str | None, limit: int) -> dict[str, Any]:
         """No workers in the local profile: raises NotInProfileError ``workers``."""
         raise NotInProfileError("workers")
+    def scripts_list(self) -> dict[str, Any]:
+        """The ``scripts_list`` socket op."""
+        return dict(self._call("scripts_list"))
+
+    def script_read(self, path: str) -> dict[str, Any]:
+        """The ``scripts_read`` socket op."""
+        return dict(self._call("scripts_read", path=path))
+
+    def script_write(self, path: str, content: str, version: str) -> dict[str, Any]:
+        """The ``scripts_write`` socket op."""
+        return dict(self._call("scripts_write", path=path, content=content, version=version))
+
+    def bundles_list(self, after: str | None = None) -> dict[str, Any]:
+        """Not in this profile (bundles are the cluster's)."""
+        raise NotInProfileError("bundles")
+
+    def bundle_file(self, digest: str, path: str) -> dict[str, Any]:
+        """Not in this profile."""
+        raise NotInProfileError("bundles")
+
+    def bundle_show(self, digest: str) -> dict[str, Any]:
+        """Not in this profile."""
+        raise NotInProfileError("bundles")
+
+    def bundle_push(self, data: bytes) -> dict[str, Any]:
+        """Not in this profile."""
+        raise NotInProfileError("bundles")
+
+    def bundle_remove(self, digest: str) -> dict[str, Any]:
+        """Not in this profile."""
+        raise NotInProfileError("bundles")
