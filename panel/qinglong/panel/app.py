@@ -27,7 +27,7 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from qinglong.panel import i18n, password, paths, task_pages, var_pages
+from qinglong.panel import cluster_task_pages, i18n, password, paths, task_pages, var_pages
 from qinglong.panel.backend import (
     BackendRefusedError,
     BackendUnavailableError,
@@ -350,6 +350,9 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any,
         Route("/signout", sign_out, methods=["POST"]),
         *var_pages.routes(render, call, backend),
         Route("/lang", set_lang, methods=["POST"]),
+        # the cluster's task form (the API's JSON) takes the form's paths before the local one
+        *(cluster_task_pages.routes(render, call, backend)
+          if backend.profile == "cluster" else []),
         *task_pages.routes(render, call, backend),
         Route("/tasks/{name:path}/{action}", task_action, methods=["POST"]),
         Route("/runs/{run}", run_detail),
