@@ -141,7 +141,8 @@ def test_admin_creates_edits_copies_and_runs_a_chinese_task_through_the_form(
     assert page.input_value("#env") == "JD_NAME=京东"
     assert page.input_value("#concurrency") == "allow"
     assert page.input_value("#entry").endswith("|" + ENTRY)
-    assert "pt_key=abc123" not in page.content()  # write-only: typed again, never echoed
+    assert "pt_key=abc123" not in page.content()  # write-only: never echoed, so
+    assert "请重新输入" in page.locator("#secrets-error").inner_text()  # the page says so
     assert world.api.get(f"/v1/tasks/{quote(JD)}").status_code == 404
     _shot(page, "cluster-form-error-zh-CN")
     page.fill("#schedule", "0 8 * * *")
@@ -208,6 +209,27 @@ def test_the_form_fits_a_phone_in_both_languages(world: World) -> None:
         assert _fits(page), locale
         _shot(page, f"cluster-form-375-{locale}")
         page.context.close()
+
+
+def test_an_english_session_reads_the_apis_refusals_in_english(world: World) -> None:
+    page = _page(world, world.cluster.token("admin"), locale="en-US")
+    page.goto(world.base + "/tasks/new")
+    page.fill("#name", "淘宝/签到")
+    page.fill("#timezone", "Asia/Shanghia")
+    page.fill("#command", "echo 淘宝")
+    page.fill("#attempts", "101")
+    page.get_by_role("button", name="Save").click()
+    page.locator("#attempts-error").wait_for()
+    assert page.locator("#name-error").inner_text().startswith("Use 1-128 characters")
+    assert page.locator("#attempts-error").inner_text() == "Must be at most 100."
+    assert page.input_value("#command") == "echo 淘宝"
+    page.fill("#name", "淘宝签到")
+    page.fill("#attempts", "1")
+    page.get_by_role("button", name="Save").click()
+    page.locator("#timezone-error").wait_for()
+    assert "did you mean Asia/Shanghai?" in page.locator("#timezone-error").inner_text()
+    assert world.api.get(f"/v1/tasks/{quote('淘宝签到')}").status_code == 404
+    page.context.close()
 
 
 @pytest.mark.parametrize("scope", ["viewer", "operator"])

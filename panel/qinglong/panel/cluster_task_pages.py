@@ -140,10 +140,10 @@ def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
                                                            catalog(request))
             if not errors and general is None:
                 general = catalog(request)["error.refused"]
-            form.forget_secrets()
+            _forget_secrets(form, errors)
             return await show(request, form, editing=editing, errors=errors, general=general,
                               status=400 if exc.usage else 409)
-        form.forget_secrets()
+        _forget_secrets(form, errors)
         return await show(request, form, editing=editing, errors=errors, general=general,
                           status=400)
 
@@ -165,3 +165,11 @@ def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
         Route("/tasks/{name}/edit", edit_task),
         Route("/tasks/{name}/edit", save_task, methods=["POST"]),
     ]
+
+
+def _forget_secrets(form: ClusterTaskForm, errors: dict[str, str]) -> None:
+    """Drop the secret values typed into a refused form (write-only: never sent back) and,
+    when there were any, say beside the secrets that they must be typed again."""
+    if (form.secret_new.strip() or form.secret_replace) and "secrets" not in errors:
+        errors["secrets"] = "cform.secret_retype"
+    form.forget_secrets()
