@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+from test_browser import _axe_serious
 from test_cluster_browser import (  # its imports set up integration/cluster and s3
     CHROMIUM,
     CREDS,
@@ -144,6 +145,7 @@ def test_admin_creates_edits_copies_and_runs_a_chinese_task_through_the_form(
     assert "pt_key=abc123" not in page.content()  # write-only: never echoed, so
     assert "请重新输入" in page.locator("#secrets-error").inner_text()  # the page says so
     assert world.api.get(f"/v1/tasks/{quote(JD)}").status_code == 404
+    assert _axe_serious(page) == []
     _shot(page, "cluster-form-error-zh-CN")
     page.fill("#schedule", "0 8 * * *")
     page.fill("#secret_new", "JD_COOKIE=pt_key=abc123")
@@ -164,6 +166,7 @@ def test_admin_creates_edits_copies_and_runs_a_chinese_task_through_the_form(
     secrets = page.locator("#secrets")
     assert "JD_COOKIE" in secrets.inner_text() and "已设置" in secrets.inner_text()
     assert "abc123" not in page.content()
+    assert _axe_serious(page) == []
     page.fill("#schedule", "30 0 9 * * *")
     page.locator("#preview", has_text="09:00:30").wait_for()
     page.get_by_role("button", name="保存").click()
@@ -207,6 +210,7 @@ def test_the_form_fits_a_phone_in_both_languages(world: World) -> None:
         page.goto(world.base + "/tasks/new")
         page.locator("#preview-viewer").wait_for()
         assert _fits(page), locale
+        assert _axe_serious(page) == [], locale
         _shot(page, f"cluster-form-375-{locale}")
         page.context.close()
 

@@ -186,7 +186,8 @@ def _ms(text: str, key: str, errors: dict[str, str]) -> int | None:
 
 
 def _seconds(ms: Any) -> str:
-    return f"{int(ms) / 1000:g}"
+    """Milliseconds as seconds text: ``1500`` -> ``1.5``, never in exponent notation."""
+    return f"{int(ms) / 1000:.3f}".rstrip("0").rstrip(".")
 
 
 def field_of(path: str, secret_names: set[str]) -> str:

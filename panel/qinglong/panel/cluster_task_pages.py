@@ -120,6 +120,8 @@ def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
                 form.name, form.argv = stored.name, stored.argv
                 form.secret_names = stored.secret_names  # only the stored ones count
                 editing = stored.name
+            else:
+                form.secret_names = []  # a new task has no stored secret to keep
             spec, errors = cluster_form.body(form, editing=editing is not None)
             if not errors:
                 if editing is not None:
