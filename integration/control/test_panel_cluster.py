@@ -311,6 +311,11 @@ def test_admin_form_refusals_name_fields_in_zh_and_an_edit_keeps_a_secret(
     assert "pt_key=秘密" not in text and "请重新输入" in text
     assert 'value="平台=jd"' in text and "1BAD=x</textarea>" in text
     assert api.sql("SELECT count(*) FROM tasks") == [(0,)]
+    no_csrf = client.post("/ui/tasks/new", data={**form, "csrf": "", "concurrency": "forbid"})
+    other_origin = client.post("/ui/tasks/new", data={**form, "concurrency": "forbid"},
+                               headers={"Origin": "http://evil.example"})
+    assert (no_csrf.status_code, other_origin.status_code) == (403, 403)
+    assert api.sql("SELECT count(*) FROM tasks") == [(0,)]
     made = client.post("/ui/tasks/new", data={**form, "labels": "platform=jd",
                                               "env": "JD_NAME=京东", "attempts": "2",
                                               "concurrency": "forbid"})
