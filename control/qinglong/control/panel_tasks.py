@@ -95,7 +95,7 @@ def _validated(model: type[TaskCreate] | type[TaskPatch], body: dict[str, Any]
     return parsed.model_dump()
 
 
-def task_view(conn: Any, row: Any) -> dict[str, Any]:
+def task_view(row: Any) -> dict[str, Any]:
     """A task row as the form reads it: ``GET /v1/tasks/{name}``'s fields (secret values
     null) as JSON."""
     from qinglong.control.api.tasks import task_out
@@ -109,7 +109,7 @@ def get(ctx: ApiContext, name: str) -> dict[str, Any]:
     from qinglong.control.api.task_store import live_task
 
     with ctx.engine.connect() as conn:
-        return task_view(conn, live_task(conn, ctx.project_id, name))
+        return task_view(live_task(conn, ctx.project_id, name))
 
 
 def create(ctx: ApiContext, body: dict[str, Any], by: str) -> dict[str, Any]:
@@ -124,7 +124,7 @@ def create(ctx: ApiContext, body: dict[str, Any], by: str) -> dict[str, Any]:
     with ctx.engine.begin() as conn:
         row = create_task(conn, ctx.project_id, values, by,
                           keyring=ctx.extras.get("keyring"))
-        return task_view(conn, row)
+        return task_view(row)
 
 
 def edit(ctx: ApiContext, name: str, patch: dict[str, Any], by: str) -> dict[str, Any]:
@@ -135,7 +135,7 @@ def edit(ctx: ApiContext, name: str, patch: dict[str, Any], by: str) -> dict[str
     with ctx.engine.begin() as conn:
         row = edit_task(conn, ctx.project_id, name, values, NULLABLE_ON_EDIT, by,
                         keyring=ctx.extras.get("keyring"))
-        return task_view(conn, row)
+        return task_view(row)
 
 
 def remove(ctx: ApiContext, name: str, by: str) -> dict[str, Any]:
