@@ -1,10 +1,11 @@
 """The cluster's web panel at ``/ui`` over real HTTP and real PostgreSQL as the runtime role
 (docs/panel.md "Cluster"; DESIGN §4.6): API-token sign-in, server-side sessions (hashed ids,
 dying with their token), scopes, CSRF and Origin, the throttle on failed sign-ins shared
-through PostgreSQL, sign-out, the sweep, and the pages over ``ControlPanelBackend`` (those it
-does not serve yet hidden and answering 501): Runs across tasks with filters and keyset
-pages, the Overview of the last 24 hours, and Variables (operator writes, every value
-masked, pool scopes shown)."""
+through PostgreSQL, sign-out, the sweep, and the pages over ``ControlPanelBackend``: the
+task form (admin only: an operator's GETs and POSTs 403, the backend refusing too; the
+API's refusals worded in zh-CN beside their fields; an edit keeping a secret), Runs across
+tasks with filters and keyset pages, the Overview of the last 24 hours, and Variables
+(operator writes, every value masked, pool scopes shown)."""
 
 from __future__ import annotations
 
@@ -245,32 +246,95 @@ def test_log_stream_follows_with_the_cookie_session(api: ApiWorld) -> None:
     assert anonymous.status_code == 401
 
 
-def test_pages_the_cluster_does_not_serve_yet_are_hidden_and_answer_501(
-        api: ApiWorld) -> None:
+def test_task_definitions_need_the_admin_scope_an_operator_gets_403(api: ApiWorld) -> None:
     _make_task(api, "京东签到")
     _make_task(api, "淘宝签到")
     client, csrf = _signed_in(api, "operator")
     page = client.get("/ui/", headers={"Accept-Language": "en"}).text
-    for hidden in ("/ui/tasks/new", "/edit", 'value="delete"'):
+    for hidden in ("/ui/tasks/new", "/edit", "?copy=", 'value="delete"'):
         assert hidden not in page, hidden
     for shown in ('href="/ui/runs"', 'href="/ui/dashboard"', 'href="/ui/vars"',
-                  'href="/ui/bundles"'):
+                  'href="/ui/bundles"', 'value="disable"'):
         assert shown in page, shown
     assert 'href="/ui/scripts"' not in page  # the local folder: the cluster has bundles
-    for path in ("/ui/tasks/new", "/ui/scripts", "/ui/scripts/new",
-                 "/ui/tasks/%E4%BA%AC%E4%B8%9C%E7%AD%BE%E5%88%B0/edit"):
+    for path in ("/ui/scripts", "/ui/scripts/new"):
+        assert client.get(path, headers={"Accept-Language": "en"}).status_code == 501, path
+    for path in ("/ui/tasks/new", "/ui/tasks/new?copy=%E4%BA%AC%E4%B8%9C%E7%AD%BE%E5%88%B0",
+                 "/ui/tasks/%E4%BA%AC%E4%B8%9C%E7%AD%BE%E5%88%B0/edit",
+                 "/ui/tasks/%E4%BA%AC%E4%B8%9C%E7%AD%BE%E5%88%B0/delete"):
         reply = client.get(path, headers={"Accept-Language": "en"})
-        assert reply.status_code == 501, path
-        assert "not available in this profile" in reply.text, path
+        assert reply.status_code == 403, path
+        assert "needs a token of scope admin" in reply.text, path
     names = ["京东签到", "淘宝签到"]
-    refused = client.post("/ui/tasks/bulk", data={"csrf": csrf, "action": "delete",
-                                                   "confirm": "yes", "names": names})
-    assert refused.status_code == 501
+    forged = [client.post("/ui/tasks/bulk", data={"csrf": csrf, "action": "delete",
+                                                  "confirm": "yes", "names": names}),
+              client.post("/ui/tasks/new", data={"csrf": csrf, "name": "伪造",
+                                                 "command": "echo 伪造"}),
+              client.post("/ui/tasks/%E4%BA%AC%E4%B8%9C%E7%AD%BE%E5%88%B0/edit",
+                          data={"csrf": csrf, "schedule": "@daily", "command": "echo x"})]
+    assert [r.status_code for r in forged] == [403, 403, 403]
     off = client.post("/ui/tasks/bulk", data={"csrf": csrf, "action": "disable",
                                               "names": names})
     assert off.status_code == 303 and off.headers["location"] == "/ui/?done=2&failed=0"
-    assert sorted(api.sql("SELECT name, enabled, deleted_at IS NULL FROM tasks")) == [
-        ("京东签到", False, True), ("淘宝签到", False, True)]
+    assert sorted(api.sql("SELECT name, enabled, deleted_at IS NULL, schedule FROM tasks")
+                  ) == [("京东签到", False, True, None), ("淘宝签到", False, True, None)]
+
+
+def test_the_backend_refuses_task_definitions_without_the_admin_scope(
+        api: ApiWorld) -> None:
+    from qinglong.control.panel_backend import ControlPanelBackend
+    from qinglong.panel.backend import BackendRefusedError
+    from qinglong.panel.security import Session, current_session
+
+    backend = ControlPanelBackend(api.ctx)
+    spec = {"name": "京东签到", "shell": "echo 京东"}
+    for scope in ("viewer", "operator"):
+        mark = current_session.set(Session("s", "c", can_write=scope != "viewer",
+                                           actor=scope, scope=scope))
+        try:
+            with pytest.raises(BackendRefusedError) as refused:
+                backend.task_add(spec)
+            assert refused.value.code == "forbidden"
+        finally:
+            current_session.reset(mark)
+    assert api.sql("SELECT count(*) FROM tasks") == [(0,)]
+
+
+def test_admin_form_refusals_name_fields_in_zh_and_an_edit_keeps_a_secret(
+        api: ApiWorld) -> None:
+    client, csrf = _signed_in(api, "admin")
+    form = {"csrf": csrf, "name": "京东签到", "schedule": "0 8 * * *",
+            "timezone": "Asia/Shanghai", "command": "echo 京东", "labels": "平台=jd",
+            "env": "1BAD=x", "attempts": "0", "secret_new": "JD_COOKIE=pt_key=秘密",
+            "concurrency": "sometimes"}
+    refused = client.post("/ui/tasks/new", data=form, headers={"Accept-Language": "zh-CN"})
+    assert refused.status_code == 400
+    text = refused.text
+    assert "标签的 key 只能用" in text and "变量名只能用" in text and "不能小于 1" in text
+    assert "请从列表中选择" in text
+    assert "pt_key=秘密" not in text and "请重新输入" in text
+    assert 'value="平台=jd"' in text and "1BAD=x</textarea>" in text
+    assert api.sql("SELECT count(*) FROM tasks") == [(0,)]
+    no_csrf = client.post("/ui/tasks/new", data={**form, "csrf": "", "concurrency": "forbid"})
+    other_origin = client.post("/ui/tasks/new", data={**form, "concurrency": "forbid"},
+                               headers={"Origin": "http://evil.example"})
+    assert (no_csrf.status_code, other_origin.status_code) == (403, 403)
+    assert api.sql("SELECT count(*) FROM tasks") == [(0,)]
+    made = client.post("/ui/tasks/new", data={**form, "labels": "platform=jd",
+                                              "env": "JD_NAME=京东", "attempts": "2",
+                                              "concurrency": "forbid"})
+    assert made.status_code == 303, made.text
+    edit = client.get("/ui/tasks/%E4%BA%AC%E4%B8%9C%E7%AD%BE%E5%88%B0/edit").text
+    assert "JD_COOKIE" in edit and "pt_key" not in edit
+    saved = client.post("/ui/tasks/%E4%BA%AC%E4%B8%9C%E7%AD%BE%E5%88%B0/edit", data={
+        "csrf": csrf, "schedule": "30 0 9 * * *", "timezone": "Asia/Shanghai",
+        "command": "echo 京东", "labels": "platform=jd", "env": "JD_NAME=京东",
+        "attempts": "2", "concurrency": "forbid", "secret_name": "JD_COOKIE"})
+    assert saved.status_code == 303, saved.text
+    assert api.sql("SELECT schedule, env->'JD_COOKIE', max_attempts, shell FROM tasks") == [
+        ("30 0 9 * * *", {"value": "pt_key=秘密", "secret": True}, 2, "echo 京东")]
+    events = api.sql("SELECT kind, detail->>'by' FROM task_events ORDER BY at, id")
+    assert events == [("created", "admin-token"), ("edited", "admin-token")]
 
 
 def test_runs_page_lists_across_tasks_filters_and_pages_by_keyset(api: ApiWorld) -> None:

@@ -29,6 +29,7 @@ from starlette.staticfiles import StaticFiles
 
 from qinglong.panel import (
     bundle_pages,
+    cluster_task_pages,
     i18n,
     occurrence_pages,
     password,
@@ -363,6 +364,9 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any,
         *script_pages.routes(render, call, backend),
         *bundle_pages.routes(render, call, backend),
         Route("/lang", set_lang, methods=["POST"]),
+        # the cluster's task form (the API's JSON) takes the form's paths before the local one
+        *(cluster_task_pages.routes(render, call, backend)
+          if backend.profile == "cluster" else []),
         *task_pages.routes(render, call, backend),
         *occurrence_pages.routes(render, call, backend),
         *worker_pages.routes(render, call, backend),

@@ -20,13 +20,18 @@ class BackendUnavailableError(Exception):
 
 class BackendRefusedError(Exception):
     """The owner refused the request; ``code`` is its stable error code, ``message`` its
-    user-data-free message, ``usage`` True for bad input (HTTP 400) and False otherwise."""
+    user-data-free message, ``usage`` True for bad input (HTTP 400) and False otherwise.
+    ``problems`` (the cluster's task form): ``[{"field": the API's field path such as
+    ``schedule`` or ``env.NAME.value``, "code": a reason code, "params": {limit: text}}]``,
+    which the panel words in the user's language; never a value."""
 
-    def __init__(self, code: str, message: str, *, usage: bool = False) -> None:
+    def __init__(self, code: str, message: str, *, usage: bool = False,
+                 problems: list[dict[str, Any]] | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.usage = usage
+        self.problems = list(problems or [])
 
 
 #: the optional pages (docs/panel.md "Backends"): ``task_edit`` the task form (new, edit,
