@@ -26,6 +26,7 @@ from sqlalchemy import Text, and_, cast, func, or_, select
 from qinglong.control.api.errors import ApiError
 from qinglong.control.api.tasks import like_escape
 from qinglong.control.db.tables import attempts, runs, tasks
+from qinglong.control.panel_settings import SettingsMixin
 from qinglong.panel.backend import (
     BackendRefusedError,
     BackendUnavailableError,
@@ -59,15 +60,16 @@ def _run_id(run: str) -> UUID:
         raise BackendRefusedError("not_found", "no run has this id", usage=True) from None
 
 
-class ControlPanelBackend:
+class ControlPanelBackend(SettingsMixin):
     """Implements PanelBackend over ``ctx`` (the replica's ApiContext: engine, project,
     S3 client and live-log hub). Every method blocks (the panel calls it from a worker
     thread); database errors become BackendUnavailableError (the page says so, 503)."""
 
     profile = "cluster"
-    #: the optional pages it serves (qinglong.panel.backend.FEATURES): Runs, Overview and
-    #: Variables; the task form is the local profile's for now (docs/panel.md "Cluster")
-    features: frozenset[str] = frozenset({"runs", "dashboard", "vars"})
+    #: the optional pages it serves (qinglong.panel.backend.FEATURES): Runs, Overview,
+    #: Variables and Settings; the task form is the local profile's for now
+    #: (docs/panel.md "Cluster")
+    features: frozenset[str] = frozenset({"runs", "dashboard", "vars", "settings"})
 
     def __init__(self, ctx: ApiContext) -> None:
         self.ctx = ctx

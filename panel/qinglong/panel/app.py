@@ -27,7 +27,7 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from qinglong.panel import i18n, password, paths, task_pages, var_pages
+from qinglong.panel import i18n, password, paths, settings_pages, task_pages, var_pages
 from qinglong.panel.backend import (
     BackendRefusedError,
     BackendUnavailableError,
@@ -74,7 +74,7 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any,
             t=messages, lang=lang, session=session, profile=backend.profile,
             csrf=session.csrf if session else "", path=request.url.path,
             root=_root(request), features=backend.features,
-            password_enabled=password_hash is not None, **ctx)
+            password_enabled=password_hash is not None, languages=i18n.LANGUAGES, **ctx)
         return HTMLResponse(html, status_code=status)
 
     def signin_page(request: Request, status: int, **ctx: Any) -> HTMLResponse:
@@ -349,6 +349,7 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any,
         Route("/signin", sign_in_post, methods=["POST"]),
         Route("/signout", sign_out, methods=["POST"]),
         *var_pages.routes(render, call, backend),
+        *settings_pages.routes(render, call, backend),
         Route("/lang", set_lang, methods=["POST"]),
         *task_pages.routes(render, call, backend),
         Route("/tasks/{name:path}/{action}", task_action, methods=["POST"]),

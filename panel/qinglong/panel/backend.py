@@ -32,9 +32,12 @@ class BackendRefusedError(Exception):
 #: the optional pages (docs/panel.md "Backends"): ``task_edit`` the task form (new, edit,
 #: copy, delete: task_get, task_add, task_edit, task_remove, schedule_preview), ``runs`` the
 #: Runs page (runs_page), ``vars`` the Variables page (vars_*), ``dashboard`` the Overview
-#: (runs_page and task_page). The Tasks page, run now, enable/disable, bulk
-#: enable/disable/run, the run page, Stop and the log are in every profile.
-FEATURES: frozenset[str] = frozenset({"task_edit", "runs", "vars", "dashboard"})
+#: (runs_page and task_page), ``settings`` the Settings page (settings, notify_test; the
+#: cluster's tokens: token_create, token_get, token_revoke). The Tasks page, run now,
+#: enable/disable, bulk enable/disable/run, the run page, Stop and the log are in every
+#: profile.
+FEATURES: frozenset[str] = frozenset({"task_edit", "runs", "vars", "dashboard",
+                                      "settings"})
 
 
 class NotInProfileError(Exception):
@@ -149,4 +152,30 @@ class PanelBackend(Protocol):
 
     def vars_remove(self, name: str, index: int | None) -> dict[str, Any]:
         """Remove value #index, or the whole variable (None)."""
+        ...
+
+    def settings(self) -> dict[str, Any]:
+        """The Settings page's facts: ``{"profile", ...}``. Local: ``data_dir``, ``owner``
+        (``{"pid", "since"}`` or None), ``recovery`` (``recovery_status``), ``channels``
+        (``[{"key", "value"}]``, notification settings shown as ``settings_show`` shows
+        them). Cluster: ``admin``, ``channels``, ``tokens``, ``signins`` (control's
+        ``panel_settings``)."""
+        ...
+
+    def notify_test(self) -> dict[str, Any]:
+        """Send a sample notification through every channel now, by the profile's real
+        notify path: ``{"configured": bool, "deliveries": [{"channel", "ok"}]}``."""
+        ...
+
+    def token_create(self, name: str, scope: str) -> dict[str, Any]:
+        """A new API token ``{"id", "name", "scope", "token"}`` (cluster, admin; the token
+        is in this answer only); NotInProfileError locally."""
+        ...
+
+    def token_get(self, token_id: str) -> dict[str, Any]:
+        """One token's record (cluster, admin); NotInProfileError locally."""
+        ...
+
+    def token_revoke(self, token_id: str) -> dict[str, Any]:
+        """Revoke a token now (cluster, admin); NotInProfileError locally."""
         ...
