@@ -9,6 +9,7 @@ these sections to an admin session only, and every method here refuses any other
 
 from __future__ import annotations
 
+from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
 from qinglong.panel.backend import BackendRefusedError, BackendUnavailableError
@@ -42,7 +43,11 @@ ORDER BY created_at
 
 
 def _iso(value: Any) -> str | None:
-    return None if value is None else value.isoformat()
+    """A database time as ISO UTC to the second (``2026-12-02T11:44:14Z``), or None."""
+    if value is None:
+        return None
+    return str(value.astimezone(UTC).replace(microsecond=0).isoformat()).replace(
+        "+00:00", "Z")
 
 
 class SettingsMixin:
@@ -73,8 +78,9 @@ class SettingsMixin:
         "scope", "pool", "created_at", "last_used_at", "revoked_at", "state"}],
         "signins": [{"at", "client", "ok", "token_name"}]}``; ``state`` is ``live``,
         ``expiring`` (a pending revocation: valid until ``revoked_at``) or ``revoked``.
+        Tokens: live and expiring ones first, newest first; sign-ins newest first.
         A non-admin session gets ``admin`` False and empty lists (nothing is read).
-        Times are ISO text (UTC offset); "last used" is the newer of the token's recorded
+        Times are ISO UTC to the second; "last used" is the newer of the token's recorded
         use and its panel sessions' last request."""
         session = current_session.get()
         if session is None or session.scope != "admin":
