@@ -177,8 +177,9 @@ class PanelSessionStore:
                                  {"sha": session_hash(session_id)})
 
     def sweep(self) -> int:
-        """Delete expired sessions, those of revoked tokens and long-past sign-in failures;
-        the number of rows deleted (a replica's periodic service)."""
+        """Delete expired sessions, those of revoked tokens, long-past sign-in failures and
+        sign-in log rows older than ``SIGNIN_LOG_KEEP_S``; the number of rows deleted (a
+        replica's periodic service)."""
         with self.engine.begin() as conn:
             swept = conn.exec_driver_sql(_SWEEP, {"after": SWEEP_AFTER_S,
                                                   "keep": SIGNIN_LOG_KEEP_S}).scalar()
