@@ -98,7 +98,7 @@ def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
             return render(request, "error.html", 404, message_key="error.not_found")
         session: Session = request.state.session
         return render(request, "token_revoke.html", 200, token=token,
-                      own=token["name"] == session.actor)
+                      own=token["name"] == session.actor and token["state"] != "revoked")
 
     async def revoke(request: Request) -> Response:
         need(backend, "settings")
