@@ -18,7 +18,7 @@ import pytest
 from api_world import ApiWorld
 
 from qinglong.control.panel_sessions import PanelSessionStore, session_hash
-from qinglong.panel.security import SignInThrottledError
+from qinglong.panel.security import SignInRefusedError, SignInThrottledError
 from qinglong.shared.ids import uuid7
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
@@ -225,6 +225,21 @@ def test_the_sweep_deletes_expired_and_revoked_sessions(api: ApiWorld) -> None:
     assert [r[0] for r in api.sql("SELECT id_sha256 FROM panel_sessions")] == [
         session_hash(keep.id)]
     assert store.get(keep.id) is not None
+
+
+def test_sign_ins_are_logged_and_the_sweep_forgets_rows_past_90_days(api: ApiWorld) -> None:
+    store = PanelSessionStore(api.engine)  # the runtime role
+    with pytest.raises(SignInRefusedError):
+        store.sign_in("ql3_" + "x" * 43, "198.51.100.7")
+    store.sign_in(api.tokens["admin"], "203.0.113.9")
+    rows = api.sql("SELECT s.client, s.ok, s.token_name, t.scope FROM panel_signins s"
+                   " LEFT JOIN api_tokens t ON t.id = s.token_id ORDER BY s.at, s.id")
+    admin_name = api.sql("SELECT name FROM api_tokens WHERE scope = 'admin'")[0][0]
+    assert rows == [("198.51.100.7", False, None, None),
+                    ("203.0.113.9", True, admin_name, "admin")]
+    api.sql("UPDATE panel_signins SET at = now() - interval '91 days' WHERE NOT ok")
+    assert store.sweep() == 1
+    assert [r[0] for r in api.sql("SELECT client FROM panel_signins")] == ["203.0.113.9"]
 
 
 def test_log_stream_follows_with_the_cookie_session(api: ApiWorld) -> None:

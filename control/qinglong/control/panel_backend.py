@@ -27,6 +27,7 @@ from qinglong.control.api.errors import ApiError
 from qinglong.control.api.tasks import like_escape
 from qinglong.control.db.tables import attempts, runs, tasks
 from qinglong.control.panel_bundles import BundlePanel
+from qinglong.control.panel_settings import SettingsMixin
 from qinglong.panel.backend import (
     BackendRefusedError,
     BackendUnavailableError,
@@ -63,18 +64,18 @@ def _run_id(run: str) -> UUID:
         raise BackendRefusedError("not_found", "no run has this id", usage=True) from None
 
 
-class ControlPanelBackend(BundlePanel):
+class ControlPanelBackend(BundlePanel, SettingsMixin):
     """Implements PanelBackend over ``ctx`` (the replica's ApiContext: engine, project,
     S3 client and live-log hub). Every method blocks (the panel calls it from a worker
     thread); database errors become BackendUnavailableError (the page says so, 503)."""
 
     profile = "cluster"
     #: the optional pages it serves (qinglong.panel.backend.FEATURES): the task form (its
-    #: spec is the API's JSON: ``panel_tasks.py``), Runs, Overview, Variables, Workers and
-    #: the bundles (``panel_bundles.py``); the scripts folder is the local profile's
-    #: (docs/panel.md "Cluster")
+    #: spec is the API's JSON: ``panel_tasks.py``), Runs, Overview, Variables, Workers, the
+    #: bundles (``panel_bundles.py``) and Settings (``panel_settings.py``); the scripts
+    #: folder is the local profile's (docs/panel.md "Cluster")
     features: frozenset[str] = frozenset({"task_edit", "runs", "dashboard", "vars", "workers",
-                                          "bundles"})
+                                          "bundles", "settings"})
 
     def __init__(self, ctx: ApiContext) -> None:
         self.ctx = ctx

@@ -35,6 +35,7 @@ from qinglong.panel import (
     password,
     paths,
     script_pages,
+    settings_pages,
     task_pages,
     var_pages,
     worker_pages,
@@ -86,7 +87,7 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any,
             csrf=session.csrf if session else "", path=request.url.path,
             here=request.url.path + (f"?{request.url.query}" if request.url.query else ""),
             root=_root(request), features=backend.features,
-            password_enabled=password_hash is not None, **ctx)
+            password_enabled=password_hash is not None, languages=i18n.LANGUAGES, **ctx)
         return HTMLResponse(html, status_code=status)
 
     def signin_page(request: Request, status: int, **ctx: Any) -> HTMLResponse:
@@ -363,6 +364,7 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any,
         *var_pages.routes(render, call, backend),
         *script_pages.routes(render, call, backend),
         *bundle_pages.routes(render, call, backend),
+        *settings_pages.routes(render, call, backend),
         Route("/lang", set_lang, methods=["POST"]),
         # the cluster's task form (the API's JSON) takes the form's paths before the local one
         *(cluster_task_pages.routes(render, call, backend)

@@ -40,10 +40,12 @@ class BackendRefusedError(Exception):
 #: (runs_page and task_page), ``workers`` the Workers page (workers_page; the cluster's),
 #: ``scripts`` the local scripts folder (scripts_list, script_read, script_write),
 #: ``bundles`` the cluster's script bundles (bundles_list, bundle_show, bundle_push,
-#: bundle_remove). The Tasks page, run now, enable/disable, bulk enable/disable/run, a
-#: task's Occurrences, the run page, Stop and the log are in every profile.
+#: bundle_remove), ``settings`` the Settings page (settings, notify_test; the cluster's
+#: tokens: token_create, token_get, token_revoke). The Tasks page, run now,
+#: enable/disable, bulk enable/disable/run, a task's Occurrences, the run page, Stop and
+#: the log are in every profile.
 FEATURES: frozenset[str] = frozenset({"task_edit", "runs", "vars", "dashboard", "workers",
-                                      "scripts", "bundles"})
+                                      "scripts", "bundles", "settings"})
 
 
 class NotInProfileError(Exception):
@@ -223,4 +225,28 @@ class PanelBackend(Protocol):
 
     def bundle_remove(self, digest: str) -> dict[str, Any]:
         """Remove an unused bundle (admin); ``bundle_in_use`` while a task names it."""
+    def settings(self) -> dict[str, Any]:
+        """The Settings page's facts: ``{"profile", ...}``. Local: ``data_dir``, ``owner``
+        (``{"pid", "since"}`` or None), ``recovery`` (``recovery_status``), ``channels``
+        (``[{"key", "value"}]``, notification settings shown as ``settings_show`` shows
+        them). Cluster: ``admin``, ``channels``, ``tokens``, ``signins`` (control's
+        ``panel_settings``)."""
+        ...
+
+    def notify_test(self) -> dict[str, Any]:
+        """Send a sample notification through every channel now, by the profile's real
+        notify path: ``{"configured": bool, "deliveries": [{"channel", "ok"}]}``."""
+        ...
+
+    def token_create(self, name: str, scope: str) -> dict[str, Any]:
+        """A new API token ``{"id", "name", "scope", "token"}`` (cluster, admin; the token
+        is in this answer only); NotInProfileError locally."""
+        ...
+
+    def token_get(self, token_id: str) -> dict[str, Any]:
+        """One token's record (cluster, admin); NotInProfileError locally."""
+        ...
+
+    def token_revoke(self, token_id: str) -> dict[str, Any]:
+        """Revoke a token now (cluster, admin); NotInProfileError locally."""
         ...
