@@ -17,7 +17,6 @@ on a lock) and asserts answers and rows.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,7 +63,7 @@ class Scene:
 
 
 @pytest.fixture
-def scene(cluster: Cluster) -> Iterator[Scene]:
+def scene(cluster: Cluster) -> Scene:
     a = cluster.start_control("c-a", lease_ms=60_000, heartbeat_ms=10_000)
     b = cluster.start_control("c-b", lease_ms=60_000, heartbeat_ms=10_000)
     admin, operator = cluster.token("admin"), cluster.token("operator")
@@ -77,7 +76,7 @@ def scene(cluster: Cluster) -> Iterator[Scene]:
                    headers={"Authorization": f"Bearer {worker}"},
                    json={"name": "scripted-worker", "labels": {}, "concurrency": 1})
     assert r.status_code == 200, r.text
-    yield Scene(cluster, a, b, admin, operator, worker, r.json()["incarnation_id"])
+    return Scene(cluster, a, b, admin, operator, worker, r.json()["incarnation_id"])
 
 
 def _token_id(scene: Scene, name_prefix: str) -> str:
