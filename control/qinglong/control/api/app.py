@@ -50,9 +50,10 @@ def build_app(ctx: ApiContext) -> FastAPI:
                   openapi_url="/openapi.json", docs_url=None, redoc_url=None)
     app.state.ctx = ctx
     install_error_handlers(app)
-    # run_resolve before runs: /v1/runs/resolve is not a /v1/runs/{run_id}
-    for module in (health, metrics, tasks, run_resolve, runs, logs, scripts, token_routes,
-                   variables, notify_routes, worker_routes, workers):
+    # run_resolve before runs: /v1/runs/resolve is not a /v1/runs/{run_id}; the worker
+    # routes first: the busiest, matched before the others' patterns are tried
+    for module in (worker_routes, health, metrics, tasks, run_resolve, runs, logs, scripts,
+                   token_routes, variables, notify_routes, workers):
         app.include_router(module.router)
     _mount_panel(app, ctx)
     # every body but a bundle push's passes the bounded JSON decoder before any route; the

@@ -357,6 +357,8 @@ class ControlReplica:
 
         self._lifecycles()
         app = build_app(self.ctx)
+        # http and loop "auto": httptools and uvloop (the [control] extra) when importable,
+        # else h11 and asyncio's own loop
         config = uvicorn.Config(app, host=self.settings.host, port=self.settings.port,
                                 log_level="warning", access_log=False,
                                 timeout_graceful_shutdown=int(self.settings.drain_s),
