@@ -163,7 +163,7 @@ def test_a_refused_listen_address_stops_serve_with_the_panels_status(
 def test_listen_without_web_is_a_usage_error(ql3: Ql3) -> None:
     proc = ql3.run("local", "serve", "--listen", "127.0.0.1:0", check=False)
     assert proc.returncode == 2
-    assert "--listen needs --web" in proc.stderr
+    assert "--listen and --trusted-proxy need --web" in proc.stderr
 
 
 def test_serve_web_without_the_extra_exits_2_naming_it(ql3: Ql3) -> None:
@@ -176,3 +176,15 @@ def test_serve_web_without_the_extra_exits_2_naming_it(ql3: Ql3) -> None:
     assert proc.stderr.strip() == (
         "ql3: error: the web panel is not installed: pip install 'qinglong[web]'")
     assert not (ql3.data_dir / "ql3.sock").exists()  # nothing started
+
+
+def test_serve_passes_trusted_proxy_on_to_the_panel(ql3: Ql3, tmp_path: Path) -> None:
+    serve = _serve_web(ql3, tmp_path, "--trusted-proxy", "127.0.0.1")
+    try:
+        link = serve.next_link()
+        with httpx.Client(timeout=30) as http:
+            signed = http.get(link, headers={"X-Forwarded-Proto": "https"},
+                              follow_redirects=False)
+        assert signed.status_code == 303 and "Secure" in signed.headers["set-cookie"]
+    finally:
+        assert serve.stop() == 0

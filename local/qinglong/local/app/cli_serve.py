@@ -38,9 +38,12 @@ DEFAULT_LISTEN = "127.0.0.1:5700"  # `ql3 local web`'s default too
                    "if it dies and stopped with serve (needs qinglong[web]).")
 @click.option("--listen", default=None, metavar="HOST:PORT",
               help="With --web: where the panel listens (default 127.0.0.1:5700).")
+@click.option("--trusted-proxy", "trusted_proxy", default=None, metavar="ADDR[,ADDR]",
+              help="With --web: the reverse proxies whose X-Forwarded-For/-Proto the panel "
+                   "believes (as `ql3 local web --trusted-proxy`).")
 @utc_option
 def serve(data_dir: str | None, grace: float | None, detach: bool, web: bool,
-          listen: str | None) -> None:
+          listen: str | None, trusted_proxy: str | None) -> None:
     """Run the scheduler and accept commands until SIGTERM or SIGINT.
 
     Other `ql3 local` commands act through this process over a Unix socket in the data
@@ -55,8 +58,8 @@ def serve(data_dir: str | None, grace: float | None, detach: bool, web: bool,
     from qinglong.local.app.local_application import LocalApplication
     from qinglong.local.app.web_child import panel_installed
 
-    if not web and listen is not None:
-        raise click.UsageError("--listen needs --web")
+    if not web and (listen is not None or trusted_proxy is not None):
+        raise click.UsageError("--listen and --trusted-proxy need --web")
     if web and not panel_installed():
         click.echo("ql3: error: the web panel is not installed: pip install 'qinglong[web]'",
                    err=True)
@@ -90,7 +93,8 @@ def serve(data_dir: str | None, grace: float | None, detach: bool, web: bool,
     panel = None
     try:
         if web:
-            panel = _start_panel(str(datadir.root), listen or DEFAULT_LISTEN)
+            panel = _start_panel(str(datadir.root), listen or DEFAULT_LISTEN,
+                                 trusted_proxy)
         profile = app.store.profile.name if app.store is not None else "?"
         click.echo(f"ql3 serving {datadir.root} (profile {profile}); SIGTERM or Ctrl-C stops",
                    err=True)
@@ -103,13 +107,13 @@ def serve(data_dir: str | None, grace: float | None, detach: bool, web: bool,
         app.stop()
 
 
-def _start_panel(root: str, listen: str) -> PanelChild:
+def _start_panel(root: str, listen: str, trusted_proxy: str | None) -> PanelChild:
     """The panel child, serving (its link printed); exits with the child's own status
     (2: a listen address or password file it refuses, 1: it cannot bind) when it ends
     before printing its link, after saying so on stderr (the child said why above)."""
     from qinglong.local.app.web_child import PanelChild
 
-    panel = PanelChild(root, listen)
+    panel = PanelChild(root, listen, trusted_proxy)
     status = panel.start()
     if status is not None:
         click.echo(f"ql3: error: the web panel did not start (status {status}); "
