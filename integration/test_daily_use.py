@@ -82,6 +82,29 @@ def test_edit_with_nothing_asked_or_a_bad_value_is_a_usage_error_and_changes_not
     assert "task t unchanged" in unchanged.stdout
 
 
+def test_bad_labels_and_a_variable_given_twice_are_refused_and_nothing_is_stored(
+    ql3: Ql3,
+) -> None:
+    """Free-form labels follow shared/names.py's rule (1-128 characters, no control
+    characters, at most 32; repeats kept once) and ``--env`` names a variable once: each
+    refusal exits 2 naming the option, echoes no value, and stores no task."""
+    base = ("local", "task", "add", "签到", "--schedule", "0 3 * * *")
+    for extra in (["--label", ""], ["--label", "x" * 5000], ["--label", "a\tb"],
+                  *([f"--label=l{i}" for i in range(33)],),
+                  ["--env", "TOKEN=first-secret", "--env", "TOKEN=second-secret"]):
+        result = ql3.run(*base, *extra, "--", "true", check=False)
+        assert result.returncode == 2, (extra[:2], result.stdout, result.stderr)
+        assert "secret" not in result.stderr and "xxxxxxxx" not in result.stderr
+        assert ("labels" in result.stderr) or ("TOKEN is given twice" in result.stderr)
+    assert ql3.json("local", "task", "list") == []
+    assert ql3.run("local", "task", "list").stdout == (
+        "no tasks yet: add one with `ql3 local task add NAME --schedule CRON -- COMMAND`\n")
+    ql3.run(*base, "--label", "日常", "--label", "日常", "--label", "env=prod", "--", "true")
+    assert _show(ql3, "签到")["labels"] == ["日常", "env=prod"]
+    assert ql3.run("local", "task", "list", "--search", "京东").stdout == (
+        "no task matches the filters (1 task in all)\n")
+
+
 def test_edit_through_serve_reschedules_at_once_and_applies_to_the_next_run_only(
     ql3: Ql3, tmp_path: Path
 ) -> None:

@@ -64,7 +64,9 @@ CA="${QL3_BUILD_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}"
 
 # What the build reads (the Dockerfile's COPY sources) and the base: an image labelled with
 # the same digest is reused as it is. No --layers: buildah 1.28 does not mount a cached
-# stage for `RUN --mount=type=bind,from=build` (the wheels would be missing).
+# stage for `RUN --mount=type=bind,from=build` (the wheels would be missing); --no-cache
+# says so explicitly, which buildah 1.28 requires beside --force-rm (a failed build leaves
+# no working container).
 context="$( { buildah inspect --type image --format '{{.FromImageID}}' "$BASE"
   git ls-files -z -- Dockerfile pyproject.toml README.md cluster shared local control \
     worker client migrations | xargs -0 sha256sum; } | sha256sum | cut -c1-32)"
@@ -74,7 +76,7 @@ for target in control worker; do
     '{{index .OCIv1.Config.Labels "org.qinglong.context"}}' "$image" 2>/dev/null || true)"
   if [ "$have" != "$context" ]; then
     echo "== build --target $target" >&2
-    buildah bud --isolation chroot --quiet --force-rm "${trust[@]}" --build-arg "PYTHON_IMAGE=$BASE" \
+    buildah bud --isolation chroot --quiet --no-cache --force-rm "${trust[@]}" --build-arg "PYTHON_IMAGE=$BASE" \
       --label "org.qinglong.context=$context" --target "$target" -t "$image" . >&2
   else
     echo "== $image is up to date" >&2

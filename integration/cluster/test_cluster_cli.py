@@ -333,7 +333,9 @@ def test_a_replica_whose_database_is_gone_answers_with_its_readiness_reason(
     url = cluster.start_control("c1").url or ""
     viewer = cluster.token("viewer")
     assert cli(cluster, url, viewer, "task", "list").stdout == (
-        "NAME  SCHEDULE  NEXT  LAST RUN  COMMAND\n")
+        "no tasks yet: `ql3 cluster task add --help` says how to add one\n")
+    assert cli(cluster, url, viewer, "task", "list", "--search", "签到").stdout == (
+        "no task matches the filters\n")
     private_pg.stop("fast")
     out = cli(cluster, url, viewer, "task", "list", code=1)
     assert one_error_line(out) == (f"ql3: error: control at {url} is not ready: "

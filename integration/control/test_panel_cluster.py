@@ -18,6 +18,7 @@ from api_world import ApiWorld
 
 from qinglong.control.panel_sessions import PanelSessionStore, session_hash
 from qinglong.panel.security import SignInThrottledError
+from qinglong.shared.ids import uuid7
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 _OPEN: list[httpx.Client] = []
@@ -207,7 +208,7 @@ def test_tasks_page_lists_searches_filters_by_label_and_pages(api: ApiWorld) -> 
     assert "淘宝签到" in text and "京东签到" not in text
     partial = client.get("/ui/", params={"q": "zz"}, headers={"HX-Request": "true"})
     assert partial.status_code == 200 and "<html" not in partial.text
-    assert partial.text.count("zz-") == 3
+    assert partial.text.count('class="task-name">zz-') == 3  # one row each
     assert 'href="/ui/static/panel.css"' in page  # links carry the mount
 
 
@@ -454,3 +455,95 @@ def test_variables_writes_need_a_sign_in_within_15_minutes_by_the_database_clock
                                          "name": "JD_COOKIE", "value": "京东秘密"})
     assert saved.status_code == 303
     assert [r[:3] for r in _values(api)] == [("JD_COOKIE", 1, "京东秘密")]
+
+
+def _incarnation(api: ApiWorld, name: str, labels: str, *, seen_ago_s: int = 0,
+                 stopped: bool = False) -> str:
+    """A worker incarnation of pool-a (labels ``{"zone": "a"}``) last heard from
+    ``seen_ago_s`` seconds ago by the database's clock."""
+    incarnation = uuid7()
+    api.sql("INSERT INTO worker_incarnations (id, pool_id, name, labels, concurrency,"
+            " last_seen_at, stopped_at) SELECT %(i)s, id, %(n)s, %(l)s, 3,"
+            " now() - make_interval(secs => %(s)s), CASE WHEN %(x)s THEN now() END"
+            " FROM worker_pools WHERE name = 'pool-a'",
+            {"i": incarnation, "n": name, "l": labels, "s": seen_ago_s, "x": stopped})
+    return incarnation
+
+
+def test_workers_page_shows_pools_workers_not_stopped_and_tasks_no_live_worker_runs(
+        api: ApiWorld) -> None:
+    api.ctx.lease_ms = 30_000
+    _make_task(api, "华东任务", {"zone": "a"})
+    _make_task(api, "华北任务", {"zone": "b"})  # no worker declares zone=b
+    _make_task(api, "无标签任务")  # any live worker may run it
+    live = _incarnation(api, "节点-甲", '{"zone": "a"}')
+    _incarnation(api, "节点-乙", '{"zone": "a"}', seen_ago_s=3600)  # silent
+    _incarnation(api, "节点-丙", '{"zone": "a"}', stopped=True)
+    client, _csrf_token = _signed_in(api, "viewer")
+    page = client.get("/ui/workers")
+    assert page.status_code == 200, page.text
+    html = page.text
+    assert "pool-a" in html and "节点-甲" in html and "节点-乙" in html
+    assert "节点-丙" not in html  # stopped: gone from the page
+    assert "失联" in html and "1 小时前" in html and "0 / 3" in html
+    unmatched = html.split('id="unmatched"', 1)[1]
+    assert "华北任务" in unmatched and "华东任务" not in unmatched
+    assert "无标签任务" not in unmatched
+    tasks = client.get("/ui/").text
+    rows = {name: tasks.split(name, 1)[1].split("</td>", 1)[0]
+            for name in ("华东任务", "华北任务", "无标签任务")}
+    assert ["没有匹配标签的在线节点" in rows[n] for n in ("华东任务", "华北任务", "无标签任务")
+            ] == [False, True, False]
+    # the only live worker stops: nothing is live, so every task waits
+    api.sql("UPDATE worker_incarnations SET stopped_at = now() WHERE id = %(i)s",
+            {"i": live})
+    html = client.get("/ui/workers").text
+    assert "没有在线的执行节点" in html
+    for name in ("华东任务", "华北任务", "无标签任务"):
+        assert name in html.split('id="unmatched"', 1)[1]
+
+
+def test_occurrences_page_reads_the_ledger_newest_first_with_runs_linked(
+        api: ApiWorld) -> None:
+    from qinglong.control.panel_backend import ControlPanelBackend
+    from qinglong.panel.backend import BackendRefusedError
+
+    _make_task(api, "京东签到", schedule="0 8 * * *", timezone="Asia/Shanghai")
+    run_id = _run(api, "京东签到")
+    [(task_id,)] = api.sql("SELECT id::text FROM tasks WHERE name = '京东签到'")
+    rows = [("run_created", "2026-11-29 00:00:00+00", "2026-11-29 00:00:00+00", 1, run_id),
+            ("skipped_active", "2026-11-30 00:00:00+00", "2026-11-30 00:00:00+00", 1, None),
+            ("skipped_downtime", "2026-12-01 00:00:00+00", "2026-12-03 00:00:00+00", 3,
+             None)]
+    for outcome, first, last, count, run in rows:
+        api.sql("INSERT INTO occurrences (id, task_id, outcome, first_slot, last_slot,"
+                " slot_count, run_id) VALUES (%(i)s, %(t)s, %(o)s, %(f)s, %(l)s, %(c)s,"
+                " %(r)s)", {"i": uuid7(), "t": task_id, "o": outcome, "f": first,
+                            "l": last, "c": count, "r": run})
+    client, _csrf_token = _signed_in(api, "viewer")
+    html = client.get("/ui/tasks/%E4%BA%AC%E4%B8%9C%E7%AD%BE%E5%88%B0/occurrences").text
+    assert "京东签到 的调度记录" in html
+    # newest first, in the task's zone (00:00 UTC is 08:00 in Shanghai)
+    order = [html.index(t) for t in ("2026-12-01 08:00:00", "2026-11-30 08:00:00",
+                                     "2026-11-29 08:00:00")]
+    assert order == sorted(order)
+    assert "2026-12-03 08:00:00" in html and "3 个时刻" in html
+    assert f'href="/ui/runs/{run_id}"' in html and "运行 #1" in html
+    assert "已跳过：上一次运行仍在进行（并发策略 forbid）" in html
+    assert 'href="/ui/tasks/%E4%BA%AC%E4%B8%9C%E7%AD%BE%E5%88%B0/occurrences"' in (
+        client.get("/ui/").text)
+    backend = ControlPanelBackend(api.ctx)
+    seen, cursor = [], None
+    while True:  # keyset pages of one row never repeat or skip one
+        page = backend.occurrences_page("京东签到", cursor, 1)
+        seen += [item["outcome"] for item in page["items"]]
+        cursor = page["next"]
+        if cursor is None:
+            break
+    assert seen == ["skipped_downtime", "skipped_active", "run_created"]
+    with pytest.raises(BackendRefusedError) as bad:
+        backend.occurrences_page("京东签到", "not-a-cursor", 10)
+    assert bad.value.usage
+    with pytest.raises(BackendRefusedError) as missing:
+        backend.occurrences_page("没有这个任务", None, 10)
+    assert missing.value.code == "not_found"

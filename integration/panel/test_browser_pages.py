@@ -150,3 +150,53 @@ def test_form_and_runs_pages_pass_axe_at_desktop_and_375px(world: World, locale:
             _shot(page, f"{name}-{lang}-{label}")
         page.context.close()
     assert world.csp_errors == []
+
+
+def test_a_tasks_occurrences_read_as_a_timeline_with_runs_linked(world: World) -> None:
+    """Every slot of an every-second task: runs (linked) and the slots skipped while one
+    ran (policy forbid), newest first, from the task's row; at 375 px it still fits."""
+    world.ql3.run("local", "task", "add", "每秒签到", "--schedule", "* * * * * *",
+                  "--timezone", "Asia/Shanghai", "--concurrency", "forbid", "--",
+                  "sh", "-c", "sleep 2")
+    try:
+        page = world.page("zh-CN")
+        page.goto(world.web.base + "/?q=每秒签到")
+        page.get_by_role("link", name="调度记录 每秒签到").click()
+        page.wait_for_url("**/tasks/*/occurrences")
+        timeline = page.locator("#occurrences")
+
+        def both_seen() -> bool:
+            page.reload()
+            return (timeline.locator("li[data-outcome=run_created]").count() >= 2
+                    and timeline.locator("li[data-outcome=skipped_active]").count() >= 1)
+
+        wait_for(both_seen, 60)
+    finally:
+        world.ql3.run("local", "task", "disable", "每秒签到")
+    assert page.locator("h1").inner_text() == "每秒签到 的调度记录"
+    skipped = timeline.locator("li[data-outcome=skipped_active]").first
+    assert "已跳过：上一次运行仍在进行（并发策略 forbid）" in skipped.inner_text()
+    ran = timeline.locator("li[data-outcome=run_created]")
+    assert "已运行" in ran.first.inner_text()
+    # newest first: the first entry's run has the highest number shown
+    numbers = [int(t.split("#", 1)[1]) for t in ran.locator("a.occ-run").all_inner_texts()]
+    assert numbers == sorted(numbers, reverse=True) and numbers[-1] >= 1
+    slot = ran.first.locator("time").first.get_attribute("datetime")
+    assert slot is not None and slot.endswith("Z")
+    assert _axe_serious(page) == []
+    _shot(page, "occurrences-zh-CN-desktop")
+    ran.last.locator("a.occ-run").click()
+    page.wait_for_url("**/runs/*")
+    assert page.locator("#run-status").count() == 1
+    phone = world.page("en-US", PHONE)
+    phone.goto(world.web.base + "/tasks/每秒签到/occurrences")
+    assert phone.locator("h1").inner_text() == "Occurrences of 每秒签到"
+    assert "Skipped: a run was still in progress (policy forbid)" in phone.locator(
+        "#occurrences").inner_text()
+    assert phone.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    assert _axe_serious(phone) == []
+    _shot(phone, "occurrences-en-375px")
+    # the local panel has no workers: no header link, and the page is not served
+    assert phone.locator("header a[href$='/workers']").count() == 0
+    assert phone.request.get(world.web.base + "/workers").status == 501
+    assert world.csp_errors == []

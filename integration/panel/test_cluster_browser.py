@@ -226,3 +226,82 @@ def test_operator_finds_runs_overview_and_variables_in_the_header(world: World) 
     assert "京东秘密" not in page.content()
     _shot(page, "cluster-vars-zh-CN")
     page.context.close()
+
+
+TB = "淘宝签到"  # labels no live worker has: its runs wait, so its slots are skipped
+
+
+def test_viewer_reads_occurrences_and_workers_with_the_no_worker_warning(
+        world: World) -> None:
+    """A task whose labels no live worker holds: the Tasks page warns on its row (not on
+    the others), the Workers page lists the pool, the live worker (labels, concurrency,
+    last heartbeat relative and in the viewer's zone) and the task; its Occurrences show
+    the slot that queued a run (linked) and the slots skipped while that run waited."""
+    answer = world.api.post("/v1/tasks", json={
+        "name": TB, "shell": "echo 淘宝", "labels": {"platform": "tb"},
+        "schedule": "* * * * * *", "timezone": "Asia/Shanghai",
+        "concurrency_policy": "forbid"})
+    assert answer.status_code == 201, answer.text
+    try:
+        context = world.browser.new_context(locale="zh-CN", viewport=DESKTOP,
+                                            timezone_id="America/New_York")
+        page = context.new_page()
+        page.goto(world.base + "/")
+        page.fill("#token", world.cluster.token("viewer", name="值班-viewer"))
+        page.get_by_role("button", name="登录").click()
+        page.wait_for_url(world.base + "/")
+        page.goto(world.base + "/?q=签到")
+        assert "没有匹配标签的在线节点" in page.locator("tr", has_text=TB).inner_text()
+        assert "没有匹配标签的在线节点" not in page.locator("tr", has_text=JD).inner_text()
+        assert "本页有 1 个任务" in page.locator("#no-worker-note").inner_text()
+        page.get_by_role("link", name="执行节点").first.click()
+        page.wait_for_url(world.base + "/workers")
+        assert "default" in page.locator("#pools").inner_text()
+        row = page.locator("#workers tr", has_text="w1")
+        text = row.inner_text()
+        assert "platform=jd" in text and "zone=a" in text and "/ 2" in text
+        assert "在线" in text and "秒前" in text
+        # the last heartbeat in the viewer's zone (New York, -05:00 in December)
+        shown = row.locator("time").inner_text()
+        assert shown.endswith("-05:00"), shown
+        assert row.locator("time").get_attribute("title") == "America/New_York"
+        unmatched = page.locator("#unmatched").inner_text()
+        assert TB in unmatched and "platform=tb" in unmatched and JD not in unmatched
+        _shot(page, "cluster-workers-zh-CN")
+        page.goto(world.base + "/?q=" + TB)
+        page.get_by_role("link", name=f"调度记录 {TB}").click()
+        page.wait_for_url("**/ui/tasks/*/occurrences")
+        timeline = page.locator("#occurrences")
+
+        def both_seen() -> bool:
+            page.reload()
+            return (timeline.locator("li[data-outcome=run_created]").count() >= 1
+                    and timeline.locator("li[data-outcome=skipped_active]").count() >= 1)
+
+        wait_for(both_seen, 60)
+    finally:
+        world.api.post(f"/v1/tasks/{TB}/disable")
+    assert page.locator("h1").inner_text() == f"{TB} 的调度记录"
+    skipped = timeline.locator("li[data-outcome=skipped_active]").first
+    assert "已跳过：上一次运行仍在进行（并发策略 forbid）" in skipped.inner_text()
+    ran = timeline.locator("li[data-outcome=run_created]").first
+    assert "已运行" in ran.inner_text() and "运行 #1" in ran.inner_text()
+    _shot(page, "cluster-occurrences-zh-CN")
+    ran.locator("a.occ-run").click()
+    page.wait_for_url("**/ui/runs/*")
+    assert page.locator(".run-facts").inner_text().count(TB) == 1
+    context.close()
+
+
+def test_workers_and_occurrences_fit_375px_in_english(world: World) -> None:
+    page = world.sign_in(world.cluster.token("viewer"), locale="en-US")
+    page.set_viewport_size({"width": 375, "height": 740})
+    for name, path in (("workers", "/workers"), ("occurrences", f"/tasks/{JD}/occurrences")):
+        page.goto(world.base + path)
+        assert page.evaluate("document.documentElement.scrollWidth") <= 375, name
+        _shot(page, f"cluster-{name}-en-375px")
+    page.goto(world.base + "/workers")
+    assert page.locator("h1").inner_text() == "Workers"
+    display = page.eval_on_selector("#workers tr", "e => getComputedStyle(e).display")
+    assert display == "block"  # one card per worker
+    page.context.close()

@@ -43,3 +43,19 @@ def test_a_task_name_reads_as_what_is_allowed() -> None:
     unknown = "contains characters that are not allowed here"  # a pattern without words
     assert reason("string_pattern_mismatch", {"pattern": "^x+$"}) == unknown
     assert reason("string_pattern_mismatch", None) == unknown
+
+
+def test_a_too_long_task_name_reads_as_the_one_name_rule_whatever_its_length() -> None:
+    """shared/names.py allows 1-128 characters; a longer name, 200 or 600 characters, is
+    refused with that rule's words (no second limit with other numbers)."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from qinglong.control.api.task_models import TaskName
+
+    adapter = TypeAdapter(TaskName)
+    assert adapter.validate_python("京东签到") == "京东签到"
+    for name in ("签" * 200, "x" * 600, ""):
+        with pytest.raises(ValidationError) as caught:
+            adapter.validate_python(name)
+        (error,) = caught.value.errors()
+        assert reason(error["type"], error.get("ctx")) == NAME_RULE, error

@@ -143,13 +143,26 @@ def test_graceful_term_is_forwarded_to_the_whole_group(env: Env) -> None:
     assert (receipt.outcome, receipt.signal) == (ReceiptOutcome.SIGNALED, signal.SIGTERM)
 
 
+def _group_runs(pgid: int, program: bytes) -> bool:
+    """True when a member of process group ``pgid`` has exec'd ``program`` (argv[0])."""
+    for pid, _state in group_members(pgid):
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0] == program:
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def test_each_graceful_signal_is_forwarded_once(env: Env) -> None:
     script = "trap 'echo got-term' TERM; sleep 300 & wait; wait; echo done"
     launcher = env.launcher()
     request = env.request(argv=("sh", "-c", script))
     with launcher.start(request) as proc:
         proc.open_gate()
-        assert wait_until(lambda: len(group_members(proc.handle.pgid)) >= 3)
+        # the background child must have exec'd sleep: a forked shell that has not yet would
+        # run the trap itself (the three members alone do not say so)
+        assert wait_until(lambda: _group_runs(proc.handle.pgid, b"sleep"))
         assert proc.send_graceful(signal.SIGTERM) is True
         assert proc.wait(10) == 0, "the trap handled TERM, the group's sleep died of it"
     assert Path(request.output_path).read_text() == "got-term\ndone\n"

@@ -87,3 +87,17 @@ def test_the_machine_zone_comes_from_tz_then_the_localtime_link(tmp_path: Path) 
     ("Asia/Beijing", "Asia/Shanghai"), ("Europe/Berlín", "Europe/Berlin")])
 def test_an_unknown_zone_gets_a_guess(asked: str, meant: str) -> None:
     assert suggest_zone(asked) == meant
+
+
+def test_free_labels_keep_order_drop_repeats_and_refuse_what_the_rule_does_not_allow() -> None:
+    from qinglong.shared.errors import ValidationError
+    from qinglong.shared.names import check_free_labels
+
+    assert check_free_labels(["日常", "env=prod", "日常", "Cafe\u0301"]) == (
+        "日常", "env=prod", "Caf\u00e9")
+    assert check_free_labels([f"l{i}" for i in range(32)])[-1] == "l31"
+    for bad in ([""], [" lead"], ["x" * 129], ["a\nb"], ["zero\u200bwidth"], [1],
+                "日常", [f"l{i}" for i in range(33)]):
+        with pytest.raises(ValidationError) as caught:
+            check_free_labels(bad)
+        assert caught.value.field == "labels" and "x" * 20 not in str(caught.value)

@@ -326,6 +326,10 @@ def task_list(label_filters: tuple[str, ...], search: str | None, as_json: bool,
     items = client.items("/v1/tasks", params or None)
     if as_json:
         print_json(items)
+    elif not items and params:
+        click.echo("no task matches the filters")
+    elif not items:
+        click.echo("no tasks yet: `ql3 cluster task add --help` says how to add one")
     else:
         output.print_tasks(items)
 

@@ -66,8 +66,9 @@ class ControlPanelBackend:
 
     profile = "cluster"
     #: the optional pages it serves (qinglong.panel.backend.FEATURES): Runs, Overview and
-    #: Variables; the task form is the local profile's for now (docs/panel.md "Cluster")
-    features: frozenset[str] = frozenset({"runs", "dashboard", "vars"})
+    #: Variables, Workers; the task form is the local profile's for now (docs/panel.md
+    #: "Cluster")
+    features: frozenset[str] = frozenset({"runs", "dashboard", "vars", "workers"})
 
     def __init__(self, ctx: ApiContext) -> None:
         self.ctx = ctx
@@ -105,8 +106,10 @@ class ControlPanelBackend:
         """One page of live tasks ordered by name (``PanelBackend.task_page``). ``query``:
         words of the form ``key=value`` filter by label (all must match, JSONB containment
         through migration 0008's index); the other words, together, match a
-        case-insensitive substring of the name, command or labels."""
+        case-insensitive substring of the name, command or labels. Each task says
+        ``no_worker`` when no live worker may run it (``api/worker_listing.py``)."""
         from qinglong.control.api.task_last_run import PREFIX, with_last_run
+        from qinglong.control.api.worker_listing import lease_s_of, no_live_worker
 
         where = [tasks.c.project_id == self.ctx.project_id, tasks.c.deleted_at.is_(None)]
         wanted: dict[str, str] = {}
@@ -130,7 +133,8 @@ class ControlPanelBackend:
             with self.ctx.engine.connect() as conn:
                 total = conn.execute(select(func.count()).select_from(tasks)
                                      .where(and_(*where))).scalar_one()
-                rows = list(conn.execute(with_last_run(select(tasks)).where(*where)
+                unmatched = no_live_worker(lease_s_of(self.ctx)).label("no_worker")
+                rows = list(conn.execute(with_last_run(select(tasks, unmatched)).where(*where)
                                          .order_by(tasks.c.name).offset(offset).limit(limit)
                                          ).mappings())
             return {"tasks": [self._task(r, PREFIX) for r in rows], "total": int(total),
@@ -150,7 +154,8 @@ class ControlPanelBackend:
                 "labels": [f"{k}={v}" for k, v in sorted(dict(row["labels"]).items())],
                 "schedule": row["schedule"], "timezone": row["timezone"],
                 "next_fire": _iso(row["next_fire_at"]) if row["enabled"] else None,
-                "last_run": last, "enabled": bool(row["enabled"])}
+                "last_run": last, "enabled": bool(row["enabled"]),
+                "no_worker": bool(row.get("no_worker"))}
 
     def run_now(self, task: str) -> dict[str, Any]:
         """Run ``task`` now, as ``POST /v1/tasks/{name}/run`` does (its concurrency policy
@@ -366,6 +371,33 @@ class ControlPanelBackend:
                               "finished_at": _iso(r["finished_at"]),
                               "exit_code": r["exit_code"]} for r in page],
                     "next": str(page[-1]["id"]) if len(rows) > limit else None}
+
+        result: dict[str, Any] = self._guard(read)
+        return result
+
+    # -- Occurrences and Workers (``panel_reads.py``: the API's ledger and worker reads) --
+
+    def occurrences_page(self, task: str, before: str | None, limit: int) -> dict[str, Any]:
+        """The task's occurrence ledger newest first (``PanelBackend.occurrences_page``),
+        as ``GET /v1/tasks/{name}/occurrences`` reads it, with each run's number and
+        status. Every scope reads it."""
+        from qinglong.control.panel_reads import occurrences_page
+
+        def read() -> dict[str, Any]:
+            with self.ctx.engine.connect() as conn:
+                return occurrences_page(conn, self.ctx, task, before, limit)
+
+        result: dict[str, Any] = self._guard(read)
+        return result
+
+    def workers_page(self, before: str | None, limit: int) -> dict[str, Any]:
+        """Pools, incarnations not stopped and the tasks no live worker may run
+        (``PanelBackend.workers_page``), by ``GET /v1/workers``' queries. Every scope."""
+        from qinglong.control.panel_reads import workers_page
+
+        def read() -> dict[str, Any]:
+            with self.ctx.engine.connect() as conn:
+                return workers_page(conn, self.ctx, before, limit)
 
         result: dict[str, Any] = self._guard(read)
         return result

@@ -27,7 +27,15 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from qinglong.panel import i18n, password, paths, task_pages, var_pages
+from qinglong.panel import (
+    i18n,
+    occurrence_pages,
+    password,
+    paths,
+    task_pages,
+    var_pages,
+    worker_pages,
+)
 from qinglong.panel.backend import (
     BackendRefusedError,
     BackendUnavailableError,
@@ -356,6 +364,8 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any,
         *var_pages.routes(render, call, backend),
         Route("/lang", set_lang, methods=["POST"]),
         *task_pages.routes(render, call, backend),
+        *occurrence_pages.routes(render, call, backend),
+        *worker_pages.routes(render, call, backend),
         Route("/tasks/{name:path}/{action}", task_action, methods=["POST"]),
         Route("/runs/{run}", run_detail),
         Route("/runs/{run}/log/stream", log_stream),

@@ -32,9 +32,10 @@ class BackendRefusedError(Exception):
 #: the optional pages (docs/panel.md "Backends"): ``task_edit`` the task form (new, edit,
 #: copy, delete: task_get, task_add, task_edit, task_remove, schedule_preview), ``runs`` the
 #: Runs page (runs_page), ``vars`` the Variables page (vars_*), ``dashboard`` the Overview
-#: (runs_page and task_page). The Tasks page, run now, enable/disable, bulk
-#: enable/disable/run, the run page, Stop and the log are in every profile.
-FEATURES: frozenset[str] = frozenset({"task_edit", "runs", "vars", "dashboard"})
+#: (runs_page and task_page), ``workers`` the Workers page (workers_page; the cluster's).
+#: The Tasks page, run now, enable/disable, bulk enable/disable/run, a task's Occurrences,
+#: the run page, Stop and the log are in every profile.
+FEATURES: frozenset[str] = frozenset({"task_edit", "runs", "vars", "dashboard", "workers"})
 
 
 class NotInProfileError(Exception):
@@ -64,7 +65,9 @@ class PanelBackend(Protocol):
         """One page of tasks ordered by name: ``{"tasks": [task], "total", "offset",
         "limit"}``; ``query`` filters by a case-insensitive substring of name, label or
         command. A task has ``name, labels, schedule, timezone, next_fire (ISO or None),
-        last_run ({"status", "finished_at", ...} or None), enabled``."""
+        last_run ({"status", "finished_at", ...} or None), enabled``, and in a profile with
+        workers ``no_worker`` (True: no live worker's labels hold the task's, so its runs
+        wait)."""
         ...
 
     def run_now(self, task: str) -> dict[str, Any]:
@@ -149,4 +152,29 @@ class PanelBackend(Protocol):
 
     def vars_remove(self, name: str, index: int | None) -> dict[str, Any]:
         """Remove value #index, or the whole variable (None)."""
+        ...
+
+    # -- Occurrences and Workers (docs/panel.md "Pages") -----------------------------------
+
+    def occurrences_page(self, task: str, before: str | None, limit: int) -> dict[str, Any]:
+        """The live task's schedule slots with their outcomes, newest first by keyset
+        (the cluster's occurrence ledger, docs/protocols.md §4.2; locally the socket op
+        ``task_occurrences``, §3.8): ``{"task": {"name", "schedule", "timezone", "enabled"},
+        "items": [{"id", "outcome", "reason", "first_slot", "last_slot" (ISO UTC or None),
+        "slot_count", "at_least", "run" ({"id", "number", "status"} or None),
+        "recorded_at"}], "next": cursor or None}``. ``outcome``: ``run_created``,
+        ``skipped_active``, ``backlog_full``, ``coalesced``, ``skipped_downtime`` or
+        ``skipped_disabled``. An unknown task is BackendRefusedError ``not_found``; a bad
+        cursor or a ``limit`` outside 1-200 one with ``usage``."""
+        ...
+
+    def workers_page(self, before: str | None, limit: int) -> dict[str, Any]:
+        """The worker pools and their incarnations not stopped, newest first by keyset
+        (``GET /v1/workers``' query), and the live tasks no live worker may run:
+        ``{"pools": [{"name", "labels": ["k=v"], "live"}], "workers": [{"id", "name",
+        "pool", "labels": ["k=v"], "concurrency", "state" ("live" | "silent"),
+        "started_at", "last_seen_at" (ISO UTC), "seen_s" (seconds since, by the database's
+        clock), "attempts_held"}], "next": cursor or None, "live": live workers,
+        "unmatched": [{"name", "labels"}] (at most 100, by name), "unmatched_total"}``.
+        A profile without workers raises NotInProfileError ``workers``."""
         ...

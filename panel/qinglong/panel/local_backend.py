@@ -15,7 +15,12 @@ from qinglong.local.app.client import (
     ServerUnavailableError,
     SocketBackend,
 )
-from qinglong.panel.backend import FEATURES, BackendRefusedError, BackendUnavailableError
+from qinglong.panel.backend import (
+    FEATURES,
+    BackendRefusedError,
+    BackendUnavailableError,
+    NotInProfileError,
+)
 
 
 class LocalPanelBackend:
@@ -23,7 +28,7 @@ class LocalPanelBackend:
     with SO_PEERCRED, so the panel runs as the owner's user)."""
 
     profile = "local"
-    features = FEATURES  # every page
+    features = FEATURES - {"workers"}  # every page but the cluster's Workers
 
     def __init__(self, socket_path: str) -> None:
         self._socket = SocketBackend(socket_path)
@@ -129,3 +134,11 @@ class LocalPanelBackend:
     def vars_remove(self, name: str, index: int | None) -> dict[str, Any]:
         """The ``vars_rm`` socket op."""
         return dict(self._call("vars_rm", name=name, index=index))
+
+    def occurrences_page(self, task: str, before: str | None, limit: int) -> dict[str, Any]:
+        """The ``task_occurrences`` socket op."""
+        return dict(self._call("task_occurrences", name=task, before=before, limit=limit))
+
+    def workers_page(self, before: str | None, limit: int) -> dict[str, Any]:
+        """No workers in the local profile: raises NotInProfileError ``workers``."""
+        raise NotInProfileError("workers")

@@ -93,6 +93,34 @@ def is_label_key(text: object) -> bool:
             and text[0].isalnum() and all(c in _LABEL_KEY_CHARS for c in text))
 
 
+MAX_LABELS = 32
+FREE_LABEL_RULE = ("at most 32, each 1-128 characters without control characters, "
+                   "not starting or ending with a space")
+
+
+def check_free_labels(labels: object, field: str = "labels") -> tuple[str, ...]:
+    """A local task's free-form labels (Qinglong 2.x 标签: ``日常``, ``env=prod``), NFC, in
+    order, repeats dropped: at most :data:`MAX_LABELS`, each 1-128 characters, no control,
+    format or private-use characters (Unicode categories C*), no leading or trailing space.
+    Raises ValidationError naming ``field`` (:data:`FREE_LABEL_RULE`); never echoes a label.
+    """
+    if isinstance(labels, str) or not isinstance(labels, list | tuple):
+        raise ValidationError(field, FREE_LABEL_RULE)
+    out: list[str] = []
+    for label in labels:
+        if not isinstance(label, str):
+            raise ValidationError(field, FREE_LABEL_RULE)
+        text = unicodedata.normalize("NFC", label)
+        if (not 1 <= len(text) <= MAX_NAME_CHARS or text != text.strip()
+                or any(unicodedata.category(c)[0] == "C" for c in text)):
+            raise ValidationError(field, FREE_LABEL_RULE)
+        if text not in out:
+            out.append(text)
+    if len(out) > MAX_LABELS:
+        raise ValidationError(field, FREE_LABEL_RULE)
+    return tuple(out)
+
+
 def check_task_labels(labels: object, field: str = "labels") -> dict[str, str]:
     """A task's labels as ``{key: value}``: at most 32, keys as :func:`is_label_key`, values
     names (:func:`check_name`, stored NFC). Raises ValidationError naming ``field``."""

@@ -51,10 +51,10 @@ def _task_name(value: str) -> str:
     return check_name(value)
 
 
-TaskName = Annotated[str, StringConstraints(min_length=1, max_length=512),
-                     AfterValidator(_task_name)]
-LabelValue = Annotated[str, StringConstraints(min_length=1, max_length=512),
-                       AfterValidator(_task_name)]
+# no length constraint of pydantic's own: one rule, one message (NAME_RULE's 1-128
+# characters) for every bad name, however long (the request body is size-limited)
+TaskName = Annotated[str, AfterValidator(_task_name)]
+LabelValue = Annotated[str, AfterValidator(_task_name)]
 EnvName = Annotated[str, StringConstraints(pattern=ENV_NAME_PATTERN)]
 LabelText = Annotated[str, StringConstraints(pattern=LABEL_PATTERN)]
 ArgText = Annotated[str, StringConstraints(min_length=1, max_length=4096, pattern=_PLAIN),

@@ -27,18 +27,16 @@ from uuid import UUID
 
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel
-from sqlalchemy import case, func, literal, select
 
+from qinglong.control.api import worker_listing as listing
 from qinglong.control.api.context import get_context
 from qinglong.control.api.models_common import ERRORS
 from qinglong.control.api.security import require
 from qinglong.control.auth.tokens import Principal
-from qinglong.control.db.tables import attempts, worker_incarnations, worker_pools
 
 router = APIRouter(tags=["workers"], responses=ERRORS)
 Viewer = Annotated[Principal, Depends(require("viewer"))]
 WorkerState = Literal["live", "silent", "stopped"]
-LIVE_ATTEMPT = ("claimed", "starting", "running")
 
 
 class WorkerOut(BaseModel):
@@ -63,40 +61,20 @@ class WorkerPage(BaseModel):
     next_cursor: str | None
 
 
-def _lease_s(request: Request) -> float:
-    ctx = get_context(request)
-    config = ctx.extras.get("dispatch")  # the DispatchConfig serve runs with, when given
-    return float(getattr(config, "lease_ms", ctx.lease_ms)) / 1000
-
-
 @router.get("/v1/workers", response_model=WorkerPage)
 def get_workers(request: Request, _who: Viewer, state: WorkerState | None = None,
                 cursor: UUID | None = None,
                 limit: Annotated[int, Query(ge=1, le=200)] = 50) -> WorkerPage:
     """Worker incarnations newest first with their state and the attempts they hold now;
-    keyset pages (``cursor``: the last id seen)."""
-    w = worker_incarnations
-    silent_after = func.make_interval(0, 0, 0, 0, 0, 0, literal(_lease_s(request)))
-    state_of = case((w.c.stopped_at.is_not(None), "stopped"),
-                    (w.c.last_seen_at > func.now() - silent_after, "live"),
-                    else_="silent")
-    query = (select(*w.c, worker_pools.c.name.label("pool"), state_of.label("state"))
-             .join(worker_pools, worker_pools.c.id == w.c.pool_id))
-    if state is not None:
-        query = query.where(state_of == state)
-    if cursor is not None:
-        query = query.where(w.c.id < str(cursor))
+    keyset pages (``cursor``: the last id seen). The queries are ``api/worker_listing.py``'s,
+    shared with the panel's Workers page."""
     ctx = get_context(request)
     with ctx.engine.connect() as conn:
-        rows = list(conn.execute(query.order_by(w.c.id.desc()).limit(limit)).mappings())
-        held: dict[str, int] = {}
-        if rows:
-            held = {str(i): int(n) for i, n in conn.execute(
-                select(attempts.c.worker_incarnation_id, func.count())
-                .where(attempts.c.executor == "remote_worker",
-                       attempts.c.status.in_(LIVE_ATTEMPT),
-                       attempts.c.worker_incarnation_id.in_([r["id"] for r in rows]))
-                .group_by(attempts.c.worker_incarnation_id))}
+        rows = listing.incarnations(conn, lease_s=listing.lease_s_of(ctx),
+                                    states=None if state is None else (state,),
+                                    cursor=None if cursor is None else str(cursor),
+                                    limit=limit)
+        held = listing.attempts_held(conn, [r["id"] for r in rows])
     items = [_worker_out(r, held.get(str(r["id"]), 0)) for r in rows]
     return WorkerPage(items=items, next_cursor=items[-1].id if len(items) == limit else None)
 

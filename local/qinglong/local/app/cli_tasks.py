@@ -21,11 +21,17 @@ def task() -> None:
 
 
 def _parse_env(pairs: tuple[str, ...]) -> dict[str, str]:
+    """``--env K=V`` pairs as a mapping. Raises click.BadParameter (exit 2) on a pair without
+    ``=`` or a name given twice (which value was meant is not ours to guess); the message
+    names the variable, never a value."""
     env: dict[str, str] = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep:
             raise click.BadParameter("use K=V", param_hint="--env")
+        if name in env:
+            raise click.BadParameter(f"{name} is given twice; give each variable once",
+                                     param_hint="--env")
         env[name] = value
     return env
 
@@ -251,11 +257,17 @@ def task_list(label_filters: tuple[str, ...], search: str | None, data_dir: str 
     """List tasks, optionally only those with given labels or matching a text."""
     with open_backend(datadir_of(data_dir), "task list") as backend:
         tasks = backend.call("task_list")
-    tasks = [t for t in tasks if task_matches(t, label_filters, search)]
+    matching = [t for t in tasks if task_matches(t, label_filters, search)]
     if as_json:
-        print_json(tasks)
+        print_json(matching)
+    elif not tasks:
+        click.echo("no tasks yet: add one with `ql3 local task add NAME --schedule CRON "
+                   "-- COMMAND`")
+    elif not matching:
+        plural = "" if len(tasks) == 1 else "s"
+        click.echo(f"no task matches the filters ({len(tasks)} task{plural} in all)")
     else:
-        output.print_tasks(tasks)
+        output.print_tasks(matching)
 
 
 def task_matches(task: dict[str, Any], labels: tuple[str, ...], search: str | None) -> bool:

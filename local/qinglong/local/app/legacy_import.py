@@ -71,7 +71,7 @@ from qinglong.local.storage import variables
 from qinglong.local.storage.repository import LocalRunRepository
 from qinglong.shared.cron import parse_schedule
 from qinglong.shared.errors import ConflictError, ValidationError
-from qinglong.shared.names import is_valid_name, name_key
+from qinglong.shared.names import MAX_LABELS, MAX_NAME_CHARS, is_valid_name, name_key
 from qinglong.shared.variable_limits import reserved_name_problem
 
 SOURCE_TAG = "qinglong2"
@@ -394,11 +394,21 @@ def _labels(value: Any) -> list[str]:
             return []
     if not isinstance(value, list):
         return []
-    return [
-        item.strip() for item in value
-        if isinstance(item, str) and item.strip()
+    kept = [
+        _fit_label(item) for item in value
+        if isinstance(item, str) and _fit_label(item)
         and not item.strip().startswith((KEY_LABEL_PREFIX, NAME_LABEL_PREFIX))  # ours only
     ]
+    return list(dict.fromkeys(kept))[:MAX_LABELS - 2]  # room for the import's own two
+
+
+def _fit_label(text: str) -> str:
+    """``text`` made a label the free-label rule accepts (shared/names.py): NFC, control
+    and format characters dropped, cut to 128 characters, outer spaces stripped ('' when
+    nothing is left)."""
+    text = unicodedata.normalize("NFC", text)
+    text = "".join(c for c in text if unicodedata.category(c)[0] != "C")
+    return text.strip()[:MAX_NAME_CHARS].strip()
 
 
 def _extra_schedules(value: Any, primary: str) -> list[str]:
@@ -565,7 +575,7 @@ def _plan_tasks(
                 continue
             taken.add(name_key(unit.name))
             if unit.original_name and unit.name != unit.original_name:
-                unit.labels.append(NAME_LABEL_PREFIX + unit.original_name)
+                unit.labels.append(_fit_label(NAME_LABEL_PREFIX + unit.original_name))
             unit.labels.append(KEY_LABEL_PREFIX + unit.key)
             plan.append(unit)
     return plan

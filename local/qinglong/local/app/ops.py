@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from qinglong.local.app.occurrences import task_occurrences
 from qinglong.local.app.service import LocalService
 from qinglong.shared.errors import ValidationError
 
@@ -49,6 +50,9 @@ def call(service: LocalService, op: str, args: dict[str, Any]) -> Any:
         if op == "runs_page":
             return service.runs_page(_opt_str(args.get("task")), _opt_str(args.get("status")),
                                      _opt_str(args.get("before")), int(args.get("limit", 50)))
+        if op == "task_occurrences":
+            return task_occurrences(service.repo, str(args["name"]),
+                                    _opt_str(args.get("before")), int(args.get("limit", 50)))
         if op == "schedule_preview":
             return service.schedule_preview(str(args["schedule"]), str(args["timezone"]),
                                             int(args.get("count", 5)))

@@ -62,7 +62,7 @@ def apply_changes(task: Task, changes: dict[str, Any]) -> tuple[Task, dict[str, 
         timeout_s=changes.get("timeout_s", task.timeout_s),
         max_attempts=int(changes.get("max_attempts", task.max_attempts)),
         concurrency=str(changes.get("concurrency", task.concurrency.value)),
-        labels=task.labels,
+        labels=(),  # not editable here: the stored ones stay (a later rule never blocks an edit)
         misfire_grace_s=task.misfire_grace_s,
     )
     validated = merged.to_task()

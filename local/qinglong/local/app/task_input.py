@@ -11,7 +11,7 @@ from qinglong.shared.cron import parse_schedule
 from qinglong.shared.domain import ConcurrencyPolicy, Task
 from qinglong.shared.errors import ValidationError
 from qinglong.shared.ids import uuid7
-from qinglong.shared.names import check_name
+from qinglong.shared.names import check_free_labels, check_name
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RESERVED_ENV = ("QL3_RECEIPT_", "QL3_LAUNCH_")
@@ -42,9 +42,10 @@ class TaskInput:
 
         Raises:
             ValidationError: naming the field (name, schedule, timezone, argv, env, cwd,
-                timeout, max_attempts, concurrency, misfire_grace).
+                timeout, max_attempts, concurrency, misfire_grace, labels).
         """
         name = check_name(self.name)
+        labels = check_free_labels(self.labels)
         parse_schedule(self.schedule, self.timezone)
         validate_argv(self.argv)
         validate_env(self.env)
@@ -77,7 +78,7 @@ class TaskInput:
             timeout_s=self.timeout_s,
             max_attempts=self.max_attempts,
             concurrency=policy,
-            labels=tuple(self.labels),
+            labels=labels,
             misfire_grace_s=self.misfire_grace_s,
         )
 

@@ -7,7 +7,8 @@ race raises :class:`ConcurrentUpdateError`; nothing is overwritten silently.
 One repository object per database: ``LocalRunRepository`` composes the per-table mixins
 (tasks ``task_store``/``task_queries``, runs ``run_store``, attempts ``attempt_store``, events
 ``event_store``, the receipt journal ``journal``, settings and variables ``settings_store``,
-scheduling, dispatch, retention, leftovers, run numbers) over its one ``Database``.
+scheduling, dispatch, retention, leftovers, run numbers, slot outcomes
+``occurrence_queries``) over its one ``Database``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from qinglong.local.storage.dispatch_queries import DispatchQueries
 from qinglong.local.storage.event_store import EventStore
 from qinglong.local.storage.journal import ReceiptJournalQueries
 from qinglong.local.storage.leftovers import LeftoverQueries
+from qinglong.local.storage.occurrence_queries import OccurrenceQueries
 from qinglong.local.storage.retention import RetentionQueries
 from qinglong.local.storage.run_numbers import RunNumberQueries
 from qinglong.local.storage.run_store import MAX_CANDIDATE_LIMIT, CandidatePage, RecoveryCandidate
@@ -43,7 +45,7 @@ def now_ms() -> int:
 class LocalRunRepository(
     ReceiptJournalQueries, RetentionQueries, LeftoverQueries, DispatchQueries, ScheduleQueries,
     RunNumberQueries, TaskQueries, TaskStore, AttemptStore, EventStore,
-    SettingsStore,
+    SettingsStore, OccurrenceQueries,
 ):
     """Tasks, runs, attempts, events and the receipt journal of one data directory.
 
