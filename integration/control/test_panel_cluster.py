@@ -100,13 +100,67 @@ def test_sign_in_sets_a_strict_cookie_whose_hash_alone_is_stored(api: ApiWorld) 
     assert client.get("/ui/").status_code == 200 and other.get("/ui/").status_code == 200
 
 
-def test_secure_cookie_behind_a_trusted_proxy_saying_https(api: ApiWorld) -> None:
-    client = _browser(api)
-    answer = client.post("/ui/signin", data={"token": api.tokens["viewer"]},
+@pytest.fixture
+def behind_proxy(pg_db: Any) -> Iterator[ApiWorld]:
+    """The API whose panel trusts 127.0.0.1 as its reverse proxy (``--trusted-proxy``)."""
+    from api_world import close_world, open_world
+
+    world = open_world(pg_db, panel_trusted_proxies=("127.0.0.1",))
+    try:
+        yield world
+    finally:
+        close_world(world)
+
+
+def test_secure_cookie_behind_a_trusted_proxy_saying_https(behind_proxy: ApiWorld) -> None:
+    client = _browser(behind_proxy)
+    answer = client.post("/ui/signin", data={"token": behind_proxy.tokens["viewer"]},
                          headers={"X-Forwarded-Proto": "https",
                                   "Origin": "https://" + client.base_url.netloc.decode()})
     assert answer.status_code == 303, answer.text
     assert "Secure" in answer.headers["set-cookie"]
+
+
+def test_forwarded_headers_from_a_peer_not_trusted_are_ignored(api: ApiWorld) -> None:
+    """No --trusted-proxy: X-Forwarded-Proto makes no Secure cookie (and an https Origin no
+    longer matches the request's own), X-Forwarded-For no other client address."""
+    client = _browser(api)
+    base = client.base_url.netloc.decode()
+    spoofed = client.post("/ui/signin", data={"token": api.tokens["viewer"]},
+                          headers={"X-Forwarded-Proto": "https", "Origin": "https://" + base})
+    assert spoofed.status_code == 403  # the origin is http://, as the peer really sent
+    answer = client.post("/ui/signin", data={"token": api.tokens["viewer"]},
+                         headers={"X-Forwarded-Proto": "https"})
+    assert answer.status_code == 303, answer.text
+    assert "Secure" not in answer.headers["set-cookie"]
+
+
+def test_a_spoofed_forwarded_for_does_not_escape_the_throttle(api: ApiWorld) -> None:
+    client = _browser(api)
+    failed = client.post("/ui/signin", data={"token": "ql3_" + "y" * 43},
+                         headers={"X-Forwarded-For": "203.0.113.1"})
+    assert failed.status_code == 403
+    assert api.sql("SELECT client FROM panel_signin_failures") == [("127.0.0.1",)]
+    again = client.post("/ui/signin", data={"token": api.tokens["admin"]},
+                        headers={"X-Forwarded-For": "203.0.113.2"})
+    assert again.status_code == 429  # the peer's own address waits, whatever it claims
+
+
+def test_behind_a_trusted_proxy_each_forwarded_client_has_its_own_count(
+        behind_proxy: ApiWorld) -> None:
+    client = _browser(behind_proxy)
+    failed = client.post("/ui/signin", data={"token": "ql3_" + "y" * 43},
+                         headers={"X-Forwarded-For": "198.51.100.9, 203.0.113.1"})
+    assert failed.status_code == 403
+    # the rightmost address the proxy appended, not what the client wrote before it
+    assert behind_proxy.sql("SELECT client FROM panel_signin_failures") == [("203.0.113.1",)]
+    other = client.post("/ui/signin", data={"token": behind_proxy.tokens["admin"]},
+                        headers={"X-Forwarded-For": "203.0.113.2"})
+    assert other.status_code == 303, other.text  # another client is not blocked
+    blocked = _browser(behind_proxy).post(
+        "/ui/signin", data={"token": behind_proxy.tokens["admin"]},
+        headers={"X-Forwarded-For": "203.0.113.1"})
+    assert blocked.status_code == 429
 
 
 @pytest.mark.parametrize("which", ["worker", "revoked", "junk"])

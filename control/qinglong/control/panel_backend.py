@@ -567,10 +567,12 @@ def mount_panel(app: Any, ctx: ApiContext) -> Starlette:
     Returns the panel's Starlette application."""
     from qinglong.control.panel_sessions import PanelSessionStore
     from qinglong.panel.app import create_app
+    from qinglong.panel.proxies import parse_trusted
 
     store = ctx.extras.get("panel_sessions")
     if not isinstance(store, PanelSessionStore):
         store = ctx.extras["panel_sessions"] = PanelSessionStore(ctx.engine)
-    panel = create_app(ControlPanelBackend(ctx), store)
+    panel = create_app(ControlPanelBackend(ctx), store,
+                       trusted_proxies=parse_trusted(ctx.panel_trusted_proxies))
     app.mount("/ui", panel, name="panel")
     return panel
