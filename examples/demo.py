@@ -1,5 +1,8 @@
 """The README's main job: register real maintenance scripts and run each once, for real,
-then say how to keep them running and how to open the web panel (docs/panel.md).
+then say how to keep them running and how to open the web panel (docs/panel.md). With
+``--serve [--listen HOST:PORT]`` it then becomes ``ql3 local serve --web`` on the same data
+directory (exec, foreground): the schedules keep running and the panel prints its URL and
+one-time sign-in link; Ctrl-C stops both.
 
 Uses only the `ql3` command line, exactly as a person would, on the data directory
 ./demo-data (override with QL3_DATA_DIR). Re-running is safe: existing tasks are kept.
@@ -7,6 +10,7 @@ Uses only the `ql3` command line, exactly as a person would, on the data directo
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import os
@@ -65,9 +69,21 @@ def ql3(*args: str, check: bool = True) -> str:
     return proc.stdout
 
 
-def main() -> int:
+def main(arguments: list[str] | None = None) -> int:
     """Set up, run every example once, summarise; every line fits the terminal (80 columns
-    without one: ``COLUMNS``), a log line cut with ``…``."""
+    without one: ``COLUMNS``), a log line cut with ``…``. With ``--serve`` (and the panel
+    installed) it ends by exec'ing ``ql3 local serve --web`` instead of returning."""
+    parser = argparse.ArgumentParser(
+        prog="scripts/demo.sh", description="Register the example scripts, run each once, "
+        "and say how to keep them running and open the web panel.")
+    parser.add_argument("--serve", action="store_true",
+                        help="then keep the schedules running and serve the web panel "
+                             "(ql3 local serve --web) until Ctrl-C")
+    parser.add_argument("--listen", default=None, metavar="HOST:PORT",
+                        help="with --serve: where the panel listens (default 127.0.0.1:5700)")
+    args = parser.parse_args(arguments)
+    if args.listen and not args.serve:
+        parser.error("--listen goes with --serve")
     # the data directory as typed from here when it is below (the last lines repeat it)
     data = os.path.relpath(DATA) if DATA.is_relative_to(Path.cwd()) else str(DATA)
     line = f"== data directory: {data}"
@@ -133,7 +149,14 @@ def main() -> int:
     print("(a new token each start; Ctrl-C stops the panel)")
     if importlib.util.find_spec("qinglong.panel") is None:
         print("The panel is not installed here: bash scripts/bootstrap.sh web")
+    print("Or both in one: bash scripts/demo.sh --serve (Ctrl-C stops them).")
     print("See docs/systemd.md to run it as a service.")
+    if args.serve and ok:
+        print()
+        print("== the scheduler and the panel (Ctrl-C stops both):", flush=True)
+        listen = ["--listen", args.listen] if args.listen else []
+        command = [QL3[0], "local", "serve", "--web", *listen, "--data-dir", str(DATA)]
+        os.execv(QL3[0], command)  # noqa: S606 - our own ql3, no shell
     return 0 if ok else 1
 
 
