@@ -25,8 +25,8 @@ printed, never asserted. Usage (run it nice'd on a shared host):
     nice -n 10 .venv/bin/python bench/panel.py [--tasks N] [--runs N] [--repeats N]
                                                [--lines N] [--burst N] [--profile FILE]
 
-``--profile FILE`` records the replica with ``py-spy record`` (env ``PY_SPY``, PATH, or beside this interpreter)
-during the page requests, as a flame graph SVG.
+``--profile FILE`` records the replica with ``py-spy record`` (env ``PY_SPY``, PATH, or
+beside this interpreter) during the page requests, as a flame graph SVG.
 """
 
 from __future__ import annotations
