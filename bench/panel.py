@@ -67,6 +67,14 @@ INIT_SCRIPT = """
 window.__longtasks = [];
 window.__lines = {};
 window.__firstLine = null;
+window.__messages = [];  // [arrival ms, characters] of each stream message
+const NativeSource = window.EventSource;
+window.EventSource = function (url, init) {
+  const source = new NativeSource(url, init);
+  source.addEventListener("message", (e) =>
+    window.__messages.push([Math.round(performance.now()), e.data.length]));
+  return source;
+};
 try {
   new PerformanceObserver((list) => {
     for (const e of list.getEntries())
@@ -246,10 +254,77 @@ def burst(base: str, api: httpx.Client, browser: Any, state: Any) -> dict[str, A
     page.wait_for_timeout(500)  # the observer's last entries (a bench, not a test)
     long = page.evaluate("window.__longtasks")
     first = page.evaluate("window.__firstLine")
+    messages = page.evaluate("window.__messages")
+    html = page.context.request.get(f"{base}/ui/runs/{run_id}").text()
     in_dom = page.locator("#log .line").count()
     page.context.close()
     return {"longtasks": long, "first_line_ms": first, "lines_in_dom": in_dom,
-            "seconds": took}
+            "seconds": took, "messages": len(messages),
+            "largest_message_chars": max((m[1] for m in messages), default=0),
+            "message_span_s": (messages[-1][0] - messages[0][0]) / 1000 if messages else 0,
+            "html": html}
+
+
+def replay_burst(browser: Any, html: str, lines: int, message_chars: int,
+                 spacing_s: float) -> dict[str, Any]:
+    """The burst page without the cluster: the run page's HTML as the panel served it, its
+    static files from the installed panel, and the burst's lines as SSE messages of about
+    ``message_chars`` characters ``spacing_s`` apart, from a bare in-process HTTP server.
+    The browser's own cost of showing the burst, the same run's baseline."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    import qinglong.panel
+
+    static = Path(qinglong.panel.__file__).parent / "static"
+    text = "".join(f"第 {i} 行 burst 日志\n" for i in range(1, lines + 1))
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def _send(self, kind: str, body: bytes) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            if self.path.endswith("/log/stream"):
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                self.wfile.write(b"retry: 600000\n\n")
+                for at in range(0, len(text), message_chars):
+                    part = json.dumps(text[at:at + message_chars])
+                    self.wfile.write(f"id: {at}\ndata: {part}\n\n".encode())
+                    self.wfile.flush()
+                    time.sleep(spacing_s)
+                self.wfile.write(b'event: end\ndata: "succeeded"\n\n')
+            elif "/static/" in self.path:
+                path = static / self.path.split("/static/", 1)[1].split("?")[0]
+                kind = {".css": "text/css", ".js": "text/javascript"}.get(path.suffix,
+                                                                          "text/plain")
+                self._send(kind, path.read_bytes() if path.is_file() else b"")
+            else:
+                self._send("text/html; charset=utf-8", html.encode())
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        context = browser.new_context(locale="zh-CN", viewport={"width": 1280, "height": 800})
+        context.add_init_script(INIT_SCRIPT)
+        page = context.new_page()
+        page.goto(f"http://127.0.0.1:{server.server_address[1]}/ui/runs/replay")
+        page.locator("#log[data-done='true']").wait_for(timeout=300_000)
+        page.wait_for_timeout(500)  # the observer's last entries (a bench, not a test)
+        long = page.evaluate("window.__longtasks")
+        first = page.evaluate("window.__firstLine")
+        context.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+    return {"longtasks": long, "first_line_ms": first}
 
 
 def _start_profile(pid: int, out: Path) -> subprocess.Popen[bytes] | None:
@@ -292,6 +367,8 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=40, help="requests per page case")
     parser.add_argument("--lines", type=int, default=60, help="live-log lines, 100 ms apart")
     parser.add_argument("--burst", type=int, default=40_000, help="lines of the burst")
+    parser.add_argument("--only", choices=("pages", "log", "burst"), action="append",
+                        help="measure only these parts (default: all)")
     parser.add_argument("--profile", type=Path, default=None, metavar="FILE",
                         help="py-spy flame graph (SVG) of the replica during the pages")
     args = parser.parse_args()
@@ -335,13 +412,14 @@ def main() -> int:
                                       timeout=30)
             run_ids = [f"00000000-0000-7000-8002-{n:012x}"
                        for n in range(7, args.runs, max(1, args.runs // 97))]
-            spy = (_start_profile(control.popen.pid, args.profile)
-                   if args.profile else None)
-            figures = pages(base, panel, viewer_api, run_ids, args.repeats)
-            if spy is not None:
-                spy.send_signal(signal.SIGINT)
-                spy.wait(60)
-            result["pages"] = figures
+            parts = set(args.only or ("pages", "log", "burst"))
+            if "pages" in parts:
+                spy = (_start_profile(control.popen.pid, args.profile)
+                       if args.profile else None)
+                result["pages"] = pages(base, panel, viewer_api, run_ids, args.repeats)
+                if spy is not None:
+                    spy.send_signal(signal.SIGINT)
+                    spy.wait(60)
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=CHROMIUM)
                 try:
@@ -350,9 +428,15 @@ def main() -> int:
                                           "url": base} for c in panel.cookies.jar])
                     state = context.storage_state()
                     context.close()
-                    result["live_log"] = live_log(base, api, viewer, browser, state,
-                                                  args.lines)
-                    result["burst"] = burst(base, api, browser, state)
+                    if parts & {"log", "burst"}:  # the ticker page is the burst's baseline
+                        result["live_log"] = live_log(base, api, viewer, browser, state,
+                                                      args.lines)
+                    if "burst" in parts:
+                        b = result["burst"] = burst(base, api, browser, state)
+                        spacing = b["message_span_s"] / max(1, b["messages"] - 1)
+                        result["replay"] = replay_burst(
+                            browser, b.pop("html"), args.burst,
+                            max(1, b["largest_message_chars"]), spacing)
                 finally:
                     browser.close()
             panel.close()
@@ -364,30 +448,36 @@ def main() -> int:
     return report(args, result)
 
 
-def report(args: argparse.Namespace, result: dict[str, Any]) -> int:
-    """Print the figures and one JSON line."""
-    print(f"{args.tasks} tasks, {args.runs} runs (seeded in {result['seed_s']} s); "
-          f"load average at start {result['loadavg']:.1f}")
+def _report_pages(args: argparse.Namespace, figures: dict[str, Any]) -> None:
     print(f"pages: ms per request, {args.repeats} each, panel and API alternated")
     print(f"  {'':28}{'median':>8}{'p95':>8}{'max':>8}   panel/API median, p95")
-    for name, fig in result["pages"].items():
+    for name, fig in figures.items():
         print(f" {name}")
         print(_line("panel /ui", fig["panel"], fig["api"]))
         print(_line("API /v1 (baseline)", fig["api"]))
     print("  goal: panel p95 <= 100 ms")
-    log = result["live_log"]
+
+
+def _report_log(args: argparse.Namespace, log: dict[str, Any]) -> None:
     print(f"live log: ms from the task's write, {args.lines - 10} lines 100 ms apart")
     print(_line("browser DOM (panel SSE)", log["dom"], log["api"]))
     print(_line("API follower (baseline)", log["api"]))
     print(f"  missing: DOM {log['dom_missing']}, API {log['api_missing']}; "
           "goal: DOM p95 <= 1000 ms")
-    b = result["burst"]
+
+
+def _report_burst(args: argparse.Namespace, b: dict[str, Any], log: dict[str, Any],
+                  replay: dict[str, Any]) -> None:
     print(f"burst of {args.burst} lines: {b['seconds']:.1f} s from page load to the end, "
-          f"{b['lines_in_dom']} lines left in the DOM")
+          f"{b['lines_in_dom']} lines left in the DOM; {b['messages']} stream messages, "
+          f"the largest {b['largest_message_chars']} characters, over "
+          f"{b['message_span_s']:.1f} s")
     print(f"  {'long tasks (> 50 ms)':28}{'count':>8}{'longest':>8}{'total':>8}")
     for name, long in (("burst page, lines shown", _after(b["longtasks"], b["first_line_ms"])),
                        ("burst page, before lines", _before(b["longtasks"],
                                                             b["first_line_ms"])),
+                       ("replayed, no cluster (base)", _after(replay["longtasks"],
+                                                               replay["first_line_ms"])),
                        ("ticker page (baseline)", log["longtasks"])):
         if long is None:
             print("  longtask observer unsupported by this browser")
@@ -395,9 +485,21 @@ def report(args: argparse.Namespace, result: dict[str, Any]) -> int:
         took = [d for _, d in long]
         print(f"  {name:28}{len(took):8}{max(took, default=0):8.0f}{sum(took):8.0f}")
     print("  goal: longest while lines are shown < 200 ms")
+
+
+def report(args: argparse.Namespace, result: dict[str, Any]) -> int:
+    """Print the figures and one JSON line."""
+    print(f"{args.tasks} tasks, {args.runs} runs (seeded in {result['seed_s']} s); "
+          f"load average at start {result['loadavg']:.1f}")
+    if "pages" in result:
+        _report_pages(args, result["pages"])
+    if "live_log" in result:
+        _report_log(args, result["live_log"])
+    if "burst" in result:
+        _report_burst(args, result["burst"], result["live_log"], result["replay"])
     print(json.dumps({k: v for k, v in result.items() if k != "pages"} | {
         "pages": {k: {s: {"p50": statistics.median(v), "p95": _pct(v, 0.95)}
-                      for s, v in fig.items()} for k, fig in result["pages"].items()}},
+                      for s, v in fig.items()} for k, fig in result.get("pages", {}).items()}},
         sort_keys=True, default=str))
     return 0
 
