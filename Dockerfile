@@ -22,7 +22,8 @@
 
 ARG PYTHON_IMAGE=python:3.12.8-slim-bookworm
 
-# ---- build: the two wheels (packaging: `pip wheel --no-deps . ./cluster`)
+# ---- build: the three wheels (packaging: `pip wheel --no-deps . ./cluster ./panel`; the
+# panel's is installed by the control image only: `[control]` requires it)
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
@@ -34,7 +35,8 @@ COPY control/ control/
 COPY worker/ worker/
 COPY client/ client/
 COPY migrations/ migrations/
-RUN python -m pip wheel --no-cache-dir --no-deps . ./cluster -w /dist
+COPY panel/ panel/
+RUN python -m pip wheel --no-cache-dir --no-deps . ./cluster ./panel -w /dist
 
 # ---- runtime: what both images share (no compiler, no build tree, no wheel left behind)
 FROM ${PYTHON_IMAGE} AS runtime
@@ -74,7 +76,8 @@ FROM runtime AS control
 RUN --mount=type=bind,from=build,source=/dist,target=/dist \
     python -m venv --without-pip /opt/ql3 \
     && python -m pip --python /opt/ql3/bin/python install --no-cache-dir \
-       /dist/qinglong-*.whl "$(ls /dist/qinglong_cluster-*.whl)[control]" \
+       /dist/qinglong-*.whl /dist/qinglong_panel-*.whl \
+       "$(ls /dist/qinglong_cluster-*.whl)[control]" \
     && /opt/ql3/bin/ql3 control --help >/dev/null
 ENV PATH=/opt/ql3/bin:$PATH
 USER 10001:10001

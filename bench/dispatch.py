@@ -66,6 +66,21 @@ from dispatch_procrastinate import (
 
 WORKERS, CONCURRENCY = 2, 8
 REPLICAS = (1, 3)
+TASKS = {"true": ("true",), "echo": ("echo", "one line of output")}
+# what a build runs as ``ql3``: its interpreter with ql3's entry point; ``+h11`` hides
+# httptools and uvloop from it, so uvicorn falls back to h11 and asyncio's own loop
+_BOOT = "import sys; sys.argv[0] = 'ql3'; from qinglong.local.app.cli import entry; entry()"
+_HIDE = "import sys; sys.modules['httptools'] = None; sys.modules['uvloop'] = None; "
+
+
+def build_command(spec: str) -> tuple[str, list[str]]:
+    """``NAME=PYTHON[+h11]`` -> (NAME, the command that runs that build's ``ql3``)."""
+    name, _, python = spec.partition("=")
+    hide = python.endswith("+h11")
+    python = python.removesuffix("+h11")
+    if not name or not python:
+        raise SystemExit(f"--build wants NAME=PYTHON[+h11], got {spec!r}")
+    return name, [python, "-c", (_HIDE if hide else "") + _BOOT]
 
 
 def _spawn_loop(count: int, start: Any, out: Any) -> None:
@@ -135,8 +150,14 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=300.0, help="per batch, seconds")
     parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
                         help="py-spy samples of our replicas and workers into DIR")
-    parser.add_argument("--only", choices=("ours_1", "ours_3", "procrastinate", "floor"),
-                        action="append", help="run only these configurations")
+    parser.add_argument("--only", action="append",
+                        help="run only these configurations (ours_1, ours_3, procrastinate, "
+                             "floor; with --build, NAME_1 ...)")
+    parser.add_argument("--build", action="append", default=None, metavar="NAME=PYTHON[+h11]",
+                        help="ours with another build's interpreter (repeatable; default "
+                             "ours=this one); +h11 hides httptools and uvloop")
+    parser.add_argument("--task", choices=sorted(TASKS), default="true",
+                        help="ours: the task's command (true, or echo printing one line)")
     parser.add_argument("--enqueue", action="store_true",
                         help="run creation alone: N run-now requests from T clients")
     parser.add_argument("--latency", action="store_true",
@@ -148,7 +169,9 @@ def main() -> int:
         return enqueue_main(args)
     if args.latency:
         return latency_main(args)
-    kinds = args.only or [f"ours_{r}" for r in REPLICAS] + ["procrastinate", "floor"]
+    builds = dict(build_command(b) for b in args.build) if args.build else {"ours": None}
+    kinds = args.only or [f"{b}_{r}" for b in builds for r in REPLICAS] + [
+        "procrastinate", "floor"]
     results: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
     with tempfile.TemporaryDirectory(prefix="ql3bench-dispatch-") as tmp, \
             moto_server() as moto:
@@ -162,10 +185,13 @@ def main() -> int:
                     results[kind].append(run_procrastinate(where, args.runs, args.threads,
                                                            args.timeout))
                 else:
-                    r = run_ours(where, moto, replicas=int(kind.split("_")[1]),
+                    build, _, replicas = kind.rpartition("_")
+                    command = builds.get(build)
+                    r = run_ours(where, moto, replicas=int(replicas),
                                  workers=WORKERS, concurrency=CONCURRENCY, runs=args.runs,
                                  threads=args.threads, timeout_s=args.timeout,
-                                 profile_dir=args.profile)
+                                 profile_dir=args.profile, argv=TASKS[args.task],
+                                 tag=build, **({"command": command} if command else {}))
                     results[kind].append({
                         "rate": r.runs / r.span_s if r.span_s else 0.0, "span_s": r.span_s,
                         "enqueue_s": r.enqueue_s, "problems": list(r.problems),
@@ -244,10 +270,14 @@ def report(args: argparse.Namespace, results: dict[str, list[dict[str, Any]]]) -
         return float(statistics.median(values)) if values else float("nan")
 
     print(f"{args.runs} runs per batch, {args.rounds} round(s), {WORKERS} workers x "
-          f"concurrency {CONCURRENCY}, {args.threads} enqueueing clients; medians")
+          f"concurrency {CONCURRENCY}, {args.threads} enqueueing clients, task "
+          f"{' '.join(TASKS[args.task])!r}; medians")
     print(f"{'system':<22}{'attempts/s':>11}{'span s':>9}{'enqueue s':>11}  exactly once")
-    labels = {"ours_1": "ours, 1 replica", "ours_3": "ours, 3 replicas",
-              "procrastinate": "procrastinate", "floor": "floor (spawn true)"}
+    labels = {"procrastinate": "procrastinate", "floor": "floor (spawn true)"}
+    ours = [k for k in results if k not in labels]
+    labels = {**{k: "{}, {} replica{}".format(*k.rpartition("_")[::2],
+                                             "" if k.endswith("_1") else "s") for k in ours},
+              **labels}
     for kind, label in labels.items():
         if not results.get(kind):
             continue
@@ -256,11 +286,11 @@ def report(args: argparse.Namespace, results: dict[str, list[dict[str, Any]]]) -
         enq = f"{median(kind, 'enqueue_s'):>11.2f}" if kind != "floor" else f"{'':>11}"
         print(f"{label:<22}{median(kind):>11.1f}{span}{enq}  "
               f"{'yes' if ok else 'NO: ' + '; '.join(results[kind][-1]['problems'])}")
-    ratios = {f"{k}/{b}": median(k) / median(b) for k in ("ours_1", "ours_3")
-              for b in ("procrastinate", "floor")}
+    ratios = {f"{k}/{b}": median(k) / median(b) for k in ours
+              for b in ("procrastinate", "floor") if results.get(b)}
     for name, value in ratios.items():
         print(f"ratio {name}: {value:.2f}")
-    for kind in ("ours_1", "ours_3", "procrastinate"):
+    for kind in [*ours, "procrastinate"]:
         if not results.get(kind):
             continue
         cpu = results[kind][-1].get("cpu_ms_per_attempt", {})
@@ -274,7 +304,8 @@ def report(args: argparse.Namespace, results: dict[str, list[dict[str, Any]]]) -
     print("target: ours >= procrastinate with the same worker processes (printed, not "
           "asserted)")
     print(json.dumps({"runs": args.runs, "rounds": args.rounds, "threads": args.threads,
-                      "results": results, "ratios": ratios}, sort_keys=True))
+                      "task": args.task, "results": results, "ratios": ratios},
+                     sort_keys=True))
     return 0 if all(not r["problems"] for rs in results.values() for r in rs) else 1
 
 

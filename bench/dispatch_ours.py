@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-for _dir in (ROOT / "integration" / "cluster", ROOT / "integration" / "s3"):
+for _dir in (ROOT / "integration", ROOT / "integration" / "cluster", ROOT / "integration" / "s3"):
     if str(_dir) not in sys.path:
         sys.path.insert(0, str(_dir))
 
-from cluster_kit import Cluster, ClusterDb, Proc, wait_for  # noqa: E402
+from cluster_kit import QL3, Cluster, ClusterDb, Proc, wait_for  # noqa: E402
 from s3_services import CREDS, new_bucket  # noqa: E402
 
 from proc_stats import TICK_S  # noqa: E402
@@ -154,13 +154,15 @@ def request_stats(urls: list[str]) -> dict[str, dict[str, float]]:
 
 def run_ours(tmp: Path, moto: str, *, replicas: int, workers: int, concurrency: int,
              runs: int, threads: int, timeout_s: float,
-             profile_dir: Path | None = None) -> OursResult:
+             profile_dir: Path | None = None, argv: Sequence[str] = ("true",),
+             command: Sequence[str] = (QL3,), tag: str = "ours") -> OursResult:
     """One batch on a fresh cluster of ``replicas`` control replicas and ``workers`` workers
     (``concurrency`` attempts each; worker i tries the replicas' URLs from replica i on, so
     workers spread over replicas); ``runs`` runs queued by ``threads`` API clients (client
     j through replica j mod ``replicas``). Everything started is stopped and the database
     dropped. Raises AssertionError when a process does not start or the batch does not end
-    within ``timeout_s``. ``profile_dir``: sample every replica and worker (``sampled``)."""
+    within ``timeout_s``. ``profile_dir``: sample every replica and worker (``sampled``).
+    ``argv``: the task's command; ``command``: what runs as ``ql3`` (another build's)."""
     from qinglong.control.retention.objects import make_client
 
     tmp.mkdir(parents=True, exist_ok=True)
@@ -169,7 +171,7 @@ def run_ours(tmp: Path, moto: str, *, replicas: int, workers: int, concurrency: 
                       new_bucket(make_client(moto, timeout_s=5, **CREDS), versioned=True))
     try:
         controls = [cluster.start_control(f"c{i}", lease_ms=30_000, heartbeat_ms=10_000,
-                                          wait=False) for i in range(replicas)]
+                                          wait=False, command=command) for i in range(replicas)]
         for control in controls:
             cluster.wait_ready(control)
         urls = [c.url or "" for c in controls]
@@ -177,16 +179,17 @@ def run_ours(tmp: Path, moto: str, *, replicas: int, workers: int, concurrency: 
         token = cluster.token("worker", pool="bench")
         procs = [cluster.start_worker(f"w{i}", token,
                                       ",".join(urls[i % replicas:] + urls[:i % replicas]),
-                                      concurrency=concurrency) for i in range(workers)]
+                                      concurrency=concurrency, command=command)
+                 for i in range(workers)]
         with cluster.api(urls[0], admin) as api:
-            r = api.post("/v1/tasks", json={"name": TASK, "argv": ["true"],
+            r = api.post("/v1/tasks", json={"name": TASK, "argv": list(argv),
                                             "concurrency_policy": "allow"})
             assert r.status_code == 201, r.text
         with db.connect() as conn:
             registered = wait_for(lambda: conn.execute(
                 "SELECT count(*) FROM worker_incarnations").fetchone()[0] >= workers, 30)
         assert registered, [p.log()[-2000:] for p in procs]
-        with sampled(controls + procs, profile_dir, f"ours{replicas}"):
+        with sampled(controls + procs, profile_dir, f"{tag}{replicas}"):
             before = _snapshot(cluster, controls, procs)
             _enqueue(cluster, urls, operator, runs, threads)
             done = _wait_terminal(cluster, runs, timeout_s)

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-for _dir in (ROOT / "integration" / "cluster", ROOT / "integration" / "s3"):
+for _dir in (ROOT / "integration", ROOT / "integration" / "cluster", ROOT / "integration" / "s3"):
     if str(_dir) not in sys.path:
         sys.path.insert(0, str(_dir))
 

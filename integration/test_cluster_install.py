@@ -37,13 +37,15 @@ def _ok(*argv: str | Path, timeout: float = 300) -> str:
 
 
 @pytest.fixture(scope="module")
-def wheels(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """(base, cluster, panel) wheels: `[control]` requires the panel's, on no index."""
     dist = tmp_path_factory.mktemp("cluster-wheels")
     _ok(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", ROOT, ROOT / "cluster",
-        "-w", dist)
+        ROOT / "panel", "-w", dist)
     (base,) = dist.glob("qinglong-*.whl")
     (cluster,) = dist.glob("qinglong_cluster-*.whl")
-    return base, cluster
+    (panel,) = dist.glob("qinglong_panel-*.whl")
+    return base, cluster, panel
 
 
 def _venv(where: Path, *requirements: str) -> Path:
@@ -63,16 +65,20 @@ def test_both_distributions_have_one_version() -> None:
     cluster = tomllib.loads((ROOT / "cluster" / "pyproject.toml").read_text())["project"]
     assert cluster["version"] == root["version"]
     assert f"qinglong=={root['version']}" in cluster["dependencies"]
+    # every control replica serves the panel at /ui (docs/panel.md "Cluster")
+    assert f"qinglong-panel=={root['version']}" in cluster["optional-dependencies"]["control"]
+    assert not any("panel" in d for d in cluster["dependencies"])  # workers: never
 
 
 def test_a_worker_install_runs_the_worker_and_holds_no_database_library(
-    wheels: tuple[Path, Path], tmp_path: Path
+    wheels: tuple[Path, Path, Path], tmp_path: Path
 ) -> None:
-    base, cluster = wheels
+    base, cluster, _ = wheels
     venv = _venv(tmp_path / "worker", str(base), str(cluster))
     installed = _packages(venv)
     assert {"qinglong", "qinglong-cluster", "httpx"} <= installed
-    assert not installed & {"psycopg", "psycopg-binary", "sqlalchemy", "boto3", "fastapi"}
+    assert not installed & {"psycopg", "psycopg-binary", "sqlalchemy", "boto3", "fastapi",
+                            "qinglong-panel", "starlette", "jinja2"}
     ql3 = venv / "bin" / "ql3"
     assert "--control-url" in _ok(ql3, "worker", "run", "--help")
     assert "workers" in _ok(ql3, "cluster", "--help")  # the client ships with the workers
@@ -87,11 +93,17 @@ def test_a_worker_install_runs_the_worker_and_holds_no_database_library(
 
 
 def test_a_control_install_finds_its_packaged_migrations(
-    wheels: tuple[Path, Path], tmp_path: Path
+    wheels: tuple[Path, Path, Path], tmp_path: Path
 ) -> None:
-    base, cluster = wheels
-    venv = _venv(tmp_path / "control", str(base), f"{cluster}[control]")
-    assert {"psycopg", "sqlalchemy", "boto3", "fastapi"} <= _packages(venv)
+    base, cluster, panel = wheels
+    venv = _venv(tmp_path / "control", str(base), str(panel), f"{cluster}[control]")
+    assert {"psycopg", "sqlalchemy", "boto3", "fastapi", "qinglong-panel", "starlette",
+            "jinja2"} <= _packages(venv)
+    # the replica's app mounts the panel at /ui (it is there to import)
+    _ok(venv / "bin" / "python", "-c", "import qinglong.panel.app")
+    requires = _ok(venv / "bin" / "python", "-c", "from importlib.metadata import requires; "
+                   "print(*requires('qinglong-cluster'), sep='\\n')").splitlines()
+    assert "qinglong-panel==3.0.0a1; extra == 'control'" in requires
     ql3 = venv / "bin" / "ql3"
     assert "migrate" in _ok(ql3, "control", "--help")
     code = ("from qinglong.control.db.migrations import migrations_dir, load_migration_files;"

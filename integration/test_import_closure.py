@@ -18,14 +18,19 @@ FORBIDDEN = ("psycopg", "psycopg_pool", "sqlalchemy", "boto3", "botocore", "fast
              "starlette", "jinja2", "uvicorn", "multipart", "python_multipart")
 
 
-def test_serve_with_a_run_loads_none_of_the_cluster_libraries(ql3: Ql3, tmp_path: Path) -> None:
+@pytest.mark.parametrize("web", [False, True], ids=["serve", "serve-web"])
+def test_serve_with_a_run_loads_none_of_the_cluster_libraries(
+        ql3: Ql3, tmp_path: Path, web: bool) -> None:
+    """With --web too: the panel is serve's child process, which loads it, never serve."""
     ql3.run("local", "task", "add", "hello", "--schedule", "* * * * * *", "--", "echo", "hi")
     err = tmp_path / "importtime.txt"
-    with open(err, "w") as fh:
+    out = tmp_path / "stdout.txt"
+    extra = ["--web", "--listen", "127.0.0.1:0"] if web else []
+    with open(err, "w") as fh, open(out, "w") as out_fh:
         proc = subprocess.Popen(
             [sys.executable, "-X", "importtime", "-c",
-             "from qinglong.local.app.cli import entry; entry()", "local", "serve"],
-            env=ql3.env, stdout=subprocess.DEVNULL, stderr=fh,
+             "from qinglong.local.app.cli import entry; entry()", "local", "serve", *extra],
+            env=ql3.env, stdout=out_fh, stderr=fh,
         )
     try:
         assert wait_for((ql3.data_dir / "ql3.sock").exists, 20)
@@ -33,6 +38,8 @@ def test_serve_with_a_run_loads_none_of_the_cluster_libraries(ql3: Ql3, tmp_path
             lambda: any(r["status"] == "succeeded" for r in ql3.json("local", "runs")), 20
         )
         assert ran, "the serve process did not run the task"
+        if web:  # the panel really runs (its link relayed by serve)
+            assert wait_for(lambda: "/signin?token=" in out.read_text(), 30), err.read_text()
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0

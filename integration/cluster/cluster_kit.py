@@ -298,10 +298,11 @@ class Cluster:
 
     def start_worker(self, name: str, token: str, control_url: str, *extra: str,
                      concurrency: int = 2, labels: str | None = None,
-                     isolation: str = "none") -> Proc:
-        """``ql3 worker run`` with its token in ``QL3_WORKER_TOKEN``. ``isolation`` "none"
-        (these tests' tasks write into pytest's private tmp, which an attempt uid could not;
-        with --allow-shared-uid), else that mode with an attempt root of its own."""
+                     isolation: str = "none", command: Sequence[str] = (QL3,)) -> Proc:
+        """``ql3 worker run`` (``command`` instead of ``ql3``, e.g. another build) with its
+        token in ``QL3_WORKER_TOKEN``. ``isolation`` "none" (these tests' tasks write into
+        pytest's private tmp, which an attempt uid could not; with --allow-shared-uid), else
+        that mode with an attempt root of its own."""
         args = ["worker", "run", "--control-url", control_url, "--name", name,
                 "--concurrency", str(concurrency), "--spool-dir", str(self.tmp / f"spool-{name}"),
                 "--isolation", isolation]
@@ -313,7 +314,7 @@ class Cluster:
             args += ["--labels", labels]
         env = {k: v for k, v in self.env(QL3_WORKER_TOKEN=token).items()
                if not k.startswith("AWS_")}  # a worker holds no bucket credentials
-        return self._start(name, [*args, *extra], env)
+        return self._start(name, [*args, *extra], env, command)
 
     def api(self, url: str, token: str) -> httpx.Client:
         return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"},

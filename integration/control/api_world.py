@@ -78,7 +78,9 @@ def serve(app: Any) -> tuple[Any, threading.Thread, str]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    # as the replica serves: X-Forwarded-* read by the panel only (--trusted-proxy)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off",
+                                           proxy_headers=False))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

@@ -1,10 +1,11 @@
 """The cluster's web panel at ``/ui`` over real HTTP and real PostgreSQL as the runtime role
 (docs/panel.md "Cluster"; DESIGN §4.6): API-token sign-in, server-side sessions (hashed ids,
 dying with their token), scopes, CSRF and Origin, the throttle on failed sign-ins shared
-through PostgreSQL, sign-out, the sweep, and the pages over ``ControlPanelBackend`` (those it
-does not serve yet hidden and answering 501): Runs across tasks with filters and keyset
-pages, the Overview of the last 24 hours, and Variables (operator writes, every value
-masked, pool scopes shown)."""
+through PostgreSQL, sign-out, the sweep, and the pages over ``ControlPanelBackend``: the
+task form (admin only: an operator's GETs and POSTs 403, the backend refusing too; the
+API's refusals worded in zh-CN beside their fields; an edit keeping a secret), Runs across
+tasks with filters and keyset pages, the Overview of the last 24 hours, and Variables
+(operator writes, every value masked, pool scopes shown)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 from api_world import ApiWorld
 
 from qinglong.control.panel_sessions import PanelSessionStore, session_hash
-from qinglong.panel.security import SignInThrottledError
+from qinglong.panel.security import SignInRefusedError, SignInThrottledError
 from qinglong.shared.ids import uuid7
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
@@ -99,13 +100,67 @@ def test_sign_in_sets_a_strict_cookie_whose_hash_alone_is_stored(api: ApiWorld) 
     assert client.get("/ui/").status_code == 200 and other.get("/ui/").status_code == 200
 
 
-def test_secure_cookie_behind_a_trusted_proxy_saying_https(api: ApiWorld) -> None:
-    client = _browser(api)
-    answer = client.post("/ui/signin", data={"token": api.tokens["viewer"]},
+@pytest.fixture
+def behind_proxy(pg_db: Any) -> Iterator[ApiWorld]:
+    """The API whose panel trusts 127.0.0.1 as its reverse proxy (``--trusted-proxy``)."""
+    from api_world import close_world, open_world
+
+    world = open_world(pg_db, panel_trusted_proxies=("127.0.0.1",))
+    try:
+        yield world
+    finally:
+        close_world(world)
+
+
+def test_secure_cookie_behind_a_trusted_proxy_saying_https(behind_proxy: ApiWorld) -> None:
+    client = _browser(behind_proxy)
+    answer = client.post("/ui/signin", data={"token": behind_proxy.tokens["viewer"]},
                          headers={"X-Forwarded-Proto": "https",
                                   "Origin": "https://" + client.base_url.netloc.decode()})
     assert answer.status_code == 303, answer.text
     assert "Secure" in answer.headers["set-cookie"]
+
+
+def test_forwarded_headers_from_a_peer_not_trusted_are_ignored(api: ApiWorld) -> None:
+    """No --trusted-proxy: X-Forwarded-Proto makes no Secure cookie (and an https Origin no
+    longer matches the request's own), X-Forwarded-For no other client address."""
+    client = _browser(api)
+    base = client.base_url.netloc.decode()
+    spoofed = client.post("/ui/signin", data={"token": api.tokens["viewer"]},
+                          headers={"X-Forwarded-Proto": "https", "Origin": "https://" + base})
+    assert spoofed.status_code == 403  # the origin is http://, as the peer really sent
+    answer = client.post("/ui/signin", data={"token": api.tokens["viewer"]},
+                         headers={"X-Forwarded-Proto": "https"})
+    assert answer.status_code == 303, answer.text
+    assert "Secure" not in answer.headers["set-cookie"]
+
+
+def test_a_spoofed_forwarded_for_does_not_escape_the_throttle(api: ApiWorld) -> None:
+    client = _browser(api)
+    failed = client.post("/ui/signin", data={"token": "ql3_" + "y" * 43},
+                         headers={"X-Forwarded-For": "203.0.113.1"})
+    assert failed.status_code == 403
+    assert api.sql("SELECT client FROM panel_signin_failures") == [("127.0.0.1",)]
+    again = client.post("/ui/signin", data={"token": api.tokens["admin"]},
+                        headers={"X-Forwarded-For": "203.0.113.2"})
+    assert again.status_code == 429  # the peer's own address waits, whatever it claims
+
+
+def test_behind_a_trusted_proxy_each_forwarded_client_has_its_own_count(
+        behind_proxy: ApiWorld) -> None:
+    client = _browser(behind_proxy)
+    failed = client.post("/ui/signin", data={"token": "ql3_" + "y" * 43},
+                         headers={"X-Forwarded-For": "198.51.100.9, 203.0.113.1"})
+    assert failed.status_code == 403
+    # the rightmost address the proxy appended, not what the client wrote before it
+    assert behind_proxy.sql("SELECT client FROM panel_signin_failures") == [("203.0.113.1",)]
+    other = client.post("/ui/signin", data={"token": behind_proxy.tokens["admin"]},
+                        headers={"X-Forwarded-For": "203.0.113.2"})
+    assert other.status_code == 303, other.text  # another client is not blocked
+    blocked = _browser(behind_proxy).post(
+        "/ui/signin", data={"token": behind_proxy.tokens["admin"]},
+        headers={"X-Forwarded-For": "203.0.113.1"})
+    assert blocked.status_code == 429
 
 
 @pytest.mark.parametrize("which", ["worker", "revoked", "junk"])
@@ -256,6 +311,21 @@ def test_the_sweep_deletes_expired_and_revoked_sessions(api: ApiWorld) -> None:
     assert store.get(keep.id) is not None
 
 
+def test_sign_ins_are_logged_and_the_sweep_forgets_rows_past_90_days(api: ApiWorld) -> None:
+    store = PanelSessionStore(api.engine)  # the runtime role
+    with pytest.raises(SignInRefusedError):
+        store.sign_in("ql3_" + "x" * 43, "198.51.100.7")
+    store.sign_in(api.tokens["admin"], "203.0.113.9")
+    rows = api.sql("SELECT s.client, s.ok, s.token_name, t.scope FROM panel_signins s"
+                   " LEFT JOIN api_tokens t ON t.id = s.token_id ORDER BY s.at, s.id")
+    admin_name = api.sql("SELECT name FROM api_tokens WHERE scope = 'admin'")[0][0]
+    assert rows == [("198.51.100.7", False, None, None),
+                    ("203.0.113.9", True, admin_name, "admin")]
+    api.sql("UPDATE panel_signins SET at = now() - interval '91 days' WHERE NOT ok")
+    assert store.sweep() == 1
+    assert [r[0] for r in api.sql("SELECT client FROM panel_signins")] == ["203.0.113.9"]
+
+
 def test_log_stream_follows_with_the_cookie_session(api: ApiWorld) -> None:
     _make_task(api, "京东签到")
     client, csrf = _signed_in(api, "operator")
@@ -275,30 +345,95 @@ def test_log_stream_follows_with_the_cookie_session(api: ApiWorld) -> None:
     assert anonymous.status_code == 401
 
 
-def test_pages_the_cluster_does_not_serve_yet_are_hidden_and_answer_501(
-        api: ApiWorld) -> None:
+def test_task_definitions_need_the_admin_scope_an_operator_gets_403(api: ApiWorld) -> None:
     _make_task(api, "京东签到")
     _make_task(api, "淘宝签到")
     client, csrf = _signed_in(api, "operator")
     page = client.get("/ui/", headers={"Accept-Language": "en"}).text
-    for hidden in ("/ui/tasks/new", "/edit", 'value="delete"'):
+    for hidden in ("/ui/tasks/new", "/edit", "?copy=", 'value="delete"'):
         assert hidden not in page, hidden
-    for shown in ('href="/ui/runs"', 'href="/ui/dashboard"', 'href="/ui/vars"'):
+    for shown in ('href="/ui/runs"', 'href="/ui/dashboard"', 'href="/ui/vars"',
+                  'href="/ui/bundles"', 'value="disable"'):
         assert shown in page, shown
-    for path in ("/ui/tasks/new",
-                 "/ui/tasks/%E4%BA%AC%E4%B8%9C%E7%AD%BE%E5%88%B0/edit"):
+    assert 'href="/ui/scripts"' not in page  # the local folder: the cluster has bundles
+    for path in ("/ui/scripts", "/ui/scripts/new"):
+        assert client.get(path, headers={"Accept-Language": "en"}).status_code == 501, path
+    for path in ("/ui/tasks/new", "/ui/tasks/new?copy=%E4%BA%AC%E4%B8%9C%E7%AD%BE%E5%88%B0",
+                 "/ui/tasks/%E4%BA%AC%E4%B8%9C%E7%AD%BE%E5%88%B0/edit",
+                 "/ui/tasks/%E4%BA%AC%E4%B8%9C%E7%AD%BE%E5%88%B0/delete"):
         reply = client.get(path, headers={"Accept-Language": "en"})
-        assert reply.status_code == 501, path
-        assert "not available in this profile" in reply.text, path
+        assert reply.status_code == 403, path
+        assert "needs a token of scope admin" in reply.text, path
     names = ["京东签到", "淘宝签到"]
-    refused = client.post("/ui/tasks/bulk", data={"csrf": csrf, "action": "delete",
-                                                   "confirm": "yes", "names": names})
-    assert refused.status_code == 501
+    forged = [client.post("/ui/tasks/bulk", data={"csrf": csrf, "action": "delete",
+                                                  "confirm": "yes", "names": names}),
+              client.post("/ui/tasks/new", data={"csrf": csrf, "name": "伪造",
+                                                 "command": "echo 伪造"}),
+              client.post("/ui/tasks/%E4%BA%AC%E4%B8%9C%E7%AD%BE%E5%88%B0/edit",
+                          data={"csrf": csrf, "schedule": "@daily", "command": "echo x"})]
+    assert [r.status_code for r in forged] == [403, 403, 403]
     off = client.post("/ui/tasks/bulk", data={"csrf": csrf, "action": "disable",
                                               "names": names})
     assert off.status_code == 303 and off.headers["location"] == "/ui/?done=2&failed=0"
-    assert sorted(api.sql("SELECT name, enabled, deleted_at IS NULL FROM tasks")) == [
-        ("京东签到", False, True), ("淘宝签到", False, True)]
+    assert sorted(api.sql("SELECT name, enabled, deleted_at IS NULL, schedule FROM tasks")
+                  ) == [("京东签到", False, True, None), ("淘宝签到", False, True, None)]
+
+
+def test_the_backend_refuses_task_definitions_without_the_admin_scope(
+        api: ApiWorld) -> None:
+    from qinglong.control.panel_backend import ControlPanelBackend
+    from qinglong.panel.backend import BackendRefusedError
+    from qinglong.panel.security import Session, current_session
+
+    backend = ControlPanelBackend(api.ctx)
+    spec = {"name": "京东签到", "shell": "echo 京东"}
+    for scope in ("viewer", "operator"):
+        mark = current_session.set(Session("s", "c", can_write=scope != "viewer",
+                                           actor=scope, scope=scope))
+        try:
+            with pytest.raises(BackendRefusedError) as refused:
+                backend.task_add(spec)
+            assert refused.value.code == "forbidden"
+        finally:
+            current_session.reset(mark)
+    assert api.sql("SELECT count(*) FROM tasks") == [(0,)]
+
+
+def test_admin_form_refusals_name_fields_in_zh_and_an_edit_keeps_a_secret(
+        api: ApiWorld) -> None:
+    client, csrf = _signed_in(api, "admin")
+    form = {"csrf": csrf, "name": "京东签到", "schedule": "0 8 * * *",
+            "timezone": "Asia/Shanghai", "command": "echo 京东", "labels": "平台=jd",
+            "env": "1BAD=x", "attempts": "0", "secret_new": "JD_COOKIE=pt_key=秘密",
+            "concurrency": "sometimes"}
+    refused = client.post("/ui/tasks/new", data=form, headers={"Accept-Language": "zh-CN"})
+    assert refused.status_code == 400
+    text = refused.text
+    assert "标签的 key 只能用" in text and "变量名只能用" in text and "不能小于 1" in text
+    assert "请从列表中选择" in text
+    assert "pt_key=秘密" not in text and "请重新输入" in text
+    assert 'value="平台=jd"' in text and "1BAD=x</textarea>" in text
+    assert api.sql("SELECT count(*) FROM tasks") == [(0,)]
+    no_csrf = client.post("/ui/tasks/new", data={**form, "csrf": "", "concurrency": "forbid"})
+    other_origin = client.post("/ui/tasks/new", data={**form, "concurrency": "forbid"},
+                               headers={"Origin": "http://evil.example"})
+    assert (no_csrf.status_code, other_origin.status_code) == (403, 403)
+    assert api.sql("SELECT count(*) FROM tasks") == [(0,)]
+    made = client.post("/ui/tasks/new", data={**form, "labels": "platform=jd",
+                                              "env": "JD_NAME=京东", "attempts": "2",
+                                              "concurrency": "forbid"})
+    assert made.status_code == 303, made.text
+    edit = client.get("/ui/tasks/%E4%BA%AC%E4%B8%9C%E7%AD%BE%E5%88%B0/edit").text
+    assert "JD_COOKIE" in edit and "pt_key" not in edit
+    saved = client.post("/ui/tasks/%E4%BA%AC%E4%B8%9C%E7%AD%BE%E5%88%B0/edit", data={
+        "csrf": csrf, "schedule": "30 0 9 * * *", "timezone": "Asia/Shanghai",
+        "command": "echo 京东", "labels": "platform=jd", "env": "JD_NAME=京东",
+        "attempts": "2", "concurrency": "forbid", "secret_name": "JD_COOKIE"})
+    assert saved.status_code == 303, saved.text
+    assert api.sql("SELECT schedule, env->'JD_COOKIE', max_attempts, shell FROM tasks") == [
+        ("30 0 9 * * *", {"value": "pt_key=秘密", "secret": True}, 2, "echo 京东")]
+    events = api.sql("SELECT kind, detail->>'by' FROM task_events ORDER BY at, id")
+    assert events == [("created", "admin-token"), ("edited", "admin-token")]
 
 
 def test_runs_page_lists_across_tasks_filters_and_pages_by_keyset(api: ApiWorld) -> None:
@@ -523,3 +658,41 @@ def test_occurrences_page_reads_the_ledger_newest_first_with_runs_linked(
     with pytest.raises(BackendRefusedError) as missing:
         backend.occurrences_page("没有这个任务", None, 10)
     assert missing.value.code == "not_found"
+def test_bundle_removal_needs_an_admin_session_and_no_task_using_it(api: ApiWorld) -> None:
+    """The backend itself (not only the page) refuses an operator's removal, and an
+    admin's while a live task names the bundle; the row stays until then."""
+    from qinglong.control.bundles import records
+    from qinglong.control.panel_backend import ControlPanelBackend
+    from qinglong.panel.backend import BackendRefusedError
+    from qinglong.panel.security import Session, current_session
+    from qinglong.shared.bundles import Manifest, Member
+
+    digest = "ab" * 32
+    with api.engine.begin() as conn:
+        records.record(conn, digest, 100, Manifest(
+            (Member("签到.sh", "file", 10, 0o644),), 10), "测试")
+    _make_task(api, "包任务", bundle_digest=digest, entry_point="签到.sh", shell=None)
+    backend = ControlPanelBackend(api.ctx)
+    shown = backend.bundle_show(digest)
+    assert shown["used_by_tasks"] == ["包任务"] and shown["members"][0]["path"] == "签到.sh"
+    assert [b["used_by"] for b in backend.bundles_list()["bundles"]] == [1]
+
+    def remove_as(scope: str) -> str:
+        token = current_session.set(Session("s", "c", can_write=scope != "viewer",
+                                            actor=f"{scope}-token", scope=scope))
+        try:
+            backend.bundle_remove(digest)
+        except BackendRefusedError as exc:
+            return exc.code
+        finally:
+            current_session.reset(token)
+        return "removed"
+
+    assert remove_as("viewer") == "forbidden"
+    assert remove_as("operator") == "forbidden"
+    assert remove_as("admin") == "bundle_in_use"
+    assert api.sql("SELECT count(*) FROM script_bundles") == [(1,)]
+    gone = api.client.delete("/v1/tasks/%E5%8C%85%E4%BB%BB%E5%8A%A1", headers=api.as_("admin"))
+    assert gone.status_code in (200, 204), gone.text
+    assert remove_as("admin") == "removed"
+    assert api.sql("SELECT count(*) FROM script_bundles") == [(0,)]

@@ -34,9 +34,10 @@ class Web:
                     pipe.close()
 
 
-def start_web(ql3: Ql3, timeout: float = 30) -> Web:
-    """`ql3 local web --listen 127.0.0.1:0`; waits for its sign-in link on stdout."""
-    proc = subprocess.Popen([QL3, "local", "web", "--listen", "127.0.0.1:0"], env=ql3.env,
+def start_web(ql3: Ql3, *extra: str, timeout: float = 30) -> Web:
+    """`ql3 local web --listen 127.0.0.1:0 [extra…]`; waits for its sign-in link on stdout."""
+    proc = subprocess.Popen([QL3, "local", "web", "--listen", "127.0.0.1:0", *extra],
+                            env=ql3.env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     deadline = time.monotonic() + timeout

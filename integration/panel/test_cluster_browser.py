@@ -8,9 +8,11 @@ Screenshots go to ``$QL3_ARTIFACTS_DIR/panel`` (default ``./test-artifacts/panel
 
 from __future__ import annotations
 
+import http.server
 import os
 import shutil
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -305,3 +307,273 @@ def test_workers_and_occurrences_fit_375px_in_english(world: World) -> None:
     display = page.eval_on_selector("#workers tr", "e => getComputedStyle(e).display")
     assert display == "block"  # one card per worker
     page.context.close()
+def _tarball(files: dict[str, str]) -> bytes:
+    import io
+    import tarfile
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o755
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def test_upload_browse_and_delete_a_bundle_refused_while_used(world: World,
+                                                              tmp_path: Path) -> None:
+    page = world.sign_in(world.cluster.token("admin", name="管理员"))
+    page.get_by_role("link", name="脚本").click()
+    page.wait_for_url(world.base + "/bundles")
+    assert "ql3 cluster script push" in page.content()  # how scripts get in, said on the page
+    archive = tmp_path / "jd.tar.gz"
+    archive.write_bytes(_tarball({"签到.sh": "echo 京东签到 脚本包\n", "lib/工具.sh": "true\n"}))
+    page.get_by_label(".tar.gz 脚本包，或单个脚本文件").set_input_files(str(archive))
+    page.get_by_role("button", name="上传", exact=True).click()
+    page.wait_for_url("**/bundles/*?pushed=new")
+    digest = page.url.rsplit("/", 1)[1].split("?")[0]
+    assert "已上传：新的脚本包" in page.locator("[role=status]").inner_text()
+    assert "没有任务使用它" in page.content()
+    page.get_by_role("link", name="签到.sh").click()
+    page.wait_for_url("**/file?path=*")
+    assert "echo 京东签到 脚本包" in page.locator("pre").inner_text()
+    _shot(page, "cluster-bundle-file-zh-CN")
+    page.set_viewport_size({"width": 375, "height": 740})  # a phone: nothing wider
+    for path in ("/bundles", f"/bundles/{digest}",
+                 f"/bundles/{digest}/file?path=lib/工具.sh"):
+        page.goto(world.base + path)
+        assert page.evaluate("document.documentElement.scrollWidth") <= 375, path
+    _shot(page, "cluster-bundle-file-zh-CN-375px")
+    page.set_viewport_size(DESKTOP)
+    # a task uses it: the page names the task and the delete is refused, nothing removed
+    made = world.api.post("/v1/tasks", json={
+        "name": "包任务", "bundle_digest": digest, "entry_point": "签到.sh",
+        "schedule": "0 8 * * *", "timezone": "Asia/Shanghai"})
+    assert made.status_code == 201, made.text
+    page.goto(f"{world.base}/bundles/{digest}")
+    assert page.locator("ul.bundle-tasks li", has_text="包任务").count() == 1
+    with page.expect_response(lambda r: r.url.endswith("/delete")) as answer:
+        page.get_by_role("button", name="删除脚本包").click()
+    assert answer.value.status == 409
+    assert "有任务使用此脚本包" in page.locator("#bundle-problem").inner_text()
+    assert world.api.get(f"/v1/scripts/{digest}").status_code == 200
+    _shot(page, "cluster-bundle-in-use-zh-CN")
+    # once no task uses it, an admin deletes it
+    assert world.api.delete("/v1/tasks/%E5%8C%85%E4%BB%BB%E5%8A%A1").status_code in (200, 204)
+    page.goto(f"{world.base}/bundles/{digest}")
+    page.get_by_role("button", name="删除脚本包").click()
+    page.wait_for_url("**/bundles?removed=1")
+    assert world.api.get(f"/v1/scripts/{digest}").status_code == 404
+    page.context.close()
+
+
+def test_one_file_uploads_as_a_bundle_and_a_viewer_cannot_upload_or_delete(
+        world: World, tmp_path: Path) -> None:
+    page = world.sign_in(world.cluster.token("operator"), locale="en-US")
+    page.goto(world.base + "/bundles")
+    single = tmp_path / "每日签到.py"
+    single.write_text("print('每日签到')\n", encoding="utf-8")
+    page.get_by_label(".tar.gz bundle, or one script file").set_input_files(str(single))
+    page.get_by_role("button", name="Upload", exact=True).click()
+    page.wait_for_url("**/bundles/*?pushed=*")
+    digest = page.url.rsplit("/", 1)[1].split("?")[0]
+    assert page.get_by_role("link", name="每日签到.py").count() == 1
+    assert page.get_by_role("button", name="Delete bundle").count() == 0  # operator
+    csrf = page.locator("input[name=csrf]").first.get_attribute("value")
+    origin = world.base.rsplit("/ui", 1)[0]
+    reply = page.request.post(f"{world.base}/bundles/{digest}/delete",
+                              headers={"Origin": origin}, form={"csrf": str(csrf)})
+    assert reply.status == 403  # removing needs admin
+    page.context.close()
+    viewer = world.sign_in(world.cluster.token("viewer"), locale="en-US")
+    viewer.goto(f"{world.base}/bundles/{digest}")
+    assert viewer.get_by_role("link", name="每日签到.py").count() == 1
+    assert viewer.locator("form[action$='/upload'], form[action$='/delete']").count() == 0
+    viewer.goto(world.base + "/bundles")
+    assert viewer.locator("input[type=file]").count() == 0
+    csrf = viewer.locator("input[name=csrf]").first.get_attribute("value")
+    forged = viewer.request.post(f"{world.base}/bundles/upload", headers={"Origin": origin},
+                                 multipart={"csrf": str(csrf), "bundle": {
+                                     "name": "x.py", "mimeType": "text/plain",
+                                     "buffer": b"print(1)\n"}})
+    assert forged.status == 403
+    for path in (f"/bundles/{digest}/delete",):
+        assert viewer.request.post(world.base + path, headers={"Origin": origin},
+                                   form={"csrf": str(csrf)}).status == 403
+    assert world.api.get(f"/v1/scripts/{digest}").status_code == 200
+    _shot(viewer, "cluster-bundles-viewer-en")
+    viewer.context.close()
+def _origin(world: World) -> str:
+    return world.base.rsplit("/ui", 1)[0]
+
+
+def _token_named(world: World, name: str) -> dict[str, Any]:
+    answer = world.api.get("/v1/tokens")
+    assert answer.status_code == 200, answer.text
+    found = [t for t in answer.json() if t["name"] == name]
+    assert len(found) == 1, found
+    return dict(found[0])
+
+
+def _settings(page: Any, world: World) -> None:
+    page.get_by_role("link", name="设置").click()
+    page.wait_for_url(world.base + "/settings")
+
+
+def test_admin_creates_a_chinese_token_sees_it_once_and_revokes_it(world: World) -> None:
+    name = "运维令牌-张三"
+    admin = world.sign_in(world.cluster.token("admin"))
+    _settings(admin, world)
+    admin.get_by_label("名称", exact=True).fill(name)
+    admin.get_by_label("权限", exact=True).select_option("operator")
+    admin.get_by_role("button", name="创建令牌").click()
+    admin.wait_for_url(world.base + "/settings/tokens")
+    secret = admin.locator("#token-secret").input_value()
+    assert secret.startswith("ql3_") and name in admin.locator("main").inner_text()
+    _shot(admin, "cluster-token-issued-zh-CN")
+    admin.goto(world.base + "/settings")  # the list: its record, never the secret again
+    row = admin.locator("#settings-tokens tr", has_text=name)
+    assert "operator" in row.inner_text() and "长期有效" in row.inner_text()
+    assert secret not in admin.content()
+    record = _token_named(world, name)
+    assert record["scope"] == "operator" and record["revoked_at"] is None
+    # a browser signed in with the new token
+    other = world.sign_in(secret)
+    assert other.locator("tr", has_text=JD).count() == 1
+    admin.reload()
+    row = admin.locator("#settings-tokens tr", has_text=name)
+    assert "从未" not in row.inner_text()  # its session's request is its last use
+    row.get_by_role("button", name=f"吊销 {name}").click()
+    admin.wait_for_url(f"**/settings/tokens/{record['id']}/revoke")
+    assert name in admin.locator("main").inner_text()
+    assert admin.locator("#revoke-own").count() == 0  # not the admin's own token
+    admin.locator("#revoke-confirm").click()
+    admin.wait_for_url(world.base + "/settings?revoked=1")
+    assert "已于" in admin.locator("#settings-tokens tr", has_text=name).inner_text()
+    assert _token_named(world, name)["revoked_at"] is not None
+    response = other.goto(world.base + "/")  # the session signed in with it is gone
+    assert response is not None and response.status == 401
+    assert other.locator("#token").count() == 1
+    other.context.close()
+    admin.context.close()
+
+
+def test_revoking_the_token_you_are_signed_in_with_signs_you_out(world: World) -> None:
+    name = "临时管理员"
+    page = world.sign_in(world.cluster.token("admin", name=name), locale="en-US")
+    page.goto(world.base + "/settings")
+    page.locator("#settings-tokens tr", has_text=name).get_by_role(
+        "button", name=f"Revoke {name}").click()
+    page.locator("#revoke-own").wait_for()
+    page.locator("#revoke-confirm").click()
+    page.wait_for_url(world.base + "/settings?revoked=1")
+    assert page.locator("#token").count() == 1  # answered with the sign-in form (401)
+    assert page.locator("#settings-tokens").count() == 0
+    page.context.close()
+
+
+@pytest.mark.parametrize("scope", ["viewer", "operator"])
+def test_non_admins_see_no_token_controls_and_forged_posts_are_403(
+        world: World, scope: str) -> None:
+    target = f"吊销目标-{scope}"
+    world.cluster.token("viewer", name=target)
+    target_id = _token_named(world, target)["id"]
+    page = world.sign_in(world.cluster.token(scope), locale="en-US")
+    page.get_by_role("link", name="Settings").click()
+    page.wait_for_url(world.base + "/settings")
+    assert page.locator("#settings-admin-only").count() == 1
+    assert page.locator("form[action$='/settings/tokens'], a[href$='/revoke'],"
+                        " form[action$='/notify/test']").count() == 0
+    assert target not in page.content()
+    _shot(page, f"cluster-settings-{scope}-en")
+    csrf = str(page.locator("input[name=csrf]").first.get_attribute("value"))
+    forged = f"伪造-{scope}"
+    for path, form in ((f"/settings/tokens/{target_id}/revoke", {"csrf": csrf}),
+                       ("/settings/tokens", {"csrf": csrf, "name": forged,
+                                             "scope": "admin"}),
+                       ("/settings/notify/test", {"csrf": csrf})):
+        reply = page.request.post(world.base + path, headers={"Origin": _origin(world)},
+                                  form=form)
+        assert reply.status == 403, path
+    assert page.request.get(world.base + f"/settings/tokens/{target_id}/revoke").status == 403
+    names = {t["name"]: t for t in world.api.get("/v1/tokens").json()}
+    assert forged not in names and names[target]["revoked_at"] is None
+    page.context.close()
+
+
+def test_the_sign_in_log_shows_a_failed_and_a_successful_sign_in(world: World) -> None:
+    name = "登录记录-admin"
+    token = world.cluster.token("admin", name=name)
+    page = world.page()
+    page.goto(world.base + "/signin")
+    page.fill("#token", "ql3_" + "x" * 43)
+    page.get_by_role("button", name="登录").click()
+    assert page.locator("#token").count() == 1  # refused: the form again
+
+    def signed_in() -> bool:  # the address waits a second after the failure (429 until)
+        page.goto(world.base + "/signin")
+        if page.locator("#token").count() == 0:
+            return True
+        page.fill("#token", token)
+        page.get_by_role("button", name="登录").click()
+        page.wait_for_load_state()
+        return page.url == world.base + "/"
+
+    wait_for(signed_in, 30)
+    page.goto(world.base + "/settings")
+    log = page.locator("#settings-signins")
+    ok = log.locator("tr.signin-ok", has_text=name).first
+    assert "127.0.0.1" in ok.inner_text() and "登录成功" in ok.inner_text()
+    failed = log.locator("tr.signin-failed").first
+    assert "127.0.0.1" in failed.inner_text() and "被拒绝" in failed.inner_text()
+    rows = log.locator("tbody tr")
+    texts = [rows.nth(i).inner_text() for i in range(rows.count())]
+    newest_ok = next(i for i, text in enumerate(texts) if name in text)
+    assert any("被拒绝" in text for text in texts[newest_ok + 1:])  # failed, then signed in
+    assert page.locator("#settings-notify").count() == 1
+    _shot(page, "cluster-settings-zh-CN")
+    page.set_viewport_size({"width": 375, "height": 740})
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 375, width
+    _shot(page, "cluster-settings-zh-CN-phone")
+    page.context.close()
+
+
+def test_admin_tests_the_push_channels_through_the_real_notify_path(world: World) -> None:
+    got: list[bytes] = []
+
+    class Hook(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            got.append(self.rfile.read(int(self.headers.get("content-length") or 0)))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    port = server.server_address[1]
+    secret_path = "hook-秘密路径-7f3a"
+    answer = world.api.post("/v1/notify/channels", json={
+        "url": f"json://127.0.0.1:{port}/{secret_path}", "notify_on": ["failed"]})
+    assert answer.status_code == 201, answer.text
+    try:
+        page = world.sign_in(world.cluster.token("admin"))
+        page.goto(world.base + "/settings")
+        channels = page.locator("#settings-notify")
+        assert f"json://127.0.0.1:{port}/…" in channels.inner_text()
+        assert secret_path not in page.content()
+        page.get_by_role("button", name="发送测试通知").click()
+        page.wait_for_url(world.base + "/settings/notify/test")
+        assert f"json://127.0.0.1:{port}/…: 已送达" in page.locator(
+            "#settings-deliveries").inner_text()
+        assert len(got) == 1 and b"ql3-notify-test" in got[0]
+        _shot(page, "cluster-settings-notify-test-zh-CN")
+        page.context.close()
+    finally:
+        world.api.delete(f"/v1/notify/channels/{answer.json()['id']}")
+        server.shutdown()
+        server.server_close()

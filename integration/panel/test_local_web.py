@@ -198,3 +198,33 @@ def test_twenty_open_log_views_hold_neither_the_panel_nor_the_owner(ql3: Ql3) ->
         stop.set()
         assert web.stop() == 0
         ql3.stop_serve(serve)
+
+
+@pytest.mark.parametrize("trusted", [None, "127.0.0.1", "10.0.0.0/8,127.0.0.0/8"])
+def test_forwarded_proto_counts_only_from_a_trusted_proxy(ql3: Ql3, trusted: str | None) -> None:
+    """`--trusted-proxy` (docs/panel.md "Behind a reverse proxy"): the cookie is Secure when
+    a trusted peer says https; from a peer not listed (none by default) the header is
+    ignored, and an https Origin does not match the plain-http request."""
+    web = start_web(ql3, *(["--trusted-proxy", trusted] if trusted else []))
+    try:
+        with httpx.Client(base_url=web.base, timeout=30) as http:
+            signed = http.get(web.link, headers={"X-Forwarded-Proto": "https"},
+                              follow_redirects=False)
+            assert signed.status_code == 303
+            assert ("Secure" in signed.headers["set-cookie"]) == (trusted is not None)
+            csrf = _csrf(http.get("/").text)
+            https_origin = "https://" + web.base.split("://", 1)[1]
+            lang = http.post("/lang", data={"lang": "en", "csrf": csrf},
+                             headers={"Origin": https_origin, "X-Forwarded-Proto": "https"},
+                             follow_redirects=False)
+            assert lang.status_code == (303 if trusted else 403)
+    finally:
+        assert web.stop() == 0
+
+
+def test_a_bad_trusted_proxy_exits_2_naming_it(ql3: Ql3) -> None:
+    out = ql3.run("local", "web", "--listen", "127.0.0.1:0", "--trusted-proxy",
+                  "127.0.0.1,proxy.example", check=False)
+    assert out.returncode == 2
+    assert out.stderr == ("ql3: error: --trusted-proxy: 'proxy.example' is not an IP address "
+                          "or a network (ADDR or ADDR/PREFIX)\n")

@@ -4,6 +4,7 @@ refusal, and nothing refused inside strings."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -52,3 +53,38 @@ def test_an_unterminated_string_is_one_token_to_the_end_of_the_body() -> None:
     assert tokens[:3] == [b"{", b'"a"', body[6:]]
     assert len(tokens) == 3
     check_json(b'\\"' * 200_000)  # refused by nothing: not deep, no long number
+
+
+def _through_guard(path: str, body: bytes, form_bound: int) -> tuple[int, bytes]:
+    """Send ``body`` to ``path`` through JsonBodyGuard (a form path bounded by
+    ``form_bound``); the status and the body the app saw (b"" when it was not called)."""
+    import asyncio
+
+    from qinglong.control.api.json_body import JsonBodyGuard
+
+    seen: list[bytes] = []
+    status: list[int] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        seen.append((await receive())["body"])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            status.append(message["status"])
+
+    guard = JsonBodyGuard(app, form_paths={"/ui/bundles/upload": form_bound})
+    asyncio.run(guard({"type": "http", "method": "POST", "path": path, "headers": []},
+                      receive, send))
+    return status[0], seen[0] if seen else b""
+
+
+def test_a_form_path_is_bounded_but_not_scanned_as_json() -> None:
+    binary = b"\x1f\x8b\x08\x00" + bytes(range(256))  # gzip bytes: not UTF-8
+    assert _through_guard("/ui/bundles/upload", binary, 1024) == (200, binary)
+    assert _through_guard("/ui/vars", binary, 1024)[0] == 400  # every other path is scanned
+    assert _through_guard("/ui/bundles/upload", binary * 8, 1024)[0] == 413

@@ -316,3 +316,22 @@ def test_control_tmp_holds_every_concurrent_push_with_margin(minimal: Rendered) 
     (tmp,) = [v for v in spec["volumes"] if v["name"] == "tmp"]
     push_mib = MAX_COMPRESSED_BYTES / (1024 * 1024)
     assert _mib(tmp["emptyDir"]["sizeLimit"]) >= pushes * push_mib + 32
+
+
+def _control_args(**control: Any) -> list[str]:
+    values = load_values(MINIMAL)
+    values["control"] = control
+    deployment = render(values).one("Deployment", CONTROL)
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return list(container["args"])
+
+
+def test_trusted_proxies_become_one_trusted_proxy_option() -> None:
+    """control.trustedProxies -> `ql3 control serve --trusted-proxy=A,B` (docs/panel.md
+    "Cluster"); none by default, and an entry that is no address or CIDR is refused."""
+    assert not [a for a in _control_args() if a.startswith("--trusted-proxy")]
+    args = _control_args(trustedProxies=["10.0.0.0/8", "192.168.1.7", "fd00::/8"])
+    assert "--trusted-proxy=10.0.0.0/8,192.168.1.7,fd00::/8" in args
+    with pytest.raises(helm_python.HelmValuesError) as caught:
+        _control_args(trustedProxies=["ingress.example"])
+    assert "/control/trustedProxies/0" in str(caught.value)

@@ -66,9 +66,9 @@ def test_multi_stage_with_a_pinned_base_and_non_root_final_stages() -> None:
     assert "useradd --system --uid 10001" in stages["runtime"]
 
 
-def test_the_build_stage_makes_the_two_wheels_from_every_source_they_need() -> None:
+def test_the_build_stage_makes_the_three_wheels_from_every_source_they_need() -> None:
     build = _stages()["build"]
-    assert "pip wheel --no-cache-dir --no-deps . ./cluster -w /dist" in build
+    assert "pip wheel --no-cache-dir --no-deps . ./cluster ./panel -w /dist" in build
     copied = set(re.findall(r"COPY (\S+?)/? ", build)) | {"pyproject.toml", "README.md"}
     root = tomllib.loads((ROOT / "pyproject.toml").read_text())
     cluster = tomllib.loads((ROOT / "cluster" / "pyproject.toml").read_text())
@@ -79,13 +79,16 @@ def test_the_build_stage_makes_the_two_wheels_from_every_source_they_need() -> N
         sources |= {Path(p).parts[1] if p.startswith("../") else Path(p).parts[0]
                     for p in force}
     assert sources - copied == set(), sources - copied
-    assert "cluster" in copied
+    assert "cluster" in copied and "panel" in copied
 
 
 def test_the_control_image_has_the_control_extra_and_the_worker_does_not() -> None:
     stages = _stages()
     assert "[control]" in stages["control"]
     assert "[control]" not in stages["worker"]
+    # `[control]` requires qinglong-panel, which is on no index: its wheel goes beside
+    assert "/dist/qinglong_panel-*.whl" in stages["control"]
+    assert "qinglong_panel" not in stages["worker"]
 
 
 def test_the_worker_carries_bash_python3_and_node_and_says_how_to_extend_it() -> None:
@@ -101,4 +104,4 @@ def test_the_build_context_holds_only_the_sources() -> None:
     ignore = [line for line in lines if line and not line.startswith("#")]
     assert ignore[0] == "*"  # everything is excluded, then the sources let back in
     assert {"!cluster/", "!shared/", "!local/", "!control/", "!worker/",
-            "!migrations/"} <= set(ignore)
+            "!migrations/", "!panel/"} <= set(ignore)

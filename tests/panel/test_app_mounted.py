@@ -65,7 +65,7 @@ class TokenStore:
 
 class Backend:
     profile = "cluster"
-    features: frozenset[str] = frozenset()  # as control's: no optional pages yet
+    features: frozenset[str] = frozenset()  # a profile without any optional page
 
     def __init__(self, store: TokenStore) -> None:
         self.store = store

@@ -26,6 +26,8 @@ from sqlalchemy import Text, and_, cast, func, or_, select
 from qinglong.control.api.errors import ApiError
 from qinglong.control.api.tasks import like_escape
 from qinglong.control.db.tables import attempts, runs, tasks
+from qinglong.control.panel_bundles import BundlePanel
+from qinglong.control.panel_settings import SettingsMixin
 from qinglong.panel.backend import (
     BackendRefusedError,
     BackendUnavailableError,
@@ -48,8 +50,11 @@ def _iso(value: Any) -> str | None:
 
 
 def _refused(exc: ApiError) -> BackendRefusedError:
-    code = "not_found" if exc.status == 404 else exc.code
-    return BackendRefusedError(code, exc.message, usage=exc.status in (404, 422))
+    """``not_found`` for any 404, else the API's code; the field it names, if any, as
+    ``problems`` (``panel_tasks.refused``)."""
+    from qinglong.control.panel_tasks import refused
+
+    return refused(exc)
 
 
 def _run_id(run: str) -> UUID:
@@ -59,26 +64,32 @@ def _run_id(run: str) -> UUID:
         raise BackendRefusedError("not_found", "no run has this id", usage=True) from None
 
 
-class ControlPanelBackend:
+class ControlPanelBackend(BundlePanel, SettingsMixin):
     """Implements PanelBackend over ``ctx`` (the replica's ApiContext: engine, project,
     S3 client and live-log hub). Every method blocks (the panel calls it from a worker
     thread); database errors become BackendUnavailableError (the page says so, 503)."""
 
     profile = "cluster"
-    #: the optional pages it serves (qinglong.panel.backend.FEATURES): Runs, Overview and
-    #: Variables, Workers; the task form is the local profile's for now (docs/panel.md
-    #: "Cluster")
-    features: frozenset[str] = frozenset({"runs", "dashboard", "vars", "workers"})
+    #: the optional pages it serves (qinglong.panel.backend.FEATURES): the task form (its
+    #: spec is the API's JSON: ``panel_tasks.py``), Runs, Overview, Variables, Workers, the
+    #: bundles (``panel_bundles.py``) and Settings (``panel_settings.py``); the scripts
+    #: folder is the local profile's (docs/panel.md "Cluster")
+    features: frozenset[str] = frozenset({"task_edit", "runs", "dashboard", "vars", "workers",
+                                          "bundles", "settings"})
 
     def __init__(self, ctx: ApiContext) -> None:
         self.ctx = ctx
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _actor(self, write: bool) -> str:
+    def _actor(self, write: bool, needed: str = "operator") -> str:
+        """Who acts (the session's token name); for a ``write``, BackendRefusedError
+        ``forbidden`` unless the session's scope includes ``needed`` (the API's scope for
+        the same change: ``api/tasks.py``)."""
         session = current_session.get()
-        if write and (session is None or not session.can_write):
-            raise BackendRefusedError("forbidden", "this sign-in may not change anything")
+        if write and (session is None or not session.can_write
+                      or not session.may(needed)):
+            raise BackendRefusedError("forbidden", "this sign-in may not change this")
         return session.actor if session is not None and session.actor else "panel"
 
     def _guard(self, fn: Any) -> Any:
@@ -418,28 +429,54 @@ class ControlPanelBackend:
         result: dict[str, Any] = self._guard(read)
         return result
 
-    # -- the task form, not served yet (not in ``features``: the navigation hides it;
-    # reached by URL, the panel shows "not available in this profile", 501) ---------------
+    # -- the task form (``panel_tasks.py``: the API's models and task_store; admin writes)
 
     def task_get(self, name: str) -> dict[str, Any]:
-        """Not in the cluster yet: raises NotInProfileError ``task_edit``."""
-        raise NotInProfileError("task_edit")
+        """The live task ``name`` as ``GET /v1/tasks/{name}`` shows it (secret values null);
+        BackendRefusedError ``not_found``."""
+        from qinglong.control import panel_tasks
+
+        result: dict[str, Any] = self._guard(lambda: panel_tasks.get(self.ctx, name))
+        return result
 
     def task_add(self, spec: dict[str, Any]) -> dict[str, Any]:
-        """Not in the cluster yet: raises NotInProfileError ``task_edit``."""
-        raise NotInProfileError("task_edit")
+        """Create a task from ``spec``, ``POST /v1/tasks``'s JSON (admin)."""
+        from qinglong.control import panel_tasks
+
+        by = self._actor(write=True, needed="admin")
+        result: dict[str, Any] = self._guard(lambda: panel_tasks.create(self.ctx, spec, by))
+        return result
 
     def task_edit(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
-        """Not in the cluster yet: raises NotInProfileError ``task_edit``."""
-        raise NotInProfileError("task_edit")
+        """Change ``name`` by ``changes``, ``PATCH /v1/tasks/{name}``'s JSON (admin)."""
+        from qinglong.control import panel_tasks
+
+        by = self._actor(write=True, needed="admin")
+        result: dict[str, Any] = self._guard(
+            lambda: panel_tasks.edit(self.ctx, name, changes, by))
+        return result
 
     def task_remove(self, name: str) -> dict[str, Any]:
-        """Not in the cluster yet: raises NotInProfileError ``task_edit``."""
-        raise NotInProfileError("task_edit")
+        """Remove ``name`` as ``DELETE /v1/tasks/{name}`` does (admin)."""
+        from qinglong.control import panel_tasks
+
+        by = self._actor(write=True, needed="admin")
+        result: dict[str, Any] = self._guard(lambda: panel_tasks.remove(self.ctx, name, by))
+        return result
 
     def schedule_preview(self, schedule: str, timezone: str, count: int) -> dict[str, Any]:
-        """Not in the cluster yet: raises NotInProfileError ``task_edit``."""
-        raise NotInProfileError("task_edit")
+        """The next ``count`` fire times of an unsaved schedule (``panel_tasks.preview``)."""
+        from qinglong.control import panel_tasks
+
+        return panel_tasks.preview(schedule, timezone, count)
+
+    def bundle_picker(self) -> list[dict[str, Any]]:
+        """The bundles control knows with their files (``panel_tasks.bundles``): the
+        form's entry-point picker. Cluster only (not part of PanelBackend)."""
+        from qinglong.control import panel_tasks
+
+        result: list[dict[str, Any]] = self._guard(lambda: panel_tasks.bundles(self.ctx))
+        return result
 
     # -- Variables (``db/variables.py``, the services of ``/v1/vars``) ---------------------
 
@@ -524,6 +561,20 @@ class ControlPanelBackend:
         self._vars_write(lambda conn, by: remove(conn, name, index))
         return {"name": name, "index": index}
 
+    # -- the local scripts folder: not in the cluster (bundles instead) --------------------
+
+    def scripts_list(self) -> dict[str, Any]:
+        """Not in the cluster: raises NotInProfileError ``scripts``."""
+        raise NotInProfileError("scripts")
+
+    def script_read(self, path: str) -> dict[str, Any]:
+        """Not in the cluster: raises NotInProfileError ``scripts``."""
+        raise NotInProfileError("scripts")
+
+    def script_write(self, path: str, content: str, version: str) -> dict[str, Any]:
+        """Not in the cluster: raises NotInProfileError ``scripts``."""
+        raise NotInProfileError("scripts")
+
 
 def mount_panel(app: Any, ctx: ApiContext) -> Starlette:
     """Mount the panel at ``/ui`` on control's FastAPI ``app``, over
@@ -532,10 +583,12 @@ def mount_panel(app: Any, ctx: ApiContext) -> Starlette:
     Returns the panel's Starlette application."""
     from qinglong.control.panel_sessions import PanelSessionStore
     from qinglong.panel.app import create_app
+    from qinglong.panel.proxies import parse_trusted
 
     store = ctx.extras.get("panel_sessions")
     if not isinstance(store, PanelSessionStore):
         store = ctx.extras["panel_sessions"] = PanelSessionStore(ctx.engine)
-    panel = create_app(ControlPanelBackend(ctx), store)
+    panel = create_app(ControlPanelBackend(ctx), store,
+                       trusted_proxies=parse_trusted(ctx.panel_trusted_proxies))
     app.mount("/ui", panel, name="panel")
     return panel

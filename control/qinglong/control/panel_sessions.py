@@ -9,6 +9,11 @@ sessions at its next request. A session lives ``idle_s`` seconds after its last 
 most ``absolute_s`` after sign-in), both by the database clock. A user may hold several
 sessions (one per browser); signing out deletes one.
 
+Every sign-in that is heard is logged in ``panel_signins`` (migration 0016): when, the
+client address, success or not, and for a success the token's id and name (a failure names
+no token; the text typed is never stored). The Settings page shows the newest; the sweep
+forgets rows older than ``SIGNIN_LOG_KEEP_S``.
+
 Failed sign-ins are throttled per client address, shared by every replica through
 ``panel_signin_failures``: after the n-th failure the address waits ``min(cap, 2**(n-1))``
 seconds before any sign-in of it is heard (even a right token), a success clears the row.
@@ -24,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from qinglong.control.auth.tokens import authenticate
 from qinglong.panel.security import Session, SignInRefusedError, SignInThrottledError
+from qinglong.shared.ids import uuid7
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -33,6 +39,7 @@ ABSOLUTE_S = 7 * 24 * 3600
 THROTTLE_CAP_S = 15 * 60
 TOUCH_AFTER_S = 30  # last_seen_at moves at most this often (no write per static file)
 SWEEP_AFTER_S = 24 * 3600  # a failure row this long past its wait is forgotten
+SIGNIN_LOG_KEEP_S = 90 * 24 * 3600  # the sign-in log's rows live this long
 
 
 def session_hash(session_id: str) -> str:
@@ -51,6 +58,10 @@ ON CONFLICT (client) DO UPDATE SET failures = least(f.failures + 1, 64),
     last_failed_at = now(),
     blocked_until = now() + make_interval(secs => least(%(cap)s,
         power(2, least(f.failures, 30))::int))
+"""
+_LOG = """
+INSERT INTO panel_signins (id, client, ok, token_id, token_name)
+VALUES (%(id)s, %(client)s, %(ok)s, %(token)s, %(name)s)
 """
 _CREATE = """
 INSERT INTO panel_sessions (id_sha256, token_id, csrf, idle_expires_at, absolute_expires_at)
@@ -83,8 +94,11 @@ WITH gone AS (
 ), cleared AS (
     DELETE FROM panel_signin_failures
     WHERE blocked_until < now() - make_interval(secs => %(after)s) RETURNING 1
+), forgotten AS (
+    DELETE FROM panel_signins WHERE at < now() - make_interval(secs => %(keep)s) RETURNING 1
 )
 SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM cleared)
+    + (SELECT count(*) FROM forgotten)
 """
 
 
@@ -116,11 +130,16 @@ class PanelSessionStore:
             principal = authenticate(conn, token.strip())
             if principal is None or principal.scope == "worker":
                 conn.exec_driver_sql(_FAIL, {"client": client, "cap": self.throttle_cap_s})
+                conn.exec_driver_sql(_LOG, {"id": uuid7(), "client": client, "ok": False,
+                                            "token": None, "name": None})
                 failed = True
             else:
                 failed = False
                 conn.exec_driver_sql("DELETE FROM panel_signin_failures"
                                      " WHERE client = %(client)s", {"client": client})
+                conn.exec_driver_sql(_LOG, {"id": uuid7(), "client": client, "ok": True,
+                                            "token": principal.token_id,
+                                            "name": principal.name[:100]})
                 session_id, csrf = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
                 conn.exec_driver_sql(_CREATE, {
                     "sha": session_hash(session_id), "token": principal.token_id,
@@ -158,7 +177,10 @@ class PanelSessionStore:
                                  {"sha": session_hash(session_id)})
 
     def sweep(self) -> int:
-        """Delete expired sessions, those of revoked tokens and long-past sign-in failures;
-        the number of rows deleted (a replica's periodic service)."""
+        """Delete expired sessions, those of revoked tokens, long-past sign-in failures and
+        sign-in log rows older than ``SIGNIN_LOG_KEEP_S``; the number of rows deleted (a
+        replica's periodic service)."""
         with self.engine.begin() as conn:
-            return int(conn.exec_driver_sql(_SWEEP, {"after": SWEEP_AFTER_S}).scalar() or 0)
+            swept = conn.exec_driver_sql(_SWEEP, {"after": SWEEP_AFTER_S,
+                                                  "keep": SIGNIN_LOG_KEEP_S}).scalar()
+        return int(swept or 0)

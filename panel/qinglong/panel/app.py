@@ -28,10 +28,14 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from qinglong.panel import (
+    bundle_pages,
+    cluster_task_pages,
     i18n,
     occurrence_pages,
     password,
     paths,
+    script_pages,
+    settings_pages,
     task_pages,
     var_pages,
     worker_pages,
@@ -42,6 +46,7 @@ from qinglong.panel.backend import (
     NotInProfileError,
     PanelBackend,
 )
+from qinglong.panel.proxies import Network, TrustedProxies
 from qinglong.panel.security import (
     CSRF_FIELD,
     CSRF_HEADER,
@@ -62,14 +67,18 @@ LOG_VIEWS = 200  # threads for open log views' long polls, apart from the pages'
 
 
 def create_app(backend: PanelBackend, sessions: Sessions | Any,
-               password_hash: str | None = None) -> Starlette:
+               password_hash: str | None = None,
+               trusted_proxies: tuple[Network, ...] = ()) -> Starlette:
     """The panel over ``backend``; ``sessions`` holds the one-time sign-in token (local), or
     is a store with ``token_sign_in = True``, ``sign_in(token, client)``, ``get`` and
     ``sign_out`` (the cluster's, in control: docs/panel.md "Cluster"). Mounted under a
     prefix (control's ``/ui``), every link and redirect carries the mount's ``root_path``.
     ``password_hash``: the stored local password (:mod:`qinglong.panel.password`), None: no
-    password sign-in. The navigation shows the optional pages in ``backend.features``; a page
-    the profile does not serve answers 501 "not available in this profile"."""
+    password sign-in. ``trusted_proxies``: the peers whose ``X-Forwarded-For``/``-Proto``
+    decide the client address and scheme (:mod:`qinglong.panel.proxies`; none by default:
+    every request is taken as its peer sent it). The navigation shows the optional pages in
+    ``backend.features``; a page the profile does not serve answers 501 "not available in
+    this profile"."""
     token_sign_in = bool(getattr(sessions, "token_sign_in", False))
     env = Environment(loader=PackageLoader("qinglong.panel", "templates"),
                       autoescape=select_autoescape(default=True, default_for_string=True))
@@ -81,8 +90,9 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any,
         html = env.get_template(name).render(
             t=messages, lang=lang, session=session, profile=backend.profile,
             csrf=session.csrf if session else "", path=request.url.path,
+            here=request.url.path + (f"?{request.url.query}" if request.url.query else ""),
             root=_root(request), features=backend.features,
-            password_enabled=password_hash is not None, **ctx)
+            password_enabled=password_hash is not None, languages=i18n.LANGUAGES, **ctx)
         return HTMLResponse(html, status_code=status)
 
     def signin_page(request: Request, status: int, **ctx: Any) -> HTMLResponse:
@@ -357,7 +367,13 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any,
         Route("/signin", sign_in_post, methods=["POST"]),
         Route("/signout", sign_out, methods=["POST"]),
         *var_pages.routes(render, call, backend),
+        *script_pages.routes(render, call, backend),
+        *bundle_pages.routes(render, call, backend),
+        *settings_pages.routes(render, call, backend),
         Route("/lang", set_lang, methods=["POST"]),
+        # the cluster's task form (the API's JSON) takes the form's paths before the local one
+        *(cluster_task_pages.routes(render, call, backend)
+          if backend.profile == "cluster" else []),
         *task_pages.routes(render, call, backend),
         *occurrence_pages.routes(render, call, backend),
         *worker_pages.routes(render, call, backend),
@@ -367,7 +383,7 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any,
         Route("/runs/{run}/stop", run_stop, methods=["POST"]),
         Route("/runs/{run}/log.txt", log_download),
         Mount("/static", static, name="static"),
-    ], middleware=[Middleware(Guard)],
+    ], middleware=[Middleware(TrustedProxies, networks=trusted_proxies), Middleware(Guard)],
         exception_handlers={NotInProfileError: not_in_profile})
 
 

@@ -20,22 +20,32 @@ class BackendUnavailableError(Exception):
 
 class BackendRefusedError(Exception):
     """The owner refused the request; ``code`` is its stable error code, ``message`` its
-    user-data-free message, ``usage`` True for bad input (HTTP 400) and False otherwise."""
+    user-data-free message, ``usage`` True for bad input (HTTP 400) and False otherwise.
+    ``problems`` (the cluster's task form): ``[{"field": the API's field path such as
+    ``schedule`` or ``env.NAME.value``, "code": a reason code, "params": {limit: text}}]``,
+    which the panel words in the user's language; never a value."""
 
-    def __init__(self, code: str, message: str, *, usage: bool = False) -> None:
+    def __init__(self, code: str, message: str, *, usage: bool = False,
+                 problems: list[dict[str, Any]] | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.usage = usage
+        self.problems = list(problems or [])
 
 
 #: the optional pages (docs/panel.md "Backends"): ``task_edit`` the task form (new, edit,
 #: copy, delete: task_get, task_add, task_edit, task_remove, schedule_preview), ``runs`` the
 #: Runs page (runs_page), ``vars`` the Variables page (vars_*), ``dashboard`` the Overview
-#: (runs_page and task_page), ``workers`` the Workers page (workers_page; the cluster's).
-#: The Tasks page, run now, enable/disable, bulk enable/disable/run, a task's Occurrences,
-#: the run page, Stop and the log are in every profile.
-FEATURES: frozenset[str] = frozenset({"task_edit", "runs", "vars", "dashboard", "workers"})
+#: (runs_page and task_page), ``workers`` the Workers page (workers_page; the cluster's),
+#: ``scripts`` the local scripts folder (scripts_list, script_read, script_write),
+#: ``bundles`` the cluster's script bundles (bundles_list, bundle_show, bundle_push,
+#: bundle_remove), ``settings`` the Settings page (settings, notify_test; the cluster's
+#: tokens: token_create, token_get, token_revoke). The Tasks page, run now,
+#: enable/disable, bulk enable/disable/run, a task's Occurrences, the run page, Stop and
+#: the log are in every profile.
+FEATURES: frozenset[str] = frozenset({"task_edit", "runs", "vars", "dashboard", "workers",
+                                      "scripts", "bundles", "settings"})
 
 
 class NotInProfileError(Exception):
@@ -177,4 +187,66 @@ class PanelBackend(Protocol):
         clock), "attempts_held"}], "next": cursor or None, "live": live workers,
         "unmatched": [{"name", "labels"}] (at most 100, by name), "unmatched_total"}``.
         A profile without workers raises NotInProfileError ``workers``."""
+    # -- scripts (the local folder) and bundles (the cluster), docs/panel.md "Scripts" ---
+
+    def scripts_list(self) -> dict[str, Any]:
+        """The scripts folder: ``{"root", "files": [{"path", "size", "modified_ms"}],
+        "truncated"}``."""
+        ...
+
+    def script_read(self, path: str) -> dict[str, Any]:
+        """One file: ``{"path", "content" (None: not UTF-8), "size", "version"}``."""
+        ...
+
+    def script_write(self, path: str, content: str, version: str) -> dict[str, Any]:
+        """Save ``content`` if the file is still ``version`` (``""``: new); a stale version
+        is a BackendRefusedError with code ``script_changed``, nothing written."""
+        ...
+
+    def bundles_list(self, after: str | None = None) -> dict[str, Any]:
+        """The cluster's bundles by digest after ``after`` (keyset): ``{"bundles":
+        [{"digest", "size_bytes", "member_count", "unpacked_bytes", "created_by",
+        "created_at", "used_by"}], "next"}``."""
+        ...
+
+    def bundle_show(self, digest: str) -> dict[str, Any]:
+        """One bundle with ``members`` and ``used_by_tasks``; ``not_found`` when unknown."""
+        ...
+
+    def bundle_file(self, digest: str, path: str) -> dict[str, Any]:
+        """One file of a bundle: ``{"digest", "path", "content" (None: not UTF-8 or too
+        large to show), "size"}``; ``not_found`` for an unknown bundle or file."""
+        ...
+
+    def bundle_push(self, data: bytes) -> dict[str, Any]:
+        """Push a gzip tar (the API's checks); ``{"digest", ..., "created"}``; a refused
+        archive is a BackendRefusedError with ``usage`` True."""
+        ...
+
+    def bundle_remove(self, digest: str) -> dict[str, Any]:
+        """Remove an unused bundle (admin); ``bundle_in_use`` while a task names it."""
+    def settings(self) -> dict[str, Any]:
+        """The Settings page's facts: ``{"profile", ...}``. Local: ``data_dir``, ``owner``
+        (``{"pid", "since"}`` or None), ``recovery`` (``recovery_status``), ``channels``
+        (``[{"key", "value"}]``, notification settings shown as ``settings_show`` shows
+        them). Cluster: ``admin``, ``channels``, ``tokens``, ``signins`` (control's
+        ``panel_settings``)."""
+        ...
+
+    def notify_test(self) -> dict[str, Any]:
+        """Send a sample notification through every channel now, by the profile's real
+        notify path: ``{"configured": bool, "deliveries": [{"channel", "ok"}]}``."""
+        ...
+
+    def token_create(self, name: str, scope: str) -> dict[str, Any]:
+        """A new API token ``{"id", "name", "scope", "token"}`` (cluster, admin; the token
+        is in this answer only); NotInProfileError locally."""
+        ...
+
+    def token_get(self, token_id: str) -> dict[str, Any]:
+        """One token's record (cluster, admin); NotInProfileError locally."""
+        ...
+
+    def token_revoke(self, token_id: str) -> dict[str, Any]:
+        """Revoke a token now (cluster, admin); NotInProfileError locally."""
         ...

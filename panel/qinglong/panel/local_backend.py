@@ -6,6 +6,11 @@ It never opens ``ql3.db`` and never takes ``ql3.lock``: every answer comes from 
 
 from __future__ import annotations
 
+import os
+import shlex
+import socket
+import struct
+from datetime import UTC, datetime
 from typing import Any
 
 from qinglong.local.app.client import (
@@ -22,16 +27,20 @@ from qinglong.panel.backend import (
     NotInProfileError,
 )
 
+#: the notification settings the Settings page lists (``settings_show`` keys), in order
+NOTIFY_KEYS = ("notify_command", "notify_webhook", "notify_urls")
+
 
 class LocalPanelBackend:
     """Implements PanelBackend over ``socket_path`` (a path; the socket is 0600 and checked
     with SO_PEERCRED, so the panel runs as the owner's user)."""
 
     profile = "local"
-    features = FEATURES - {"workers"}  # every page but the cluster's Workers
+    features = FEATURES - {"workers", "bundles"}  # every page but the cluster's two
 
     def __init__(self, socket_path: str) -> None:
         self._socket = SocketBackend(socket_path)
+        self._path = socket_path
 
     def _call(self, op: str, **args: Any) -> Any:
         try:
@@ -142,3 +151,125 @@ class LocalPanelBackend:
     def workers_page(self, before: str | None, limit: int) -> dict[str, Any]:
         """No workers in the local profile: raises NotInProfileError ``workers``."""
         raise NotInProfileError("workers")
+    def scripts_list(self) -> dict[str, Any]:
+        """The ``scripts_list`` socket op."""
+        return dict(self._call("scripts_list"))
+
+    def script_read(self, path: str) -> dict[str, Any]:
+        """The ``scripts_read`` socket op."""
+        return dict(self._call("scripts_read", path=path))
+
+    def script_write(self, path: str, content: str, version: str) -> dict[str, Any]:
+        """The ``scripts_write`` socket op."""
+        return dict(self._call("scripts_write", path=path, content=content, version=version))
+
+    def bundles_list(self, after: str | None = None) -> dict[str, Any]:
+        """Not in this profile (bundles are the cluster's)."""
+        raise NotInProfileError("bundles")
+
+    def bundle_file(self, digest: str, path: str) -> dict[str, Any]:
+        """Not in this profile."""
+        raise NotInProfileError("bundles")
+
+    def bundle_show(self, digest: str) -> dict[str, Any]:
+        """Not in this profile."""
+        raise NotInProfileError("bundles")
+
+    def bundle_push(self, data: bytes) -> dict[str, Any]:
+        """Not in this profile."""
+        raise NotInProfileError("bundles")
+
+    def bundle_remove(self, digest: str) -> dict[str, Any]:
+        """Not in this profile."""
+        raise NotInProfileError("bundles")
+    def settings(self) -> dict[str, Any]:
+        """The Settings page's facts (``PanelBackend.settings``): the ``status``,
+        ``recovery_status`` and ``settings_show`` ops, the data directory (the socket's),
+        and the owner's pid (the socket peer's, ``SO_PEERCRED``) with its start time
+        (``/proc``; None where there is none). Notification channels show as
+        ``settings_show`` shows them (a webhook by host, URLs by target), a command by
+        its program only."""
+        status = dict(self._call("status"))
+        recovery = dict(self._call("recovery_status"))
+        shown = {row["key"]: row for row in self._list("settings_show")}
+        channels = []
+        for key in NOTIFY_KEYS:
+            value = shown.get(key, {}).get("value")
+            if value and key == "notify_command":
+                value = _program(value)
+            if value:
+                channels.append({"channel": key.removeprefix("notify_"), "target": value})
+        notify_on = shown.get("notify_on", {})
+        return {"profile": status.get("profile", "local"),
+                "data_dir": os.path.dirname(os.path.abspath(self._path)),
+                "owner": _owner(self._path),
+                "recovery": {"candidates": int(recovery.get("candidates", 0)),
+                             "active_attempts": int(recovery.get("active_attempts", 0)),
+                             "leftovers": len(recovery.get("leftovers_unresolved") or [])},
+                "channels": channels,
+                "notify_on": notify_on.get("value") or notify_on.get("default") or ""}
+
+    def notify_test(self) -> dict[str, Any]:
+        """The ``notify_test`` socket op: ``{"configured", "deliveries": [{"channel",
+        "ok"}]}`` (its other facts and error texts stay in the CLI's view)."""
+        answer = dict(self._call("notify_test"))
+        return {"configured": bool(answer.get("configured")),
+                "deliveries": [{"channel": str(d.get("channel", "")), "ok": bool(d.get("ok"))}
+                               for d in answer.get("deliveries") or []]}
+
+    def token_create(self, name: str, scope: str) -> dict[str, Any]:
+        """Not in the local profile (it has no API tokens)."""
+        raise NotInProfileError("tokens")
+
+    def token_get(self, token_id: str) -> dict[str, Any]:
+        """Not in the local profile."""
+        raise NotInProfileError("tokens")
+
+    def token_revoke(self, token_id: str) -> dict[str, Any]:
+        """Not in the local profile."""
+        raise NotInProfileError("tokens")
+
+
+_UCRED = struct.Struct("3i")
+
+
+def _program(command: str) -> str:
+    """The program of a shell-quoted command line (its arguments may hold a secret)."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return "…"
+    return f"{os.path.basename(words[0])} …" if words else "…"
+
+
+def _owner(socket_path: str) -> dict[str, Any] | None:
+    """``{"pid", "since"}`` of the process serving ``socket_path`` (its ``SO_PEERCRED``
+    pid; ``since``: its start, ISO UTC, from ``/proc``, or None), or None when nothing
+    answers. Linux only (None elsewhere)."""
+    peercred = getattr(socket, "SO_PEERCRED", None)
+    if peercred is None:
+        return None
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(2.0)
+            sock.connect(socket_path)
+            pid, _uid, _gid = _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, peercred,
+                                                            _UCRED.size))
+    except OSError:
+        return None
+    return {"pid": pid, "since": _started(pid)}
+
+
+def _started(pid: int) -> str | None:
+    """When process ``pid`` started (ISO UTC, whole seconds), from ``/proc``; None when it
+    cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+        with open("/proc/stat", encoding="ascii") as machine:
+            boot = next(int(line.split()[1]) for line in machine if line.startswith("btime"))
+        ticks = int(fields[19])  # field 22, starttime, counted after "pid (comm)"
+        start = boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+    return datetime.fromtimestamp(int(start), UTC).isoformat().replace("+00:00", "Z")

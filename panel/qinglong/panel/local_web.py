@@ -17,6 +17,7 @@ import uvicorn
 from qinglong.panel import password
 from qinglong.panel.app import create_app
 from qinglong.panel.local_backend import LocalPanelBackend
+from qinglong.panel.proxies import parse_trusted
 from qinglong.panel.security import Sessions
 
 
@@ -28,16 +29,18 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def main(socket_path: str, listen: str, set_password: bool = False) -> int:
+def main(socket_path: str, listen: str, set_password: bool = False,
+         trusted_proxy: str | None = None) -> int:
     """`ql3 local web`'s body: :func:`serve` (or :func:`set_password_file` with
-    ``set_password``), with a bad ``listen``, a non-loopback one without a password, or a
-    bad password file as exit 2 and a failed bind as exit 1, one line on stderr each. The
-    password file is ``panel-password`` beside the socket (the data directory)."""
+    ``set_password``), with a bad ``listen`` or ``trusted_proxy``, a non-loopback listen
+    without a password, or a bad password file as exit 2 and a failed bind as exit 1, one
+    line on stderr each. The password file is ``panel-password`` beside the socket (the
+    data directory); ``trusted_proxy``: ``ADDR[,ADDR]`` (:mod:`qinglong.panel.proxies`)."""
     password_path = os.path.join(os.path.dirname(socket_path), password.FILE_NAME)
     try:
         if set_password:
             return set_password_file(password_path)
-        return serve(socket_path, listen, password_path)
+        return serve(socket_path, listen, password_path, trusted_proxy)
     except ValueError as exc:
         print(f"ql3: error: {exc}", file=sys.stderr)
         return 2
@@ -61,11 +64,14 @@ def set_password_file(path: str) -> int:
     return 0
 
 
-def serve(socket_path: str, listen: str, password_path: str | None = None) -> int:
+def serve(socket_path: str, listen: str, password_path: str | None = None,
+          trusted_proxy: str | None = None) -> int:
     """Bind ``listen``, print the sign-in link on stdout, serve until SIGINT/SIGTERM; the
-    exit status. Raises ValueError for a bad ``listen`` or a non-loopback one without a
-    password (PasswordError for an unsafe password file), OSError when it cannot bind."""
+    exit status. Raises ValueError for a bad ``listen``, a bad ``trusted_proxy`` or a
+    non-loopback listen without a password (PasswordError for an unsafe password file),
+    OSError when it cannot bind."""
     host, port = parse_listen(listen)
+    trusted = parse_trusted(trusted_proxy)
     stored = password.read(password_path) if password_path else None
     if stored is None and not password.is_loopback(host):
         raise ValueError(f"listening on {host} (not loopback) needs a password: run "
@@ -77,13 +83,14 @@ def serve(socket_path: str, listen: str, password_path: str | None = None) -> in
     sock.listen(128)
     bound = sock.getsockname()[1]
     sessions = Sessions()
-    app = create_app(LocalPanelBackend(socket_path), sessions, stored)
+    app = create_app(LocalPanelBackend(socket_path), sessions, stored, trusted)
     shown = f"[{host}]" if family == socket.AF_INET6 else host
     print(f"ql3 panel: open http://{shown}:{bound}/signin?token={sessions.sign_in_token}",
           flush=True)
     print("(the link signs in once; start it again for a new one)", flush=True)
+    # proxy_headers off: only the panel's own middleware reads X-Forwarded-* (proxies.py)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                            timeout_graceful_shutdown=2)
+                            timeout_graceful_shutdown=2, proxy_headers=False)
     server = uvicorn.Server(config)
     # uvicorn stops gracefully on SIGINT/SIGTERM, then re-raises the signal with the handlers
     # it found: these make that a clean exit 0 (docs/panel.md "Running it")

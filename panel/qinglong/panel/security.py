@@ -50,6 +50,17 @@ class Session:
     #: store computes it from the session row's age by the database's clock)
     signed_in_at: float = 0.0
 
+    def may(self, needed: str) -> bool:
+        """True when this session may make a change the API allows to scope ``needed``
+        (``operator`` or ``admin``; scopes nest viewer ⊂ operator ⊂ admin). A session without
+        a scope (the local profile) may whenever it may write at all."""
+        if not self.can_write:
+            return False
+        if not self.scope:
+            return True
+        rank = {"viewer": 1, "operator": 2, "admin": 3}
+        return rank.get(self.scope, 0) >= rank.get(needed, 3)
+
     def recent(self, within_s: float = 15 * 60) -> bool:
         """True when the sign-in was at most ``within_s`` seconds ago."""
         return time.monotonic() - self.signed_in_at <= within_s

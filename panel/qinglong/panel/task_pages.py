@@ -30,6 +30,9 @@ RUNS_PAGE = 50
 PREVIEW_COUNT = 5
 BULK_ACTIONS = ("enable", "disable", "run", "delete")
 FAILED = ("failed", "timed_out", "lost")
+#: the scope a task definition's change needs where sessions have scopes (the cluster: as
+#: the API's create, edit and delete, control/api/tasks.py); a local session has none
+TASK_EDIT_SCOPE = "admin"
 STATUSES = ("queued", "dispatching", "running", "succeeded", "failed", "cancelled",
             "timed_out", "lost")
 
@@ -148,6 +151,8 @@ def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
 
     async def confirm_delete(request: Request) -> Response:
         need(backend, "task_edit")
+        if not request.state.session.may(TASK_EDIT_SCOPE):
+            return render(request, "error.html", 403, message_key="cform.admin_only")
         return render(request, "task_confirm.html", names=[request.path_params["name"]],
                       action="delete")
 
@@ -159,6 +164,8 @@ def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
             return render(request, "error.html", 400, message_key="error.refused")
         if action == "delete":
             need(backend, "task_edit")
+            if not request.state.session.may(TASK_EDIT_SCOPE):
+                return render(request, "error.html", 403, message_key="cform.admin_only")
         if action == "delete" and data.get("confirm") != "yes":
             return render(request, "task_confirm.html", names=names, action="delete")
         done = failed = 0

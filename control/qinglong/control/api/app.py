@@ -29,12 +29,17 @@ from qinglong.control.api import (
 from qinglong.control.api.errors import install_error_handlers
 from qinglong.control.api.json_body import JsonBodyGuard
 from qinglong.control.metrics import Metrics
+from qinglong.shared.bundles import MAX_COMPRESSED_BYTES
 
 if TYPE_CHECKING:
 
     from qinglong.control.api.context import ApiContext
 
 API_VERSION = "1"
+
+
+PANEL_UPLOAD_PATH = "/ui/bundles/upload"
+PANEL_UPLOAD_BYTES = MAX_COMPRESSED_BYTES + 64 * 1024  # the tar plus the form's own parts
 
 
 def build_app(ctx: ApiContext) -> FastAPI:
@@ -45,13 +50,16 @@ def build_app(ctx: ApiContext) -> FastAPI:
                   openapi_url="/openapi.json", docs_url=None, redoc_url=None)
     app.state.ctx = ctx
     install_error_handlers(app)
-    # run_resolve before runs: /v1/runs/resolve is not a /v1/runs/{run_id}
-    for module in (health, metrics, tasks, run_resolve, runs, logs, scripts, token_routes,
-                   variables, notify_routes, worker_routes, workers):
+    # run_resolve before runs: /v1/runs/resolve is not a /v1/runs/{run_id}; the worker
+    # routes first: the busiest, matched before the others' patterns are tried
+    for module in (worker_routes, health, metrics, tasks, run_resolve, runs, logs, scripts,
+                   token_routes, variables, notify_routes, workers):
         app.include_router(module.router)
     _mount_panel(app, ctx)
-    # every body but a bundle push's passes the bounded JSON decoder before any route
-    app.add_middleware(JsonBodyGuard, raw_paths=frozenset({scripts.PUSH_PATH}))
+    # every body but a bundle push's passes the bounded JSON decoder before any route; the
+    # panel's bundle upload (a multipart form with the gzip tar) is bounded, not scanned
+    app.add_middleware(JsonBodyGuard, raw_paths=frozenset({scripts.PUSH_PATH}),
+                       form_paths={PANEL_UPLOAD_PATH: PANEL_UPLOAD_BYTES})
     app.add_middleware(metrics.LatencyMiddleware, metrics=ctx.metrics)
     return app
 

@@ -39,6 +39,9 @@ class ApiContext:
     max_pushes: int = 2
     extras: dict[str, Any] = field(default_factory=dict)
     default_timezone: str | None = None
+    #: ``serve --trusted-proxy``: the peers whose X-Forwarded-For/-Proto the panel at /ui
+    #: believes (addresses or CIDR networks, checked at start; docs/panel.md "Cluster")
+    panel_trusted_proxies: tuple[str, ...] = ()
 
 
 def get_context(request: Request) -> ApiContext:

@@ -35,6 +35,10 @@ class ApiError(Exception):
     non-secret facts (e.g. a log's retirement time) under ``error``; ``retry_after_s`` among
     them is also sent as the ``Retry-After`` header (seconds)."""
 
+    #: for one refused body field (``task_store.invalid``): ``(field, reason code, params)``,
+    #: so the panel's task form can say it in the user's language; never part of an answer
+    problem: tuple[str, str, dict[str, str]] | None = None
+
     def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
         super().__init__(message)
         self.status = status

@@ -96,20 +96,26 @@ class JsonBodyGuard:
     """ASGI middleware: check every JSON request body with ``check_json`` (after bounding
     its size by ``max_bytes``) before the app sees it; answer refusals itself. GET, HEAD and
     OPTIONS requests and requests to ``raw_paths`` (exact paths of routes taking a non-JSON
-    body) pass untouched."""
+    body) pass untouched. ``form_paths`` maps exact paths of routes taking a form that may
+    hold binary (the panel's bundle upload) to their own byte bound: the body is bounded
+    by it (413 ``body_too_large``) but not scanned as JSON."""
 
     def __init__(self, app: ASGIApp, raw_paths: frozenset[str] = frozenset(),
-                 max_bytes: int = MAX_BODY_BYTES) -> None:
+                 max_bytes: int = MAX_BODY_BYTES,
+                 form_paths: dict[str, int] | None = None) -> None:
         self.app, self.raw_paths, self.max_bytes = app, raw_paths, max_bytes
+        self.form_paths = dict(form_paths or {})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (scope["type"] != "http" or scope.get("method") in ("GET", "HEAD", "OPTIONS")
                 or scope.get("path") in self.raw_paths):
             await self.app(scope, receive, send)
             return
+        form_bound = self.form_paths.get(str(scope.get("path")))
         try:
-            body = await self._read(scope, receive)
-            check_json(body)
+            body = await self._read(scope, receive, form_bound or self.max_bytes)
+            if form_bound is None:
+                check_json(body)
         except JsonBodyError as exc:
             await _answer(send, exc)
             return
@@ -124,11 +130,11 @@ class JsonBodyGuard:
 
         await self.app(scope, replay, send)
 
-    async def _read(self, scope: Scope, receive: Receive) -> bytes:
+    async def _read(self, scope: Scope, receive: Receive, bound: int) -> bytes:
         too_large = JsonBodyError(413, "body_too_large", "the body passes the bound of "
-                                  f"{self.max_bytes} bytes")
+                                  f"{bound} bytes")
         declared = _declared_length(scope)
-        if declared is not None and declared > self.max_bytes:
+        if declared is not None and declared > bound:
             raise too_large
         body = bytearray()
         while True:
@@ -136,7 +142,7 @@ class JsonBodyGuard:
             if message["type"] == "http.disconnect":
                 break
             body += message.get("body", b"")
-            if len(body) > self.max_bytes:
+            if len(body) > bound:
                 raise too_large
             if not message.get("more_body", False):
                 break

@@ -55,31 +55,39 @@ DEFINITION_REASONS = {
 }
 
 
-def _definition_reason(exc: ValidationError, values: dict[str, Any]) -> str | None:
+def _definition_reason(exc: ValidationError, values: dict[str, Any]
+                       ) -> tuple[str | None, dict[str, str]]:
     """The reason for a refused schedule or zone, as ``ql3 local`` words it but without the
     input: a schedule's names its field (``minute field is invalid (5 fields, …)``), a
-    zone's adds the zone it most likely meant (``did you mean Asia/Shanghai?``)."""
+    zone's adds the zone it most likely meant (``did you mean Asia/Shanghai?``); and the
+    same as params for ``ApiError.problem`` (``part``, ``guess``)."""
     if exc.field == "schedule":  # the field by name, never the text given for it
         field = re.match(r"schedule: (second|minute|hour|day-of-month|month|day-of-week|"
                          r"day of month|day of week)\b", str(exc))
         if field is not None:
-            return f"{field.group(1)} field is invalid (" + \
-                DEFINITION_REASONS["schedule"].split(" (", 1)[1]
-        return None
+            part = field.group(1).replace(" ", "-")
+            return (f"{field.group(1)} field is invalid (" +
+                    DEFINITION_REASONS["schedule"].split(" (", 1)[1], {"part": part})
+        return None, {}
     if exc.field == "timezone":
         from qinglong.shared.zones import suggest_zone
 
         guess = suggest_zone(str(values.get("timezone") or ""))
         base = DEFINITION_REASONS["timezone"]
-        return f"{base}; did you mean {guess}?" if guess else base
-    return None
+        return (f"{base}; did you mean {guess}?" if guess else base,
+                {"guess": guess} if guess else {})
+    return None, {}
 
 
-def invalid(field: str, reason: str | None = None) -> ApiError:
+def invalid(field: str, reason: str | None = None, *, code: str = "invalid",
+            **params: str) -> ApiError:
     """The 422 for one body field: its name and a fixed ``reason`` (default: this field's
-    ``DEFINITION_REASONS`` entry, else "invalid value"), never its value."""
+    ``DEFINITION_REASONS`` entry, else "invalid value"), never its value. ``code`` and
+    ``params`` become ``ApiError.problem`` (the panel words them in its own languages)."""
     why = reason or DEFINITION_REASONS.get(field, "invalid value")
-    return ApiError(422, "invalid_request", f"invalid fields: body.{field}: {why}")
+    error = ApiError(422, "invalid_request", f"invalid fields: body.{field}: {why}")
+    error.problem = (field, code, dict(params))
+    return error
 
 
 def check_definition(values: dict[str, Any]) -> None:
@@ -96,23 +104,27 @@ def check_definition(values: dict[str, Any]) -> None:
         if values.get("argv") is not None and values.get("shell") is not None:
             raise ApiError(422, "invalid_request", "give at most one of argv and shell")
         if values.get("cwd") is not None:
-            raise invalid("cwd", "a bundle task runs in its extracted bundle: no cwd")
+            raise invalid("cwd", "a bundle task runs in its extracted bundle: no cwd",
+                          code="bundle_cwd")
         try:
             values["entry_point"] = normalize_entry_point(values["entry_point"])
         except BundleError:
-            raise invalid("entry_point", "not a relative path inside the bundle") from None
+            raise invalid("entry_point", "not a relative path inside the bundle",
+                          code="entry_point_path") from None
     try:
         if values.get("schedule") is not None:
             if parse_schedule(values["schedule"], values["timezone"]).kind == "boot":
                 # no one machine boots a cluster: accepted, it would never fire
                 raise invalid("schedule", "@boot runs once per start of `ql3 local serve`; "
-                              "the cluster has none: use a cron schedule, or @once and run it")
+                              "the cluster has none: use a cron schedule, or @once and run it",
+                              code="boot")
         else:
             parse_schedule("@once", values["timezone"])  # the zone alone
         if "labels" in values:
             values["labels"] = check_task_labels(values["labels"])
     except ValidationError as exc:
-        raise invalid(exc.field, _definition_reason(exc, values)) from None
+        why, params = _definition_reason(exc, values)
+        raise invalid(exc.field, why, code=exc.field, **params) from None
 
 
 def next_fire_at(conn: Connection, values: dict[str, Any]) -> datetime | None:
@@ -229,7 +241,8 @@ def _merged_env(old: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
     for name, entry in patch.items():  # nested fields the client left out are absent
         if entry.get("value") is None:
             if name not in old:
-                raise invalid("env.*", "a null value keeps an existing entry only")
+                raise invalid("env.*", "a null value keeps an existing entry only",
+                              code="keep_missing")
             # keeping a value keeps its secrecy: an edit never downgrades a secret
             env[name] = {"value": old[name]["value"],
                          "secret": bool(entry.get("secret") or old[name].get("secret"))}
@@ -248,7 +261,7 @@ def edit_task(conn: Connection, project_id: str, name: str, patch: dict[str, Any
     old = opened_task(stored, keyring) if "env" in patch else dict(stored)
     for field, value in patch.items():
         if value is None and field not in nullable:
-            raise invalid(field, "may not be null")
+            raise invalid(field, "may not be null", code="null")
     if patch.get("argv") is not None and patch.get("shell") is not None:
         raise ApiError(422, "invalid_request", "give exactly one of argv and shell")
     if patch.get("argv") is not None:

@@ -17,7 +17,7 @@ from sqlalchemy import RowMapping, Text, cast, or_, select
 from qinglong.control.api.context import get_context
 from qinglong.control.api.errors import ApiError
 from qinglong.control.api.models_common import ERRORS, ErrorBody, RunRef
-from qinglong.control.api.security import require
+from qinglong.control.api.security import authorize, bearer_token, require
 from qinglong.control.api.task_last_run import last_run_of, last_run_out, with_last_run
 from qinglong.control.api.task_models import (
     NULLABLE_ON_EDIT,
@@ -190,7 +190,8 @@ REPLAYED_HEADER = "Idempotent-Replayed"
                  "run_refused: the task's concurrency_policy is forbid and a run of it is "
                  "queued, dispatching or running; idempotency_key_expired: the run an "
                  "earlier request with this Idempotency-Key made is no longer kept")}})
-def run_task(name: TaskName, request: Request, response: Response, who: Operator,
+def run_task(name: TaskName, request: Request, response: Response,
+             token: Annotated[str, Depends(bearer_token)],
              idempotency_key: Annotated[str | None, Header(
                  alias=IDEMPOTENCY_KEY, description=(
                      "1 to 255 visible ASCII characters (a UUID): a request with the same "
@@ -203,7 +204,8 @@ def run_task(name: TaskName, request: Request, response: Response, who: Operator
     ``run_refused`` (nothing created); ``allow`` creates; ``replace`` creates and cancels
     the queued runs, asking the dispatching or running ones to stop. With an
     ``Idempotency-Key`` a retry answers the run the first request made (docs/protocols.md
-    §4.5); a key that is not 1..255 visible ASCII characters is 422 ``invalid_request``."""
+    §4.5); a key that is not 1..255 visible ASCII characters is 422 ``invalid_request``.
+    The operator token is read as the transaction's first statement (one transaction)."""
     from qinglong.control.livelog.hub import hub_of
     from qinglong.control.livelog.wakeups import CLAIMABLE
     from qinglong.control.scheduling.errors import RunRefusedError
@@ -213,6 +215,7 @@ def run_task(name: TaskName, request: Request, response: Response, who: Operator
     ctx = get_context(request)
     run_id = uuid7()
     with ctx.engine.begin() as conn:
+        who = authorize(conn, token, "operator")
         task = live_task(conn, ctx.project_id, name)
         task_id = str(task["id"])
         if idempotency_key is not None:

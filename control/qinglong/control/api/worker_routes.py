@@ -1,14 +1,21 @@
 """The worker endpoints (docs/protocols.md §4.2, §4.5): the routes listed in
 ``qinglong.shared.wire``.
 
-Every route needs a worker-pool token (``require("worker")``); the pool comes from the token,
-never from the body, and every lease statement is fenced by it, so a worker touches only
-attempts leased to an incarnation of its own pool (another pool's lease answers 409
-``lease_lost``, exactly like a stale one). Bodies pass the bounded JSON decoder first
+Every route needs a worker-pool token; the pool comes from the token, never from the body,
+and every lease statement is fenced by it, so a worker touches only attempts leased to an
+incarnation of its own pool (another pool's lease answers 409 ``lease_lost``, exactly like a
+stale one). Bodies pass the bounded JSON decoder first
 (``json_body.py``: size, UTF-8, depth, number length), then the wire types' strict
 ``from_json``; a malformed body is 422 ``invalid_request`` naming the field, never its value.
 The OpenAPI document describes each body and answer with the JSON schema of its wire type.
 Dispatch errors map to their ``status`` and ``code`` (``dispatch/errors.py``).
+
+One transaction per step (docs/protocols.md §4.5): the token row is read as the first
+statement of the step's own transaction (``_in_step``), so a revoked token is refused at its
+next request by the database clock with no connection or round trip of its own; 401 and 403
+come before 422, as when the token was read first. ``/complete`` reads the token and the
+lease in its first transaction and commits it before the HEAD (``finish_completion``);
+``/log-chunk`` keeps one transaction per chunk and reads the token before them.
 
 Metrics (``ctx.metrics``): every attempt a claim hands out counts in ``ql3_claims_total``;
 every 409 ``lease_lost`` answer (a write fenced off: recovered, re-claimed, expired or another
@@ -27,14 +34,15 @@ from starlette.concurrency import run_in_threadpool
 
 from qinglong.control.api.context import ApiContext, get_context
 from qinglong.control.api.errors import ApiError
-from qinglong.control.api.security import require
+from qinglong.control.api.security import authorize, bearer_token, require
 from qinglong.control.auth.tokens import Principal
+from qinglong.control.db.engine import InTransaction
 from qinglong.control.dispatch.bundle_grant import grant_bundle_fetch
 from qinglong.control.dispatch.claims import claim_attempts
-from qinglong.control.dispatch.completion import complete_attempt
+from qinglong.control.dispatch.completion import finish_completion
 from qinglong.control.dispatch.config import DispatchConfig
 from qinglong.control.dispatch.errors import DispatchError, LeaseLostError
-from qinglong.control.dispatch.leases import heartbeat, report_started
+from qinglong.control.dispatch.leases import heartbeat, lease_state, report_started
 from qinglong.control.dispatch.log_upload import grant_log_upload
 from qinglong.control.dispatch.workers import register_incarnation, stop_incarnation
 from qinglong.shared import wire
@@ -42,6 +50,7 @@ from qinglong.shared.errors import ValidationError
 
 W = TypeVar("W", bound=wire._Wire)
 WorkerPrincipal = Annotated[Principal, Depends(require("worker"))]
+WorkerToken = Annotated[str, Depends(bearer_token)]
 router = APIRouter(prefix="/v1/worker", tags=["worker"])
 
 
@@ -95,6 +104,28 @@ async def _decode(request: Request, kind: type[W]) -> W:
         raise ApiError(422, "invalid_request", f"invalid field: {exc.field}") from None
 
 
+async def _decode_later(request: Request, kind: type[W]) -> W | ApiError:
+    """``_decode``'s body, or its 422 to raise once the token is known good."""
+    try:
+        return await _decode(request, kind)
+    except ApiError as exc:
+        return exc
+
+
+R = TypeVar("R")
+
+
+def _in_step(ctx: ApiContext, token: str, body: W | ApiError,
+             step: Callable[[InTransaction, Principal, W], R]) -> R:
+    """Run ``step`` in one transaction that first reads ``token``'s row (401/403), then
+    raises ``body``'s 422 if it is one. Blocking: call through ``_call``."""
+    with ctx.engine.begin() as conn:
+        principal = authorize(conn, token, "worker")
+        if isinstance(body, ApiError):
+            raise body
+        return step(InTransaction(conn), principal, body)
+
+
 def _config(ctx: ApiContext) -> DispatchConfig:
     config = ctx.extras.get("dispatch")
     if isinstance(config, DispatchConfig):
@@ -130,13 +161,13 @@ def _pool(principal: Principal) -> str:
 
 
 @router.post("/register", **_doc(wire.WorkerRegistration, wire.WorkerRegistered))
-async def register(request: Request, principal: WorkerPrincipal) -> dict[str, Any]:
+async def register(request: Request, token: WorkerToken) -> dict[str, Any]:
     """A worker process start: a new incarnation (403 ``labels_outside_pool``)."""
-    body = await _decode(request, wire.WorkerRegistration)
+    body = await _decode_later(request, wire.WorkerRegistration)
     ctx = get_context(request)
-    return await _call(ctx, lambda: register_incarnation(
-        ctx.engine, _config(ctx), pool_id=_pool(principal),
-        pool_labels=principal.pool_labels or {}, registration=body))
+    return await _call(ctx, lambda: _in_step(ctx, token, body, lambda tx, who, b: (
+        register_incarnation(tx, _config(ctx), pool_id=_pool(who),
+                             pool_labels=who.pool_labels or {}, registration=b))))
 
 
 def claim_wait_s(request: Request, config: DispatchConfig) -> float:
@@ -162,8 +193,7 @@ def _next_due_in_s(ctx: ApiContext) -> float | None:
 
 
 @router.post("/claim", **_doc(wire.ClaimRequest, wire.ClaimAnswer))
-async def claim(request: Request, response: Response,
-                principal: WorkerPrincipal) -> dict[str, Any]:
+async def claim(request: Request, response: Response, token: WorkerToken) -> dict[str, Any]:
     """Lease up to ``max_attempts`` queued attempts (409 ``unknown_incarnation``); each
     attempt's ``secret_names`` only to a worker that sends ``QL3-Wire: 2``.
 
@@ -177,7 +207,7 @@ async def claim(request: Request, response: Response,
     from qinglong.control.livelog.hub import hub_of
     from qinglong.control.livelog.wakeups import CLAIMABLE
 
-    body = await _decode(request, wire.ClaimRequest)
+    body = await _decode_later(request, wire.ClaimRequest)
     ctx = get_context(request)
     config = _config(ctx)
     hub = hub_of(ctx.extras)
@@ -190,9 +220,9 @@ async def claim(request: Request, response: Response,
         metrics.claim_waiting(+1)
     try:
         while True:
-            answer = await _call(ctx, lambda: claim_attempts(
-                ctx.engine, config, pool_id=_pool(principal), request=body,
-                keyring=ctx.extras.get("keyring")))
+            answer = await _call(ctx, lambda: _in_step(ctx, token, body, lambda tx, who, b: (
+                claim_attempts(tx, config, pool_id=_pool(who), request=b,
+                               keyring=ctx.extras.get("keyring")))))
             if answer["attempts"] or event is None or hub.draining.is_set():
                 break
             left = deadline - loop.time()
@@ -228,43 +258,43 @@ async def claim(request: Request, response: Response,
 
 
 @router.post("/started", **_doc(wire.StartedReport, wire.Ack))
-async def started(request: Request, principal: WorkerPrincipal) -> dict[str, Any]:
+async def started(request: Request, token: WorkerToken) -> dict[str, Any]:
     """The attempt's process runs; a replay answers ``replayed: true``."""
-    body = await _decode(request, wire.StartedReport)
+    body = await _decode_later(request, wire.StartedReport)
     ctx = get_context(request)
-    return await _call(ctx, lambda: report_started(ctx.engine, _config(ctx),
-                                              pool_id=_pool(principal), report=body))
+    return await _call(ctx, lambda: _in_step(ctx, token, body, lambda tx, who, b: (
+        report_started(tx, _config(ctx), pool_id=_pool(who), report=b))))
 
 
 @router.post("/heartbeat", **_doc(wire.HeartbeatReport, wire.HeartbeatAnswer))
-async def beat(request: Request, principal: WorkerPrincipal) -> dict[str, Any]:
+async def beat(request: Request, token: WorkerToken) -> dict[str, Any]:
     """Renew the lease; the answer carries ``cancel``."""
-    body = await _decode(request, wire.HeartbeatReport)
+    body = await _decode_later(request, wire.HeartbeatReport)
     ctx = get_context(request)
-    return await _call(ctx, lambda: heartbeat(ctx.engine, _config(ctx),
-                                         pool_id=_pool(principal), report=body))
+    return await _call(ctx, lambda: _in_step(ctx, token, body, lambda tx, who, b: (
+        heartbeat(tx, _config(ctx), pool_id=_pool(who), report=b))))
 
 
 @router.post("/log-upload", **_doc(wire.LogUploadRequest, wire.LogUploadGrant))
-async def log_upload(request: Request, principal: WorkerPrincipal) -> dict[str, Any]:
+async def log_upload(request: Request, token: WorkerToken) -> dict[str, Any]:
     """A presigned PUT for the attempt's log (503 ``log_store_unavailable`` without a
     bucket)."""
-    body = await _decode(request, wire.LogUploadRequest)
+    body = await _decode_later(request, wire.LogUploadRequest)
     ctx = get_context(request)
-    return await _call(ctx, lambda: grant_log_upload(
-        ctx.engine, _config(ctx), s3=ctx.s3, bucket=ctx.bucket, pool_id=_pool(principal),
-        request=body))
+    return await _call(ctx, lambda: _in_step(ctx, token, body, lambda tx, who, b: (
+        grant_log_upload(tx, _config(ctx), s3=ctx.s3, bucket=ctx.bucket, pool_id=_pool(who),
+                         request=b))))
 
 
 @router.post("/bundle", **_doc(wire.BundleRequest, wire.BundleGrant))
-async def bundle(request: Request, principal: WorkerPrincipal) -> dict[str, Any]:
+async def bundle(request: Request, token: WorkerToken) -> dict[str, Any]:
     """A presigned GET of the script bundle the leased attempt runs (404
     ``bundle_not_found``; 503 ``log_store_unavailable`` without a bucket)."""
-    body = await _decode(request, wire.BundleRequest)
+    body = await _decode_later(request, wire.BundleRequest)
     ctx = get_context(request)
-    return await _call(ctx, lambda: grant_bundle_fetch(
-        ctx.engine, _config(ctx), s3=ctx.s3, bucket=ctx.bucket, pool_id=_pool(principal),
-        request=body))
+    return await _call(ctx, lambda: _in_step(ctx, token, body, lambda tx, who, b: (
+        grant_bundle_fetch(tx, _config(ctx), s3=ctx.s3, bucket=ctx.bucket,
+                           pool_id=_pool(who), request=b))))
 
 
 @router.post("/log-chunk", **_doc(wire.LogChunkBatch, wire.LogChunkAnswer))
@@ -293,12 +323,20 @@ async def log_chunk(request: Request, principal: WorkerPrincipal) -> dict[str, A
 
 
 @router.post("/complete", **_doc(wire.CompletionReport, wire.Ack))
-async def complete(request: Request, principal: WorkerPrincipal) -> dict[str, Any]:
+async def complete(request: Request, token: WorkerToken) -> dict[str, Any]:
     """The attempt ended; a replay answers ``replayed: true`` (409 ``log_mismatch``)."""
-    body = await _decode(request, wire.CompletionReport)
+    parsed = await _decode_later(request, wire.CompletionReport)
     ctx = get_context(request)
-    answer = await _call(ctx, lambda: complete_attempt(
-        ctx.engine, s3=ctx.s3, bucket=ctx.bucket, pool_id=_pool(principal), report=body))
+
+    def step() -> wire.Ack:
+        pool_id, state, report = _in_step(ctx, token, parsed, lambda tx, who, b: (
+            _pool(who), lease_state(tx.conn, _pool(who), b.lease), b))
+        return finish_completion(ctx.engine, state, s3=ctx.s3, bucket=ctx.bucket,
+                                 pool_id=pool_id, report=report)
+
+    answer = await _call(ctx, step)
+    body = parsed
+    assert not isinstance(body, ApiError)  # _in_step raised it
     if (body.reason == "log_unavailable" and ctx.metrics is not None
             and not answer.get("replayed")):
         ctx.metrics.log_unavailable()
@@ -306,14 +344,13 @@ async def complete(request: Request, principal: WorkerPrincipal) -> dict[str, An
 
 
 @router.post("/stopped", **_doc(wire.WorkerStopped, wire.Ack))
-async def stopped(request: Request, principal: WorkerPrincipal) -> dict[str, Any]:
+async def stopped(request: Request, token: WorkerToken) -> dict[str, Any]:
     """The incarnation finished draining (idempotent)."""
-    body = await _decode(request, wire.WorkerStopped)
+    body = await _decode_later(request, wire.WorkerStopped)
     ctx = get_context(request)
 
-    def stop() -> wire.Ack:
-        stop_incarnation(ctx.engine, pool_id=_pool(principal),
-                         incarnation_id=body.incarnation_id)
+    def stop(tx: InTransaction, who: Principal, b: wire.WorkerStopped) -> wire.Ack:
+        stop_incarnation(tx, pool_id=_pool(who), incarnation_id=b.incarnation_id)
         return wire.Ack()
 
-    return await _call(ctx, stop)
+    return await _call(ctx, lambda: _in_step(ctx, token, body, stop))

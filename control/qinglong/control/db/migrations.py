@@ -42,8 +42,8 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection
 
 # ADR-0379 §阶段验收: the reviewed hard cap moves exactly, one migration at a time.
-EXPECTED_MIGRATION_COUNT = 15
-EXPECTED_LAST_SHA256 = "94b44fce6c8a853106fa75e3f330e2cf371d8577a38876435af81642a46cdec3"
+EXPECTED_MIGRATION_COUNT = 16
+EXPECTED_LAST_SHA256 = "784a14ca106e2413851b368115da313cbc72115f22586739a6b82504a483f61d"
 
 LEDGER_TABLE = "ql3_migration_ledger"
 ADVISORY_LOCK_KEY = 0x716C335F6D6967  # "ql3_mig": one key for every replica and release

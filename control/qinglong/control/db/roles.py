@@ -64,6 +64,8 @@ RUNTIME_GRANTS: dict[str, frozenset[str]] = {
     # and swept; sign-in failures are counted, cleared and swept
     "panel_sessions": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
     "panel_signin_failures": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
+    # 0016, the panel's sign-in log: appended at each sign-in heard, swept after 90 days
+    "panel_signins": frozenset({"SELECT", "INSERT", "DELETE"}),
     # 0015, run now's Idempotency-Key: recorded, taken over after 24 h, pruned
     "run_request_keys": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
 }

@@ -386,6 +386,17 @@ panel_signin_failures = Table(
     Column("blocked_until", _TS, nullable=False),
 )
 
+# 0016: the panel's sign-in log (docs/panel.md "Cluster", Settings)
+panel_signins = Table(
+    "panel_signins", metadata,
+    Column("id", _uuid(), primary_key=True),
+    Column("at", _TS, nullable=False),
+    Column("client", Text, nullable=False),
+    Column("ok", Boolean, nullable=False),
+    Column("token_id", _uuid(), ForeignKey("api_tokens.id", ondelete="SET NULL")),
+    Column("token_name", Text),
+)
+
 # 0015: run now's Idempotency-Key (docs/protocols.md §4.5); run_id has no foreign key (the
 # run is inserted after the key, as its transaction's last statement)
 run_request_keys = Table(

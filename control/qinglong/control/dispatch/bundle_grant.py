@@ -21,10 +21,10 @@ from qinglong.control.dispatch.statements import sql
 from qinglong.shared.wire import BundleGrant, BundleRequest
 
 if TYPE_CHECKING:
-    from sqlalchemy import Engine
+    from qinglong.control.db.engine import Transactions
 
 
-def grant_bundle_fetch(engine: Engine, config: DispatchConfig, *, s3: Any,
+def grant_bundle_fetch(engine: Transactions, config: DispatchConfig, *, s3: Any,
                        bucket: str | None, pool_id: str, request: BundleRequest
                        ) -> BundleGrant:
     """A presigned GET of ``request.digest`` for the attempt behind ``request.lease``.
@@ -35,7 +35,7 @@ def grant_bundle_fetch(engine: Engine, config: DispatchConfig, *, s3: Any,
     """
     if s3 is None or not bucket:
         raise LogStoreUnavailableError("no bucket is configured")
-    with engine.connect() as conn:
+    with engine.begin() as conn:
         row = run_named(conn, sql("lease_bundle"), lease_params(
             pool_id, request.lease, digest=request.digest)).mappings().first()
     if row is None:

@@ -30,8 +30,9 @@ from qinglong.shared.ids import uuid7
 from qinglong.shared.wire import ClaimAnswer, ClaimedAttempt, ClaimRequest, LeaseRef
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection, Engine
+    from sqlalchemy import Connection
 
+    from qinglong.control.db.engine import Transactions
     from qinglong.control.secrets.sealing import Keyring
 
 
@@ -46,7 +47,7 @@ def flatten_env(env: Mapping[str, Any] | None) -> dict[str, str]:
     return out
 
 
-def claim_attempts(engine: Engine, config: DispatchConfig, *, pool_id: str,
+def claim_attempts(engine: Transactions, config: DispatchConfig, *, pool_id: str,
                    request: ClaimRequest, keyring: Keyring | None = None) -> ClaimAnswer:
     """Lease at most ``min(request.max_attempts, config.max_claim)`` attempts to
     ``request.incarnation_id`` (an incarnation of ``pool_id``, not stopped), in one

@@ -74,6 +74,17 @@ def complete_attempt(engine: Engine, *, s3: Any, bucket: str | None, pool_id: st
     """
     with engine.begin() as conn:
         state = lease_state(conn, pool_id, report.lease)
+    return finish_completion(engine, state, s3=s3, bucket=bucket, pool_id=pool_id,
+                             report=report, rng=rng)
+
+
+def finish_completion(engine: Engine, state: RowMapping | None, *, s3: Any,
+                      bucket: str | None, pool_id: str, report: CompletionReport,
+                      rng: random.Random | None = None) -> Ack:
+    """``complete_attempt`` after step 1: ``state`` is ``lease_state`` of the report's
+    lease, read by the caller in a transaction it has committed (e.g. the request's own,
+    after its token read), so the HEAD runs outside any transaction. Same answers and
+    errors as ``complete_attempt``."""
     replay = _replay_answer(state, report)
     if replay is not None:
         return replay

@@ -19,8 +19,10 @@ from qinglong.shared.ids import uuid7
 from qinglong.shared.wire import Ack, HeartbeatAnswer, HeartbeatReport, LeaseRef, StartedReport
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection, Engine
+    from sqlalchemy import Connection
     from sqlalchemy.engine import RowMapping
+
+    from qinglong.control.db.engine import Transactions
 
 _COMPLETED = ("succeeded", "failed", "timed_out", "cancelled")
 
@@ -48,7 +50,7 @@ def require_live_lease(conn: Connection, pool_id: str, lease: LeaseRef) -> RowMa
     return state
 
 
-def report_started(engine: Engine, config: DispatchConfig, *, pool_id: str,
+def report_started(engine: Transactions, config: DispatchConfig, *, pool_id: str,
                    report: StartedReport) -> Ack:
     """The attempt's process group runs: attempt claimed -> running (``started_at``), the
     lease renewed by ``config.lease_ms``, run dispatching -> running, both events, one
@@ -68,7 +70,7 @@ def report_started(engine: Engine, config: DispatchConfig, *, pool_id: str,
     raise LeaseLostError("the lease is not live")
 
 
-def heartbeat(engine: Engine, config: DispatchConfig, *, pool_id: str,
+def heartbeat(engine: Transactions, config: DispatchConfig, *, pool_id: str,
               report: HeartbeatReport) -> HeartbeatAnswer:
     """Renew a live lease: ``lease_expires_at = now() + config.lease_ms`` (database clock),
     the incarnation's ``last_seen_at`` moves; the answer's ``cancel`` is true once a cancel

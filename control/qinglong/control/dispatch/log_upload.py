@@ -21,7 +21,7 @@ from qinglong.control.retention.objects import ArtifactIdentity
 from qinglong.shared.wire import LogFacts, LogUploadGrant, LogUploadRequest
 
 if TYPE_CHECKING:
-    from sqlalchemy import Engine
+    from qinglong.control.db.engine import Transactions
 
 
 def artifact_id(attempt_id: str) -> str:
@@ -42,7 +42,7 @@ def log_identity(*, bucket: str, project_id: str, run_id: str, attempt_id: str,
                   "artifact": art})
 
 
-def grant_log_upload(engine: Engine, config: DispatchConfig, *, s3: Any, bucket: str | None,
+def grant_log_upload(engine: Transactions, config: DispatchConfig, *, s3: Any, bucket: str | None,
                      pool_id: str, request: LogUploadRequest) -> LogUploadGrant:
     """A presigned PUT (``config.upload_url_ttl_s`` seconds) for the attempt's log, only for
     a live lease of ``pool_id`` (LeaseLostError otherwise). LogStoreUnavailableError when no

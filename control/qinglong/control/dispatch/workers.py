@@ -20,7 +20,7 @@ from qinglong.shared.ids import uuid7
 from qinglong.shared.wire import WorkerRegistered, WorkerRegistration
 
 if TYPE_CHECKING:
-    from sqlalchemy import Engine
+    from qinglong.control.db.engine import Transactions
 
 
 def labels_within(declared: Mapping[str, str], allowed: Mapping[str, str]) -> bool:
@@ -28,7 +28,7 @@ def labels_within(declared: Mapping[str, str], allowed: Mapping[str, str]) -> bo
     return all(allowed.get(key) == value for key, value in declared.items())
 
 
-def register_incarnation(engine: Engine, config: DispatchConfig, *, pool_id: str,
+def register_incarnation(engine: Transactions, config: DispatchConfig, *, pool_id: str,
                          pool_labels: Mapping[str, str],
                          registration: WorkerRegistration) -> WorkerRegistered:
     """Record a new incarnation of pool ``pool_id`` and answer its id with the lease timing.
@@ -48,7 +48,7 @@ def register_incarnation(engine: Engine, config: DispatchConfig, *, pool_id: str
     return WorkerRegistered(incarnation_id, config.lease_ms, config.heartbeat_ms)
 
 
-def stop_incarnation(engine: Engine, *, pool_id: str, incarnation_id: str) -> None:
+def stop_incarnation(engine: Transactions, *, pool_id: str, incarnation_id: str) -> None:
     """Mark the incarnation stopped (drain finished); idempotent. UnknownIncarnationError
     when it is not an incarnation of ``pool_id``. Its leases are not touched: an attempt it
     still holds ends by completion or by lease recovery."""

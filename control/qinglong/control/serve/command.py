@@ -60,10 +60,18 @@ def _listen(value: str) -> tuple[str, int]:
 @click.option("--default-timezone", envvar="QL3_DEFAULT_TIMEZONE", default=None, metavar="TZ",
               help="IANA zone of a new task that names none (wins over the zone the "
                    "caller's client sends; an explicit --timezone wins over both).")
+@click.option("--trusted-proxy", "trusted_proxy", envvar="QL3_TRUSTED_PROXY", default=None,
+              metavar="ADDR[,ADDR]",
+              help="Reverse proxies (IP addresses or networks like 10.0.0.0/8; env "
+                   "QL3_TRUSTED_PROXY) whose X-Forwarded-For and X-Forwarded-Proto the web "
+                   "panel at /ui believes, for the sign-in throttle's client address and the "
+                   "cookie's Secure flag; from any other peer they are ignored (default: "
+                   "none).")
 def serve(database_url: str, runtime_role: str, listen: str, log_bucket: str,
           s3_endpoint: str | None, replica_id: str | None, lease_ms: int,
           heartbeat_ms: int, scheduler_tick_ms: int, drain_s: float,
-          max_pushes: int, secrets_keyring: str | None, default_timezone: str | None) -> None:
+          max_pushes: int, secrets_keyring: str | None, default_timezone: str | None,
+          trusted_proxy: str | None) -> None:
     """Run a control replica: the HTTP API (OpenAPI at /openapi.json, /livez, /readyz,
     /metrics), the scheduler, lease recovery, retention enrollment and log retention.
 
@@ -90,6 +98,7 @@ def serve(database_url: str, runtime_role: str, listen: str, log_bucket: str,
     checked_bucket(log_bucket)
     s3_client(s3_endpoint)  # checks the endpoint's shape (exit 2 on a malformed one)
     keyring = _keyring(secrets_keyring)
+    trusted_proxies = _trusted_proxies(trusted_proxy)
     if default_timezone is not None:
         from qinglong.shared.cron import parse_schedule
 
@@ -103,7 +112,8 @@ def serve(database_url: str, runtime_role: str, listen: str, log_bucket: str,
         bucket=log_bucket, s3_endpoint=s3_endpoint,
         replica_id=(replica_id or socket.gethostname())[:60], lease_ms=lease_ms,
         heartbeat_ms=heartbeat_ms, scheduler_tick_ms=scheduler_tick_ms, drain_s=drain_s,
-        max_pushes=max_pushes, default_timezone=default_timezone)
+        max_pushes=max_pushes, default_timezone=default_timezone,
+        trusted_proxies=trusted_proxies)
     replica = ControlReplica(settings, keyring=keyring)
     try:
         if replica.refuse_privileged_login(url_label()):
@@ -112,6 +122,25 @@ def serve(database_url: str, runtime_role: str, listen: str, log_bucket: str,
         replica.stop()
         raise
     replica.run()
+
+
+def _trusted_proxies(value: str | None) -> tuple[str, ...]:
+    """``--trusted-proxy``'s networks as strings (empty without one); a ValidationError
+    naming the option (exit 2) for an entry that is no address or network, or when the
+    panel it applies to (``qinglong-panel``) is not installed."""
+    from qinglong.shared.errors import ValidationError
+
+    if not value:
+        return ()
+    try:
+        from qinglong.panel.proxies import parse_trusted
+    except ImportError:
+        raise ValidationError("--trusted-proxy", "applies to the web panel, which is not "
+                              "installed: install `qinglong-cluster[control]`") from None
+    try:
+        return tuple(str(net) for net in parse_trusted(value))
+    except ValueError as exc:
+        raise ValidationError("--trusted-proxy", str(exc).split(": ", 1)[-1]) from None
 
 
 def _keyring(path: str | None) -> Any:

@@ -68,6 +68,8 @@ class ServeSettings:
     max_pushes: int = 2
     occurrence_keep_days: int = OCCURRENCE_KEEP_DAYS_DEFAULT
     default_timezone: str | None = None
+    #: the panel's trusted reverse proxies (``--trusted-proxy``; docs/panel.md "Cluster")
+    trusted_proxies: tuple[str, ...] = ()
 
 
 class ReadinessCache:
@@ -210,7 +212,8 @@ class ControlReplica:
                          heartbeat_ms=self.settings.heartbeat_ms, s3=self.s3,
                          bucket=self.settings.bucket, metrics=Metrics(),
                          max_pushes=self.settings.max_pushes,
-                         default_timezone=self.settings.default_timezone)
+                         default_timezone=self.settings.default_timezone,
+                         panel_trusted_proxies=self.settings.trusted_proxies)
         ctx.extras["dispatch"] = self.dispatch
         ctx.extras["livelog"] = self.livelog = _live_log_hub(self.settings)
         ctx.extras["keyring"] = self.keyring
@@ -357,10 +360,15 @@ class ControlReplica:
 
         self._lifecycles()
         app = build_app(self.ctx)
+        # http and loop "auto": httptools and uvloop (the [control] extra) when importable,
+        # else h11 and asyncio's own loop
         config = uvicorn.Config(app, host=self.settings.host, port=self.settings.port,
                                 log_level="warning", access_log=False,
                                 timeout_graceful_shutdown=int(self.settings.drain_s),
-                                lifespan="off")
+                                lifespan="off",
+                                # X-Forwarded-* are the panel's to read, and only from
+                                # --trusted-proxy peers (qinglong.panel.proxies)
+                                proxy_headers=False)
         hub = self.livelog
 
         class _Server(uvicorn.Server):

@@ -18,6 +18,7 @@ from qinglong.local.app import settings as keys
 from qinglong.local.app.datadir import DataDir, OwnerLock
 from qinglong.local.app.notifier import Notifier
 from qinglong.local.app.profiles import Profile, get_profile
+from qinglong.local.app.scripts_folder import ScriptsFolder
 from qinglong.local.app.service import LocalService
 from qinglong.local.execution.coordinator import ExecutionConfig, ExecutionCoordinator
 from qinglong.local.execution.dispatcher import Dispatcher
@@ -95,6 +96,8 @@ class LocalStack:
         self.settled = threading.Condition()
         self.wake_event = threading.Event()
         self.receipts = ReceiptStore(store.datadir.receipt_root)
+        # one folder object per stack: its lock serialises every save's version check
+        self.scripts = ScriptsFolder(store.datadir.scripts_root)
         secrets = TaskSecretStore(repo.db, repo.clock)
         # Issue 12 item 9: notifications leave on one bounded queue, off the critical path;
         # started by ``serve`` (a foreground ``run`` does not notify).
@@ -150,7 +153,7 @@ class LocalStack:
         """The operations, supervised by this stack."""
         return LocalService(
             self.store.repo, supervised=True, wake=self.wake, stop_run=self.stop_run,
-            receipts=self.receipts,
+            receipts=self.receipts, scripts=self.scripts,
         )
 
     def cleanup_startup_page(self) -> PageResult | None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 import time
+from typing import TYPE_CHECKING
 
 import click
 
@@ -17,7 +19,11 @@ from qinglong.shared.errors import (
     LocalApplicationStartupRecoveryRequiredError,
 )
 
+if TYPE_CHECKING:
+    from qinglong.local.app.web_child import PanelChild
+
 OWNER_WAIT_S = 5.0
+DEFAULT_LISTEN = "127.0.0.1:5700"  # `ql3 local web`'s default too
 
 
 @click.command("serve")
@@ -27,16 +33,37 @@ OWNER_WAIT_S = 5.0
 @click.option("--detach", is_flag=True,
               help="On stop, leave running attempts running (for upgrades): the next start "
                    "re-attaches them and still enforces their timeouts.")
+@click.option("--web", is_flag=True,
+              help="Also serve the web panel (`ql3 local web`) as a child process, restarted "
+                   "if it dies and stopped with serve (needs qinglong[web]).")
+@click.option("--listen", default=None, metavar="HOST:PORT",
+              help="With --web: where the panel listens (default 127.0.0.1:5700).")
+@click.option("--trusted-proxy", "trusted_proxy", default=None, metavar="ADDR[,ADDR]",
+              help="With --web: the reverse proxies whose X-Forwarded-For/-Proto the panel "
+                   "believes (as `ql3 local web --trusted-proxy`).")
 @utc_option
-def serve(data_dir: str | None, grace: float | None, detach: bool) -> None:
+def serve(data_dir: str | None, grace: float | None, detach: bool, web: bool,
+          listen: str | None, trusted_proxy: str | None) -> None:
     """Run the scheduler and accept commands until SIGTERM or SIGINT.
 
     Other `ql3 local` commands act through this process over a Unix socket in the data
     directory. At start, runs left by an earlier owner are recovered from their completion
     receipts and process identity (live ones are re-attached). On stop, running attempts
     are drained (TERM, a grace period, then KILL), or left running with --detach.
+
+    With --web, the panel runs beside it as `ql3 local web` (its own process: serve loads
+    none of it), prints its one-time sign-in link here, is restarted with backoff if it
+    dies, and is stopped first on shutdown.
     """
     from qinglong.local.app.local_application import LocalApplication
+    from qinglong.local.app.web_child import panel_installed
+
+    if not web and (listen is not None or trusted_proxy is not None):
+        raise click.UsageError("--listen and --trusted-proxy need --web")
+    if web and not panel_installed():
+        click.echo("ql3: error: the web panel is not installed: pip install 'qinglong[web]'",
+                   err=True)
+        sys.exit(2)
 
     configure_logging()  # our log lines: the viewer's zone with its offset, or --utc
     datadir = datadir_of(data_dir)
@@ -63,7 +90,11 @@ def serve(data_dir: str | None, grace: float | None, detach: bool) -> None:
         except LocalApplicationStartupRecoveryRequiredError as exc:
             fail(f"{exc}; see `ql3 local recovery status --verbose`, "
                  "then `ql3 local recovery resolve`")
+    panel = None
     try:
+        if web:
+            panel = _start_panel(str(datadir.root), listen or DEFAULT_LISTEN,
+                                 trusted_proxy)
         profile = app.store.profile.name if app.store is not None else "?"
         click.echo(f"ql3 serving {datadir.root} (profile {profile}); SIGTERM or Ctrl-C stops",
                    err=True)
@@ -71,4 +102,21 @@ def serve(data_dir: str | None, grace: float | None, detach: bool) -> None:
         click.echo("ql3 stopping: draining admission, then "
                    + ("detaching from" if detach else "stopping") + " running attempts", err=True)
     finally:
+        if panel is not None:
+            panel.stop()
         app.stop()
+
+
+def _start_panel(root: str, listen: str, trusted_proxy: str | None) -> PanelChild:
+    """The panel child, serving (its link printed); exits with the child's own status
+    (2: a listen address or password file it refuses, 1: it cannot bind) when it ends
+    before printing its link, after saying so on stderr (the child said why above)."""
+    from qinglong.local.app.web_child import PanelChild
+
+    panel = PanelChild(root, listen, trusted_proxy)
+    status = panel.start()
+    if status is not None:
+        click.echo(f"ql3: error: the web panel did not start (status {status}); "
+                   "serve stops", err=True)
+        sys.exit(status)
+    return panel

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import importlib
+import os
+import signal
 import sys
+import threading
+import time
 
 import click
 
@@ -17,7 +21,14 @@ from qinglong.local.app.cli_common import data_dir_option, datadir_of
 @click.option("--set-password", "set_password", is_flag=True,
               help="Set the panel's password (scrypt, stored 0600 in the data directory) "
                    "and exit; read from the terminal, or one line on stdin.")
-def web(data_dir: str | None, listen: str, set_password: bool) -> None:
+@click.option("--trusted-proxy", "trusted_proxy", default=None, metavar="ADDR[,ADDR]",
+              help="Reverse proxies (IP addresses or networks like 10.0.0.0/8) whose "
+                   "X-Forwarded-For and X-Forwarded-Proto the panel believes; from any "
+                   "other peer they are ignored (default: none).")
+@click.option("--parent-pid", "parent_pid", type=int, default=None, hidden=True,
+              help="Stop (as on SIGTERM) when this process is gone: `ql3 local serve --web`.")
+def web(data_dir: str | None, listen: str, set_password: bool, trusted_proxy: str | None,
+        parent_pid: int | None) -> None:
     """Serve the web panel, a client of `ql3 local serve` (needs qinglong[web])."""
     try:
         panel = importlib.import_module("qinglong.panel.local_web")
@@ -28,4 +39,18 @@ def web(data_dir: str | None, listen: str, set_password: bool) -> None:
         click.echo("ql3: error: the web panel is not installed: pip install 'qinglong[web]'",
                    err=True)
         sys.exit(2)
-    sys.exit(panel.main(datadir_of(data_dir).socket_path, listen, set_password))
+    if parent_pid is not None:
+        _stop_when_orphaned(parent_pid)
+    sys.exit(panel.main(datadir_of(data_dir).socket_path, listen, set_password,
+                        trusted_proxy))
+
+
+def _stop_when_orphaned(parent_pid: int, period_s: float = 1.0) -> None:
+    """A daemon thread sending this process SIGTERM once its parent is no longer
+    ``parent_pid`` (serve was killed without stopping its panel child)."""
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(period_s)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="ql3-web-orphan-watch", daemon=True).start()

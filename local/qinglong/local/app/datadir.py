@@ -7,6 +7,7 @@ Layout (all 0700 directories, 0600 files)::
     DIR/ql3.sock      the Unix socket of a running ``serve``
     DIR/logs/         attempt logs (the launcher's log root)
     DIR/receipts/     private receipt shards (ADR-0069 §2 step 3)
+    DIR/scripts/      the scripts folder the panel edits (made on first use)
 """
 
 from __future__ import annotations
@@ -71,6 +72,11 @@ class DataDir:
     def receipt_root(self) -> str:
         """The root of receipt shards."""
         return os.path.join(self.root, "receipts")
+
+    @property
+    def scripts_root(self) -> str:
+        """The scripts folder (docs/panel.md "Scripts"; made 0700 when first used)."""
+        return os.path.join(self.root, "scripts")
 
     def initialised(self) -> bool:
         """True when the database file exists."""

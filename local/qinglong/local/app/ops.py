@@ -94,11 +94,33 @@ def call(service: LocalService, op: str, args: dict[str, Any]) -> Any:
             return service.settings_set(str(args["key"]), None if value is None else str(value))
         if op == "notify_test":
             return service.notify_test()
+        if op in ("scripts_list", "scripts_read", "scripts_write"):
+            return _scripts(service, op, args)
     except (KeyError, TypeError, ValueError) as exc:
         if isinstance(exc, ValidationError):
             raise
         raise ValidationError("request", f"bad arguments for {op}") from None
     raise ValidationError("request", "unknown operation")
+
+
+def _scripts(service: LocalService, op: str, args: dict[str, Any]) -> Any:
+    """The scripts folder's ops (docs/protocols.md §3.8, docs/panel.md "Scripts"):
+    ``scripts_list``; ``scripts_read`` {path}; ``scripts_write`` {path, content, version}
+    (version: the SHA-256 read, ``""`` for a new file; ``script_changed`` when stale)."""
+    folder = service.scripts
+    if folder is None:
+        raise ValidationError("request", "the scripts folder is served by ql3 local serve only")
+    if op == "scripts_list":
+        return folder.list()
+    if op == "scripts_read":
+        return folder.read(_str(args["path"]))
+    return folder.write(_str(args["path"]), _str(args["content"]), _str(args["version"]))
+
+
+def _str(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError("a string")
+    return value
 
 
 def _opt_int(value: object) -> int | None:

@@ -15,6 +15,7 @@ from typing import Any
 from qinglong.local.app import settings as keys
 from qinglong.local.app.log_layout import raw_offset, read_raw
 from qinglong.local.app.run_refs import resolve_run_ref
+from qinglong.local.app.scripts_folder import ScriptsFolder
 from qinglong.local.app.task_input import TaskInput, check_launch_budget
 from qinglong.local.app.views import event_view, iso, run_view, task_view
 from qinglong.local.process.receipt_store import ReceiptStore
@@ -48,7 +49,8 @@ class LocalService:
 
     ``supervised``: whether a live owner supervises active runs (True inside ``serve``);
     ``wake``: called after a change the scheduler/dispatcher must notice;
-    ``stop_run``: asks the live coordinator to stop a run (None when nothing runs here).
+    ``stop_run``: asks the live coordinator to stop a run (None when nothing runs here);
+    ``scripts``: the data directory's scripts folder (None: the ``scripts_*`` ops refuse).
     """
 
     def __init__(
@@ -59,8 +61,10 @@ class LocalService:
         wake: Callable[[], None] | None = None,
         stop_run: Callable[[str], bool] | None = None,
         receipts: ReceiptStore | None = None,
+        scripts: ScriptsFolder | None = None,
     ) -> None:
         self.repo = repo
+        self.scripts = scripts
         self.secrets = TaskSecretStore(repo.db, repo.clock)
         self.receipts = receipts
         self.supervised = supervised

@@ -1,0 +1,124 @@
+"""The Settings page (设置, docs/panel.md "Pages" and "Cluster"): what the profile is and how
+it notifies, the language, and in the cluster the API tokens and the sign-in log.
+
+The local profile shows its data directory, owner, recovery status and notification
+channels; the cluster shows, to an admin session only (the API's scope for tokens and
+channels), the push channels by target, a test that sends through the real notify path,
+the tokens (create: the secret is on the answer page once; revoke after a confirmation
+page) and the newest sign-ins. A change by any session but an admin's answers 403; the
+app's guard has already checked CSRF and Origin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from qinglong.panel.backend import BackendRefusedError, BackendUnavailableError, PanelBackend
+from qinglong.panel.paths import root
+from qinglong.panel.security import Session
+from qinglong.panel.task_pages import form_of, need
+
+Render = Callable[..., Response]
+Call = Callable[..., Awaitable[Any]]
+SCOPES = ("viewer", "operator", "admin")
+
+
+def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
+    """The Settings page's routes (``/settings`` and below)."""
+
+    def admin(request: Request) -> bool:
+        session: Session = request.state.session
+        return backend.profile != "cluster" or session.scope == "admin"
+
+    async def page(request: Request, status: int = 200, **ctx: Any) -> Response:
+        need(backend, "settings")
+        try:
+            facts = await call(backend.settings)
+        except BackendUnavailableError:
+            return render(request, "owner_down.html", 503)
+        return render(request, "settings.html", status, facts=facts, scopes=SCOPES,
+                      is_admin=admin(request),
+                      revoked=request.query_params.get("revoked") == "1", **ctx)
+
+    async def show(request: Request) -> Response:
+        return await page(request)
+
+    def forbidden(request: Request) -> Response:
+        return render(request, "error.html", 403, message_key="settings.admin_only")
+
+    async def notify_test(request: Request) -> Response:
+        need(backend, "settings")
+        if not admin(request):
+            return forbidden(request)
+        try:
+            result = await call(backend.notify_test)
+        except BackendUnavailableError:
+            return render(request, "owner_down.html", 503)
+        except BackendRefusedError:
+            return forbidden(request)
+        return await page(request, tested=result)
+
+    async def token_create(request: Request) -> Response:
+        need(backend, "settings")
+        if not admin(request):
+            return forbidden(request)
+        data = await form_of(request)
+        name = str(data.get("name", ""))[:200]
+        scope = str(data.get("scope", ""))
+        try:
+            issued = await call(backend.token_create, name, scope)
+        except BackendUnavailableError:
+            return render(request, "owner_down.html", 503)
+        except BackendRefusedError as exc:
+            if exc.code == "forbidden":
+                return forbidden(request)
+            key = ("settings.token_name_taken" if exc.code == "token_name_taken"
+                   else "settings.token_invalid")
+            return await page(request, 400 if exc.usage else 409, token_error=key,
+                              token_name=name, token_scope=scope)
+        # the secret is on this answer only (Cache-Control: no-store on every response)
+        return render(request, "token_issued.html", 200, issued=issued)
+
+    async def revoke_confirm(request: Request) -> Response:
+        need(backend, "settings")
+        if not admin(request):
+            return forbidden(request)
+        try:
+            token = await call(backend.token_get, request.path_params["token"])
+        except BackendUnavailableError:
+            return render(request, "owner_down.html", 503)
+        except BackendRefusedError as exc:
+            if exc.code == "forbidden":
+                return forbidden(request)
+            return render(request, "error.html", 404, message_key="error.not_found")
+        session: Session = request.state.session
+        return render(request, "token_revoke.html", 200, token=token,
+                      own=token["name"] == session.actor and token["state"] != "revoked")
+
+    async def revoke(request: Request) -> Response:
+        need(backend, "settings")
+        if not admin(request):
+            return forbidden(request)
+        try:
+            await call(backend.token_revoke, request.path_params["token"])
+        except BackendUnavailableError:
+            return render(request, "owner_down.html", 503)
+        except BackendRefusedError as exc:
+            if exc.code == "forbidden":
+                return forbidden(request)
+            return render(request, "error.html", 404, message_key="error.not_found")
+        # a session signed in with this token is gone at its next request (this redirect's)
+        return RedirectResponse(root(request) + "/settings?revoked=1", status_code=303)
+
+    return [
+        Route("/settings", show),
+        Route("/settings/notify/test", notify_test, methods=["POST"]),
+        Route("/settings/tokens", token_create, methods=["POST"]),
+        Route("/settings/tokens/{token}/revoke", revoke_confirm),
+        Route("/settings/tokens/{token}/revoke", revoke, methods=["POST"]),
+    ]
