@@ -24,6 +24,10 @@ printed, never asserted. Usage (run it nice'd on a shared host):
 
     nice -n 10 .venv/bin/python bench/panel.py [--tasks N] [--runs N] [--repeats N]
                                                [--lines N] [--burst N] [--profile FILE]
+                                               [--only pages|log|burst] [--local]
+
+``--local``: the same page figures for ``ql3 local web`` over a seeded data directory,
+beside the owner's socket ops (``bench/panel_local.py``).
 
 ``--profile FILE`` records the replica with ``py-spy record`` (env ``PY_SPY``, PATH, or
 beside this interpreter) during the page requests, as a flame graph SVG.
@@ -49,7 +53,7 @@ from typing import Any
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
-for _dir in (ROOT / "integration", ROOT / "integration" / "cluster",
+for _dir in (ROOT / "bench", ROOT / "integration", ROOT / "integration" / "cluster",
              ROOT / "integration" / "s3"):
     sys.path.insert(0, str(_dir))
 
@@ -367,6 +371,8 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=40, help="requests per page case")
     parser.add_argument("--lines", type=int, default=60, help="live-log lines, 100 ms apart")
     parser.add_argument("--burst", type=int, default=40_000, help="lines of the burst")
+    parser.add_argument("--local", action="store_true",
+                        help="the local profile's panel instead (pages only)")
     parser.add_argument("--only", choices=("pages", "log", "burst"), action="append",
                         help="measure only these parts (default: all)")
     parser.add_argument("--profile", type=Path, default=None, metavar="FILE",
@@ -376,6 +382,8 @@ def main() -> int:
         print("chromium-headless-shell is not installed (apt-get install "
               "chromium-headless-shell fonts-wqy-microhei)")
         return 2
+    if args.local:
+        return local_main(args)
     from playwright.sync_api import sync_playwright
 
     result: dict[str, Any] = {"tasks": args.tasks, "runs": args.runs,
@@ -448,13 +456,30 @@ def main() -> int:
     return report(args, result)
 
 
-def _report_pages(args: argparse.Namespace, figures: dict[str, Any]) -> None:
+def local_main(args: argparse.Namespace) -> int:
+    """``--local``: the pages of ``ql3 local web`` beside the owner's socket ops."""
+    from panel_local import run as run_local
+
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="ql3bench-panel-local-") as tmp:
+        result = run_local(Path(tmp), args.tasks, args.runs, args.repeats, _timed)
+    print(f"local: {args.tasks} tasks, {args.runs} runs (seeded in {result['seed_s']} s); "
+          f"load average at start {load:.1f}")
+    _report_pages(args, result["pages"], ("ql3 local web", "socket op (baseline)"))
+    print(json.dumps({k: {s: {"p50": statistics.median(v), "p95": _pct(v, 0.95)}
+                          for s, v in fig.items()} for k, fig in result["pages"].items()},
+                     sort_keys=True))
+    return 0
+
+
+def _report_pages(args: argparse.Namespace, figures: dict[str, Any],
+                  names: tuple[str, str] = ("panel /ui", "API /v1 (baseline)")) -> None:
     print(f"pages: ms per request, {args.repeats} each, panel and API alternated")
     print(f"  {'':28}{'median':>8}{'p95':>8}{'max':>8}   panel/API median, p95")
     for name, fig in figures.items():
         print(f" {name}")
-        print(_line("panel /ui", fig["panel"], fig["api"]))
-        print(_line("API /v1 (baseline)", fig["api"]))
+        print(_line(names[0], fig["panel"], fig["api"]))
+        print(_line(names[1], fig["api"]))
     print("  goal: panel p95 <= 100 ms")
 
 
