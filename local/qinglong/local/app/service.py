@@ -171,6 +171,9 @@ class LocalService:
         if offset < 0 or not 1 <= limit <= 200:
             raise ValidationError("request", "offset must be >= 0 and limit 1-200")
         q = query.strip().casefold()
+        if not q:  # the page alone, read in SQL by the name index
+            return {"tasks": self._task_views(self.repo.list_tasks(offset, limit)),
+                    "total": self.repo.count_live_tasks()[0], "offset": offset, "limit": limit}
         # matched on the task rows; views (and their last runs) only for the page's rows
         found = [t for t in self.repo.list_tasks()
                  if q in "\n".join([t.name, *t.labels, *t.argv]).casefold()]
