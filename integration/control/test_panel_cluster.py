@@ -213,6 +213,36 @@ def test_tasks_page_lists_searches_filters_by_label_and_pages(api: ApiWorld) -> 
     assert 'href="/ui/static/panel.css"' in page  # links carry the mount
 
 
+def test_a_search_counts_every_match_and_pages_through_them_in_name_order(
+        api: ApiWorld) -> None:
+    for n in reversed(range(53)):  # created out of name order
+        _make_task(api, f"批量签到-{n:02d}", {"zone": "a"} if n % 2 else None)
+    for n in range(3):
+        _make_task(api, f"other-{n}")
+    _run(api, "批量签到-01")
+    client, _ = _signed_in(api, "viewer")
+
+    def names(params: dict[str, str]) -> tuple[list[str], str]:
+        page = client.get("/ui/", params=params)
+        assert page.status_code == 200, page.text[:300]
+        return re.findall(r'class="task-name">([^<]+?)(?: <small|</td>)', page.text), page.text
+
+    first, text = names({"q": "批量签到"})
+    assert first == [f"批量签到-{n:02d}" for n in range(50)]
+    assert "第 1–50 条，共 53 条" in text
+    assert 'href="/ui/runs/' in text  # the last run of 批量签到-01 is still shown
+    second, text = names({"q": "批量签到", "offset": "50"})
+    assert second == ["批量签到-50", "批量签到-51", "批量签到-52"]
+    assert "第 51–53 条，共 53 条" in text
+    past, text = names({"q": "批量签到", "offset": "100"})
+    assert past == [] and "共 53 条" in text  # past the end: the count still said
+    both, text = names({"q": "zone=a 批量签到"})  # a label filter and a search together
+    assert both == [f"批量签到-{n:02d}" for n in range(1, 53, 2)]
+    assert "共 26 条" in text
+    none, text = names({"q": "拼多多"})
+    assert none == [] and "第 0–0 条，共 0 条" in text
+
+
 def test_viewer_sees_no_write_controls_and_a_forged_post_is_403(api: ApiWorld) -> None:
     _make_task(api, "京东签到")
     client, csrf = _signed_in(api, "viewer")

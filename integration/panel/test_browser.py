@@ -183,3 +183,25 @@ def test_pages_pass_axe_and_are_screenshot_at_desktop_and_375px(
         _shot(page, f"run-{lang}-{label}")
         page.context.close()
     assert world.csp_errors == []
+
+
+def test_a_burst_of_40000_lines_ends_with_the_newest_5000_in_order(world: World) -> None:
+    # one stream message can carry tens of thousands of lines: the viewer spreads them over
+    # animation frames and makes elements only of the newest 5,000; what the page shows in
+    # the end must be exactly those, in order, with the end marker after the last one
+    world.ql3.run("local", "task", "add", "burst-lines", "--schedule", "0 5 * * *", "--",
+                  "seq", "-f", "第 %.0f 行", "0", "39999")
+    page = world.page("zh-CN")
+    page.goto(world.web.base + "/")
+    page.locator("tr", has_text="burst-lines").get_by_role(
+        "button", name="运行 burst-lines").click()
+    page.wait_for_url("**/runs/*")
+    page.locator("#log[data-done='true']").wait_for(timeout=60_000)
+    log = page.locator("#log")
+    texts = log.locator(".line").all_inner_texts()
+    assert texts == [f"第 {i} 行" for i in range(35_000, 40_000)]
+    assert log.locator(".earlier").inner_text() == "更早的行已省略…"
+    order = log.evaluate("b => [...b.children].map(e => e.className)")
+    assert order[0] == "earlier" and order[-1] == "ended" and order.count("ended") == 1
+    assert page.locator("#run-status").inner_text() == "成功"
+    assert world.csp_errors == []

@@ -133,6 +133,15 @@ def test_socket_ops_page_tasks_and_long_poll_the_log(ql3: Ql3) -> None:
         assert end["data"] == "" and wait_for(
             lambda: sock.call("logs_wait", run_id=run["id"], offset=chunk["offset"],
                               timeout_s=5)["done"], 20)
+        # a page's rows carry their views whole: last run, labels, next fire
+        slow = sock.call("task_page", offset=0, limit=1, query="SLOW")
+        assert slow["total"] == 1 and slow["tasks"][0]["last_run"]["id"] == run["id"]
+        by_name = sock.call("task_page", offset=4, limit=2, query="")["tasks"]
+        assert [t["name"] for t in by_name] == ["task-3", "task-4"]
+        assert [t["labels"] for t in by_name] == [["批"], ["单"]]
+        assert [t["last_run"] for t in by_name] == [None, None]
+        assert sock.call("task_page", offset=9, limit=5, query="") == {
+            "tasks": [], "total": 6, "offset": 9, "limit": 5}
     finally:
         ql3.stop_serve(serve)
 

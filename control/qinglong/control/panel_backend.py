@@ -117,8 +117,9 @@ class ControlPanelBackend(BundlePanel, SettingsMixin):
         """One page of live tasks ordered by name (``PanelBackend.task_page``). ``query``:
         words of the form ``key=value`` filter by label (all must match, JSONB containment
         through migration 0008's index); the other words, together, match a
-        case-insensitive substring of the name, command or labels. Each task says
-        ``no_worker`` when no live worker may run it (``api/worker_listing.py``)."""
+        case-insensitive substring of the name, command or labels (one scan of the live
+        tasks gives both the page and the count; past the last match, a count alone). Each
+        task says ``no_worker`` when no live worker may run it (``api/worker_listing.py``)."""
         from qinglong.control.api.task_last_run import PREFIX, with_last_run
         from qinglong.control.api.worker_listing import lease_s_of, no_live_worker
 
@@ -140,14 +141,29 @@ class ControlPanelBackend(BundlePanel, SettingsMixin):
                              cast(tasks.c.argv, Text).ilike(pattern, escape="\\"),
                              cast(tasks.c.labels, Text).ilike(pattern, escape="\\")))
 
+        def count(conn: Any) -> int:
+            return int(conn.execute(select(func.count()).select_from(tasks)
+                                    .where(and_(*where))).scalar_one())
+
         def read() -> dict[str, Any]:
+            unmatched = no_live_worker(lease_s_of(self.ctx)).label("no_worker")
             with self.ctx.engine.connect() as conn:
-                total = conn.execute(select(func.count()).select_from(tasks)
-                                     .where(and_(*where))).scalar_one()
-                unmatched = no_live_worker(lease_s_of(self.ctx)).label("no_worker")
-                rows = list(conn.execute(with_last_run(select(tasks, unmatched)).where(*where)
-                                         .order_by(tasks.c.name).offset(offset).limit(limit)
-                                         ).mappings())
+                if not words:  # indexed: the count and the page's index range are cheap
+                    total = count(conn)
+                    rows = list(conn.execute(
+                        with_last_run(select(tasks, unmatched)).where(*where)
+                        .order_by(tasks.c.name).offset(offset).limit(limit)).mappings())
+                else:  # a search reads every live task once: count and page in one scan
+                    page = (select(tasks.c.id.label("page_id"),
+                                   func.count().over().label("page_total"))
+                            .where(*where).order_by(tasks.c.name).offset(offset).limit(limit)
+                            .subquery("page"))
+                    rows = list(conn.execute(
+                        with_last_run(select(tasks, unmatched, page.c.page_total)
+                                      .join(page, page.c.page_id == tasks.c.id))
+                        .order_by(tasks.c.name)).mappings())
+                    total = int(rows[0]["page_total"]) if rows else (
+                        count(conn) if offset else 0)
             return {"tasks": [self._task(r, PREFIX) for r in rows], "total": int(total),
                     "offset": offset, "limit": limit}
 

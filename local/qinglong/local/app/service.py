@@ -147,8 +147,12 @@ class LocalService:
         """Live tasks by name, each with ``next_fire``/``next_fire_pending`` (as
         :meth:`task_show`) and ``last_run`` (:func:`last_run_view`, None: never ran); secret
         env values masked."""
+        return self._task_views(self.repo.list_tasks())
+
+    def _task_views(self, tasks: list[Any]) -> list[dict[str, Any]]:
+        """:meth:`task_list`'s views of ``tasks``, in their order (one overview query, one
+        run read per task that ran)."""
         refs = self.secrets.refs_by_task()
-        tasks = self.repo.list_tasks()
         overview = self.repo.task_overview([t.id for t in tasks])
         views = []
         for task in tasks:
@@ -167,9 +171,13 @@ class LocalService:
         if offset < 0 or not 1 <= limit <= 200:
             raise ValidationError("request", "offset must be >= 0 and limit 1-200")
         q = query.strip().casefold()
-        rows = [r for r in self.task_list() if q in "\n".join(
-            [r["name"], *r["labels"], *r["argv"]]).casefold()]
-        return {"tasks": rows[offset:offset + limit], "total": len(rows),
+        if not q:  # the page alone, read in SQL by the name index
+            return {"tasks": self._task_views(self.repo.list_tasks(offset, limit)),
+                    "total": self.repo.count_live_tasks()[0], "offset": offset, "limit": limit}
+        # matched on the task rows; views (and their last runs) only for the page's rows
+        found = [t for t in self.repo.list_tasks()
+                 if q in "\n".join([t.name, *t.labels, *t.argv]).casefold()]
+        return {"tasks": self._task_views(found[offset:offset + limit]), "total": len(found),
                 "offset": offset, "limit": limit}
 
     def status(self) -> dict[str, Any]:

@@ -103,14 +103,14 @@ class TaskStore(RunStore):
         """The task with this id, removed or not. Raises NotFoundError."""
         return self.db.read(lambda conn: self._task_by_id(conn, task_id))
 
-    def list_tasks(self) -> list[Task]:
-        """Live tasks ordered by name."""
+    def list_tasks(self, offset: int = 0, limit: int = -1) -> list[Task]:
+        """Live tasks ordered by name; ``offset``/``limit`` (-1: all) page them in SQL."""
         return self.db.read(
             lambda conn: [
                 task_from_row(row)
                 for row in conn.execute(
                     f"SELECT {TASK_COLUMNS} FROM tasks WHERE deleted_at_ms IS NULL"  # noqa: S608
-                    " ORDER BY name"
+                    " ORDER BY name LIMIT ? OFFSET ?", (limit, offset)
                 )
             ]
         )

@@ -7,6 +7,9 @@
 import { AnsiUp } from "./vendor/ansi_up.js";
 
 const MAX_LINES = 5000;
+// Lines turned into elements per animation frame: a burst of output (tens of thousands of
+// lines in one stream message) is spread over frames so no frame blocks the page long.
+const PER_FRAME = 500;
 
 function start(box) {
   const ansi = new AnsiUp();
@@ -17,24 +20,36 @@ function start(box) {
   let scheduled = false;
   let dropped = false;
   let earlier = null;
+  let count = 0;  // .line elements in the box
+  let finish = null;  // what the stream's end does once every pending line is shown
 
   function flush() {
     scheduled = false;
+    if (pending.length > MAX_LINES) {
+      // only the newest MAX_LINES can stay: the older ones are never made into elements
+      pending = pending.slice(pending.length - MAX_LINES);
+      dropped = true;
+    }
+    const batch = pending.length > PER_FRAME ? pending.splice(0, PER_FRAME) : pending;
+    if (batch === pending) pending = [];
     const stick = box.scrollTop + box.clientHeight >= box.scrollHeight - 4;
     const frag = document.createDocumentFragment();
-    for (const text of pending) {
+    for (const text of batch) {
       const line = document.createElement("span");
       line.className = "line";
       line.innerHTML = ansi.ansi_to_html(text);
       frag.appendChild(line);
     }
-    pending = [];
     box.appendChild(frag);
-    let count = box.querySelectorAll(".line").length;
-    while (count > MAX_LINES) {
+    count += batch.length;
+    if (count > MAX_LINES) {
       const first = box.querySelector(".line");
-      first.remove();
-      count -= 1;
+      const lines = box.querySelectorAll(".line");
+      const range = document.createRange();
+      range.setStartBefore(first);
+      range.setEndAfter(lines[count - MAX_LINES - 1]);
+      range.deleteContents();
+      count = MAX_LINES;
       dropped = true;
     }
     if (dropped && !earlier) {
@@ -44,16 +59,22 @@ function start(box) {
       box.prepend(earlier);
     }
     if (stick) box.scrollTop = box.scrollHeight;
+    if (pending.length) schedule();
+    else if (finish) { finish(); finish = null; }
+  }
+
+  function schedule() {
+    if (!scheduled) {
+      scheduled = true;
+      requestAnimationFrame(flush);
+    }
   }
 
   function push(text) {
     const parts = (partial + text).split("\n");
     partial = parts.pop();
-    pending.push(...parts);
-    if (!scheduled) {
-      scheduled = true;
-      requestAnimationFrame(flush);
-    }
+    for (const part of parts) pending.push(part);
+    schedule();
   }
 
   const statuses = JSON.parse(box.dataset.statuses || "{}");
@@ -67,8 +88,7 @@ function start(box) {
     done.className = "ended";
     const final = JSON.parse(event.data);
     done.textContent = box.dataset.ended + " (" + statusName(final) + ")";
-    requestAnimationFrame(() => {
-      flush();
+    finish = () => {
       box.appendChild(done);
       const stop = document.getElementById("run-stop");  // nothing left to stop
       if (stop) stop.remove();
@@ -78,7 +98,8 @@ function start(box) {
         status.className = "status status-" + final;
       }
       box.dataset.done = "true";  // after the last line is in the page
-    });
+    };
+    schedule();
   });
   source.addEventListener("gap", (event) => {
     if (partial) { pending.push(partial); partial = ""; }
