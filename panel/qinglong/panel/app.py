@@ -37,6 +37,7 @@ from qinglong.panel import (
     script_pages,
     settings_pages,
     task_pages,
+    times,
     var_pages,
     worker_pages,
 )
@@ -82,6 +83,7 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any,
     token_sign_in = bool(getattr(sessions, "token_sign_in", False))
     env = Environment(loader=PackageLoader("qinglong.panel", "templates"),
                       autoescape=select_autoescape(default=True, default_for_string=True))
+    env.filters["when"] = times.when
 
     def render(request: Request, name: str, status: int = 200, **ctx: Any) -> HTMLResponse:
         lang = request.state.lang
