@@ -138,6 +138,12 @@ def main(arguments: list[str] | None = None) -> int:
         and outcomes["always-fails"]["exit_code"] == 3
         and outcomes["too-slow"]["status"] == "timed_out"
     )
+    if args.serve and ok:
+        print("== the scheduler and the panel (ql3 local serve --web; Ctrl-C stops both):",
+              flush=True)
+        listen = ["--listen", args.listen] if args.listen else []
+        command = [QL3[0], "local", "serve", "--web", *listen, "--data-dir", str(DATA)]
+        os.execv(QL3[0], command)  # noqa: S606 - our own ql3, no shell
     print("To keep these schedules running, start the scheduler in the foreground:")
     print(command_lines(".venv/bin/ql3 local serve --data-dir", data))
     print("and watch it from another terminal:")
@@ -151,12 +157,6 @@ def main(arguments: list[str] | None = None) -> int:
         print("The panel is not installed here: bash scripts/bootstrap.sh web")
     print("Or both in one: bash scripts/demo.sh --serve (Ctrl-C stops them).")
     print("See docs/systemd.md to run it as a service.")
-    if args.serve and ok:
-        print()
-        print("== the scheduler and the panel (Ctrl-C stops both):", flush=True)
-        listen = ["--listen", args.listen] if args.listen else []
-        command = [QL3[0], "local", "serve", "--web", *listen, "--data-dir", str(DATA)]
-        os.execv(QL3[0], command)  # noqa: S606 - our own ql3, no shell
     return 0 if ok else 1
 
 

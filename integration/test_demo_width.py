@@ -80,7 +80,9 @@ def test_the_demo_with_serve_ends_with_a_sign_in_link_that_signs_in(tmp_path: Pa
                 break
         link = seen[-1].removeprefix("ql3 panel: open ").strip()
         assert link.startswith(f"http://127.0.0.1:{port}/signin?token="), seen[-20:]
-        assert "== the scheduler and the panel (Ctrl-C stops both):" in seen
+        assert ("== the scheduler and the panel (ql3 local serve --web; Ctrl-C stops both):"
+                in seen)
+        assert not [line for line in seen if "5700" in line]  # no other panel's address
         opener = urllib.request.build_opener(_NoRedirect)
         with pytest.raises(urllib.error.HTTPError) as answer:
             opener.open(link, timeout=30)
