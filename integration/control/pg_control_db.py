@@ -86,6 +86,25 @@ class PgDb:
             engine.dispose()
 
 
+@contextmanager
+def clone(template: PgDb) -> Iterator[PgDb]:
+    """A migrated database copied from ``template`` (``CREATE DATABASE … TEMPLATE``; nobody
+    may be connected to the template) with a runtime role of its own holding the runtime
+    grants; dropped with its role on exit."""
+    from qinglong.control.db.roles import apply_runtime_grants
+
+    db = PgDb(unique("ql3t"), unique("ql3rt"))
+    with admin() as conn:
+        conn.execute(f'CREATE DATABASE "{db.name}" TEMPLATE "{template.name}"')
+    try:
+        with db.sa() as conn, conn.begin():
+            apply_runtime_grants(conn, db.runtime_role)
+        yield db
+    finally:
+        drop_database(db.name)
+        drop_role(db.runtime_role)
+
+
 @dataclass(frozen=True)
 class Seeded:
     run_id: str
