@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -82,13 +83,24 @@ class Ql3:
                 proc.kill()
 
 
+@pytest.fixture(scope="session")
+def initialised_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data directory made once per session by the real ``ql3 local init --profile
+    standalone``; never used itself, only copied (``ql3``). Nothing in it names its own path
+    (the SQLite database, the lock file, the empty logs and receipts trees)."""
+    data = tmp_path_factory.mktemp("initialised") / "data"
+    Ql3(data).run("local", "init", "--data-dir", str(data), "--profile", "standalone")
+    return data
+
+
 @pytest.fixture
-def ql3(tmp_path: Path) -> Iterator[Ql3]:
-    """An initialised data directory and a runner for `ql3` against it."""
+def ql3(tmp_path: Path, initialised_data_dir: Path) -> Iterator[Ql3]:
+    """An initialised data directory (a copy of ``initialised_data_dir``, modes kept: the same
+    files ``ql3 local init`` makes, without a process start per test) and a runner for `ql3`
+    against it."""
     data = tmp_path / "data"
-    runner = Ql3(data)
-    runner.run("local", "init", "--data-dir", str(data), "--profile", "standalone")
-    return runner
+    shutil.copytree(initialised_data_dir, data, symlinks=True)
+    return Ql3(data)
 
 
 def free_port() -> int:
