@@ -20,6 +20,7 @@ from pg_control_db import (  # noqa: E402
     unique,
 )
 
+from pg_reaper import Reaper  # noqa: E402
 from qinglong.control.db.engine import create_engine  # noqa: E402
 from qinglong.control.db.migrations import migrate  # noqa: E402
 
@@ -44,9 +45,10 @@ def pg_template() -> Iterator[PgDb]:
 
 
 @pytest.fixture
-def pg_db(pg_template: PgDb) -> Iterator[PgDb]:
-    """A migrated database of this test only, with its own runtime role; dropped after."""
-    with clone(pg_template) as db:
+def pg_db(pg_template: PgDb, pg_reaper: Reaper) -> Iterator[PgDb]:
+    """A migrated database of this test only, with its own runtime role; dropped after (by
+    ``pg_reaper``, behind the test)."""
+    with clone(pg_template, pg_reaper) as db:
         yield db
 
 

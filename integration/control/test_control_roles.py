@@ -14,6 +14,7 @@ import psycopg
 import pytest
 from pg_control_db import PgDb, clone, seed_run
 
+from pg_reaper import Reaper
 from qinglong.control.readiness import CapabilityStatus, readiness
 from qinglong.shared.ids import uuid7
 
@@ -120,11 +121,11 @@ FORBIDDEN = [
 
 
 @pytest.fixture(scope="module")
-def forbidden_db(pg_template: PgDb) -> Iterator[PgDb]:
+def forbidden_db(pg_template: PgDb, pg_reaper: Reaper) -> Iterator[PgDb]:
     """One migrated database holding one tombstone, shared by the ``FORBIDDEN`` cases: each
     case runs inside a transaction that is always rolled back, so every case sees this same
     database whatever the one before it did."""
-    with clone(pg_template) as db:
+    with clone(pg_template, pg_reaper) as db:
         with db.connect() as conn:
             _tombstone(conn, db, db.runtime_role)
         yield db
