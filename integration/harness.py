@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from qinglong.local.app.client import SocketBackend
+from qinglong.shared.errors import QinglongError
 
 # QL3_BIN: another build's `ql3` (say, an old checkout's .venv/bin/ql3, to show a test fails
 # there); default: the `ql3` of the venv running the tests
@@ -57,10 +58,9 @@ class Ql3:
             if proc.poll() is not None:
                 raise AssertionError(f"serve exited {proc.returncode}: {log_path.read_text()}")
             # this serve answers on its socket (a file left by a killed predecessor does
-            # not): only then are its signal handlers installed and its recovery done
-            ready = SocketBackend.probe(str(sock)) and self.run(
-                "local", "recovery", "status", check=False)
-            if ready and ready.returncode == 0:
+            # not): only then are its signal handlers installed and its recovery done. The
+            # request `ql3 local recovery status` sends, sent from here (no process start)
+            if SocketBackend.probe(str(sock)) and _answers_recovery_status(sock):
                 return proc
             time.sleep(0.1)
         proc.kill()
@@ -81,6 +81,14 @@ class Ql3:
         finally:
             if proc.poll() is None:
                 proc.kill()
+
+
+def _answers_recovery_status(sock: Path) -> bool:
+    try:
+        SocketBackend(str(sock)).call("recovery_status")
+    except (QinglongError, OSError, ValueError):
+        return False
+    return True
 
 
 @pytest.fixture(scope="session")
