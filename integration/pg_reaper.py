@@ -3,8 +3,10 @@
 On PostgreSQL 15 every ``DROP DATABASE`` waits for an immediate checkpoint of the whole
 server (about 0.2–2 s on a two-core machine, more when the disk is busy), and the database a
 test used is of no further use to it: the test's teardown hands the name here and goes on,
-and the checkpoint overlaps the next test instead of adding to it. ``close`` (end of the
-session) waits until everything handed over is gone.
+and the checkpoint overlaps the next test instead of adding to it. At most ``PENDING``
+databases wait their turn (a test's teardown waits for room beyond that: a slow server
+neither fills the disk with clones nor leaves a long drain for the end of the session);
+``close`` (end of the session) waits until everything handed over is gone.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import threading
 from typing import Any
 
 import psycopg
+
+PENDING = 8
 
 
 class Reaper:
@@ -25,13 +29,14 @@ class Reaper:
     """
 
     def __init__(self) -> None:
-        self._queue: queue.Queue[tuple[str, str, tuple[str, ...]] | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[str, str, tuple[str, ...]] | None] = queue.Queue(PENDING)
         self._failures: list[str] = []
         self._thread = threading.Thread(target=self._run, name="pg-reaper", daemon=True)
         self._thread.start()
 
     def drop(self, admin_url: str, database: str, *roles: str) -> None:
-        """Queue ``database`` and then ``roles`` for ``DROP … IF EXISTS``; returns at once."""
+        """Queue ``database`` and then ``roles`` for ``DROP … IF EXISTS``; returns at once
+        unless ``PENDING`` drops are already waiting (then when one of them is done)."""
         self._queue.put((admin_url, database, roles))
 
     def _run(self) -> None:
