@@ -78,9 +78,11 @@ fi
 # integration tier's lease and schedule windows want the cores to themselves)
 par=()
 [ "${QL3_TEST_WORKERS:-1}" = 1 ] || par=(-n "$QL3_TEST_WORKERS")
-echo "== unit (tests/)"; timed "unit: tests/" pytest "${par[@]}" tests
+# --durations: every run prints its slowest tests, so a tier that grows slow says where
+dur=(--durations=40 --durations-min=1)
+echo "== unit (tests/)"; timed "unit: tests/" pytest "${par[@]}" "${dur[@]}" tests
 echo "== integration (integration/, not the drill)"
-timed "integration" pytest "${par[@]}" integration -m "not drill and not image"
+timed "integration" pytest "${par[@]}" "${dur[@]}" integration -m "not drill and not image"
 if [ "$image" -eq 1 ]; then
   # the first run makes the Debian base (debootstrap, a few minutes, cached under
   # /var/cache/ql3-image); later runs rebuild only when the build context changed

@@ -20,9 +20,10 @@ for _dir in (_HERE, _HERE.parent / "s3"):
     if str(_dir) not in sys.path:
         sys.path.insert(0, str(_dir))
 
-from cluster_kit import LOCAL_PG, Cluster, ClusterDb, PrivatePostgres  # noqa: E402
+from cluster_kit import LOCAL_PG, Cluster, ClusterDb, PrivatePostgres, pg_url  # noqa: E402
 from s3_services import CREDS, moto_server, new_bucket  # noqa: E402
 
+from pg_reaper import Reaper  # noqa: E402
 from qinglong.control.retention.objects import make_client  # noqa: E402
 
 
@@ -43,8 +44,11 @@ def cluster_template() -> Iterator[ClusterDb]:
         template.drop()
 
 
-def _cluster(tmp_path: Path, moto: str, server: str, *, drop: bool,
+def _cluster(tmp_path: Path, moto: str, server: str, *, reaper: Reaper | None,
              template: ClusterDb | None = None) -> Iterator[Cluster]:
+    """A ``Cluster`` on a new database of ``server``; afterwards its processes are stopped and
+    the database and its roles handed to ``reaper`` (None: left to whoever removes the
+    server)."""
     db = ClusterDb.create(server, template=template)
     bucket = new_bucket(make_client(moto, timeout_s=5, **CREDS), versioned=True)
     c = Cluster(tmp_path, db, moto, bucket)
@@ -52,13 +56,16 @@ def _cluster(tmp_path: Path, moto: str, server: str, *, drop: bool,
         yield c
     finally:
         c.close()
-        if drop:
-            db.drop()
+        if reaper is not None:
+            reaper.drop(pg_url("postgres", "postgres", server), db.name, db.login_role,
+                        db.runtime_role)
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, cluster_moto: str, cluster_template: ClusterDb) -> Iterator[Cluster]:
-    yield from _cluster(tmp_path, cluster_moto, LOCAL_PG, drop=True, template=cluster_template)
+def cluster(tmp_path: Path, cluster_moto: str, cluster_template: ClusterDb,
+            pg_reaper: Reaper) -> Iterator[Cluster]:
+    yield from _cluster(tmp_path, cluster_moto, LOCAL_PG, reaper=pg_reaper,
+                        template=cluster_template)
 
 
 @pytest.fixture
@@ -80,4 +87,4 @@ def private_cluster(tmp_path: Path, cluster_moto: str,
                     private_pg: PrivatePostgres) -> Iterator[Cluster]:
     """``cluster`` on ``private_pg``: the test may stop, crash and start that server (the
     whole server is removed afterwards, so nothing is dropped one by one)."""
-    yield from _cluster(tmp_path, cluster_moto, private_pg.server, drop=False)
+    yield from _cluster(tmp_path, cluster_moto, private_pg.server, reaper=None)

@@ -155,17 +155,21 @@ def read_all_raw(url: str, token: str, attempt_id: str) -> tuple[bytes, list[tup
 def sse_events(url: str, token: str, attempt_id: str, *, last_event_id: int | None = None,
                start: str = "head", timeout_s: float = 30,
                until: int | None = None,
-               sink: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+               sink: list[dict[str, Any]] | None = None,
+               client: httpx.Client | None = None) -> list[dict[str, Any]]:
     """Read ``?follow=1`` until its ``end`` event, an event whose id reaches ``until``, or
     the stream closes: the events as dicts with ``event``, ``id`` and ``data`` (JSON), or
-    ``retry``; appended to ``sink`` (when given) as they arrive."""
+    ``retry``; appended to ``sink`` (when given) as they arrive. Each call is a new request
+    (a stream left early closes its connection); ``client`` spares building an HTTP client
+    per call when a test reconnects many times."""
     headers = {"Authorization": f"Bearer {token}"}
     if last_event_id is not None:
         headers["Last-Event-ID"] = str(last_event_id)
     events: list[dict[str, Any]] = sink if sink is not None else []
-    with httpx.stream("GET", f"{url}/v1/attempts/{attempt_id}/log",
-                      params={"follow": 1, "from": start}, headers=headers,
-                      timeout=timeout_s) as r:
+    stream = client.stream if client is not None else httpx.stream
+    with stream("GET", f"{url}/v1/attempts/{attempt_id}/log",
+                params={"follow": 1, "from": start}, headers=headers,
+                timeout=timeout_s) as r:
         assert r.status_code == 200, r.read()
         assert r.headers["content-type"].startswith("text/event-stream")
         current: dict[str, Any] = {}

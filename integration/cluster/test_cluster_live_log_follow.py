@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
 from cluster_kit import Cluster
 from hypothesis import HealthCheck, example, given, settings
@@ -73,6 +74,7 @@ def test_reconnecting_at_every_offset_gets_the_log_exactly_once(cluster: Cluster
     url = str(control.url)
     admin, viewer = cluster.token("admin"), cluster.token("viewer")
     worker = ScriptedWorker(url, cluster.token("worker", pool="default", labels="zone=a"))
+    http = httpx.Client()  # one client; every reconnect below is a request of its own
 
     @settings(max_examples=4, deadline=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow])
@@ -93,7 +95,8 @@ def test_reconnecting_at_every_offset_gets_the_log_exactly_once(cluster: Cluster
             raw += data
         end = len(raw)
         for k in range(end):
-            events = sse_events(url, viewer, lease.attempt_id, last_event_id=k, until=end)
+            events = sse_events(url, viewer, lease.attempt_id, last_event_id=k, until=end,
+                                client=http)
             _check(events, k, end, _expected(live, k, end), final=False)
         layout = None
         body = bytes(raw)
@@ -108,13 +111,14 @@ def test_reconnecting_at_every_offset_gets_the_log_exactly_once(cluster: Cluster
         done = worker.complete(lease, body=body, layout=layout)
         assert done.status_code == 200, done.text
         for k in range(end + 1):
-            events = sse_events(url, viewer, lease.attempt_id, last_event_id=k)
+            events = sse_events(url, viewer, lease.attempt_id, last_event_id=k, client=http)
             _check(events, k, end, _expected(final, k, end), final=True)
 
     try:
         reconnects()
     finally:
         worker.http.close()
+        http.close()
 
 
 def test_a_complete_log_ending_in_a_cut_character_ends_at_its_end(cluster: Cluster) -> None:

@@ -10,11 +10,19 @@ import pytest
 
 psycopg = pytest.importorskip("psycopg")
 
-from pg_control_db import PgDb, admin, db_url, drop_database, drop_role, unique  # noqa: E402
+from pg_control_db import (  # noqa: E402
+    PgDb,
+    admin,
+    clone,
+    db_url,
+    drop_database,
+    drop_role,
+    unique,
+)
 
+from pg_reaper import Reaper  # noqa: E402
 from qinglong.control.db.engine import create_engine  # noqa: E402
 from qinglong.control.db.migrations import migrate  # noqa: E402
-from qinglong.control.db.roles import apply_runtime_grants  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -37,18 +45,11 @@ def pg_template() -> Iterator[PgDb]:
 
 
 @pytest.fixture
-def pg_db(pg_template: PgDb) -> Iterator[PgDb]:
-    """A migrated database of this test only, with its own runtime role; dropped after."""
-    db = PgDb(unique("ql3t"), unique("ql3rt"))
-    with admin() as conn:
-        conn.execute(f'CREATE DATABASE "{db.name}" TEMPLATE "{pg_template.name}"')
-    try:
-        with db.sa() as conn, conn.begin():
-            apply_runtime_grants(conn, db.runtime_role)
+def pg_db(pg_template: PgDb, pg_reaper: Reaper) -> Iterator[PgDb]:
+    """A migrated database of this test only, with its own runtime role; dropped after (by
+    ``pg_reaper``, behind the test)."""
+    with clone(pg_template, pg_reaper) as db:
         yield db
-    finally:
-        drop_database(db.name)
-        drop_role(db.runtime_role)
 
 
 @pytest.fixture

@@ -7,13 +7,16 @@ import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from sqlalchemy import Connection, Engine
 
 from qinglong.control.db.engine import create_engine
 from qinglong.shared.ids import uuid7
+
+if TYPE_CHECKING:
+    from pg_reaper import Reaper
 
 PG_HOST = "127.0.0.1"
 PG_PORT = 5432
@@ -84,6 +87,29 @@ class PgDb:
                 yield conn
         finally:
             engine.dispose()
+
+
+@contextmanager
+def clone(template: PgDb, reaper: Reaper | None = None) -> Iterator[PgDb]:
+    """A migrated database copied from ``template`` (``CREATE DATABASE … TEMPLATE``; nobody
+    may be connected to the template) with a runtime role of its own holding the runtime
+    grants; dropped with its role on exit (handed to ``reaper`` when given, which drops it
+    behind the caller)."""
+    from qinglong.control.db.roles import apply_runtime_grants
+
+    db = PgDb(unique("ql3t"), unique("ql3rt"))
+    with admin() as conn:
+        conn.execute(f'CREATE DATABASE "{db.name}" TEMPLATE "{template.name}"')
+    try:
+        with db.sa() as conn, conn.begin():
+            apply_runtime_grants(conn, db.runtime_role)
+        yield db
+    finally:
+        if reaper is not None:
+            reaper.drop(db_url("postgres"), db.name, db.runtime_role)
+        else:
+            drop_database(db.name)
+            drop_role(db.runtime_role)
 
 
 @dataclass(frozen=True)

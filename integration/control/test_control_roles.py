@@ -6,13 +6,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from pg_control_db import PgDb, seed_run
+from pg_control_db import PgDb, clone, seed_run
 
+from pg_reaper import Reaper
 from qinglong.control.readiness import CapabilityStatus, readiness
 from qinglong.shared.ids import uuid7
 
@@ -118,12 +120,22 @@ FORBIDDEN = [
 ]
 
 
+@pytest.fixture(scope="module")
+def forbidden_db(pg_template: PgDb, pg_reaper: Reaper) -> Iterator[PgDb]:
+    """One migrated database holding one tombstone, shared by the ``FORBIDDEN`` cases: each
+    case runs inside a transaction that is always rolled back, so every case sees this same
+    database whatever the one before it did."""
+    with clone(pg_template, pg_reaper) as db:
+        with db.connect() as conn:
+            _tombstone(conn, db, db.runtime_role)
+        yield db
+
+
 @pytest.mark.parametrize("statement", FORBIDDEN)
-def test_runtime_role_cannot(pg_db: PgDb, statement: str) -> None:
-    with pg_db.connect() as conn:
-        _tombstone(conn, pg_db, pg_db.runtime_role)
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            _as_runtime(conn, pg_db.runtime_role, statement)
+def test_runtime_role_cannot(forbidden_db: PgDb, statement: str) -> None:
+    with forbidden_db.connect() as conn, conn.transaction(force_rollback=True), \
+            pytest.raises(psycopg.errors.InsufficientPrivilege):
+        _as_runtime(conn, forbidden_db.runtime_role, statement)
 
 
 def test_runtime_role_may_update_a_channel_only_to_seal_its_url(pg_db: PgDb) -> None:
