@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("markupsafe")
 
-from qinglong.panel.times import when  # noqa: E402
+from qinglong.panel.times import when
 
 
 def test_an_iso_instant_becomes_a_local_time_element_with_readable_utc_text() -> None:
