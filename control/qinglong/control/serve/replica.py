@@ -222,7 +222,7 @@ class ControlReplica:
         from qinglong.control import notify
         from qinglong.control.dispatch.recovery import LeaseRecovery, RecoveryConfig
         from qinglong.control.history.orphans import orphan_margin_s, sweep_orphans
-        from qinglong.control.history.prune import prune_batch
+        from qinglong.control.history.prune import PacedPruner
         from qinglong.control.retention.claims import process_owner
         from qinglong.control.retention.enrollment import enrollment_sweep
         from qinglong.control.retention.objects import make_client
@@ -234,6 +234,7 @@ class ControlReplica:
 
         metrics = self.ctx.metrics
         assert metrics is not None
+        pruner = PacedPruner(self.engine, self.settings.replica_id)
         sweeper = RunAttemptLogRetentionSweeper(
             self.engine, self.s3, process_owner(self.settings.replica_id),
             probe_bucket=self.settings.bucket)
@@ -331,9 +332,9 @@ class ControlReplica:
             PeriodicService("notify", lambda: notify.tick(self.engine, keyring),
                             period_s=1.0,
                             more=lambda n: n >= notify.BATCH),
-            # docs/operations.md "History pruning": one bounded batch, again at once while full
-            PeriodicService("history_prune",
-                            lambda: prune_batch(self.engine, self.settings.replica_id),
+            # docs/operations.md "History pruning": one bounded batch, again after a rest of
+            # three times its own duration while full
+            PeriodicService("history_prune", pruner.tick,
                             period_s=PRUNE_PERIOD_S, more=lambda b: b is not None and b.full),
             # docs/operations.md "Orphan log objects": the retention sweeper's store (probed)
             PeriodicService("orphan_sweep", lambda: sweep_orphans(
@@ -346,7 +347,7 @@ class ControlReplica:
         if sweep_sessions is not None:  # docs/panel.md "Cluster": expired panel sessions
             self.supervisor.services.append(PeriodicService(
                 "panel_session_sweep", sweep_sessions, period_s=PRUNE_PERIOD_S))
-        self._stoppables.append(sweeper)
+        self._stoppables.extend([sweeper, pruner])
         self._sweeper = sweeper
 
     def run(self) -> None:
