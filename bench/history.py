@@ -1,19 +1,24 @@
 """Claim latency while cluster history is pruned, and table sizes after VACUUM.
 
-``python bench/history.py [RUNS] [TASKS]`` (default 100,000 runs over 100 tasks). One migrated
-database is seeded with RUNS finished runs 100–200 days old (each: one attempt, three events,
-one occurrence; past the 90-day history retention, so all but each task's newest 20 are due)
-and 20,000 queued runs of as many other tasks for the dispatch claim. It is cloned twice, in
-the same run:
+``python bench/history.py [RUNS] [TASKS] [LIMIT] [DUTY]`` (default 100,000 runs over 100 tasks,
+500 runs a batch, duty 0.25: the serve defaults). One migrated database is seeded with RUNS
+finished runs 100–200 days old (each: one attempt, three events, one occurrence; past the 90-day
+history retention, so all but each task's newest 20 are due) and 20,000 queued runs of as many
+other tasks for the dispatch claim. It is cloned three times, in the same run:
 
-- pruned: one thread runs ``prune_batch`` (500 runs a batch, the serve default) until nothing is
-  due while another runs dispatch ``pick_runs`` (16 runs, rolled back) back to back;
-- baseline: the same claim loop for the same wall time, nothing pruned.
+- back-to-back: ``PacedPruner`` with 500 runs a batch and duty 1 (no rest: the behaviour before
+  the duty cycle) prunes until nothing is due while another thread runs dispatch ``pick_runs``
+  (16 runs, rolled back) back to back;
+- paced: the same with LIMIT and DUTY;
+- baseline: the same claim loop for the longer of the two wall times, nothing pruned.
 
-Prints the claim latency p50/p99 (ms) of both and the p99 ratio (the issue's target: ≤ 1.5),
-the pruning rate (runs/s), and ``pg_total_relation_size`` of runs, attempts, events and
-occurrences after a plain ``VACUUM`` of each clone (baseline: the history kept; pruned: after
-pruning). None of this is a test: bench/README.md records the figures.
+Prints, per phase, the claim latency p50/p99 (ms) and the p99 ratio to the baseline (the
+issue's target: ≤ 1.5), the pruning rate (runs/s), what the claim's backend was doing
+(``pg_stat_activity`` wait events and ungranted ``pg_locks``, sampled every 10 ms), an
+``EXPLAIN (ANALYZE, BUFFERS)`` of one claim taken at the 20th batch, and
+``pg_total_relation_size`` of runs, attempts, events and occurrences after a plain ``VACUUM``
+of each clone (baseline: the history kept; pruned: after pruning). None of this is a test:
+bench/README.md records the figures.
 """
 
 from __future__ import annotations
@@ -203,11 +208,17 @@ def main() -> None:
             stop, lat_b = threading.Event(), list[float]()
             print(f"baseline claim EXPLAIN {explain_claim(role_url(base_db, role))}")
             th = threading.Thread(target=claims, args=(role_url(base_db, role), stop, lat_b))
+            waits_b = dict[str, int]()
+            ws = threading.Thread(target=sample_waits, args=(db_url(base_db), stop, waits_b))
             th.start()
+            ws.start()
             time.sleep(wall_b)
             stop.set()
             th.join()
+            ws.join()
             before = sizes(base_db)
+            print("  claim backend samples: " + ", ".join(
+                f"{k} {v}" for k, v in sorted(waits_b.items(), key=lambda kv: -kv[1])[:8]))
     print(f"claims: baseline n={len(lat_b)} p50 {pct(lat_b, 50):.2f} p99 {pct(lat_b, 99):.2f} ms")
     for name, (lat, _, _, after, _, _) in phases.items():
         print(f"  {name}: n={len(lat)} p50 {pct(lat, 50):.2f} p99 {pct(lat, 99):.2f} ms;"
