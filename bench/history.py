@@ -1,16 +1,16 @@
 """Claim latency while cluster history is pruned, and table sizes after VACUUM.
 
-``python bench/history.py [RUNS] [TASKS] [LIMIT] [DUTY]`` (default 100,000 runs over 100 tasks,
-500 runs a batch, duty 0.25: the serve defaults). One migrated database is seeded with RUNS
-finished runs 100–200 days old (each: one attempt, three events, one occurrence; past the 90-day
-history retention, so all but each task's newest 20 are due) and 20,000 queued runs of as many
-other tasks for the dispatch claim. It is cloned three times, in the same run:
+``python bench/history.py [RUNS] [TASKS] [LIMIT[,…]] [DUTY[,…]]`` (default 100,000 runs over
+100 tasks, 500 runs a batch, duty 0.25: the serve defaults). One migrated database is seeded
+with RUNS finished runs 100–200 days old (each: one attempt, three events, one occurrence; past
+the 90-day history retention, so all but each task's newest 20 are due) and 20,000 queued runs
+of as many other tasks for the dispatch claim. It is cloned once per phase, in the same run:
 
 - back-to-back: ``PacedPruner`` with 500 runs a batch and duty 1 (no rest: the behaviour before
   the duty cycle) prunes until nothing is due while another thread runs dispatch ``pick_runs``
   (16 runs, rolled back) back to back;
-- paced: the same with LIMIT and DUTY;
-- baseline: the same claim loop for the longer of the two wall times, nothing pruned.
+- paced: the same with LIMIT and DUTY (one phase per pair when either lists several);
+- baseline: the same claim loop for the longest of the wall times, nothing pruned.
 
 Prints, per phase, the claim latency p50/p99 (ms) and the p99 ratio to the baseline (the
 issue's target: ≤ 1.5), the pruning rate (runs/s), what the claim's backend was doing
@@ -188,15 +188,16 @@ def pruned_phase(template: str, role: str, limit: int, duty: float
 def main() -> None:
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
     tasks = int(sys.argv[2]) if len(sys.argv) > 2 else 100
-    limit = int(sys.argv[3]) if len(sys.argv) > 3 else 500
-    duty = float(sys.argv[4]) if len(sys.argv) > 4 else 0.25
+    # LIMIT and DUTY may each list several values (comma-separated): one paced phase each
+    limits = [int(v) for v in (sys.argv[3] if len(sys.argv) > 3 else "500").split(",")]
+    duties = [float(v) for v in (sys.argv[4] if len(sys.argv) > 4 else "0.25").split(",")]
     with migrated_database("ql3b_hist") as (template, role):
         t0 = time.perf_counter()
         seed(template, runs, tasks)
         print(f"seeded {runs} runs over {tasks} tasks in {time.perf_counter() - t0:.1f} s")
         phases = {}
-        for name, lim, dut in (("back-to-back 500", 500, 1.0),
-                               (f"paced {limit} duty {dut_s(duty)}", limit, duty)):
+        for name, lim, dut in (("back-to-back 500", 500, 1.0), *(
+                (f"paced {lim} duty {dut_s(dut)}", lim, dut) for lim in limits for dut in duties)):
             phases[name] = pruned_phase(template, role, lim, dut)
             lat, wall, deleted, _, waits, explained = phases[name]
             print(f"{name}: pruned {deleted} runs in {wall:.1f} s ({deleted / wall:.0f} runs/s);"
