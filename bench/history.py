@@ -1,7 +1,7 @@
 """Claim latency while cluster history is pruned, and table sizes after VACUUM.
 
 ``python bench/history.py [RUNS] [TASKS] [LIMIT[,…]] [DUTY[,…]]`` (default 100,000 runs over
-100 tasks, 500 runs a batch, duty 0.25: the serve defaults). One migrated database is seeded
+100 tasks, 100 runs a batch, duty 0.25: the serve defaults). One migrated database is seeded
 with RUNS finished runs 100–200 days old (each: one attempt, three events, one occurrence; past
 the 90-day history retention, so all but each task's newest 20 are due) and 20,000 queued runs
 of as many other tasks for the dispatch claim. It is cloned once per phase, in the same run:
@@ -189,7 +189,7 @@ def main() -> None:
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
     tasks = int(sys.argv[2]) if len(sys.argv) > 2 else 100
     # LIMIT and DUTY may each list several values (comma-separated): one paced phase each
-    limits = [int(v) for v in (sys.argv[3] if len(sys.argv) > 3 else "500").split(",")]
+    limits = [int(v) for v in (sys.argv[3] if len(sys.argv) > 3 else "100").split(",")]
     duties = [float(v) for v in (sys.argv[4] if len(sys.argv) > 4 else "0.25").split(",")]
     with migrated_database("ql3b_hist") as (template, role):
         t0 = time.perf_counter()

@@ -32,7 +32,7 @@ from qinglong.shared.errors import ValidationError
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Engine
 
-BATCH_DEFAULT = 500
+BATCH_DEFAULT = 100
 BATCH_MAX = 5_000
 DUTY_DEFAULT = 0.25
 PAUSE_MAX_S = 5.0

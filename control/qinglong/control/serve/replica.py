@@ -333,9 +333,9 @@ class ControlReplica:
                             period_s=1.0,
                             more=lambda n: n >= notify.BATCH),
             # docs/operations.md "History pruning": one bounded batch, again after a rest of
-            # three times its own duration while full
-            PeriodicService("history_prune", pruner.tick,
-                            period_s=PRUNE_PERIOD_S, more=lambda b: b is not None and b.full),
+            # three times its own duration while full, up to 40 batches an hour
+            PeriodicService("history_prune", pruner.tick, period_s=PRUNE_PERIOD_S,
+                            more=lambda b: b is not None and b.full, burst=40),
             # docs/operations.md "Orphan log objects": the retention sweeper's store (probed)
             PeriodicService("orphan_sweep", lambda: sweep_orphans(
                 self.engine, sweeper.store, self.s3, self.settings.bucket,
