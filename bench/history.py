@@ -1,19 +1,24 @@
 """Claim latency while cluster history is pruned, and table sizes after VACUUM.
 
-``python bench/history.py [RUNS] [TASKS]`` (default 100,000 runs over 100 tasks). One migrated
-database is seeded with RUNS finished runs 100–200 days old (each: one attempt, three events,
-one occurrence; past the 90-day history retention, so all but each task's newest 20 are due)
-and 20,000 queued runs of as many other tasks for the dispatch claim. It is cloned twice, in
-the same run:
+``python bench/history.py [RUNS] [TASKS] [LIMIT[,…]] [DUTY[,…]]`` (default 100,000 runs over
+100 tasks, 100 runs a batch, duty 0.25: the serve defaults). One migrated database is seeded
+with RUNS finished runs 100–200 days old (each: one attempt, three events, one occurrence; past
+the 90-day history retention, so all but each task's newest 20 are due) and 20,000 queued runs
+of as many other tasks for the dispatch claim. It is cloned once per phase, in the same run:
 
-- pruned: one thread runs ``prune_batch`` (500 runs a batch, the serve default) until nothing is
-  due while another runs dispatch ``pick_runs`` (16 runs, rolled back) back to back;
-- baseline: the same claim loop for the same wall time, nothing pruned.
+- back-to-back: ``PacedPruner`` with 500 runs a batch and duty 1 (no rest: the behaviour before
+  the duty cycle) prunes until nothing is due while another thread runs dispatch ``pick_runs``
+  (16 runs, rolled back) back to back;
+- paced: the same with LIMIT and DUTY (one phase per pair when either lists several);
+- baseline: the same claim loop for the longest of the wall times, nothing pruned.
 
-Prints the claim latency p50/p99 (ms) of both and the p99 ratio (the issue's target: ≤ 1.5),
-the pruning rate (runs/s), and ``pg_total_relation_size`` of runs, attempts, events and
-occurrences after a plain ``VACUUM`` of each clone (baseline: the history kept; pruned: after
-pruning). None of this is a test: bench/README.md records the figures.
+Prints, per phase, the claim latency p50/p99 (ms) and the p99 ratio to the baseline (the
+issue's target: ≤ 1.5), the pruning rate (runs/s), what the claim's backend was doing
+(``pg_stat_activity`` wait events and ungranted ``pg_locks``, sampled every 10 ms), an
+``EXPLAIN (ANALYZE, BUFFERS)`` of one claim taken at the 20th batch, and
+``pg_total_relation_size`` of runs, attempts, events and occurrences after a plain ``VACUUM``
+of each clone (baseline: the history kept; pruned: after pruning). None of this is a test:
+bench/README.md records the figures.
 """
 
 from __future__ import annotations
@@ -29,7 +34,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_support import cloned_database, db_url, migrated_database, role_url
 from qinglong.control.db.engine import create_engine
 from qinglong.control.dispatch.statements import sql as dispatch_sql
-from qinglong.control.history.prune import prune_batch
 
 PROJECT = "00000000-0000-7000-8000-0000000000aa"
 POOL = "00000000-0000-7000-8000-0000000000bb"
@@ -86,6 +90,8 @@ def claims(url: str, stop: threading.Event, out: list[float]) -> None:
     params = {"incarnation_id": INCARNATION, "pool_id": POOL, "limit": 16}
     try:
         with engine.connect() as conn:
+            conn.exec_driver_sql("SET application_name = 'bench-claims'")
+            conn.commit()
             while not stop.is_set():
                 t0 = time.perf_counter()
                 with conn.begin() as tx:
@@ -112,47 +118,119 @@ def pct(xs: list[float], q: float) -> float:
     return statistics.quantiles(xs, n=100)[int(q) - 1] if len(xs) > 1 else float("nan")
 
 
+def sample_waits(url: str, stop: threading.Event, out: dict[str, int]) -> None:
+    """Every 10 ms, what the claim backend (application_name ``bench-claims``) is doing:
+    ``state/wait_event_type:wait_event`` counts, plus ``lock-wait`` when pg_locks shows it
+    waiting for a lock."""
+    import psycopg
+    with psycopg.connect(url, autocommit=True) as conn:
+        while not stop.is_set():
+            for state, kind, event, blocked in conn.execute(
+                    "SELECT a.state, a.wait_event_type, a.wait_event,"
+                    " EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND NOT l.granted)"
+                    " FROM pg_stat_activity a WHERE a.application_name = 'bench-claims'"):
+                key = f"{state}/{kind}:{event}" + (" lock-wait" if blocked else "")
+                out[key] = out.get(key, 0) + 1
+            stop.wait(0.01)
+
+
+def explain_claim(url: str) -> str:
+    """``EXPLAIN (ANALYZE, BUFFERS)`` of ``pick_runs`` (rolled back): time and buffers."""
+    import psycopg
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
+                             + dispatch_sql("pick_runs")).encode(),
+                            {"incarnation_id": INCARNATION, "pool_id": POOL, "limit": 16}
+                            ).fetchone()
+        conn.rollback()
+    assert rows is not None
+    plan = rows[0][0]
+    top = plan["Plan"]
+    return (f"{plan['Execution Time']:.2f} ms, shared hit {top.get('Shared Hit Blocks')}"
+            f" read {top.get('Shared Read Blocks')}")
+
+
+def pruned_phase(template: str, role: str, limit: int, duty: float
+                 ) -> tuple[list[float], float, int, dict[str, int], dict[str, int], str]:
+    """Claims on a clone while ``PacedPruner(limit, duty)`` prunes until nothing is due:
+    (latencies ms, wall s, runs deleted, sizes after VACUUM, claim wait samples, EXPLAIN of a
+    claim taken mid-way)."""
+    from qinglong.control.history.prune import PacedPruner
+    with cloned_database(template) as db:
+        url = role_url(db, role)
+        stop, lat, waits = threading.Event(), list[float](), dict[str, int]()
+        th = threading.Thread(target=claims, args=(url, stop, lat))
+        ws = threading.Thread(target=sample_waits, args=(db_url(db), stop, waits))
+        th.start()
+        ws.start()
+        engine = create_engine(url, pool_size=1, max_overflow=0)
+        pruner = PacedPruner(engine, "bench", limit=limit, duty=duty)
+        deleted, n, explained, t0 = 0, 0, "", time.perf_counter()
+        try:
+            while True:
+                batch = pruner.tick()
+                assert batch is not None
+                deleted += batch.runs
+                n += 1
+                if n == 20:  # mid-way: a claim's plan and buffers while batches run
+                    explained = explain_claim(url)
+                if not batch.full and batch.runs == 0:
+                    break
+        finally:
+            engine.dispose()
+        wall = time.perf_counter() - t0
+        stop.set()
+        th.join()
+        ws.join()
+        return lat, wall, deleted, sizes(db), waits, explained
+
+
 def main() -> None:
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
     tasks = int(sys.argv[2]) if len(sys.argv) > 2 else 100
+    # LIMIT and DUTY may each list several values (comma-separated): one paced phase each
+    limits = [int(v) for v in (sys.argv[3] if len(sys.argv) > 3 else "100").split(",")]
+    duties = [float(v) for v in (sys.argv[4] if len(sys.argv) > 4 else "0.25").split(",")]
     with migrated_database("ql3b_hist") as (template, role):
         t0 = time.perf_counter()
         seed(template, runs, tasks)
         print(f"seeded {runs} runs over {tasks} tasks in {time.perf_counter() - t0:.1f} s")
-        with cloned_database(template) as pruned_db:
-            stop, lat_p = threading.Event(), list[float]()
-            th = threading.Thread(target=claims, args=(role_url(pruned_db, role), stop, lat_p))
-            th.start()
-            engine = create_engine(role_url(pruned_db, role), pool_size=1, max_overflow=0)
-            deleted, t0 = 0, time.perf_counter()
-            try:
-                while True:
-                    batch = prune_batch(engine, "bench", limit=500)
-                    assert batch is not None
-                    deleted += batch.runs
-                    if not batch.full and batch.runs == 0:
-                        break
-            finally:
-                engine.dispose()
-            wall = time.perf_counter() - t0
-            stop.set()
-            th.join()
-            after = sizes(pruned_db)
+        phases = {}
+        for name, lim, dut in (("back-to-back 500", 500, 1.0), *(
+                (f"paced {lim} duty {dut_s(dut)}", lim, dut) for lim in limits for dut in duties)):
+            phases[name] = pruned_phase(template, role, lim, dut)
+            lat, wall, deleted, _, waits, explained = phases[name]
+            print(f"{name}: pruned {deleted} runs in {wall:.1f} s ({deleted / wall:.0f} runs/s);"
+                  f" claim EXPLAIN mid-way {explained}")
+            print("  claim backend samples: " + ", ".join(
+                f"{k} {v}" for k, v in sorted(waits.items(), key=lambda kv: -kv[1])[:8]))
+        wall_b = max(p[1] for p in phases.values())
         with cloned_database(template) as base_db:
             stop, lat_b = threading.Event(), list[float]()
+            print(f"baseline claim EXPLAIN {explain_claim(role_url(base_db, role))}")
             th = threading.Thread(target=claims, args=(role_url(base_db, role), stop, lat_b))
+            waits_b = dict[str, int]()
+            ws = threading.Thread(target=sample_waits, args=(db_url(base_db), stop, waits_b))
             th.start()
-            time.sleep(wall)
+            ws.start()
+            time.sleep(wall_b)
             stop.set()
             th.join()
+            ws.join()
             before = sizes(base_db)
-    print(f"pruned {deleted} runs in {wall:.1f} s ({deleted / wall:.0f} runs/s)")
-    print(f"claims: baseline n={len(lat_b)} p50 {pct(lat_b, 50):.2f} p99 {pct(lat_b, 99):.2f} ms;"
-          f" while pruning n={len(lat_p)} p50 {pct(lat_p, 50):.2f} p99 {pct(lat_p, 99):.2f} ms;"
-          f" p99 ratio {pct(lat_p, 99) / pct(lat_b, 99):.2f}")
-    for t in TABLES:
-        print(f"{t:12} after VACUUM: kept history {before[t] / 2**20:8.1f} MiB,"
-              f" pruned {after[t] / 2**20:8.1f} MiB")
+            print("  claim backend samples: " + ", ".join(
+                f"{k} {v}" for k, v in sorted(waits_b.items(), key=lambda kv: -kv[1])[:8]))
+    print(f"claims: baseline n={len(lat_b)} p50 {pct(lat_b, 50):.2f} p99 {pct(lat_b, 99):.2f} ms")
+    for name, (lat, _, _, after, _, _) in phases.items():
+        print(f"  {name}: n={len(lat)} p50 {pct(lat, 50):.2f} p99 {pct(lat, 99):.2f} ms;"
+              f" p99 ratio {pct(lat, 99) / pct(lat_b, 99):.2f}")
+        for t in TABLES:
+            print(f"    {t:12} after VACUUM: kept history {before[t] / 2**20:8.1f} MiB,"
+                  f" pruned {after[t] / 2**20:8.1f} MiB")
+
+
+def dut_s(duty: float) -> str:
+    return f"{duty:g}"
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ import psycopg
 import pytest
 from pg_control_db import PgDb
 
-from qinglong.control.history.prune import prune_batch
+from qinglong.control.db.engine import create_engine
+from qinglong.control.history.prune import PacedPruner, prune_batch
 from qinglong.shared.ids import uuid7
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
@@ -149,6 +150,52 @@ def test_a_second_replica_skips_the_job_another_holds(pg_db: PgDb) -> None:
                 assert _left(conn, run) == (1, 1, 1, 1)
         batch = prune_batch(engine, "replica-二")
     assert batch is not None and batch.runs == 1
+
+
+def test_a_batch_skips_a_run_another_session_holds_and_a_later_pass_prunes_it(
+        pg_db: PgDb) -> None:
+    with pg_db.connect() as conn:
+        conn.execute("UPDATE history_prune_jobs SET keep_runs = 0")
+        task = _task(conn)
+        free, held = _run(conn, task, days_ago=101), _run(conn, task, days_ago=100)
+    # a lock wait would end the batch with LockNotAvailable instead of hanging the test
+    engine = create_engine(pg_db.runtime_url, pool_size=1, max_overflow=0,
+                           lock_timeout_ms=5000)
+    try:
+        with pg_db.connect() as holder, holder.transaction():
+            # what an event insert's foreign-key check holds on its run
+            holder.execute("SELECT 1 FROM runs WHERE id = %s FOR KEY SHARE", (held,))
+            first = prune_batch(engine, "replica-一")
+            with pg_db.connect() as conn:
+                assert _left(conn, free) == (0, 0, 0, 0)
+                assert _left(conn, held) == (1, 1, 1, 1)
+        later = prune_batch(engine, "replica-一")  # the walk ended: a new pass from the oldest
+    finally:
+        engine.dispose()
+    assert first is not None and (first.scanned, first.runs) == (2, 1)
+    assert later is not None and later.runs == 1
+    with pg_db.connect() as conn:
+        assert _left(conn, held) == (0, 0, 0, 0)
+
+
+def test_a_paced_pruner_rests_after_a_full_batch_only(pg_db: PgDb) -> None:
+    with pg_db.connect() as conn:
+        conn.execute("UPDATE history_prune_jobs SET keep_runs = 0")
+        task = _task(conn)
+        runs = [_run(conn, task, days_ago=100 + i) for i in range(3)]
+    with pg_db.pooled(pg_db.runtime_url) as engine:
+        pruner = PacedPruner(engine, "replica-一", limit=2, duty=0.5)
+        pruner.request_stop()  # a stopped pruner counts the rest it would take, not waiting
+        full = pruner.tick()
+        assert full is not None and full.full and pruner.rested_s > 0
+        rested = pruner.rested_s
+        last = pruner.tick()
+        assert last is not None and not last.full and pruner.rested_s == rested
+        idle = PacedPruner(engine, "replica-一", limit=2, duty=1.0)
+        idle.request_stop()
+        assert idle.tick() is not None and idle.rested_s == 0
+    with pg_db.connect() as conn:
+        assert [_left(conn, r) for r in runs] == [(0, 0, 0, 0)] * 3
 
 
 def test_history_status_shows_what_is_due_and_the_last_batch(pg_db: PgDb) -> None:

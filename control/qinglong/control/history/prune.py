@@ -10,11 +10,16 @@ tombstone keeps its run, attempt and artifact rows (the tombstones' foreign keys
 0002; the runtime role never deletes a tombstone): only its events and occurrences go. Token
 rows are never touched. A batch walks at most ``limit`` runs from a cursor, so its work does not
 grow with the table, with or without planner statistics
-(``integration/control/test_control_claim_work.py``).
+(``integration/control/test_control_claim_work.py``). A due run another session holds locked
+is skipped (``FOR UPDATE SKIP LOCKED``) and judged again on the next pass. ``PacedPruner``
+spaces full batches by a duty cycle so claims keep the CPU and disk they need
+(bench/README.md, ``history.py``).
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,8 +32,10 @@ from qinglong.shared.errors import ValidationError
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Engine
 
-BATCH_DEFAULT = 500
+BATCH_DEFAULT = 100
 BATCH_MAX = 5_000
+DUTY_DEFAULT = 0.25
+PAUSE_MAX_S = 5.0
 _QUERIES_DIR = str(Path(__file__).parent)
 
 
@@ -72,6 +79,54 @@ def prune_batch(engine: Engine, owner: str, *, limit: int = BATCH_DEFAULT) -> Ba
         run_named(conn, q["prune_batch_plan"])
         row = run_named(conn, q["prune_batch"], {"limit": limit, "owner": owner}).first()
     return None if row is None else Batch(limit, *(int(v) for v in row))
+
+
+def duty_pause_s(batch_s: float, duty: float, *, cap_s: float = PAUSE_MAX_S) -> float:
+    """Seconds to rest after a batch that took ``batch_s`` seconds so batches fill at most
+    ``duty`` (0 < duty <= 1) of the wall time: ``batch_s * (1 - duty) / duty``, at most
+    ``cap_s``. A slow batch (a busy host) earns a longer rest. Raises ValidationError for a
+    duty out of range."""
+    if not 0 < duty <= 1:
+        raise ValidationError("duty", f"{duty} outside (0, 1]")
+    return min(cap_s, max(0.0, batch_s) * (1 - duty) / duty)
+
+
+class PacedPruner:
+    """``prune_batch`` as a periodic tick with a duty cycle (docs/operations.md "History
+    pruning"): after a full batch (more is due at once) ``tick`` rests ``duty_pause_s`` of the
+    batch's own duration before returning, so back-to-back batches keep to ``duty`` of the
+    wall time. ``request_stop()`` ends a rest at once. ``limit`` as ``prune_batch``; ``duty`` in
+    (0, 1] (1: no rest). Raises ValidationError for either out of range."""
+
+    def __init__(self, engine: Engine, owner: str, *, limit: int = BATCH_DEFAULT,
+                 duty: float = DUTY_DEFAULT) -> None:
+        if not 1 <= limit <= BATCH_MAX:
+            raise ValidationError("limit", f"{limit} outside 1..{BATCH_MAX}")
+        duty_pause_s(0.0, duty)  # validates duty
+        self._engine, self._owner, self._limit, self._duty = engine, owner, limit, duty
+        self._stop = threading.Event()
+        self.rested_s = 0.0  # total rest so far (seconds), for benches and status
+
+    def tick(self) -> Batch | None:
+        """One batch, then its rest when it was full; returns the batch (None: another
+        replica holds the job). Database errors pass through, with no rest."""
+        t0 = time.monotonic()
+        batch = prune_batch(self._engine, self._owner, limit=self._limit)
+        if batch is not None and batch.full:
+            pause = duty_pause_s(time.monotonic() - t0, self._duty)
+            self.rested_s += pause
+            self._stop.wait(pause)
+        return batch
+
+    def request_stop(self) -> None:
+        """End the current rest and skip later ones (the replica's stop, before it joins the
+        periodic services)."""
+        self._stop.set()
+
+    def stop(self) -> bool:
+        """As ``request_stop``; True (nothing to join)."""
+        self._stop.set()
+        return True
 
 
 def history_status(conn: Connection) -> dict[str, Any]:

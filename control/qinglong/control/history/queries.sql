@@ -70,7 +70,14 @@ WITH job AS MATERIALIZED (
         OFFSET 0
     ) v
 ), due AS MATERIALIZED (
-    SELECT id, tombstoned FROM judged WHERE due
+    -- lock each due run before its rows go; a run another session holds (a claim, a status
+    -- write, a foreign-key check of a row being added) is skipped, not waited for: the
+    -- cursor moves past it and the next pass judges it again
+    SELECT r.id, j.tombstoned
+    FROM judged j
+    JOIN runs r ON r.id = j.id
+    WHERE j.due
+    FOR UPDATE OF r SKIP LOCKED
 ), due_attempts AS MATERIALIZED (
     SELECT a.id, d.tombstoned FROM due d JOIN attempts a ON a.run_id = d.id
 ), del_occurrences AS (

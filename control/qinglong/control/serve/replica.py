@@ -225,7 +225,7 @@ class ControlReplica:
         from qinglong.control import notify
         from qinglong.control.dispatch.recovery import LeaseRecovery, RecoveryConfig
         from qinglong.control.history.orphans import orphan_margin_s, sweep_orphans
-        from qinglong.control.history.prune import prune_batch
+        from qinglong.control.history.prune import PacedPruner
         from qinglong.control.retention.claims import process_owner
         from qinglong.control.retention.enrollment import enrollment_sweep
         from qinglong.control.retention.objects import make_client
@@ -237,6 +237,7 @@ class ControlReplica:
 
         metrics = self.ctx.metrics
         assert metrics is not None
+        pruner = PacedPruner(self.engine, self.settings.replica_id)
         sweeper = RunAttemptLogRetentionSweeper(
             self.engine, self.s3, process_owner(self.settings.replica_id),
             probe_bucket=self.settings.bucket)
@@ -334,10 +335,10 @@ class ControlReplica:
             PeriodicService("notify", lambda: notify.tick(self.engine, keyring),
                             period_s=1.0,
                             more=lambda n: n >= notify.BATCH),
-            # docs/operations.md "History pruning": one bounded batch, again at once while full
-            PeriodicService("history_prune",
-                            lambda: prune_batch(self.engine, self.settings.replica_id),
-                            period_s=PRUNE_PERIOD_S, more=lambda b: b is not None and b.full),
+            # docs/operations.md "History pruning": one bounded batch, again after a rest of
+            # three times its own duration while full, up to 40 batches an hour
+            PeriodicService("history_prune", pruner.tick, period_s=PRUNE_PERIOD_S,
+                            more=lambda b: b is not None and b.full, burst=40),
             # docs/operations.md "Orphan log objects": the retention sweeper's store (probed)
             PeriodicService("orphan_sweep", lambda: sweep_orphans(
                 self.engine, sweeper.store, self.s3, self.settings.bucket,
@@ -349,7 +350,7 @@ class ControlReplica:
         if sweep_sessions is not None:  # docs/panel.md "Cluster": expired panel sessions
             self.supervisor.services.append(PeriodicService(
                 "panel_session_sweep", sweep_sessions, period_s=PRUNE_PERIOD_S))
-        self._stoppables.append(sweeper)
+        self._stoppables.extend([sweeper, pruner])
         self._sweeper = sweeper
 
     def run(self) -> None:
