@@ -82,17 +82,22 @@ def test_refusals_are_shown_beside_their_fields_and_nothing_is_stored(signed: Si
     assert bad.status_code == 400
     assert 'id="name-error"' in bad.text and 'aria-invalid="true"' in bad.text
     assert "坏/名字" in bad.text  # the input comes back, escaped, for correction
+    # the owner's rules in the viewer's language (zh-CN here), not its English words
+    assert "请用 1-128 个字符" in bad.text and "use 1-128 characters" not in bad.text
     cron = signed.post("/tasks/new", {**FORM, "schedule": "61 * * * *"})
     assert cron.status_code == 400 and 'id="schedule-error"' in cron.text
+    assert "“分”一段无效" in cron.text and "is invalid" not in cron.text
     assert "秘密值" not in cron.text  # a secret is never sent back, even on a refusal
     zone = signed.post("/tasks/new", {**FORM, "timezone": "Mars/Olympus"})
     assert zone.status_code == 400 and 'id="timezone-error"' in zone.text
+    assert "不是 IANA 时区名" in zone.text
     quote = signed.post("/tasks/new", {**FORM, "command": "echo 'open"})
     assert quote.status_code == 400 and "未闭合的引号" in quote.text
     assert signed.ql3.json("local", "task", "list") == []
     signed.post("/tasks/new", FORM)
     twice = signed.post("/tasks/new", FORM)
     assert twice.status_code == 409 and 'role="alert"' in twice.text
+    assert "已有同名任务" in twice.text and "already exists" not in twice.text
     no_csrf = signed.http.post("/tasks/new", data=FORM, headers={"Origin": signed.web.base})
     assert no_csrf.status_code == 403
 
@@ -105,6 +110,7 @@ def test_the_preview_follows_the_schedule_and_zone_as_typed(signed: Signed) -> N
     assert part.text.count(" 09:00:00</time>") == 5 and "America/New_York" in part.text
     bad = signed.http.get("/tasks/preview", params={"schedule": "* * *", "timezone": "UTC"})
     assert "field-error" in bad.text and "<time>" not in bad.text
+    assert "不是有效的 cron 表达式" in bad.text
 
 
 def test_bulk_disable_run_and_delete_with_a_confirmation(signed: Signed) -> None:

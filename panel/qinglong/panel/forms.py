@@ -8,6 +8,7 @@ limits) is the owner's, and its refusal is shown beside the field it names.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -143,12 +144,31 @@ def _lines(text: str, key: str, errors: dict[str, str]) -> dict[str, str]:
     return out
 
 
+#: catalog keys for the owner's refusals by the field they name (the rules of
+#: shared/names.py, shared/cron.py and local/app/task_input.py in the viewer's language);
+#: a field not here keeps the owner's own words
+OWNER_KEYS = {"name": "cform.err.name_rule", "schedule": "cform.err.schedule",
+              "timezone": "cform.err.timezone", "labels": "form.err.labels",
+              "timeout": "form.err.timeout", "max_attempts": "form.err.attempts",
+              "concurrency": "cform.err.literal_error"}
+_SCHEDULE_PART = re.compile(r"(second|minute|hour|day-of-month|month|day-of-week) field\b")
+DUPLICATE_NAME = "a task with that name already exists"
+
+
 def owner_field(message: str) -> tuple[str, str]:
-    """The form field an owner's refusal names (``"field: text"``) and its text; the field
-    is ``""`` when it names none of the form's."""
+    """The form field an owner's refusal names (``"field: text"``) and what to show: a
+    catalog key (``cform.err.*``/``form.err.*``, the template translates it) for the rules
+    of :data:`OWNER_KEYS`, a cron field's own key (``form.err.schedule.minute``) when the
+    schedule names one, ``form.err.duplicate_name`` (no field: the page's banner) for a
+    name taken, else the owner's text. The field is ``""`` when it names none of the
+    form's."""
     head, sep, rest = message.partition(": ")
+    if message.startswith(DUPLICATE_NAME):
+        return "", "form.err.duplicate_name"
     if sep and head in FIELD_OF:
-        return FIELD_OF[head], rest
+        if head == "schedule" and (part := _SCHEDULE_PART.match(rest)):
+            return "schedule", "form.err.schedule." + part.group(1).replace("-", "_")
+        return FIELD_OF[head], OWNER_KEYS.get(head, rest)
     return "", message
 
 
