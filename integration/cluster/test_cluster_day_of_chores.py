@@ -91,7 +91,9 @@ def test_a_qinglong_users_first_hour_through_ql3_cluster(cluster: Cluster) -> No
     berlin = next((line for line in listed.splitlines() if line.startswith("每日 签到-2 ")),
                   listed)
     assert "0 8 * * *  " in jd and "(Asia" not in jd, jd
-    assert "0 9 * * * (Europ" in berlin, berlin
+    assert "0 9 * * * (Euro" in berlin, berlin
+    # the next fire time whole at 80 columns: the schedule and the name give way first
+    assert re.search(r"  \d{4}-\d\d-\d\d \d\d:\d\d:\d\d  ", berlin), berlin
 
     # labels (AND) and a case-insensitive search over names and commands, through the API
     assert _names(cli(cluster, url, admin, "task", "list", "--label", "platform=淘宝").stdout) == [

@@ -162,3 +162,21 @@ def test_occurrences_at_80_columns_keep_the_outcome_and_both_slot_times_whole(
     output.print_occurrences(items)
     assert "2026-12-02 03:58:00 +08:00" in capsys.readouterr().out
 
+
+
+def test_a_protected_column_stays_whole_while_the_others_give_way() -> None:
+    """``fit_table``'s ``protect``: once the flexible columns are at their floor, the next
+    fire time stays whole and a long name or schedule is cut instead (``task list`` at 80
+    columns with a LABELS column and a 120-character name)."""
+    from qinglong.shared.display import fit_table, text_width
+
+    columns = ["name", "schedule", "next (+00:00)", "last run", "command", "labels"]
+    rows = [["长" * 120, "0 8 * * * (Asia/Shanghai)", "2026-12-03 00:00:00", "succeeded 1s",
+             "/bin/echo hi", "日常"]]
+    kept = fit_table(columns, rows, width=80, flexible=("labels", "command"), share=True,
+                     protect=("next (+00:00)", "last run"), wide=False)
+    assert "2026-12-03 00:00:00" in kept[1] and "succeeded 1s" in kept[1], kept
+    assert all(text_width(line) <= 80 for line in kept)
+    cut = fit_table(columns, rows, width=80, flexible=("labels", "command"), share=True,
+                    wide=False)
+    assert "2026-12-03 00:00:00" not in cut[1], cut  # without it the time was cut

@@ -17,12 +17,13 @@ TERMINAL = frozenset({"succeeded", "failed", "cancelled", "timed_out", "lost"})
 
 
 def table(columns: list[str], rows: list[list[str]], *, flexible: tuple[str, ...] = (),
-          indent: str = "", share: bool = False, refs: tuple[str, ...] = ()) -> None:
-    """Print rows as a table that fits the terminal (``display.fit_table``: ``share`` and
-    ``refs`` as there), each line after ``indent``."""
+          indent: str = "", share: bool = False, refs: tuple[str, ...] = (),
+          protect: tuple[str, ...] = ()) -> None:
+    """Print rows as a table that fits the terminal (``display.fit_table``: ``share``,
+    ``refs`` and ``protect`` as there), each line after ``indent``."""
     width = display.terminal_width() - len(indent)
     for line in display.fit_table(columns, rows, flexible=flexible, width=width, share=share,
-                                  refs=refs):
+                                  refs=refs, protect=protect):
         click.echo(indent + line)
 
 
@@ -105,7 +106,9 @@ def print_tasks(tasks: list[dict[str, Any]]) -> None:
         zone, nexts = display.compact_times([x["next_fire_at"] for x in tasks],
                                             keep_date=True)
         columns[2] = f"next ({zone})"
-    table(columns, rows(nexts), flexible=TASK_FLEX[with_labels], share=True)
+    # the next fire time and the last run stay whole while the name or schedule can give way
+    table(columns, rows(nexts), flexible=TASK_FLEX[with_labels], share=True,
+          protect=(columns[2], "last run"))
 
 
 def exit_text(run: dict[str, Any]) -> str:

@@ -279,6 +279,7 @@ def fit_table(
     wide: bool | None = None,
     share: bool = False,
     refs: Sequence[str] = (),
+    protect: Sequence[str] = (),
 ) -> list[str]:
     """Lay out a table as lines no longer than ``width`` (default :func:`terminal_width`).
 
@@ -287,8 +288,10 @@ def fit_table(
     first, in the order given (the first listed gives up its width first), down to 8
     characters (or their header) — with ``share``, together instead: the widest of them
     gives way first (the first listed on a tie), so a short one stays whole and the long
-    ones end up with equal shares of the room the others leave — then the other columns,
-    widest first, down to their header's width, then any column; shortened cells end in
+    ones end up with equal shares of the room the others leave — then the other columns
+    but the ``protect`` ones, widest first, down to their header's width, then any column
+    (``protect``: what must stay whole while anything else can give way, such as a task
+    list's next fire time); shortened cells end in
     ``…``, and those of the ``refs`` columns (run references) keep their ``#N``
     (:func:`shorten_ref`). Nothing is shortened when ``wide`` (default: ``--wide`` was
     given). The last column is not padded.
@@ -315,7 +318,8 @@ def fit_table(
             if cut > 0:
                 widths[i] -= cut
                 excess -= cut
-        rest = [i for i in range(len(columns)) if i not in flex]
+        kept = {columns.index(c) for c in protect if c in columns}
+        rest = [i for i in range(len(columns)) if i not in flex and i not in kept]
         for group in (rest, list(range(len(columns)))):  # then any column, to its header
             while excess > 0:
                 shrinkable = [i for i in group if widths[i] > len(heads[i])]

@@ -16,13 +16,13 @@ TERMINAL = frozenset({"succeeded", "failed", "cancelled", "timed_out", "lost"})
 
 def _table(columns: list[str], rows: list[list[str]], *, flexible: tuple[str, ...] = (),
            notes: list[str] | None = None, indent: str = "", share: bool = False,
-           refs: tuple[str, ...] = ()) -> None:
-    """Print a table that fits the terminal (``display.fit_table``: ``share`` and ``refs``
-    as there), each line after ``indent``; ``notes[i]``, when not empty, follows row i on
-    its own indented line, shortened to the width too."""
+           refs: tuple[str, ...] = (), protect: tuple[str, ...] = ()) -> None:
+    """Print a table that fits the terminal (``display.fit_table``: ``share``, ``refs`` and
+    ``protect`` as there), each line after ``indent``; ``notes[i]``, when not empty,
+    follows row i on its own indented line, shortened to the width too."""
     width = display.terminal_width() - len(indent)
     lines = display.fit_table(columns, rows, flexible=flexible, width=width, share=share,
-                              refs=refs)
+                              refs=refs, protect=protect)
     click.echo(indent + lines[0])
     for index, line in enumerate(lines[1:]):
         click.echo(indent + line)
@@ -125,7 +125,9 @@ def print_tasks(tasks: list[dict[str, Any]]) -> None:
         shown = dict(zip([id(t) for t in timed], texts, strict=True))
         nexts = [shown.get(id(t), n) for t, n in zip(tasks, nexts, strict=True)]
         columns[2] = f"next ({zone})"
-    _table(columns, rows(nexts), flexible=shared_display.TASK_FLEX[with_labels], share=True)
+    # the next fire time and the last run stay whole while the name or schedule can give way
+    _table(columns, rows(nexts), flexible=shared_display.TASK_FLEX[with_labels], share=True,
+           protect=(columns[2], "last run"))
 
 
 def labels_text(task: dict[str, Any]) -> str:
