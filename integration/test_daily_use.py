@@ -105,6 +105,24 @@ def test_bad_labels_and_a_variable_given_twice_are_refused_and_nothing_is_stored
         "no task matches the filters (1 task in all)\n")
 
 
+def test_a_command_quoted_as_one_word_is_refused_by_add_and_edit_unless_no_check(
+    ql3: Ql3,
+) -> None:
+    """``-- 'echo hi there'`` is one word no program is named after: it could only fail at
+    run time (exit 127), so ``task add`` and ``task edit`` refuse it (exit 2, naming the fix)
+    unless ``--no-check``; separate words are fine."""
+    bad = ql3.run("local", "task", "add", "问候", "--schedule", "0 3 * * *", "--",
+                  "echo hi there", check=False)
+    assert bad.returncode == 2 and "is not split" in bad.stderr, bad.stderr
+    assert ql3.json("local", "task", "list") == []
+    ql3.run("local", "task", "add", "问候", "--schedule", "0 3 * * *", "--", "echo", "hi")
+    edit = ql3.run("local", "task", "edit", "问候", "--", "echo <b>hi</b>", check=False)
+    assert edit.returncode == 2 and "run it through sh -c" in edit.stderr, edit.stderr
+    assert _show(ql3, "问候")["argv"] == ["echo", "hi"]
+    ql3.run("local", "task", "edit", "问候", "--no-check", "--", "echo <b>hi</b>")
+    assert _show(ql3, "问候")["argv"] == ["echo <b>hi</b>"]
+
+
 def test_edit_through_serve_reschedules_at_once_and_applies_to_the_next_run_only(
     ql3: Ql3, tmp_path: Path
 ) -> None:

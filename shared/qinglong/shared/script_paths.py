@@ -12,6 +12,7 @@ fail later. Stdlib only.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Sequence
 
 INTERPRETERS = frozenset({
@@ -42,9 +43,12 @@ def check_script(argv: Sequence[str], cwd: str | None) -> str | None:
     up: ``cwd``, or the home directory when None), or None.
 
     Raises:
-        FileNotFoundError: an absolute script path that does not exist (the message names
-            the path; callers offer ``--no-check``).
+        FileNotFoundError: an absolute script path that does not exist, or a command given
+            as one word holding spaces that names no program (``'echo hi'`` quoted whole:
+            it is never split, so it could only fail at run time with 127); the message
+            names it; callers offer ``--no-check``.
     """
+    _check_one_word(argv, cwd)
     path = script_path(argv)
     if path is None:
         return None
@@ -55,3 +59,18 @@ def check_script(argv: Sequence[str], cwd: str | None) -> str | None:
     where = cwd or "the home directory of the user running it"
     return (f"{path} is a relative path: at run time it is looked up in the task's working "
             f"directory ({where}), not here; give an absolute path or --cwd")
+
+
+def _check_one_word(argv: Sequence[str], cwd: str | None) -> None:
+    """Raise FileNotFoundError when ``argv`` is a single word with spaces inside that is no
+    program on PATH and no file (relative to ``cwd``, else the home directory)."""
+    if len(argv) != 1 or not any(c.isspace() for c in argv[0].strip()):
+        return
+    word = argv[0]
+    base = cwd or os.path.expanduser("~")
+    if shutil.which(word) is not None or os.path.exists(os.path.join(base, word)):
+        return
+    shown = word if len(word) <= 40 else word[:39] + "…"
+    raise FileNotFoundError(
+        f"no program is named '{shown}': a command quoted as one word is not split; give "
+        "its words separately (-- echo hi) or run it through sh -c")
