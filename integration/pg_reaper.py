@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from typing import Any
 
 import psycopg
 
 PENDING = 8
+ATTEMPTS = 5  # for a drop that met a concurrent catalog update
 
 
 class Reaper:
@@ -42,14 +44,27 @@ class Reaper:
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
             admin_url, database, roles = item
-            try:
-                conn: psycopg.Connection[Any]
-                with psycopg.connect(admin_url, autocommit=True, connect_timeout=10) as conn:
-                    conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-                    for role in roles:
-                        conn.execute(f'DROP ROLE IF EXISTS "{role}"')
-            except psycopg.Error as exc:
-                self._failures.append(f"{database}: {type(exc).__name__}")
+            for attempt in range(ATTEMPTS):
+                try:
+                    self._drop(admin_url, database, roles)
+                    break
+                except psycopg.errors.InternalError:
+                    # "tuple concurrently updated": a DROP ROLE beside a test's own CREATE or
+                    # GRANT on the catalog rows both touch; the drops are idempotent, retry
+                    time.sleep(0.2 * (attempt + 1))
+                except psycopg.Error as exc:
+                    self._failures.append(f"{database}: {type(exc).__name__}")
+                    break
+            else:
+                self._failures.append(f"{database}: InternalError x{ATTEMPTS}")
+
+    @staticmethod
+    def _drop(admin_url: str, database: str, roles: tuple[str, ...]) -> None:
+        conn: psycopg.Connection[Any]
+        with psycopg.connect(admin_url, autocommit=True, connect_timeout=10) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+            for role in roles:
+                conn.execute(f'DROP ROLE IF EXISTS "{role}"')
 
     def close(self) -> None:
         """Wait until every queued database and role is dropped; AssertionError naming the
