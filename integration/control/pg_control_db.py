@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+import time
 import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,9 +40,18 @@ def drop_database(name: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def drop_role(name: str) -> None:
-    with admin() as conn:
-        conn.execute(f'DROP ROLE IF EXISTS "{name}"')
+def drop_role(name: str, attempts: int = 5) -> None:
+    """``DROP ROLE IF EXISTS``, retried when it meets a concurrent catalog change (another
+    session dropping roles or a database: "tuple concurrently deleted/updated")."""
+    for attempt in range(attempts):
+        try:
+            with admin() as conn:
+                conn.execute(f'DROP ROLE IF EXISTS "{name}"')
+            return
+        except psycopg.errors.InternalError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,12 @@ so a save over someone else's change loses nothing. Stdlib only.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
-import secrets
 import stat
 import threading
 from typing import Any
 
+from qinglong.shared.digest import sha256_hex
 from qinglong.shared.errors import ConflictError, NotFoundError, ValidationError
 
 MAX_SCRIPT_BYTES = 128 * 1024  # JSON-escaped, it still fits the socket's 1 MiB request
@@ -40,7 +39,9 @@ class ScriptChangedError(ConflictError):
 
 def version_of(data: bytes | None) -> str:
     """The version of a file's content: its SHA-256 in hex, ``""`` for no file."""
-    return "" if data is None else hashlib.sha256(data).hexdigest()
+    # shared/digest.py: CPython's own SHA-256, so serve never maps OpenSSL (ADR-0069's
+    # memory gate, integration/test_edge_memory.py)
+    return "" if data is None else sha256_hex(data)
 
 
 def check_path(path: str) -> list[str]:
@@ -205,7 +206,7 @@ class ScriptsFolder:
 
     @staticmethod
     def _replace(dir_fd: int, name: str, data: bytes) -> None:
-        tmp = f".{name[:200]}.{secrets.token_hex(6)}.tmp"
+        tmp = f".{name[:200]}.{os.urandom(6).hex()}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o600, dir_fd=dir_fd)
         try:
