@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,22 +68,33 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     for i in range(3):
         ql3.run("local", "task", "add", f"chore-{i}", "--schedule", f"{i} 3 * * *",
                 "--label", "维护", "--", "true")
+    with signed_in_world(ql3) as world:
+        yield world
+
+
+@contextmanager
+def signed_in_world(ql3: Ql3) -> Iterator[World]:
+    """A real `ql3 local serve` and `ql3 local web` on ``ql3``'s data directory and one
+    chromium signed in through the one-time link (its cookies kept for every page the
+    tests open); all three stopped at the end."""
     serve = ql3.start_serve()
     web = start_web(ql3)
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM)
-        context = browser.new_context(locale="zh-CN")
-        page = context.new_page()
-        page.goto(web.link)
-        assert page.url.rstrip("/") == web.base  # the link signed in and redirected
-        state = context.storage_state()
-        context.close()
-        try:
-            yield World(ql3, web, browser, state)
-        finally:
-            browser.close()
-            web.stop()
-            ql3.stop_serve(serve)
+    try:
+        with sync_api.sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM)
+            try:
+                context = browser.new_context(locale="zh-CN")
+                page = context.new_page()
+                page.goto(web.link)
+                assert page.url.rstrip("/") == web.base  # the link signed in and redirected
+                state = context.storage_state()
+                context.close()
+                yield World(ql3, web, browser, state)
+            finally:
+                browser.close()
+    finally:
+        web.stop()
+        ql3.stop_serve(serve)
 
 
 def _axe_serious(page: Any) -> list[str]:

@@ -10,8 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from panel_harness import start_web
-from test_browser import CHROMIUM, DESKTOP, PHONE, World, _axe_serious, _shot
+from test_browser import DESKTOP, PHONE, World, _axe_serious, _shot, signed_in_world
 
 from harness import Ql3, wait_for
 
@@ -29,21 +28,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     for i in range(3):
         ql3.run("local", "task", "add", f"维护-{i}", "--schedule", f"{i} 3 * * *",
                 "--label", "维护", "--", "true")
-    serve = ql3.start_serve()
-    web = start_web(ql3)
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM)
-        context = browser.new_context(locale="zh-CN")
-        page = context.new_page()
-        page.goto(web.link)
-        state = context.storage_state()
-        context.close()
-        try:
-            yield World(ql3, web, browser, state)
-        finally:
-            browser.close()
-            web.stop()
-            ql3.stop_serve(serve)
+    with signed_in_world(ql3) as world:
+        yield world
 
 
 def test_create_a_chinese_task_in_the_form_run_it_and_read_its_log(world: World) -> None:

@@ -10,8 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from panel_harness import start_web
-from test_browser import CHROMIUM, DESKTOP, PHONE, World, _axe_serious, _shot
+from test_browser import DESKTOP, PHONE, World, _axe_serious, _shot, signed_in_world
 
 from harness import Ql3
 
@@ -26,21 +25,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     data = tmp_path_factory.mktemp("panel-scripts") / "data"
     ql3 = Ql3(data)
     ql3.run("local", "init", "--data-dir", str(data), "--profile", "standalone")
-    serve = ql3.start_serve()
-    web = start_web(ql3)
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM)
-        context = browser.new_context(locale="zh-CN")
-        page = context.new_page()
-        page.goto(web.link)
-        state = context.storage_state()
-        context.close()
-        try:
-            yield World(ql3, web, browser, state)
-        finally:
-            browser.close()
-            web.stop()
-            ql3.stop_serve(serve)
+    with signed_in_world(ql3) as world:
+        yield world
 
 
 def _folder(world: World) -> Path:

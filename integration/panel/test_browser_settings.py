@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from panel_harness import start_web
-from test_browser import CHROMIUM, DESKTOP, PHONE, World, _axe_serious, _shot
+from test_browser import DESKTOP, PHONE, World, _axe_serious, _shot, signed_in_world
 
 from harness import Ql3
 
@@ -31,21 +30,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             f"sh -c 'echo \"$QL3_TASK\" >> {notified}' {SECRET_ARG}")
     ql3.run("local", "settings", "set", "notify_webhook", f"http://127.0.0.1:9/h/{HOOK_KEY}")
     ql3.run("local", "settings", "set", "notify_timeout_s", "2")
-    serve = ql3.start_serve()
-    web = start_web(ql3)
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM)
-        context = browser.new_context(locale="zh-CN")
-        page = context.new_page()
-        page.goto(web.link)
-        state = context.storage_state()
-        context.close()
-        try:
-            yield World(ql3, web, browser, state)
-        finally:
-            browser.close()
-            web.stop()
-            ql3.stop_serve(serve)
+    with signed_in_world(ql3) as world:
+        yield world
 
 
 def test_local_settings_show_the_owner_and_channels_and_the_test_uses_them(
