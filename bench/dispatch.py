@@ -25,6 +25,12 @@ Target (issue 13 item 4): ours >= procrastinate with the same number of worker p
 Printed, never asserted. Usage:
     python bench/dispatch.py [--runs N (200)] [--rounds R (1)] [--threads T (4)]
 
+``--build NAME=PYTHON[+h11]`` (repeatable; also with ``--enqueue`` and ``--latency``): ours
+with another build's interpreter as ``ql3``, builds alternated within each round. Each
+build's batch gets a database migrated by that build's own ``ql3 control migrate`` and
+tokens issued by its own ``ql3 control token create``: builds at different migration
+counts run side by side (a serve refuses, ``migration_pending``, a schema behind its code).
+
 ``--enqueue``: run creation alone. 1 and 3 replicas, no workers: N (default 1,000) "run now"
 requests of one ``allow`` task from T (default 8) clients, each with a fresh
 ``Idempotency-Key``; wall time from the first request to the last answer, per-request
@@ -169,7 +175,7 @@ def main() -> int:
         return enqueue_main(args)
     if args.latency:
         return latency_main(args)
-    builds = dict(build_command(b) for b in args.build) if args.build else {"ours": None}
+    builds = _builds(args, "ours")
     kinds = args.only or [f"{b}_{r}" for b in builds for r in REPLICAS] + [
         "procrastinate", "floor"]
     results: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
@@ -191,13 +197,15 @@ def main() -> int:
                                  workers=WORKERS, concurrency=CONCURRENCY, runs=args.runs,
                                  threads=args.threads, timeout_s=args.timeout,
                                  profile_dir=args.profile, argv=TASKS[args.task],
-                                 tag=build, **({"command": command} if command else {}))
+                                 tag=build, **_command(command))
                     results[kind].append({
                         "rate": r.runs / r.span_s if r.span_s else 0.0, "span_s": r.span_s,
                         "enqueue_s": r.enqueue_s, "problems": list(r.problems),
                         "phase_ms": r.phase_ms, "requests": r.requests,
                         "cpu_ms_per_attempt": {k: round(1000 * v / r.runs, 2)
-                                               for k, v in r.cpu_s.items()}})
+                                               for k, v in r.cpu_s.items()},
+                        "attempts_cpu_ms": round(1000 * r.attempts_cpu_s / r.runs, 2),
+                        "rss_mib": r.rss_mib})
     return report(args, results)
 
 
@@ -206,20 +214,23 @@ def enqueue_main(args: argparse.Namespace) -> int:
     were not exactly 1..N."""
     runs = args.runs if args.runs != 200 else 1000
     threads = args.threads if args.threads != 4 else 8
-    results: dict[str, list[dict[str, Any]]] = {f"enqueue_{r}": [] for r in REPLICAS}
+    builds = _builds(args, "enqueue")
+    results: dict[str, list[dict[str, Any]]] = {f"{b}_{r}": [] for b in builds
+                                                 for r in REPLICAS}
     with tempfile.TemporaryDirectory(prefix="ql3bench-enqueue-") as tmp, \
             moto_server() as moto:
         for rnd in range(args.rounds):
-            for replicas in REPLICAS:
-                r = run_enqueue(Path(tmp) / f"enqueue{replicas}-{rnd}", moto,
-                                replicas=replicas, runs=runs, threads=threads)
-                results[f"enqueue_{replicas}"].append({
+            for kind, rows in results.items():  # alternate: drift hits every build alike
+                build, _, replicas = kind.rpartition("_")
+                r = run_enqueue(Path(tmp) / f"{kind}-{rnd}", moto, replicas=int(replicas),
+                                runs=runs, threads=threads, **_command(builds[build]))
+                rows.append({
                     "wall_s": r.wall_s, "db_span_s": r.db_span_s, "latency_ms": r.latency_ms,
                     "floor_wall_s": r.floor_wall_s, "floor_ms": r.floor_ms,
                     "problems": list(r.problems)})
     print(f"{runs} run-now requests of one task from {threads} clients, {args.rounds} "
           "round(s); medians")
-    print(f"{'replicas':<10}{'wall s':>8}{'runs/s':>9}{'p50 ms':>8}{'p95 ms':>8}"
+    print(f"{'build, replicas':<22}{'wall s':>8}{'runs/s':>9}{'p50 ms':>8}{'p95 ms':>8}"
           f"{'floor s':>9}{'ratio':>7}  numbers 1..N")
     for key, rs in results.items():
         wall = statistics.median(r["wall_s"] for r in rs)
@@ -227,7 +238,8 @@ def enqueue_main(args: argparse.Namespace) -> int:
         p50 = statistics.median(r["latency_ms"]["p50"] for r in rs)
         p95 = statistics.median(r["latency_ms"]["p95"] for r in rs)
         ok = all(not r["problems"] for r in rs)
-        print(f"{key.split('_')[1]:<10}{wall:>8.2f}{runs / wall:>9.0f}{p50:>8.1f}{p95:>8.1f}"
+        label = ", ".join(key.rpartition("_")[::2])
+        print(f"{label:<22}{wall:>8.2f}{runs / wall:>9.0f}{p50:>8.1f}{p95:>8.1f}"
               f"{floor:>9.2f}{wall / floor:>7.2f}  "
               f"{'yes' if ok else 'NO: ' + '; '.join(rs[-1]['problems'])}")
     print("floor: as many GET /v1/tasks/<name> from the same clients; ratio = wall / floor")
@@ -238,29 +250,49 @@ def enqueue_main(args: argparse.Namespace) -> int:
 
 
 def latency_main(args: argparse.Namespace) -> int:
-    """``--latency``: one batch per round; medians of the percentiles over the rounds."""
-    rows: list[dict[str, Any]] = []
+    """``--latency``: one batch per build per round (builds alternated within a round);
+    medians of the percentiles over the rounds, per build."""
+    builds = _builds(args, "latency")
+    results: dict[str, list[dict[str, Any]]] = {b: [] for b in builds}
     with tempfile.TemporaryDirectory(prefix="ql3bench-latency-") as tmp, \
             moto_server() as moto:
         for rnd in range(args.rounds):
-            r = run_latency(Path(tmp) / f"latency-{rnd}", moto, replicas=2, workers=WORKERS,
-                            concurrency=CONCURRENCY, runs=args.runs, spacing_s=args.spacing,
-                            timeout_s=args.timeout)
-            rows.append({"started_ms": r.started_ms, "claimed_ms": r.claimed_ms,
-                         "problems": list(r.problems)})
-    def med(key: str, q: str) -> float:
-        return float(statistics.median(r[key][q] for r in rows))
+            for build, rows in results.items():
+                r = run_latency(Path(tmp) / f"{build}-{rnd}", moto, replicas=2,
+                                workers=WORKERS, concurrency=CONCURRENCY, runs=args.runs,
+                                spacing_s=args.spacing, timeout_s=args.timeout,
+                                **_command(builds[build]))
+                rows.append({"started_ms": r.started_ms, "claimed_ms": r.claimed_ms,
+                             "problems": list(r.problems)})
     print(f"{args.runs} run-now requests {args.spacing:.2f} s apart over 2 replicas, "
           f"{WORKERS} idle workers x {CONCURRENCY}, {args.rounds} round(s); medians")
-    for key, label in (("claimed_ms", "made -> claimed"), ("started_ms", "made -> started")):
-        print(f"{label:<18} p50 {med(key, 'p50'):7.1f} ms  p95 {med(key, 'p95'):7.1f} ms  "
-              f"max {med(key, 'max'):7.1f} ms")
-    ok = all(not r["problems"] for r in rows)
-    print(f"exactly once: {'yes' if ok else 'NO: ' + '; '.join(rows[-1]['problems'])}")
+    for build, rows in results.items():
+        def med(key: str, q: str, rows: list[dict[str, Any]] = rows) -> float:
+            return float(statistics.median(r[key][q] for r in rows))
+        for key, label in (("claimed_ms", "made -> claimed"),
+                           ("started_ms", "made -> started")):
+            print(f"{build + ':':<12}{label:<18} p50 {med(key, 'p50'):7.1f} ms  "
+                  f"p95 {med(key, 'p95'):7.1f} ms  max {med(key, 'max'):7.1f} ms")
+        ok = all(not r["problems"] for r in rows)
+        print(f"{build + ':':<12}exactly once: "
+              f"{'yes' if ok else 'NO: ' + '; '.join(rows[-1]['problems'])}")
     print("target: made -> started p50 <= 100 ms, p95 <= 250 ms (printed, not asserted)")
     print(json.dumps({"runs": args.runs, "spacing_s": args.spacing, "rounds": args.rounds,
-                      "results": rows}, sort_keys=True))
-    return 0 if ok else 1
+                      "results": results if len(results) > 1 else results["latency"]},
+                     sort_keys=True))
+    return 0 if all(not r["problems"] for rs in results.values() for r in rs) else 1
+
+
+def _builds(args: argparse.Namespace, default: str) -> dict[str, list[str] | None]:
+    """The ``--build`` commands by name; without ``--build``, ``default`` = this checkout."""
+    if not args.build:
+        return {default: None}
+    return dict(build_command(b) for b in args.build)
+
+
+def _command(command: list[str] | None) -> dict[str, Any]:
+    """``command=`` for the dispatch_ours runners, nothing for this checkout's ``ql3``."""
+    return {"command": command} if command else {}
 
 
 def report(args: argparse.Namespace, results: dict[str, list[dict[str, Any]]]) -> int:
@@ -299,6 +331,13 @@ def report(args: argparse.Namespace, results: dict[str, list[dict[str, Any]]]) -
               ", ".join(f"{k} {v:.1f}" for k, v in cpu.items()) +
               ("; median ms per attempt " + ", ".join(f"{k} {v:.0f}" for k, v in phases.items())
                if phases else ""))
+        if "attempts_cpu_ms" in results[kind][-1]:
+            print(f"    of the workers' CPU per attempt, their children's (group wrapper and "
+                  f"task): {results[kind][-1]['attempts_cpu_ms']:.1f} ms")
+        rss = results[kind][-1].get("rss_mib", {})
+        if rss:
+            print("    RSS MiB at the batch's end: " +
+                  ", ".join(f"{name} {mib:.1f}" for name, mib in rss.items()))
         for route, st in results[kind][-1].get("requests", {}).items():
             print(f"    {route:<34} {st['count']:>6.0f} requests, mean {st['mean_ms']:.1f} ms")
     print("target: ours >= procrastinate with the same worker processes (printed, not "

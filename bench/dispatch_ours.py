@@ -12,6 +12,7 @@ complete (control HEADs the object). Control uses its default lease and heartbea
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -22,7 +23,7 @@ import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ for _dir in (ROOT / "integration", ROOT / "integration" / "cluster", ROOT / "int
 from cluster_kit import QL3, Cluster, ClusterDb, Proc, wait_for  # noqa: E402
 from s3_services import CREDS, new_bucket  # noqa: E402
 
-from proc_stats import TICK_S  # noqa: E402
+from proc_stats import TICK_S, rss_kib  # noqa: E402
 
 TASK = "bench-true"
 TERMINAL = ("succeeded", "failed", "cancelled", "timed_out", "lost")
@@ -55,6 +56,12 @@ class OursResult:
     phase_ms: dict[str, float]
     requests: dict[str, dict[str, float]]
     problems: tuple[str, ...]
+    attempts_cpu_s: float = 0.0
+    """Of ``cpu_s["workers"]``: the CPU of the workers' reaped children (the group wrapper
+    and the task of each attempt), seconds over the batch."""
+    rss_mib: dict[str, float] = field(default_factory=dict)
+    """Resident set size (VmRSS) of each replica and worker process at the batch's end, MiB,
+    by name (``c0``, ``w0``, ...): the worker's own process, not its attempts'."""
 
 
 def cpu_with_children_s(pid: int) -> float:
@@ -65,6 +72,17 @@ def cpu_with_children_s(pid: int) -> float:
     except OSError:
         return 0.0
     return sum(int(f) for f in fields[11:15]) / TICK_S
+
+
+def children_cpu_s(pid: int) -> float:
+    """cutime + cstime of ``pid`` in seconds: its reaped children's CPU (a worker's: the
+    group wrappers and the tasks they ran); 0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return sum(int(f) for f in fields[13:15]) / TICK_S
 
 
 def backend_cpu_s(cluster: Cluster) -> float:
@@ -129,6 +147,32 @@ def sampled(procs: list[Proc], profile_dir: Path | None, tag: str) -> Iterator[N
             spy.wait(30)
 
 
+def _cluster(tmp: Path, moto: str, command: Sequence[str]) -> Cluster:
+    """A fresh cluster (database, versioned bucket) for one batch of the build that runs as
+    ``command``: its database migrated by that build's own ``ql3 control migrate``, so a
+    build at another migration count gets a schema its ``control serve`` accepts."""
+    from qinglong.control.retention.objects import make_client
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    db = ClusterDb.create(command=command)
+    return Cluster(tmp, db, moto,
+                   new_bucket(make_client(moto, timeout_s=5, **CREDS), versioned=True))
+
+
+def _token(cluster: Cluster, command: Sequence[str], scope: str,
+           pool: str | None = None) -> str:
+    """A token of ``scope`` issued by the build that runs as ``command`` (this checkout's in
+    process, another build's ``ql3 control token create`` as a subprocess: its own code on
+    its own schema)."""
+    if tuple(command) == (QL3,):
+        return cluster.token(scope, pool=pool)
+    args = ["control", "token", "create", "--database-url", cluster.db.owner_url,
+            "--name", f"{scope}-{os.urandom(3).hex()}", "--scope", scope, "--json",
+            *(["--pool", pool] if pool is not None else [])]
+    token: str = json.loads(cluster.ql3(*args, command=command).stdout)["token"]
+    return token
+
+
 _HIST = re.compile(r'^ql3_http_request_duration_seconds_(count|sum)\{(.*)\} (\S+)$')
 
 
@@ -163,20 +207,16 @@ def run_ours(tmp: Path, moto: str, *, replicas: int, workers: int, concurrency: 
     dropped. Raises AssertionError when a process does not start or the batch does not end
     within ``timeout_s``. ``profile_dir``: sample every replica and worker (``sampled``).
     ``argv``: the task's command; ``command``: what runs as ``ql3`` (another build's)."""
-    from qinglong.control.retention.objects import make_client
-
-    tmp.mkdir(parents=True, exist_ok=True)
-    db = ClusterDb.create()
-    cluster = Cluster(tmp, db, moto,
-                      new_bucket(make_client(moto, timeout_s=5, **CREDS), versioned=True))
+    cluster = _cluster(tmp, moto, command)
+    db = cluster.db
     try:
         controls = [cluster.start_control(f"c{i}", lease_ms=30_000, heartbeat_ms=10_000,
                                           wait=False, command=command) for i in range(replicas)]
         for control in controls:
             cluster.wait_ready(control)
         urls = [c.url or "" for c in controls]
-        operator, admin = cluster.token("operator"), cluster.token("admin")
-        token = cluster.token("worker", pool="bench")
+        operator, admin = _token(cluster, command, "operator"), _token(cluster, command, "admin")
+        token = _token(cluster, command, "worker", pool="bench")
         procs = [cluster.start_worker(f"w{i}", token,
                                       ",".join(urls[i % replicas:] + urls[:i % replicas]),
                                       concurrency=concurrency, command=command)
@@ -191,14 +231,18 @@ def run_ours(tmp: Path, moto: str, *, replicas: int, workers: int, concurrency: 
         assert registered, [p.log()[-2000:] for p in procs]
         with sampled(controls + procs, profile_dir, f"{tag}{replicas}"):
             before = _snapshot(cluster, controls, procs)
+            kids0 = sum(children_cpu_s(p.popen.pid) for p in procs)
             _enqueue(cluster, urls, operator, runs, threads)
             done = _wait_terminal(cluster, runs, timeout_s)
             after = _snapshot(cluster, controls, procs)
+            kids = sum(children_cpu_s(p.popen.pid) for p in procs) - kids0
+        rss = {p.name: round(rss_kib(p.popen.pid) / 1024, 1) for p in controls + procs}
         requests = request_stats(urls)
         assert done, f"the batch did not end within {timeout_s} s"
         for proc in procs:
             proc.terminate()
-        return _verify(cluster, runs, {k: after[k] - before[k] for k in after}, requests)
+        return replace(_verify(cluster, runs, {k: after[k] - before[k] for k in after},
+                               requests), rss_mib=rss, attempts_cpu_s=kids)
     finally:
         cluster.close()
         db.drop()
@@ -235,7 +279,8 @@ def _verify(cluster: Cluster, runs: int, cpu: dict[str, float],
             requests: dict[str, dict[str, float]]) -> OursResult:
     """Every run ``succeeded`` after exactly one attempt; every attempt ``succeeded`` with
     exactly one ``attempt_running`` (started) and one ``attempt_completed`` event, its run
-    exactly one ``run_finished``; one log artifact per attempt."""
+    exactly one ``run_finished``; one log artifact per attempt, or none when it completed
+    without output (``no_output``: ``true`` from a worker and replica of wire 2)."""
     problems: list[str] = []
     with cluster.db.connect() as conn:
         status = dict(conn.execute(
@@ -255,7 +300,9 @@ def _verify(cluster: Cluster, runs: int, cpu: dict[str, float],
             "       count(*) FILTER (WHERE e.started <> 1 OR e.completed <> 1"
             "                          OR e.finished <> 1),"
             "       count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM"
-            "                        run_attempt_log_artifacts l WHERE l.attempt_id = a.id))"
+            "                        run_attempt_log_artifacts l WHERE l.attempt_id = a.id)"
+            "                        AND NOT coalesce((a.completion ->> 'no_output')::boolean,"
+            "                                         false))"
             " FROM attempts a CROSS JOIN LATERAL (SELECT"
             "   count(*) FILTER (WHERE kind = 'attempt_running') AS started,"
             "   count(*) FILTER (WHERE kind = 'attempt_completed') AS completed,"
@@ -329,26 +376,23 @@ def _burst(clients: list[Any], threads: int, runs: int, send: Any) -> tuple[floa
 
 
 def run_enqueue(tmp: Path, moto: str, *, replicas: int, runs: int, threads: int,
-                keyed: bool = True) -> EnqueueResult:
+                keyed: bool = True, command: Sequence[str] = (QL3,)) -> EnqueueResult:
     """``runs`` "run now" requests of one ``allow`` task from ``threads`` clients (client j
     through replica j mod ``replicas``), no workers, on a fresh cluster; each request with
     a fresh ``Idempotency-Key`` when ``keyed`` (as ``ql3 cluster run`` sends; a control
-    without the header support ignores it). The floor first: as many task reads."""
+    without the header support ignores it). The floor first: as many task reads.
+    ``command``: what runs as ``ql3`` (another build's)."""
     import uuid
 
-    from qinglong.control.retention.objects import make_client
-
-    tmp.mkdir(parents=True, exist_ok=True)
-    db = ClusterDb.create()
-    cluster = Cluster(tmp, db, moto,
-                      new_bucket(make_client(moto, timeout_s=5, **CREDS), versioned=True))
+    cluster = _cluster(tmp, moto, command)
+    db = cluster.db
     try:
         controls = [cluster.start_control(f"c{i}", lease_ms=30_000, heartbeat_ms=10_000,
-                                          wait=False) for i in range(replicas)]
+                                          wait=False, command=command) for i in range(replicas)]
         for control in controls:
             cluster.wait_ready(control)
         urls = [c.url or "" for c in controls]
-        operator, admin = cluster.token("operator"), cluster.token("admin")
+        operator, admin = _token(cluster, command, "operator"), _token(cluster, command, "admin")
         with cluster.api(urls[0], admin) as api:
             r = api.post("/v1/tasks", json={"name": TASK, "argv": ["true"],
                                             "concurrency_policy": "allow"})
@@ -401,28 +445,27 @@ class LatencyResult:
 
 
 def run_latency(tmp: Path, moto: str, *, replicas: int, workers: int, concurrency: int,
-                runs: int, spacing_s: float, timeout_s: float) -> LatencyResult:
+                runs: int, spacing_s: float, timeout_s: float,
+                command: Sequence[str] = (QL3,)) -> LatencyResult:
     """``runs`` "run now" requests of one ``allow`` task, one every ``spacing_s`` seconds,
     alternating over ``replicas`` replicas, with ``workers`` idle workers (worker i first
     tries replica i mod ``replicas``, so a run is often made on a replica other than the
-    one a worker waits on). Everything is stopped and the database dropped."""
-    from qinglong.control.retention.objects import make_client
-
-    tmp.mkdir(parents=True, exist_ok=True)
-    db = ClusterDb.create()
-    cluster = Cluster(tmp, db, moto,
-                      new_bucket(make_client(moto, timeout_s=5, **CREDS), versioned=True))
+    one a worker waits on). Everything is stopped and the database dropped. ``command``:
+    what runs as ``ql3`` (another build's)."""
+    cluster = _cluster(tmp, moto, command)
+    db = cluster.db
     try:
         controls = [cluster.start_control(f"c{i}", lease_ms=30_000, heartbeat_ms=10_000,
-                                          wait=False) for i in range(replicas)]
+                                          wait=False, command=command) for i in range(replicas)]
         for control in controls:
             cluster.wait_ready(control)
         urls = [c.url or "" for c in controls]
-        operator, admin = cluster.token("operator"), cluster.token("admin")
-        token = cluster.token("worker", pool="bench")
+        operator, admin = _token(cluster, command, "operator"), _token(cluster, command, "admin")
+        token = _token(cluster, command, "worker", pool="bench")
         procs = [cluster.start_worker(f"w{i}", token,
                                       ",".join(urls[i % replicas:] + urls[:i % replicas]),
-                                      concurrency=concurrency) for i in range(workers)]
+                                      concurrency=concurrency, command=command)
+                 for i in range(workers)]
         with cluster.api(urls[0], admin) as api:
             r = api.post("/v1/tasks", json={"name": TASK, "argv": ["true"],
                                             "concurrency_policy": "allow"})

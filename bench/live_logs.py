@@ -22,8 +22,12 @@ flood:    A attempts (default 20) each offered 1 MB/s for S seconds (default 10)
           table's size and dead tuples, and chunk rows left after every attempt completed
           with a verified log (goal 0).
 
+``--before-live-log FILE [--rounds N]``: only the real worker's ticker, alternating a
+worker whose ``qinglong.worker.live_log`` is FILE's code with this build's; write → read
+and the attempt's log-chunk requests (the replicas' ``/metrics``) of each.
+
 Usage: .venv/bin/python bench/live_logs.py [--lines N (100)] [--attempts A (20; 0: no flood)]
-                                           [--seconds S (10)]
+                                           [--seconds S (10)] [--before-live-log FILE]
 """
 
 from __future__ import annotations
@@ -40,7 +44,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-for _dir in (ROOT / "integration", ROOT / "integration" / "cluster", ROOT / "integration" / "s3"):
+for _dir in (ROOT / "bench", ROOT / "integration", ROOT / "integration" / "cluster",
+             ROOT / "integration" / "s3"):
     if str(_dir) not in sys.path:
         sys.path.insert(0, str(_dir))
 
@@ -131,14 +136,26 @@ def _real_follower(url: str, token: str, attempt: str, seen: dict[int, float],
                 return
 
 
+def _chunk_posts(urls: list[str]) -> float:
+    """``POST /v1/worker/log-chunk`` requests the replicas have answered so far."""
+    from dispatch_ours import request_stats
+
+    return sum(st["count"] for key, st in request_stats(urls).items()
+               if key.startswith("POST /v1/worker/log-chunk"))
+
+
 def real_latency(cluster: Cluster, urls: list[str], admin: str, viewer: str,
-                 worker_token: str, lines: int, followers: int) -> dict[str, float]:
+                 worker_token: str, lines: int, followers: int, tag: str = "",
+                 command: list[str] | None = None) -> dict[str, float]:
     """The real ``ql3 worker run``: a task printing ``line N <wall clock>`` every 100 ms,
     followed by ``followers`` SSE clients over both replicas; p50/p95 write → read in ms
-    (the worker's flush, at most ``flush_ms`` = 1 s, included: it is the baseline)."""
-    worker = cluster.start_worker(f"real{followers}", worker_token, urls[0], concurrency=1,
-                                  labels="zone=a")
-    name = f"real-{followers}"
+    (the worker's flush included), and the log-chunk requests of its attempt. ``command``:
+    what runs as ``ql3`` for the worker (another build's sender, ``tag`` naming it)."""
+    posts = _chunk_posts(urls)
+    worker = cluster.start_worker(f"real{followers}{tag}", worker_token, urls[0],
+                                  concurrency=1, labels="zone=a",
+                                  **({"command": command} if command else {}))
+    name = f"real-{followers}{tag}"
     with cluster.api(urls[0], admin) as api:
         r = api.post("/v1/tasks", json={
             "name": name, "labels": {"zone": "a"}, "max_attempts": 1, "shell": (
@@ -168,7 +185,7 @@ def real_latency(cluster: Cluster, urls: list[str], admin: str, viewer: str,
     delays = [d for s in seen for n, d in s.items() if n >= 10]  # past the followers' start
     missing = sum(1 for s in seen for n in range(lines) if n not in s)
     return {"followers": followers, "p50_ms": _pct(delays, 0.5), "p95_ms": _pct(delays, 0.95),
-            "missing": missing}
+            "missing": missing, "chunk_posts": _chunk_posts(urls) - posts}
 
 
 def flood(cluster: Cluster, urls: list[str], admin: str, worker_token: str, attempts: int,
@@ -234,11 +251,35 @@ def flood(cluster: Cluster, urls: list[str], admin: str, worker_token: str, atte
             "table_mb": size / 1e6, "dead_tuples": dead, "rows_left": left}
 
 
+def before_after(cluster: Cluster, urls: list[str], admin: str, viewer: str,
+                 worker_token: str, args: argparse.Namespace) -> None:
+    """``--before-live-log``: the real worker's ticker with 1 follower, alternating the
+    sender of ``args.before_live_log`` (before) with this build's (after)."""
+    boot = ("import sys; sys.argv[0] = 'ql3'; import qinglong.worker.live_log as m; "
+            f"f = {str(args.before_live_log)!r}; "
+            "exec(compile(open(f).read(), f, 'exec'), m.__dict__); "
+            "from qinglong.local.app.cli import entry; entry()")
+    out: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
+    for i in range(args.rounds):
+        for build, command in (("before", [sys.executable, "-c", boot]), ("after", None)):
+            r = real_latency(cluster, urls, admin, viewer, worker_token, args.lines, 1,
+                             tag=f"-{build}{i}", command=command)
+            out[build].append(r)
+            print(f"{build}, round {i}: p50 {r['p50_ms']:.0f} ms, p95 {r['p95_ms']:.0f} ms, "
+                  f"missing {r['missing']}, log-chunk requests {r['chunk_posts']:.0f} for "
+                  f"{args.lines} lines")
+    print(json.dumps(out))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--lines", type=int, default=100)
     parser.add_argument("--attempts", type=int, default=20)
     parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--before-live-log", type=Path, default=None, metavar="FILE",
+                        help="only the real worker's figures, alternating this build's "
+                             "sender with FILE (another build's worker/live_log.py)")
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     from qinglong.control.retention.objects import make_client
 
@@ -253,6 +294,9 @@ def main() -> None:
                         for i in (1, 2)]
             urls = [str(c.url) for c in controls]
             results: dict[str, Any] = {}
+            if args.before_live_log:
+                before_after(cluster, urls, admin, viewer, worker_token, args)
+                return
             for n in (1, 20):
                 r = latency(cluster, urls, admin, viewer, worker_token, args.lines, n)
                 results[f"latency_{n}"] = r

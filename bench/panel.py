@@ -26,6 +26,10 @@ printed, never asserted. Usage (run it nice'd on a shared host):
                                                [--lines N] [--burst N] [--profile FILE]
                                                [--only pages|log|burst] [--local]
 
+``--before-live-log FILE [--rounds N]``: a second worker whose ``qinglong.worker.live_log``
+is FILE's code (another build's sender), and a busy and a sparse ticker alternated on both
+workers (write → DOM, write → API read, log-chunk requests per attempt).
+
 ``--local``: the same page figures for ``ql3 local web`` over a seeded data directory,
 beside the owner's socket ops (``bench/panel_local.py``).
 
@@ -226,11 +230,21 @@ def _run_page(browser: Any, state: Any, url: str) -> Any:
     return page
 
 
+def _chunk_posts(base: str) -> float:
+    """``POST /v1/worker/log-chunk`` requests the replica has answered so far."""
+    from dispatch_ours import request_stats
+
+    return sum(st["count"] for key, st in request_stats([base]).items()
+               if key.startswith("POST /v1/worker/log-chunk"))
+
+
 def live_log(base: str, api: httpx.Client, viewer: str, browser: Any, state: Any,
-             lines: int) -> dict[str, Any]:
-    """Write → DOM and write → API read of a task printing a line every 100 ms (lines 0-9,
-    written before both readers are surely connected, left out)."""
-    run_id = api.post("/v1/tasks/bench-ticker/run").json()["id"]
+             lines: int, task: str = "bench-ticker", skip: int = 10) -> dict[str, Any]:
+    """Write → DOM and write → API read of ``task`` printing ``lines`` lines (the first
+    ``skip``, written before both readers are surely connected, left out), and the
+    log-chunk requests its attempt made."""
+    posts = _chunk_posts(base)
+    run_id = api.post(f"/v1/tasks/{task}/run").json()["id"]
     page = _run_page(browser, state, f"{base}/ui/runs/{run_id}")
     seen: dict[int, float] = {}
     follower = threading.Thread(target=_api_follower, daemon=True,
@@ -241,10 +255,31 @@ def live_log(base: str, api: httpx.Client, viewer: str, browser: Any, state: Any
     dom = {int(k): v * 1000 for k, v in page.evaluate("window.__lines").items()}
     long = page.evaluate("window.__longtasks")
     page.context.close()
-    keep = range(10, lines)
+    keep = range(skip, lines)
     return {"dom": [dom[n] for n in keep if n in dom], "api": [seen[n] for n in keep if n in seen],
             "longtasks": long, "dom_missing": sum(1 for n in keep if n not in dom),
-            "api_missing": sum(1 for n in keep if n not in seen)}
+            "api_missing": sum(1 for n in keep if n not in seen),
+            "chunk_posts": _chunk_posts(base) - posts}
+
+
+def before_after(base: str, api: httpx.Client, viewer: str, browser: Any, state: Any,
+                 lines: int, rounds: int) -> dict[str, Any]:
+    """``--before-live-log``: the ticker (a line every 100 ms) and the sparse ticker (a line
+    every 1.5 s) on the worker of this build (zone a) and on the one running the other
+    sender (zone b), alternated ``rounds`` times; write → DOM, write → API read and
+    log-chunk requests per attempt of each."""
+    out: dict[str, Any] = {}
+    for _round in range(rounds):
+        for build, zone in (("before", "b"), ("after", "a")):
+            for kind, n, skip in (("busy", lines, 10), ("sparse", 12, 2)):
+                r = live_log(base, api, viewer, browser, state, n,
+                             f"bench-{kind}-{zone}", skip)
+                slot = out.setdefault(f"{kind}_{build}", {"dom": [], "api": [],
+                                                          "chunk_posts": []})
+                slot["dom"] += r["dom"]
+                slot["api"] += r["api"]
+                slot["chunk_posts"].append(r["chunk_posts"])
+    return out
 
 
 def burst(base: str, api: httpx.Client, browser: Any, state: Any) -> dict[str, Any]:
@@ -373,8 +408,16 @@ def main() -> int:
     parser.add_argument("--burst", type=int, default=40_000, help="lines of the burst")
     parser.add_argument("--local", action="store_true",
                         help="the local profile's panel instead (pages only)")
+    parser.add_argument("--before-bin", default=None, metavar="QL3",
+                        help="--local: also time another build's ql3 (say main's "
+                             ".venv/bin/ql3), alternated request by request")
     parser.add_argument("--only", choices=("pages", "log", "burst"), action="append",
                         help="measure only these parts (default: all)")
+    parser.add_argument("--before-live-log", type=Path, default=None, metavar="FILE",
+                        help="also run a worker whose live-log sender is FILE (another "
+                             "build's worker/live_log.py) and compare the log figures")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="before/after rounds with --before-live-log")
     parser.add_argument("--profile", type=Path, default=None, metavar="FILE",
                         help="py-spy flame graph (SVG) of the replica during the pages")
     args = parser.parse_args()
@@ -403,7 +446,27 @@ def main() -> int:
             cluster.start_worker("w1", cluster.token("worker", pool="default",
                                                      labels="zone=a"),
                                  base, concurrency=2, labels="zone=a")
+            if args.before_live_log:
+                boot = ("import sys; sys.argv[0] = 'ql3'; "
+                        "import qinglong.worker.live_log as m; "
+                        f"f = {str(args.before_live_log)!r}; "
+                        "exec(compile(open(f).read(), f, 'exec'), m.__dict__); "
+                        "from qinglong.local.app.cli import entry; entry()")
+                cluster.start_worker("w0", cluster.token("worker", pool="before",
+                                                         labels="zone=b"),
+                                     base, concurrency=2, labels="zone=b",
+                                     command=[sys.executable, "-c", boot])
             api = cluster.api(base, admin)
+            tickers = {f"bench-{kind}-{zone}": (zone, shell) for zone in "ab" for kind, shell in (
+                ("busy", f"n=0; while [ $n -lt {args.lines} ]; do echo \"line $n "
+                         "$(date +%s.%N)\"; n=$((n+1)); sleep 0.1; done"),
+                ("sparse", "n=0; while [ $n -lt 12 ]; do echo \"line $n $(date +%s.%N)\"; "
+                           "n=$((n+1)); sleep 1.5; done"))}
+            for name, (zone, shell) in tickers.items() if args.before_live_log else ():
+                answer = api.post("/v1/tasks", json={"name": name, "shell": shell,
+                                                     "labels": {"zone": zone},
+                                                     "max_attempts": 1})
+                assert answer.status_code == 201, answer.text
             for name, shell in (
                     ("bench-ticker", f"n=0; while [ $n -lt {args.lines} ]; do echo \"line $n "
                                      "$(date +%s.%N)\"; n=$((n+1)); sleep 0.1; done"),
@@ -436,6 +499,9 @@ def main() -> int:
                                           "url": base} for c in panel.cookies.jar])
                     state = context.storage_state()
                     context.close()
+                    if args.before_live_log:
+                        result["before_after"] = before_after(base, api, viewer, browser,
+                                                              state, args.lines, args.rounds)
                     if parts & {"log", "burst"}:  # the ticker page is the burst's baseline
                         result["live_log"] = live_log(base, api, viewer, browser, state,
                                                       args.lines)
@@ -462,7 +528,8 @@ def local_main(args: argparse.Namespace) -> int:
 
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="ql3bench-panel-local-") as tmp:
-        result = run_local(Path(tmp), args.tasks, args.runs, args.repeats, _timed)
+        result = run_local(Path(tmp), args.tasks, args.runs, args.repeats, _timed,
+                           args.before_bin)
     print(f"local: {args.tasks} tasks, {args.runs} runs (seeded in {result['seed_s']} s); "
           f"load average at start {load:.1f}")
     _report_pages(args, result["pages"], ("ql3 local web", "socket op (baseline)"))
@@ -520,6 +587,11 @@ def report(args: argparse.Namespace, result: dict[str, Any]) -> int:
         _report_pages(args, result["pages"])
     if "live_log" in result:
         _report_log(args, result["live_log"])
+    for key, fig in sorted(result.get("before_after", {}).items()):
+        posts = fig["chunk_posts"]
+        print(_line(f"{key}: DOM", fig["dom"]) + f"; log-chunk requests per attempt "
+              f"{statistics.mean(posts):.1f} ({posts})")
+        print(_line(f"{key}: API follower", fig["api"]))
     if "burst" in result:
         _report_burst(args, result["burst"], result["live_log"], result["replay"])
     print(json.dumps({k: v for k, v in result.items() if k != "pages"} | {

@@ -20,6 +20,7 @@ sys.path.insert(0, str(ROOT / "integration" / "panel"))
 
 from panel_harness import start_web  # noqa: E402
 
+from harness import QL3 as _OWN  # noqa: E402
 from harness import Ql3  # noqa: E402
 
 
@@ -58,11 +59,15 @@ def seed(db_path: Path, tasks: int, runs: int) -> None:
     db.close()
 
 
-def run(tmp: Path, tasks: int, runs: int, repeats: int,
-        timed: Callable[..., float]) -> dict[str, Any]:
-    """The local figures, as ``bench/panel.py``'s ``pages`` answers them."""
-    from qinglong.local.app.client import SocketBackend
+def _world(tmp: Path, tasks: int, runs: int, binary: str | None) -> tuple[Any, ...]:
+    """A seeded data directory with `ql3 local serve` and `ql3 local web` of ``binary``
+    (None: this venv's `ql3`): ``(ql3, serve, web, seconds to seed)``."""
+    import panel_harness
 
+    import harness
+
+    if binary is not None:
+        harness.QL3 = panel_harness.QL3 = binary  # read when each process is started
     data = tmp / "data"
     ql3 = Ql3(data)
     ql3.run("local", "init", "--data-dir", str(data), "--profile", "standalone")
@@ -71,36 +76,58 @@ def run(tmp: Path, tasks: int, runs: int, repeats: int,
     seeded = time.monotonic() - t0
     serve = ql3.start_serve()
     web = start_web(ql3)
+    harness.QL3 = panel_harness.QL3 = _OWN
+    return ql3, serve, web, seeded
+
+
+def run(tmp: Path, tasks: int, runs: int, repeats: int, timed: Callable[..., float],
+        before_bin: str | None = None) -> dict[str, Any]:
+    """The local figures, as ``bench/panel.py``'s ``pages`` answers them. ``before_bin``:
+    another build's `ql3` (say main's), seeded alike in its own data directory and timed
+    request by request alternated with this one; its cases are named ``… [before]``."""
+    from qinglong.local.app.client import SocketBackend
+
+    worlds = [("", _world(tmp / "after", tasks, runs, None))]
+    if before_bin:
+        worlds.append((" [before]", _world(tmp / "before", tasks, runs, before_bin)))
+    run_ids = [_id(2, n) for n in range(7, runs, max(1, runs // 97))]
+    clients: list[httpx.Client] = []
     try:
-        sock = SocketBackend(str(data / "ql3.sock"))
+        cases: dict[str, tuple[Callable[[int], float], Callable[[int], float]]] = {}
+        for tag, (ql3, _serve, web, _seeded) in worlds:
+            sock = SocketBackend(str(ql3.data_dir / "ql3.sock"))
 
-        def op(name: str, **kwargs: Any) -> float:
-            start = time.perf_counter()
-            sock.call(name, **kwargs)
-            return (time.perf_counter() - start) * 1000
+            def op(name: str, sock: Any = sock, **kwargs: Any) -> float:
+                start = time.perf_counter()
+                sock.call(name, **kwargs)
+                return (time.perf_counter() - start) * 1000
 
-        run_ids = [_id(2, n) for n in range(7, runs, max(1, runs // 97))]
-        with httpx.Client(base_url=web.base, timeout=60) as http:
+            http = httpx.Client(base_url=web.base, timeout=60)
+            clients.append(http)
             http.get(web.link)
-            cases: dict[str, tuple[Callable[[int], float], Callable[[int], float]]] = {
-                "tasks, first page": (
-                    lambda i: timed(http, "/", expect="京东签到-00001"),
-                    lambda i: op("task_page", offset=0, limit=50, query="")),
-                "tasks, search": (
-                    lambda i: timed(http, "/", {"q": "淘宝"}, expect="京东签到-00100"),
-                    lambda i: op("task_page", offset=0, limit=50, query="淘宝")),
-                "run detail": (
-                    lambda i: timed(http, f"/runs/{run_ids[i % len(run_ids)]}"),
-                    lambda i: op("run_get", run_id=run_ids[i % len(run_ids)])),
+            cases |= {
+                "tasks, first page" + tag: (
+                    lambda i, h=http: timed(h, "/", expect="京东签到-00001"),
+                    lambda i, o=op: o("task_page", offset=0, limit=50, query="")),
+                "tasks, search" + tag: (
+                    lambda i, h=http: timed(h, "/", {"q": "淘宝"}, expect="京东签到-00100"),
+                    lambda i, o=op: o("task_page", offset=0, limit=50, query="淘宝")),
+                "run detail" + tag: (
+                    lambda i, h=http: timed(h, f"/runs/{run_ids[i % len(run_ids)]}"),
+                    lambda i, o=op: o("run_get", run_id=run_ids[i % len(run_ids)])),
             }
-            out: dict[str, dict[str, list[float]]] = {}
-            for name, (ui, sock_op) in cases.items():
-                ui(0), sock_op(0)
-                out[name] = {"panel": [], "api": []}
-                for i in range(repeats):
-                    out[name]["panel"].append(ui(i))
-                    out[name]["api"].append(sock_op(i))
+        out: dict[str, dict[str, list[float]]] = {}
+        for name, (ui, sock_op) in cases.items():
+            ui(0), sock_op(0)
+            out[name] = {"panel": [], "api": []}
+        for i in range(repeats):  # every case's request i before any case's i + 1
+            for name, (ui, sock_op) in sorted(cases.items()):
+                out[name]["panel"].append(ui(i))
+                out[name]["api"].append(sock_op(i))
     finally:
-        web.stop()
-        ql3.stop_serve(serve)
-    return {"seed_s": round(seeded, 1), "pages": out}
+        for http in clients:
+            http.close()
+        for _tag, (ql3, serve, web, _seeded) in worlds:
+            web.stop()
+            ql3.stop_serve(serve)
+    return {"seed_s": round(worlds[0][1][3], 1), "pages": out}

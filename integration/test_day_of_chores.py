@@ -225,7 +225,10 @@ def test_a_day_of_chores_on_an_80_column_terminal_without_json_sql_or_full_run_i
         assert sh("logs", rows[0]["short"]) == "reindexing\n"  # the short id a table shows
 
         # -- a task that fails: the push script gets the run's facts, not its secret ------
-        sh("task", "add", "sync", "--schedule", "*/15 * * * *", "--secret-env", "API_KEY",
+        # a daily slot twelve hours away: `*/15` fired on its own once (sync#1 taken at 08:00)
+        far_hour = (time.gmtime().tm_hour + 12) % 24
+        sh("task", "add", "sync", "--schedule", f"0 {far_hour} * * *", "--timezone", "UTC",
+           "--secret-env", "API_KEY",
            "--", "sh", "-c", 'echo "syncing with ${#API_KEY} chars"; exit 3', stdin=API_KEY)
         failed = sh("run", "sync", "--wait", code=1)
         assert re.match(r"run sync#1 \(.*\): failed \(exit 3\)", failed), failed

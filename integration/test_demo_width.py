@@ -4,19 +4,25 @@ install step is the bootstrap's, not the demo's). Every line it prints — its o
 the ``ql3`` output it shows, the head of each log and the last lines telling how to keep the
 schedules running and how to open the web panel — fits 80 screen columns (East Asian wide
 characters count 2), also with a data directory whose path is long: the command to copy then
-continues on a second line, never cut. Without ``--serve`` the panel is not started (its
-sign-in token lives in the running panel's memory): the demo prints the command and where
-the link points (docs/panel.md "Running it"); with ``--serve`` it ends as ``ql3 local serve
---web``, whose one-time sign-in link signs a browser in."""
+continues on a second line, never cut. The longest path that can fit is 72 columns (the
+continuation line's 8 columns of indent): the test's data directory is exactly that long
+wherever the temporary directory is (pytest's own temporary path grows with the user name,
+the session number and, under pytest-xdist, the worker's directory). Without ``--serve``
+the panel is not started (its sign-in token lives in the running panel's memory): the demo
+prints the command and where the link points (docs/panel.md "Running it"); with ``--serve``
+it ends as ``ql3 local serve --web``, whose one-time sign-in link signs a browser in."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,8 +34,25 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_every_line_of_the_local_demo_fits_80_columns(tmp_path: Path) -> None:
-    data = tmp_path / "demo-data"  # a socket path below it must fit 107 bytes
+PATH_COLUMNS = 80 - len("        ")  # the widest data directory an 80-column line holds
+
+
+@pytest.fixture
+def long_data_dir() -> Iterator[Path]:
+    """A data directory path (not made) exactly ``PATH_COLUMNS`` wide, in a fresh temporary
+    directory removed after the test; its socket path fits the 107 bytes."""
+    base = Path(tempfile.mkdtemp(prefix="ql3-demo-")).resolve()
+    try:
+        pad = PATH_COLUMNS - len(f"{base}/")
+        assert pad >= len("demo-data"), f"TMPDIR is too long for this test: {base}"
+        yield base / "demo-data".ljust(pad, "x")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_every_line_of_the_local_demo_fits_80_columns(long_data_dir: Path) -> None:
+    data = long_data_dir
+    assert text_width(str(data)) == PATH_COLUMNS  # the longest that can fit: checked whole
     assert len(f"    .venv/bin/ql3 local serve --data-dir {data}") > 80  # the check can fail
     env = {k: v for k, v in os.environ.items() if not k.startswith("QL3_")}
     env.update(COLUMNS="80", QL3_DATA_DIR=str(data))

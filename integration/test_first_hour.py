@@ -29,11 +29,10 @@ def _env(**extra: str) -> dict[str, str]:
 def test_help_and_cluster_commands_without_the_cluster_libraries(tmp_path: Path) -> None:
     """After scripts/demo.sh (local profile and panel, no cluster), httpx is absent: `ql3
     --help` and a bare `ql3` print help, and `ql3 cluster …` says in one line what to install."""
-    shadow = tmp_path / "shadow" / "httpx"  # an install without httpx: importing it fails
-    shadow.mkdir(parents=True)
-    (shadow / "__init__.py").write_text(
-        "raise ModuleNotFoundError(\"No module named 'httpx'\", name='httpx')\n")
-    env = _env(PYTHONPATH=str(shadow.parent))
+    shadow = tmp_path / "shadow"  # an install without httpx: not found, importing it fails
+    shadow.mkdir()
+    (shadow / "sitecustomize.py").write_text("import sys\nsys.modules['httpx'] = None\n")
+    env = _env(PYTHONPATH=str(shadow))
     for args, code in ((["--help"], 0), ([], 2)):
         out = subprocess.run([QL3, *args], env=env, capture_output=True, text=True,
                              timeout=60, check=False)

@@ -72,3 +72,36 @@ def test_each_account_of_a_multi_account_secret_is_masked(ql3: Ql3) -> None:
     assert added.returncode == 0, added.stderr
     ql3.run("local", "run", "accounts")
     assert _log_bytes(ql3) == "账号 ***\n账号 ***\n".encode()
+
+
+def _set_var(ql3: Ql3, name: str, value: str, *options: str) -> None:
+    done = subprocess.run([QL3, "local", "vars", "set", name, *options], input=value,
+                          env=ql3.env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def test_secret_global_variables_are_masked_without_a_secret_env_reference(ql3: Ql3) -> None:
+    """A global variable marked secret (the default of `vars set`) reaches every task's
+    environment, so its values are masked in every task's log, each account too; a
+    ``--plain`` one is printed as is, and a task's own --env value under a secret
+    variable's name is the task's, not the secret."""
+    _set_var(ql3, "JD_COOKIE", "pt_key=AAA111;pt_pin=user1;")
+    _set_var(ql3, "JD_COOKIE", "pt_key=BBB222;pt_pin=user2;", "--add")
+    _set_var(ql3, "PUSH_TOKEN", "globalsecret999", "--secret")
+    _set_var(ql3, "LANG_HINT", "plainhint42", "--plain")
+    _set_var(ql3, "OVERRIDDEN", "globalvalue77")
+    script = ('echo "JD_COOKIE=$JD_COOKIE"; echo "first=${JD_COOKIE%%&*}"; '
+              'echo "tok=$PUSH_TOKEN"; echo "hint=$LANG_HINT"; echo "own=$OVERRIDDEN"')
+    added = subprocess.run(
+        [QL3, "local", "task", "add", "globals", "--schedule", "@once",
+         "--env", "OVERRIDDEN=taskvalue88", "--", "sh", "-c", script],
+        env=ql3.env, capture_output=True, text=True, timeout=60, check=False)
+    assert added.returncode == 0, added.stderr
+    run = ql3.run("local", "run", "globals")
+    logs = ql3.run("local", "logs", "globals@last")
+    expected = "JD_COOKIE=***\nfirst=***\ntok=***\nhint=plainhint42\nown=taskvalue88\n"
+    assert _log_bytes(ql3) == expected.encode()
+    assert logs.stdout == expected
+    for text in (run.stdout, run.stderr, logs.stdout, logs.stderr):
+        assert "AAA111" not in text and "BBB222" not in text
+        assert "globalsecret999" not in text

@@ -139,3 +139,15 @@ def test_notify_test_sends_a_sample_and_says_when_nothing_is_configured(
     down = ql3.run("local", "notify", "test", check=False)
     assert down.returncode == 1 and "webhook: FAILED" in down.stdout
     assert os.path.basename(url) not in down.stdout + down.stderr
+
+
+def test_a_negative_setting_is_refused_by_its_range_not_read_as_an_option(ql3: Ql3) -> None:
+    """``settings set notify_timeout_s -1``: the value's own range error (exit 2), not
+    click's "No such option: -1"; the setting keeps its value."""
+    refused = ql3.run("local", "settings", "set", "notify_timeout_s", "-1", check=False)
+    assert refused.returncode == 2, refused
+    assert refused.stderr == "ql3: error: notify_timeout_s: use a number of seconds from 1 to 25\n"
+    assert refused.stdout == ""
+    (shown,) = [s for s in ql3.json("local", "settings", "show")
+                if s["key"] == "notify_timeout_s"]
+    assert shown == {"key": "notify_timeout_s", "value": None, "default": "10"}, shown

@@ -34,12 +34,14 @@ def leave_running(ql3: Ql3, count: int, *argv: str) -> list[dict[str, Any]]:
     ql3.run("local", "task", "add", "left", "--schedule", "@once", "--concurrency", "allow",
             "--", *argv)
     serve = ql3.start_serve()
-    for _ in range(count):
-        ql3.run("local", "run", "left")
-    assert wait_for(lambda: [r["status"] for r in ql3.json("local", "runs")]
-                    == ["running"] * count, 15)
-    serve.send_signal(signal.SIGKILL)
-    serve.wait(10)
+    try:
+        for _ in range(count):
+            ql3.run("local", "run", "left")
+        assert wait_for(lambda: [r["status"] for r in ql3.json("local", "runs")]
+                        == ["running"] * count, 15)
+    finally:  # a failed wait must not leave the serve running after the test
+        serve.send_signal(signal.SIGKILL)
+        serve.wait(10)
     return list(reversed(ql3.json("local", "runs")))
 
 
@@ -178,7 +180,10 @@ def test_a_temporary_receipt_left_beside_a_published_receipt_is_removed_at_recov
 ) -> None:
     """A wrapper killed between link() and unlink() leaves its temporary file beside the
     receipt; the recovery that settles the run from the receipt removes both."""
-    [run] = leave_running(ql3, 1, "sh", "-c", "sleep 1; exit 3")
+    go = ql3.data_dir.parent / "go"  # the task ends once the serve is gone (no 1 s race)
+    [run] = leave_running(ql3, 1, "sh", "-c",
+                          f'while [ ! -e "{go}" ]; do sleep 0.05; done; exit 3')
+    go.touch()
     attempt_id = run["attempts"][0]["id"]
     receipt = shard_of(ql3, run) / f"{attempt_id}.receipt"
     assert wait_for(receipt.exists, 15)

@@ -30,8 +30,8 @@ echo "== ruff"; timed "lint: ruff" ruff check .
 echo "== mypy"; timed "lint: mypy" mypy
 echo "== import-linter"; timed "lint: import-linter" lint-imports
 setup_start=$SECONDS
-echo "== faketime"  # integration/test_clock_step.py (case C15) needs libfaketime
-if ! ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1; then
+echo "== faketime"  # integration/test_clock_step.py needs libfaketime (its MT build)
+if ! ls /usr/lib/*/faketime/libfaketimeMT.so.1 >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq && $SUDO apt-get install -y -qq faketime
 fi
@@ -73,16 +73,33 @@ if [ "$#" -gt 0 ]; then
   skipped "tiers" "arguments given: one pytest run of them instead"
   exit 0
 fi
-# QL3_TEST_WORKERS=N spreads the unit and integration tiers over N pytest-xdist workers; the
-# default is one process (on two cores, -n 2 measured slower for the unit tier, and the
-# integration tier's lease and schedule windows want the cores to themselves)
-par=()
-[ "${QL3_TEST_WORKERS:-1}" = 1 ] || par=(-n "$QL3_TEST_WORKERS")
+# pytest-xdist: both tiers run on two worker processes by default (QL3_TEST_WORKERS=N for
+# N, 1 for one process). The integration tier's tests mostly wait on processes they started,
+# so one process left half of this 2-core machine idle: on a clean clone it took 2,394 s in
+# one process and 1,243 s on two (-n 2 --dist loadfile: a test file whole on one worker, so a
+# module's fixture is made once; no file takes over 90 s, so the tail is short); the unit
+# tier 111 s and 58 s. Tests marked `serial` (they need the machine to themselves) always
+# run alone in a pass of their own, after the integration tier.
+workers="${QL3_TEST_WORKERS:-2}"
+unit_par=() int_par=()
+if [ "$workers" != 1 ]; then
+  unit_par=(-n "$workers") int_par=(-n "$workers" --dist loadfile)
+fi
 # --durations: every run prints its slowest tests, so a tier that grows slow says where
 dur=(--durations=40 --durations-min=1)
-echo "== unit (tests/)"; timed "unit: tests/" pytest "${par[@]}" "${dur[@]}" tests
-echo "== integration (integration/, not the drill)"
-timed "integration" pytest "${par[@]}" "${dur[@]}" integration -m "not drill and not image"
+allow_empty() {  # pytest exits 5 when the marker selects no test: not a failure here
+  local status=0
+  "$@" || status=$?
+  [ "$status" -eq 5 ] && return 0
+  return "$status"
+}
+echo "== unit (tests/)"; timed "unit: tests/" pytest "${unit_par[@]}" "${dur[@]}" tests
+echo "== integration (integration/, not the drill, not the serial tests)"
+timed "integration" pytest "${int_par[@]}" "${dur[@]}" integration \
+  -m "not drill and not image and not serial"
+echo "== integration, serial (marker serial: the machine to themselves)"
+timed "integration: serial" allow_empty pytest "${dur[@]}" integration \
+  -m "serial and not drill and not image"
 if [ "$image" -eq 1 ]; then
   # the first run makes the Debian base (debootstrap, a few minutes, cached under
   # /var/cache/ql3-image); later runs rebuild only when the build context changed

@@ -37,6 +37,8 @@ def test_uuid7_sorts_in_creation_order_within_one_millisecond() -> None:
         42,
         "{" + uuid7()[1:],
     ],
+    # stable ids: pytest-xdist needs every worker to collect the same names
+    ids=["uuid4", "not-a-uuid", "upper-case", "empty", "none", "int", "brace"],
 )
 def test_validate_uuid7_rejects(bad: object) -> None:
     with pytest.raises(InvalidIdentifierError):

@@ -14,10 +14,12 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import psycopg
@@ -26,6 +28,9 @@ from harness import (
     free_port,  # the one harness's (integration/harness.py)
     wait_for,
 )
+
+if TYPE_CHECKING:
+    from pg_reaper import Reaper
 
 QL3 = str(Path(sys.executable).parent / "ql3")
 LOCAL_PG = "127.0.0.1:5432"  # the machine's PostgreSQL
@@ -66,7 +71,8 @@ class ClusterDb:
 
     @classmethod
     def create(cls, server: str = LOCAL_PG, params: str = "",
-               template: ClusterDb | None = None) -> ClusterDb:
+               template: ClusterDb | None = None,
+               command: Sequence[str] = (QL3,)) -> ClusterDb:
         """A new database on ``server`` ("host:port", or "h1:p1,h2:p2,…" with ``params``
         naming ``target_session_attrs=read-write``; trust auth for ``postgres``), migrated
         by ``ql3 control migrate`` with its own runtime role and a login in it.
@@ -76,14 +82,18 @@ class ClusterDb:
         instead: the template's runtime role loses what it was granted there
         (``DROP OWNED BY``) and this database's own runtime role gets the runtime grants
         (``db.roles.apply_runtime_grants``, what the migrate ends with) — the same schema
-        and grants as a migrate, without running the migrations again."""
+        and grants as a migrate, without running the migrations again.
+
+        ``command`` runs instead of ``ql3`` for the migrate (another build's, whose
+        migration files may differ from this checkout's: its ``control serve`` accepts
+        only a database its own migrations made)."""
         suffix = secrets.token_hex(5)
         db = cls(f"ql3c_{suffix}", f"ql3c_rt_{suffix}", f"ql3c_login_{suffix}", server,
                  params)
         if template is None:
             with _admin(server, params) as conn:
                 conn.execute(f'CREATE DATABASE "{db.name}"')
-            subprocess.run([QL3, "control", "migrate", "--database-url", db.owner_url,
+            subprocess.run([*command, "control", "migrate", "--database-url", db.owner_url,
                             "--runtime-role", db.runtime_role], check=True,
                            capture_output=True, timeout=60)
         else:
@@ -184,6 +194,7 @@ class Proc:
     popen: subprocess.Popen[bytes]
     log_path: Path
     url: str | None = None
+    worker: bool = False  # a ``ql3 worker run`` (``Cluster.start_worker``)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -289,6 +300,14 @@ class Cluster:
             self.wait_ready(proc)
         return proc
 
+    def start_controls(self, names: Sequence[str], **options: Any) -> list[Proc]:
+        """``start_control(name, **options)`` for each of ``names``, all started before any
+        is waited for (their start-ups overlap); each ready on return."""
+        procs = [self.start_control(name, **{**options, "wait": False}) for name in names]
+        for proc in procs:
+            self.wait_ready(proc)
+        return procs
+
     def wait_ready(self, proc: Proc, timeout: float = 30) -> None:
         """Wait until control ``proc`` answers ``/readyz`` 200; AssertionError with its log
         if it exits or is not ready within ``timeout`` s."""
@@ -314,7 +333,9 @@ class Cluster:
             args += ["--labels", labels]
         env = {k: v for k, v in self.env(QL3_WORKER_TOKEN=token).items()
                if not k.startswith("AWS_")}  # a worker holds no bucket credentials
-        return self._start(name, [*args, *extra], env, command)
+        proc = self._start(name, [*args, *extra], env, command)
+        proc.worker = True
+        return proc
 
     def api(self, url: str, token: str) -> httpx.Client:
         return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"},
@@ -329,10 +350,28 @@ class Cluster:
         return self._attempts_base / f"attempts-{name}"
 
     def close(self) -> None:
-        for proc in reversed(self.procs):
-            proc.terminate(timeout=15)
+        """Stop every process started here: SIGTERM to all the workers at once (each drains
+        to replicas that are still up), then to all the other processes at once; SIGKILL
+        to any still running 15 s after its SIGTERM."""
+        _terminate_together([p for p in self.procs if p.worker])
+        _terminate_together([p for p in self.procs if not p.worker])
         if hasattr(self, "_attempts_base"):
             shutil.rmtree(self._attempts_base, ignore_errors=True)
+
+
+def _terminate_together(procs: list[Proc], timeout: float = 15) -> None:
+    """``Proc.terminate`` of each of ``procs``, the SIGTERMs sent together rather than one
+    after the other's exit."""
+    alive = [p for p in procs if p.alive()]
+    for proc in alive:
+        proc.popen.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for proc in alive:
+        try:
+            proc.popen.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.popen.kill()
+            proc.popen.wait(10)
 
 
 def _ready(url: str) -> bool:
@@ -340,3 +379,28 @@ def _ready(url: str) -> bool:
         return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+@contextmanager
+def cluster_world(tmp: Path, s3_endpoint: str, db: ClusterDb, *,
+                  reaper: Reaper | None) -> Iterator[Cluster]:
+    """A ``Cluster`` in ``tmp`` on database ``db`` (``ClusterDb.create``) and a fresh
+    versioned bucket on ``s3_endpoint`` (integration/s3's ``new_bucket``). On exit its
+    processes are stopped and ``db`` and its roles handed to ``reaper`` (None: left to
+    whoever removes the server)."""
+    from s3_services import CREDS as S3_CREDS
+    from s3_services import new_bucket
+
+    from qinglong.control.retention.objects import make_client
+
+    try:
+        bucket = new_bucket(make_client(s3_endpoint, timeout_s=5, **S3_CREDS), versioned=True)
+        cluster = Cluster(tmp, db, s3_endpoint, bucket)
+        try:
+            yield cluster
+        finally:
+            cluster.close()
+    finally:
+        if reaper is not None:
+            reaper.drop(pg_url("postgres", "postgres", db.server), db.name, db.login_role,
+                        db.runtime_role)

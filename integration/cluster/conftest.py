@@ -1,7 +1,8 @@
-"""Fixtures for the cluster tier: a fresh database per test, moto's S3 server (session) with
-a fresh versioned bucket per test, and a ``Cluster`` that stops every process it started.
-``private_cluster`` is the same on a PostgreSQL server of the test's own (``private_pg``),
-for tests that stop or crash the database."""
+"""Fixtures for the cluster tier: a fresh database per test (a copy of the session's migrated
+``cluster_template``, made while the test before runs: ``cluster_dbs``, integration/conftest.py),
+the session's moto S3 server with a fresh versioned bucket per test, and a ``Cluster`` that
+stops every process it started. ``private_cluster`` is the same on a PostgreSQL server of the
+test's own (``private_pg``), for tests that stop or crash the database."""
 
 from __future__ import annotations
 
@@ -20,52 +21,28 @@ for _dir in (_HERE, _HERE.parent / "s3"):
     if str(_dir) not in sys.path:
         sys.path.insert(0, str(_dir))
 
-from cluster_kit import LOCAL_PG, Cluster, ClusterDb, PrivatePostgres, pg_url  # noqa: E402
-from s3_services import CREDS, moto_server, new_bucket  # noqa: E402
+from cluster_kit import (  # noqa: E402
+    Cluster,
+    ClusterDb,
+    PrivatePostgres,
+    cluster_world,
+)
 
+from pg_ahead import Ahead  # noqa: E402
 from pg_reaper import Reaper  # noqa: E402
-from qinglong.control.retention.objects import make_client  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def cluster_moto() -> Iterator[str]:
-    with moto_server() as endpoint:
-        yield endpoint
-
-
-@pytest.fixture(scope="session")
-def cluster_template() -> Iterator[ClusterDb]:
-    """A database on the local PostgreSQL migrated once per session by ``ql3 control
-    migrate``; each ``cluster`` database is a copy of it (``ClusterDb.create``)."""
-    template = ClusterDb.template()
-    try:
-        yield template
-    finally:
-        template.drop()
-
-
-def _cluster(tmp_path: Path, moto: str, server: str, *, reaper: Reaper | None,
-             template: ClusterDb | None = None) -> Iterator[Cluster]:
-    """A ``Cluster`` on a new database of ``server``; afterwards its processes are stopped and
-    the database and its roles handed to ``reaper`` (None: left to whoever removes the
-    server)."""
-    db = ClusterDb.create(server, template=template)
-    bucket = new_bucket(make_client(moto, timeout_s=5, **CREDS), versioned=True)
-    c = Cluster(tmp_path, db, moto, bucket)
-    try:
-        yield c
-    finally:
-        c.close()
-        if reaper is not None:
-            reaper.drop(pg_url("postgres", "postgres", server), db.name, db.login_role,
-                        db.runtime_role)
+def cluster_moto(moto_session: str) -> str:
+    """The session's moto server (``moto_session``, integration/conftest.py)."""
+    return moto_session
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, cluster_moto: str, cluster_template: ClusterDb,
+def cluster(tmp_path: Path, cluster_moto: str, cluster_dbs: Ahead[ClusterDb],
             pg_reaper: Reaper) -> Iterator[Cluster]:
-    yield from _cluster(tmp_path, cluster_moto, LOCAL_PG, reaper=pg_reaper,
-                        template=cluster_template)
+    with cluster_world(tmp_path, cluster_moto, cluster_dbs.take(), reaper=pg_reaper) as c:
+        yield c
 
 
 @pytest.fixture
@@ -87,4 +64,6 @@ def private_cluster(tmp_path: Path, cluster_moto: str,
                     private_pg: PrivatePostgres) -> Iterator[Cluster]:
     """``cluster`` on ``private_pg``: the test may stop, crash and start that server (the
     whole server is removed afterwards, so nothing is dropped one by one)."""
-    yield from _cluster(tmp_path, cluster_moto, private_pg.server, reaper=None)
+    with cluster_world(tmp_path, cluster_moto, ClusterDb.create(private_pg.server),
+                       reaper=None) as c:
+        yield c

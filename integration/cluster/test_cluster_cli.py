@@ -58,7 +58,7 @@ def one_error_line(out: subprocess.CompletedProcess[str]) -> str:
 
 def started_cluster(cluster: Cluster, replicas: int = 2) -> tuple[list[str], dict[str, str]]:
     """Replicas and one worker (labels zone=a); their URLs and a token per scope."""
-    urls = [cluster.start_control(f"c{i + 1}").url or "" for i in range(replicas)]
+    urls = [c.url or "" for c in cluster.start_controls([f"c{i + 1}" for i in range(replicas)])]
     tokens = {scope: cluster.token(scope) for scope in ("admin", "operator", "viewer")}
     worker = cluster.token("worker", pool="pool-a", labels="zone=a")
     cluster.start_worker("w1", worker, ",".join(urls), labels="zone=a")

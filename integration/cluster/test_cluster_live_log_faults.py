@@ -44,9 +44,8 @@ class Scene:
         self.cluster = cluster
         self.admin = cluster.token("admin")
         self.worker_token = cluster.token("worker", pool="default", labels="zone=a")
-        self.controls = [cluster.start_control(f"c{i + 1}", lease_ms=LEASE_MS,
-                                               heartbeat_ms=HEARTBEAT_MS)
-                         for i in range(replicas)]
+        self.controls = cluster.start_controls([f"c{i + 1}" for i in range(replicas)],
+                                               lease_ms=LEASE_MS, heartbeat_ms=HEARTBEAT_MS)
         self.db = cluster.db.connect()
 
     def url(self, i: int = 0) -> str:

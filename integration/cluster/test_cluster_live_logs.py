@@ -35,9 +35,8 @@ class Scene:
         self.admin = cluster.token("admin")
         self.viewer = cluster.token("viewer")
         self.worker_token = cluster.token("worker", pool="default", labels="zone=a")
-        self.controls = [cluster.start_control(f"c{i + 1}", lease_ms=LEASE_MS,
-                                               heartbeat_ms=HEARTBEAT_MS)
-                         for i in range(replicas)]
+        self.controls = cluster.start_controls([f"c{i + 1}" for i in range(replicas)],
+                                               lease_ms=LEASE_MS, heartbeat_ms=HEARTBEAT_MS)
         self.url = str(self.controls[0].url)
         self.worker = ScriptedWorker(self.url, self.worker_token)
         self.db = cluster.db.connect()

@@ -22,9 +22,11 @@ from typing import Any
 
 import httpx
 import pytest
-from cluster_kit import Cluster, ClusterDb, free_port
+from cluster_kit import Cluster, ClusterDb, free_port, pg_url
 from s3_services import CREDS, new_bucket, stop_process, wait_port
 
+from pg_ahead import Ahead
+from pg_reaper import Reaper
 from qinglong.control.retention.objects import make_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
@@ -54,10 +56,11 @@ class Moto:
 
 
 @pytest.fixture
-def outage_cluster(tmp_path: Path) -> Iterator[tuple[Cluster, Moto]]:
-    moto = Moto()
+def outage_cluster(tmp_path: Path, cluster_dbs: Ahead[ClusterDb],
+                   pg_reaper: Reaper) -> Iterator[tuple[Cluster, Moto]]:
+    moto = Moto()  # its own server: the test stops it
     moto.start()
-    db = ClusterDb.create()
+    db = cluster_dbs.take()
     cluster = Cluster(tmp_path, db, moto.endpoint, "")
     try:
         client = make_client(moto.endpoint, timeout_s=5, **CREDS)
@@ -67,7 +70,8 @@ def outage_cluster(tmp_path: Path) -> Iterator[tuple[Cluster, Moto]]:
     finally:
         cluster.close()
         moto.stop()
-        db.drop()
+        pg_reaper.drop(pg_url("postgres", "postgres"), db.name, db.login_role,
+                       db.runtime_role)
 
 
 def readyz(url: str) -> tuple[int, dict[str, Any]]:

@@ -93,3 +93,42 @@ def test_path_and_loader_names_are_refused_by_ql3_cluster_vars_set(cluster: Clus
     cli(cluster, url, op, "vars", "set", "NODE_OPTIONS", stdin="--max-old-space-size=64")
     listed = json.loads(cli(cluster, url, op, "vars", "list", "--json").stdout)
     assert [v["name"] for v in listed] == ["NODE_OPTIONS"]
+
+
+def test_export_scope_and_a_held_value_through_ql3_cluster_vars(cluster: Cluster) -> None:
+    """``vars export`` (plain values as NAME=value lines; secret ones for an admin token with
+    ``--include-secrets`` and a confirmation, logged by control), ``vars pools`` (the scope
+    alone, widened back with ``--all-pools``) and ``vars set --add`` of a held value."""
+    url = cluster.start_control("c1").url or ""
+    tokens = {scope: cluster.token(scope) for scope in ("admin", "operator", "viewer")}
+    op, viewer, admin = tokens["operator"], tokens["viewer"], tokens["admin"]
+    cli(cluster, url, op, "vars", "set", "JD_COOKIE", "--remark", "账号一", stdin=COOKIES[0])
+    again = cli(cluster, url, op, "vars", "set", "JD_COOKIE", "--add", stdin=COOKIES[0])
+    assert again.stdout == "unchanged: variable JD_COOKIE already holds this value as #1\n"
+    with cluster.api(url, admin) as api:
+        answer = api.post("/v1/vars/JD_UA", json={"value": "Mozilla/5.0 京东", "secret": False,
+                                                  "remark": "京东账号一"})
+        assert answer.status_code == 200, answer.text
+
+    assert cli(cluster, url, op, "vars", "pools", "JD_UA", "--pool", "jd", "--pool",
+               "jd-backup").stdout == "variable JD_UA: pools jd,jd-backup\n"
+    assert cli(cluster, url, op, "vars", "pools", "JD_UA", "--all-pools"
+               ).stdout == "variable JD_UA: all pools\n"
+    neither = cli(cluster, url, op, "vars", "pools", "JD_UA", code=None)
+    assert neither.returncode == 2 and "--all-pools" in neither.stderr
+    denied = cli(cluster, url, viewer, "vars", "pools", "JD_UA", "--all-pools", code=None)
+    assert denied.returncode != 0 and "operator" in denied.stderr
+
+    plain = '# 京东账号一\nJD_UA="Mozilla/5.0 京东"\n'
+    assert cli(cluster, url, viewer, "vars", "export").stdout == plain
+    refused = cli(cluster, url, op, "vars", "export", "--include-secrets", "--yes", code=None)
+    assert refused.returncode != 0 and "admin" in refused.stderr and refused.stdout == ""
+    unconfirmed = cli(cluster, url, admin, "vars", "export", "--include-secrets", code=None)
+    assert unconfirmed.returncode == 2 and "--yes" in unconfirmed.stderr
+    assert unconfirmed.stdout == ""
+    everything = cli(cluster, url, admin, "vars", "export", "--include-secrets", "--yes")
+    assert everything.stdout == f'# 账号一\nJD_COOKIE="{COOKIES[0]}"\n' + plain
+
+    logs = "".join(p.log() for p in cluster.procs)
+    assert "variables exported with secret values by token" in logs
+    assert COOKIES[0] not in logs

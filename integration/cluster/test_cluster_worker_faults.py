@@ -14,6 +14,7 @@ import contextlib
 import os
 import secrets
 import signal
+import sys
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -393,3 +394,31 @@ def test_paused_worker_is_fenced_and_the_new_claimants_outcome_stands(
     kinds = [(e["kind"], e["attempt_id"]) for e in scene.events(run_id)]
     assert kinds.count(("attempt_completed", new["id"])) == 1
     assert ("attempt_completed", old["id"]) not in kinds
+
+
+# a child that closes every inherited fd (the lock's included) but stays in the group, and a
+# wait until it has: the lock is then free while the child lives
+CLOSER = (f"{sys.executable} -c 'import os, sys; os.closerange(3, 1 << 16); "
+          f"os.execvp(\"sleep\", [\"sleep\", \"300\"])' </dev/null >/dev/null 2>&1 & "
+          f'while [ "$(ls /proc/$!/fd | wc -l)" -gt 3 ]; do sleep 0.05; done; exit 0')
+ESCAPEE = "setsid sleep 301 </dev/null >/dev/null 2>&1 & sleep 0.3; exit 0"
+
+
+@pytest.mark.parametrize("shell", [ESCAPEE, CLOSER],
+                         ids=["escaped_the_group_holding_the_lock",
+                              "closed_the_lock_in_the_group"])
+def test_a_leftover_is_stopped_and_recorded_once(scene: Scene, shell: str) -> None:
+    """Each leftover look through the real cluster (docs/protocols.md §4.2 "Attempt lock and
+    leftovers"): a ``setsid`` escapee is found by the lock it holds; a child that closed the
+    lock's fd but stayed in the group, by the group. Either is stopped before the
+    completion, recorded once: ``succeeded`` with reason ``leftovers_stopped``, one
+    attempt, nothing of it alive."""
+    marker = scene.marker()
+    scene.worker("w1")
+    run_id = scene.run_task("leaves-one", shell, marker, max_attempts=1)
+    assert scene.wait_run(run_id, 30) == "succeeded"
+    [attempt] = scene.attempts(run_id)
+    assert (attempt["status"], attempt["reason"]) == ("succeeded", "leftovers_stopped")
+    assert marked_pids(marker) == []  # stopped before the completion was sent
+    kinds = [e["kind"] for e in scene.events(run_id)]
+    assert kinds.count("attempt_completed") == 1 and kinds.count("run_finished") == 1

@@ -1,5 +1,6 @@
 """Fixtures for the control-plane PostgreSQL tests: one migrated template per session,
-cloned per test with ``CREATE DATABASE … TEMPLATE`` and a fresh runtime role each."""
+cloned per test with ``CREATE DATABASE … TEMPLATE`` and a fresh runtime role each (the next
+test's clone made while the current test runs: ``pg_clones``)."""
 
 from __future__ import annotations
 
@@ -13,21 +14,25 @@ psycopg = pytest.importorskip("psycopg")
 from pg_control_db import (  # noqa: E402
     PgDb,
     admin,
-    clone,
     db_url,
+    drop_clone,
     drop_database,
     drop_role,
+    new_clone,
     unique,
 )
 
+from pg_ahead import Ahead  # noqa: E402
 from pg_reaper import Reaper  # noqa: E402
 from qinglong.control.db.engine import create_engine  # noqa: E402
 from qinglong.control.db.migrations import migrate  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def pg_template() -> Iterator[PgDb]:
-    """A database migrated once per session; never connected to while tests clone it."""
+def pg_template(pg_reaper: Reaper) -> Iterator[PgDb]:
+    """A database migrated once per session; never connected to while tests clone it.
+    Dropped by ``pg_reaper`` after every clone handed to it before (its clones hold grants
+    to its runtime role)."""
     template = PgDb(unique("ql3t_tmpl"), unique("ql3rt_tmpl"))
     with admin() as conn:
         conn.execute(f'CREATE DATABASE "{template.name}"')
@@ -40,16 +45,27 @@ def pg_template() -> Iterator[PgDb]:
             engine.dispose()  # nobody may stay connected to a template
         yield template
     finally:
-        drop_database(template.name)
-        drop_role(template.runtime_role)
+        pg_reaper.drop(db_url("postgres"), template.name, template.runtime_role)
+
+
+@pytest.fixture(scope="session")
+def pg_clones(pg_template: PgDb, pg_reaper: Reaper) -> Iterator[Ahead[PgDb]]:
+    """Clones of ``pg_template`` (``new_clone``), each made while the test before its own
+    runs (``pg_ahead.Ahead``); the one left over at the end is dropped."""
+    ahead = Ahead(lambda: new_clone(pg_template), lambda db: drop_clone(db, pg_reaper))
+    yield ahead
+    ahead.close()
 
 
 @pytest.fixture
-def pg_db(pg_template: PgDb, pg_reaper: Reaper) -> Iterator[PgDb]:
+def pg_db(pg_clones: Ahead[PgDb], pg_reaper: Reaper) -> Iterator[PgDb]:
     """A migrated database of this test only, with its own runtime role; dropped after (by
     ``pg_reaper``, behind the test)."""
-    with clone(pg_template, pg_reaper) as db:
+    db = pg_clones.take()
+    try:
         yield db
+    finally:
+        drop_clone(db, pg_reaper)
 
 
 @pytest.fixture

@@ -99,12 +99,10 @@ class PgDb:
             engine.dispose()
 
 
-@contextmanager
-def clone(template: PgDb, reaper: Reaper | None = None) -> Iterator[PgDb]:
+def new_clone(template: PgDb) -> PgDb:
     """A migrated database copied from ``template`` (``CREATE DATABASE … TEMPLATE``; nobody
     may be connected to the template) with a runtime role of its own holding the runtime
-    grants; dropped with its role on exit (handed to ``reaper`` when given, which drops it
-    behind the caller)."""
+    grants; the caller drops it (``drop_clone``)."""
     from qinglong.control.db.roles import apply_runtime_grants
 
     db = PgDb(unique("ql3t"), unique("ql3rt"))
@@ -113,13 +111,30 @@ def clone(template: PgDb, reaper: Reaper | None = None) -> Iterator[PgDb]:
     try:
         with db.sa() as conn, conn.begin():
             apply_runtime_grants(conn, db.runtime_role)
+    except BaseException:
+        drop_clone(db)
+        raise
+    return db
+
+
+def drop_clone(db: PgDb, reaper: Reaper | None = None) -> None:
+    """Drop ``db`` and its runtime role (handed to ``reaper`` when given, which drops them
+    behind the caller)."""
+    if reaper is not None:
+        reaper.drop(db_url("postgres"), db.name, db.runtime_role)
+    else:
+        drop_database(db.name)
+        drop_role(db.runtime_role)
+
+
+@contextmanager
+def clone(template: PgDb, reaper: Reaper | None = None) -> Iterator[PgDb]:
+    """``new_clone(template)``, dropped with its role on exit (``drop_clone``)."""
+    db = new_clone(template)
+    try:
         yield db
     finally:
-        if reaper is not None:
-            reaper.drop(db_url("postgres"), db.name, db.runtime_role)
-        else:
-            drop_database(db.name)
-            drop_role(db.runtime_role)
+        drop_clone(db, reaper)
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ REQUIRED: dict[tuple[str, str], str | None] = {
     ("GET", "/v1/vars"): "viewer", ("POST", "/v1/vars/{name}"): "operator",
     ("POST", "/v1/vars/{name}/enable"): "operator",
     ("POST", "/v1/vars/{name}/disable"): "operator", ("DELETE", "/v1/vars/{name}"): "operator",
+    ("GET", "/v1/vars/export"): "viewer", ("POST", "/v1/vars/{name}/pools"): "operator",
     ("GET", "/v1/notify/channels"): "admin", ("POST", "/v1/notify/channels"): "admin",
     ("DELETE", "/v1/notify/channels/{channel_id}"): "admin", ("POST", "/v1/notify/test"): "admin",
 }

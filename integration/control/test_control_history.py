@@ -217,3 +217,56 @@ def test_history_status_shows_what_is_due_and_the_last_batch(pg_db: PgDb) -> Non
     doc = json.loads(after.stdout)
     assert doc["past_horizon"] == 0 and doc["total_runs"] == 3
     assert doc["last_batch"]["owner"] == "replica-一"
+
+
+def test_one_pass_of_the_serve_clears_a_backlog_past_the_old_hourly_cap(pg_db: PgDb) -> None:
+    # 4,500 due runs of one task: more than the 40 batches of 100 a wake-up used to allow
+    backlog = 4_520
+    key = "('00000000-0000-7000-8{k}-' || lpad(to_hex(g), 12, '0'))::uuid"
+    with pg_db.connect() as conn:
+        conn.execute("INSERT INTO api_tokens (id, name, token_sha256, scope, revoked_at)"
+                     " VALUES (%s, '旧令牌', repeat('c', 64), 'admin', now() - interval"
+                     " '400 days')", (uuid7(),))
+        bulk = _task(conn)
+        run, attempt = key.format(k="001"), key.format(k="002")
+        for statement in (
+                f"INSERT INTO runs (id, project_id, task_id, owner, status, finished_at)"
+                f" SELECT {run}, %(p)s, %(t)s, 'runtime', 'succeeded',"
+                f" now() - interval '200 days' + g * interval '1 minute'"
+                f" FROM generate_series(1, %(n)s) g",
+                f"INSERT INTO attempts (id, run_id, number, executor, status, finished_at)"
+                f" SELECT {attempt}, {run}, 1, 'remote_worker', 'succeeded',"
+                f" now() - interval '150 days' FROM generate_series(1, %(n)s) g",
+                f"INSERT INTO events (id, run_id, attempt_id, kind, to_status)"
+                f" SELECT {key.format(k='003')}, {run}, {attempt}, 'run', 'succeeded'"
+                f" FROM generate_series(1, %(n)s) g"):
+            conn.execute(statement.encode(), {"p": PROJECT, "t": bulk, "n": backlog})
+        task = _task(conn)
+        plain = _run(conn, task, days_ago=100)
+        unretired = _run(conn, task, days_ago=100, artifact=True)
+        retired = _run(conn, task, days_ago=100, artifact=True, tombstone=True)
+        leased = _run(conn, task, days_ago=100, status="lost", attempt_status="lost",
+                      lease_live=True)
+        newest = [_run(conn, task, days_ago=10) for _ in range(20)]
+    from qinglong.control.serve.replica import history_prune_service
+
+    with pg_db.pooled(pg_db.runtime_url) as engine:
+        # duty 1: the rests are the unit tests' (tests/control/test_history_pacing.py)
+        service = history_prune_service(PacedPruner(engine, "replica-一", duty=1.0))
+        done = service.run_once()  # one wake-up of the serve's history_prune
+    assert done is not None and done.caught_up and not done.held
+    assert done.batches > 40 and done.runs == backlog - 20 + 1
+    with pg_db.connect() as conn:
+        left = conn.execute("SELECT count(*), count(*) FILTER (WHERE EXISTS (SELECT 1 FROM"
+                            " events e WHERE e.run_id = r.id)) FROM runs r"
+                            " WHERE task_id = %s", (bulk,)).fetchone()
+        assert left == (20, 20)  # the task's newest 20, with their events
+        assert _left(conn, plain) == (0, 0, 0, 0)
+        assert _left(conn, unretired) == (1, 1, 1, 1)
+        assert _left(conn, retired) == (1, 1, 0, 0)
+        assert _left(conn, leased) == (1, 1, 1, 1)
+        assert [_left(conn, r) for r in newest] == [(1, 1, 1, 1)] * 20
+        tokens = conn.execute("SELECT count(*) FROM api_tokens").fetchone()
+        tombstones = conn.execute("SELECT count(*) FROM run_attempt_log_artifact_tombstones"
+                                  ).fetchone()
+    assert tokens == (1,) and tombstones == (1,)

@@ -514,11 +514,11 @@ def test_variables_operator_writes_values_never_shown_pool_scope_shown(
     for shown in ("JD_COOKIE", "京东账号一", "京东账号二", "TB_REGION", "淘宝地区",
                   "执行池：pool-a", "所有执行池"):
         assert shown in page, shown
-    for never in ("京东秘密", "华东", "/ui/vars/export.txt"):
-        assert never not in page, never  # every value write-only, so no export either
-    assert page.count("********") == 3
-    export = client.get("/ui/vars/export.txt")
-    assert export.status_code == 200 and export.text == ""
+    for never in ("京东秘密", "华东", "/ui/vars/export-secrets"):
+        assert never not in page, never  # no value on the page; secret export: admins'
+    assert page.count("********") == 3 and "/ui/vars/export.txt" in page
+    export = client.get("/ui/vars/export.txt")  # the plain variable's value only
+    assert export.status_code == 200 and export.text == "# 淘宝地区\nTB_REGION=华东\n"
     off = client.post("/ui/vars", data={"csrf": csrf, "action": "disable",
                                         "name": "JD_COOKIE", "index": "1"})
     assert off.status_code == 303
@@ -527,11 +527,59 @@ def test_variables_operator_writes_values_never_shown_pool_scope_shown(
     assert gone.status_code == 303
     bad = client.post("/ui/vars", data={"csrf": csrf, "action": "add", "name": "坏名字",
                                         "value": "x"})
-    assert bad.headers["location"] == "/ui/vars?problem=1"
+    # refused with the rule it broke, the typed name kept in the form (not a redirect)
+    assert bad.status_code == 400 and 'class="form-error var-refusal"' in bad.text
+    assert 'value="坏名字"' in bad.text
     assert _values(api) == [
         ("JD_COOKIE", 1, "pt_key=京东秘密一", "京东账号一", False, True),
         ("JD_COOKIE", 2, "pt_key=京东秘密二", "京东账号二", True, True)]
     assert api.sql("SELECT updated_by FROM global_variables") == [("operator-token",)]
+
+
+def test_secret_export_only_for_an_admin_who_confirms_the_backend_refuses_others(
+        api: ApiWorld) -> None:
+    from qinglong.control.panel_backend import ControlPanelBackend
+    from qinglong.panel.backend import BackendRefusedError
+    from qinglong.panel.security import Session, current_session
+
+    for name, value, secret in (("JD_COOKIE", "pt_key=京东秘密", True),
+                                ("TB_REGION", "华东", False)):
+        stored = api.client.post(f"/v1/vars/{name}", json={
+            "value": value, "remark": "账号", "secret": secret}, headers=api.as_("operator"))
+        assert stored.status_code == 200, stored.text
+    for scope in ("viewer", "operator"):
+        client, csrf = _signed_in(api, scope)
+        assert client.get("/ui/vars/export-secrets").status_code == 403
+        forged = client.post("/ui/vars/export-secrets", data={"csrf": csrf, "confirm": "yes"})
+        assert forged.status_code == 403 and "京东秘密" not in forged.text
+        plain = client.get("/ui/vars/export.txt")
+        assert plain.text == "# 账号\nTB_REGION=华东\n"
+    # the backend itself gives secret values to an admin session only
+    backend = ControlPanelBackend(api.ctx)
+    for scope in ("viewer", "operator"):
+        mark = current_session.set(Session("s", "c", can_write=scope != "viewer",
+                                           actor=scope, scope=scope))
+        try:
+            with pytest.raises(BackendRefusedError) as refused:
+                backend.vars_export(True)
+            assert refused.value.code == "forbidden"
+            assert [r["name"] for r in backend.vars_export(False)] == ["TB_REGION"]
+        finally:
+            current_session.reset(mark)
+
+    client, csrf = _signed_in(api, "admin")
+    page = client.get("/ui/vars/export-secrets", headers={"Accept-Language": "zh-CN"})
+    assert page.status_code == 200 and "导出机密值" in page.text and "京东秘密" not in page.text
+    unconfirmed = client.post("/ui/vars/export-secrets", data={"csrf": csrf})
+    assert unconfirmed.status_code == 400 and "京东秘密" not in unconfirmed.text
+    done = client.post("/ui/vars/export-secrets", data={"csrf": csrf, "confirm": "yes"})
+    assert done.status_code == 200, done.text
+    assert done.headers["content-disposition"] == 'attachment; filename="variables.env"'
+    assert done.text == "# 账号\nJD_COOKIE=pt_key=京东秘密\n# 账号\nTB_REGION=华东\n"
+    # an admin whose sign-in is older than 15 minutes signs in again first
+    api.sql("UPDATE panel_sessions SET created_at = created_at - interval '16 minutes'")
+    stale = client.post("/ui/vars/export-secrets", data={"csrf": csrf, "confirm": "yes"})
+    assert stale.status_code == 401 and "京东秘密" not in stale.text
 
 
 def test_variables_viewer_reads_names_and_flags_and_may_not_write(api: ApiWorld) -> None:

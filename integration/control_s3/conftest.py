@@ -39,6 +39,7 @@ _pg = _load("ql3_sweep_pg_fixtures", _TIER / "control" / "conftest.py")
 _s3 = _load("ql3_sweep_s3_fixtures", _TIER / "s3" / "conftest.py")
 
 pg_template = _pg.pg_template
+pg_clones = _pg.pg_clones
 pg_db = _pg.pg_db
 empty_db = _pg.empty_db
 moto_endpoint = _s3.moto_endpoint

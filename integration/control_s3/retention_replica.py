@@ -14,12 +14,12 @@ Random lease expiry: with probability ``--stall-fraction`` per DELETE, the repli
 its validated HEAD until its claim's lease has expired plus 0.2–1.0 s, then sends the DELETE
 anyway (a GC pause or a frozen VM): another replica may have claimed the row meanwhile.
 
-Every claim it works on and every DELETE it sends appends one JSON line to ``--events``
-(fsync'd): ``{"ev": "claim", "attempt", "owner", "token", "version", "lease_expires_at"}``
-(lease end, ISO 8601 with offset, database clock), ``{"ev": "delete", "attempt", "token",
-"stalled", "sent", "outcome" | "error"}`` and, when a failure released the claim early,
-``{"ev": "released", "attempt", "token", "failure", "due_at"}`` (the next claim's earliest
-start, database clock).
+Every claim it works on and every DELETE it sends appends one JSON line to ``--events`` (one
+``write`` each, O_APPEND): ``{"ev": "claim", "attempt", "owner", "token", "version",
+"lease_expires_at"}`` (lease end, ISO 8601 with offset, database clock), ``{"ev": "delete",
+"attempt", "token", "stalled", "sent", "outcome" | "error"}`` and, when a failure released
+the claim early, ``{"ev": "released", "attempt", "token", "failure", "due_at"}`` (the next
+claim's earliest start, database clock).
 """
 
 from __future__ import annotations
@@ -59,10 +59,12 @@ class EventLog:
         self._lock = threading.Lock()
 
     def write(self, **event: Any) -> None:
+        """One line, one ``write`` (O_APPEND): in the file for any reader as soon as this
+        returns, also if the process dies next (no fsync: only a machine crash loses it, and
+        that ends the test anyway)."""
         line = (json.dumps(event, sort_keys=True) + "\n").encode()
         with self._lock:
             os.write(self._fd, line)
-            os.fsync(self._fd)
 
 
 class DrillReplica(RunAttemptLogRetentionSweeper):

@@ -63,6 +63,8 @@ WORKER_OPS: dict[str, tuple[type[wire._Wire], frozenset[str], bool]] = {
     "/v1/worker/log-upload": (wire.LogUploadRequest, frozenset({"lease"}), True),
     "/v1/worker/bundle": (wire.BundleRequest, frozenset({"lease", "digest"}), True),
     "/v1/worker/complete": (wire.CompletionReport, frozenset({"lease", "log"}), True),
+    "/v1/worker/complete-no-output": (wire.CompletionReport,
+                                      frozenset({"lease", "log", "layout"}), True),
     "/v1/worker/log-chunk": (wire.LogChunkBatch, frozenset({"chunks"}), True),
     "/v1/worker/stopped": (wire.WorkerStopped, frozenset({"incarnation_id"}), False),
 }
@@ -198,6 +200,8 @@ class WorkerSeed:
                                                               "size_bytes": 3}},
             "/v1/worker/complete": {"lease": lease, "outcome": "failed", "exit_code": 1,
                                     "signal": None, "log": None},
+            "/v1/worker/complete-no-output": {"lease": lease, "outcome": "succeeded",
+                                              "exit_code": 0, "signal": None, "log": None},
             "/v1/worker/log-chunk": {"chunks": [{"lease": lease, "offset": 0, "data": "aGkK",
                                                  "skipped": False}]},
         }[path]

@@ -193,7 +193,7 @@ def test_the_openapi_document_describes_every_worker_body(
     paths = {p for p in doc["paths"] if p.startswith("/v1/worker/")}
     assert paths == {f"/v1/worker/{name}" for name in (
         "register", "claim", "started", "heartbeat", "log-upload", "bundle", "log-chunk",
-        "complete", "stopped")}
+        "complete", "stopped", "complete-no-output")}
     for path in paths:
         op = doc["paths"][path]["post"]
         schema = op["requestBody"]["content"]["application/json"]["schema"]

@@ -69,10 +69,12 @@ def attempts(conn: Any, task_ids: list[str]) -> dict[str, Any]:
     lease expired more than ``STUCK_SLACK`` ago: lease recovery should have taken it), the
     attempts by status and reason, and (information, not a fault) ``ended_without_log``:
     attempts that ended by their command's outcome without a recorded log (the worker
-    could not upload it before its fence deadline)."""
+    could not upload it before its fence deadline; one completed without output has none
+    to record)."""
     rows = conn.execute(
         "SELECT a.id::text, a.status, coalesce(a.reason, ''), a.lease_expires_at < now() - %s,"
         " EXISTS (SELECT 1 FROM run_attempt_log_artifacts l WHERE l.attempt_id = a.id)"
+        "  OR coalesce((a.completion ->> 'no_output')::boolean, false)"
         " FROM attempts a JOIN runs r ON r.id = a.run_id WHERE r.task_id = ANY(%s::uuid[])",
         (STUCK_SLACK, task_ids)).fetchall()
     outcome_events = Counter(r[0] for r in conn.execute(

@@ -1,12 +1,11 @@
-"""Fixtures for running the chart's containers in bubblewrap: moto's S3 server for the
-session, and bubblewrap itself (missing: the test fails with the reason; scripts/test.sh
-installs it with apt)."""
+"""Fixtures for running the chart's containers in bubblewrap: the session's moto S3 server
+(``moto_session``, integration/conftest.py), and bubblewrap itself (missing: the test fails
+with the reason; scripts/test.sh installs it with apt)."""
 
 from __future__ import annotations
 
 import shutil
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,13 +16,11 @@ for _dir in (_HERE, _HERE.parents[1] / "tests" / "helm", _HERE.parent / "s3",
     if str(_dir) not in sys.path:
         sys.path.insert(0, str(_dir))
 
-from s3_services import moto_server  # noqa: E402
-
 
 @pytest.fixture(scope="session")
-def helm_moto() -> Iterator[str]:
-    with moto_server() as endpoint:
-        yield endpoint
+def helm_moto(moto_session: str) -> str:
+    """The session's moto server (``moto_session``, integration/conftest.py)."""
+    return moto_session
 
 
 @pytest.fixture(scope="session")

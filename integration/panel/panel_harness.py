@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from harness import QL3, Ql3
 
@@ -56,3 +57,10 @@ def start_web(ql3: Ql3, *extra: str, timeout: float = 30) -> Web:
     proc.kill()
     proc.wait()
     raise AssertionError(f"no sign-in link from ql3 local web: {seen!r}")
+
+
+def close_contexts(browser: Any) -> None:
+    """Close every context still open in ``browser`` (the session's ``chromium``): what a
+    module's tests opened and left open ends with the module."""
+    for context in list(browser.contexts):
+        context.close()

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from panel_harness import Web, start_web
+from panel_harness import Web, close_contexts, start_web
 
 from harness import Ql3, wait_for
 
@@ -51,11 +51,15 @@ class World:
         page = context.new_page()
         page.on("console", lambda m: self.csp_errors.append(m.text)
                 if "Content Security Policy" in m.text else None)
+        # a static file the page asks for and does not get (an icon a stylesheet names)
+        # counts with the CSP errors: every test that asserts none sees it
+        page.on("response", lambda r: self.csp_errors.append(f"{r.status} {r.url}")
+                if r.status >= 400 and "/static/" in r.url else None)
         return page
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+def world(tmp_path_factory: pytest.TempPathFactory, chromium: Any) -> Iterator[World]:
     data = tmp_path_factory.mktemp("panel-browser") / "data"
     ql3 = Ql3(data)
     ql3.run("local", "init", "--data-dir", str(data), "--profile", "standalone")
@@ -68,30 +72,29 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     for i in range(3):
         ql3.run("local", "task", "add", f"chore-{i}", "--schedule", f"{i} 3 * * *",
                 "--label", "维护", "--", "true")
-    with signed_in_world(ql3) as world:
+    with signed_in_world(ql3, chromium) as world:
         yield world
 
 
 @contextmanager
-def signed_in_world(ql3: Ql3) -> Iterator[World]:
-    """A real `ql3 local serve` and `ql3 local web` on ``ql3``'s data directory and one
-    chromium signed in through the one-time link (its cookies kept for every page the
-    tests open); all three stopped at the end."""
+def signed_in_world(ql3: Ql3, browser: Any) -> Iterator[World]:
+    """A real `ql3 local serve` and `ql3 local web` on ``ql3``'s data directory and
+    ``browser`` (the session's ``chromium``) signed in through the one-time link (its
+    cookies kept for every page the tests open); serve and web stopped at the end, the
+    browser contexts left open closed."""
     serve = ql3.start_serve()
     web = start_web(ql3)
     try:
-        with sync_api.sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM)
-            try:
-                context = browser.new_context(locale="zh-CN")
-                page = context.new_page()
-                page.goto(web.link)
-                assert page.url.rstrip("/") == web.base  # the link signed in and redirected
-                state = context.storage_state()
-                context.close()
-                yield World(ql3, web, browser, state)
-            finally:
-                browser.close()
+        context = browser.new_context(locale="zh-CN")
+        page = context.new_page()
+        page.goto(web.link)
+        assert page.url.rstrip("/") == web.base  # the link signed in and redirected
+        state = context.storage_state()
+        context.close()
+        try:
+            yield World(ql3, web, browser, state)
+        finally:
+            close_contexts(browser)
     finally:
         web.stop()
         ql3.stop_serve(serve)
@@ -217,3 +220,52 @@ def test_a_burst_of_40000_lines_ends_with_the_newest_5000_in_order(world: World)
     assert order[0] == "earlier" and order[-1] == "ended" and order.count("ended") == 1
     assert page.locator("#run-status").inner_text() == "成功"
     assert world.csp_errors == []
+
+
+def test_the_open_log_follows_a_retry_and_the_earlier_attempt_stays_readable(
+        world: World, tmp_path: Path) -> None:
+    """docs/panel.md "Run detail": attempt 1 of `签到重试` prints a line and fails once the
+    page shows it; the page, never reloaded, shows the divider naming attempt 2 and attempt
+    2's line (shorter than attempt 1's, so an offset carried over would hide it), then the
+    end; attempt 1's log stays one link away, in zh-CN and in English at 375 px."""
+    go, mark = tmp_path / "go", tmp_path / "mark"
+    world.ql3.run("local", "task", "add", "签到重试", "--schedule", "0 5 * * *",
+                  "--max-attempts", "2", "--", "sh", "-c",
+                  f"if [ -e '{mark}' ]; then echo 重试成功; exit 0; fi; touch '{mark}'; "
+                  "echo 第一次尝试失败了，稍后重试; i=0; "
+                  f"while [ ! -e '{go}' ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; "
+                  "exit 3")
+    page = world.page("zh-CN")
+    page.goto(world.web.base + "/")
+    page.locator("tr", has_text="签到重试").get_by_role("button", name="运行 签到重试").click()
+    page.wait_for_url("**/runs/*")
+    log = page.locator("#log")
+    log.get_by_text("第一次尝试失败了，稍后重试").wait_for(timeout=20_000)
+    page.evaluate("window.__samePage = 1")  # gone if the page were loaded again
+    go.touch()  # attempt 1 fails now, with the page open on it
+    log.locator(".line.attempt", has_text="第 2 次尝试").wait_for(timeout=30_000)
+    log.get_by_text("重试成功").wait_for(timeout=20_000)
+    wait_for(lambda: log.get_attribute("data-done") == "true", 20)
+    assert page.evaluate("window.__samePage") == 1
+    lines = [t.strip() for t in log.locator(".line").all_inner_texts()]
+    assert lines == ["第一次尝试失败了，稍后重试", "── 第 2 次尝试 ──", "重试成功"]
+    assert page.locator("#run-status").inner_text() == "成功"
+    nav = page.locator("#run-attempts")
+    assert nav.get_by_role("link", name="第 2 次尝试").count() == 1  # added live
+    nav.get_by_role("link", name="第 1 次尝试").click()
+    page.wait_for_url("**attempt=1")
+    page.locator("#log[data-done='true']").wait_for(timeout=20_000)
+    earlier = page.locator("#log")
+    assert [t.strip() for t in earlier.locator(".line").all_inner_texts()] == [
+        "第一次尝试失败了，稍后重试"]
+    assert "第 1 次尝试的日志到此结束" in earlier.inner_text()
+    assert world.csp_errors == []
+    english = world.page("en", PHONE)
+    english.goto(page.url)
+    english.locator("#log[data-done='true']").wait_for(timeout=20_000)
+    assert english.locator("h2", has_text="Log of attempt 1").count() == 1
+    assert "end of attempt 1's log" in english.locator("#log").inner_text()
+    assert english.evaluate("document.documentElement.scrollWidth") <= 375
+    with english.expect_download() as download:
+        english.get_by_role("link", name="Download the whole log").click()
+    assert Path(download.value.path()).read_text() == "第一次尝试失败了，稍后重试\n"

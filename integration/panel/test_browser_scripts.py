@@ -8,6 +8,7 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_browser import DESKTOP, PHONE, World, _axe_serious, _shot, signed_in_world
@@ -21,11 +22,11 @@ CONTENT = "# 京东签到脚本\nprint('签到成功：你好')\n"
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+def world(tmp_path_factory: pytest.TempPathFactory, chromium: Any) -> Iterator[World]:
     data = tmp_path_factory.mktemp("panel-scripts") / "data"
     ql3 = Ql3(data)
     ql3.run("local", "init", "--data-dir", str(data), "--profile", "standalone")
-    with signed_in_world(ql3) as world:
+    with signed_in_world(ql3, chromium) as world:
         yield world
 
 

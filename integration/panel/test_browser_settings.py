@@ -7,6 +7,7 @@ chromium-headless-shell through playwright, against a real `ql3 local serve` and
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from test_browser import DESKTOP, PHONE, World, _axe_serious, _shot, signed_in_world
@@ -21,7 +22,7 @@ HOOK_KEY = "HOOKKEY-9f8e7d"
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+def world(tmp_path_factory: pytest.TempPathFactory, chromium: Any) -> Iterator[World]:
     data = tmp_path_factory.mktemp("panel-settings") / "data"
     ql3 = Ql3(data)
     ql3.run("local", "init", "--data-dir", str(data), "--profile", "standalone")
@@ -30,7 +31,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             f"sh -c 'echo \"$QL3_TASK\" >> {notified}' {SECRET_ARG}")
     ql3.run("local", "settings", "set", "notify_webhook", f"http://127.0.0.1:9/h/{HOOK_KEY}")
     ql3.run("local", "settings", "set", "notify_timeout_s", "2")
-    with signed_in_world(ql3) as world:
+    with signed_in_world(ql3, chromium) as world:
         yield world
 
 

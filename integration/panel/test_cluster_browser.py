@@ -40,10 +40,11 @@ sync_api = pytest.importorskip("playwright.sync_api")
 pytest.importorskip("moto")
 pytest.importorskip("psycopg")
 
-from cluster_kit import Cluster, ClusterDb, wait_for  # noqa: E402
-from s3_services import CREDS, moto_server, new_bucket  # noqa: E402
+from cluster_kit import Cluster, ClusterDb, cluster_world, wait_for  # noqa: E402
+from panel_harness import close_contexts  # noqa: E402
 
-from qinglong.control.retention.objects import make_client  # noqa: E402
+from pg_ahead import Ahead  # noqa: E402
+from pg_reaper import Reaper  # noqa: E402
 
 
 @dataclass
@@ -73,38 +74,30 @@ class World:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+def world(tmp_path_factory: pytest.TempPathFactory, moto_session: str,
+          cluster_dbs: Ahead[ClusterDb], pg_reaper: Reaper, chromium: Any) -> Iterator[World]:
     tmp = tmp_path_factory.mktemp("panel-cluster")
-    with moto_server() as moto:
-        db = ClusterDb.create()
-        bucket = new_bucket(make_client(moto, timeout_s=5, **CREDS), versioned=True)
-        cluster = Cluster(tmp, db, moto, bucket)
+    with cluster_world(tmp, moto_session, cluster_dbs.take(), reaper=pg_reaper) as cluster:
+        admin = cluster.token("admin")
+        # a task's labels select the workers that may run it (docs/protocols.md §4.2)
+        labels = "zone=a,platform=jd"
+        worker_token = cluster.token("worker", pool="default", labels=labels)
+        control = cluster.start_control("c1", lease_ms=30_000, heartbeat_ms=2_000)
+        url = str(control.url)
+        cluster.start_worker("w1", worker_token, url, concurrency=2, labels=labels)
+        api = cluster.api(url, admin)
+        for name, shell, labels in (
+                (JD, f"echo {JD} 开始; sleep 4; echo {JD} 完成", {"platform": "jd"}),
+                (LONG, f"echo {LONG} 开始; exec sleep 300", {"zone": "a"})):
+            answer = api.post("/v1/tasks", json={
+                "name": name, "shell": shell, "labels": labels,
+                "schedule": "0 8 * * *", "timezone": "Asia/Shanghai"})
+            assert answer.status_code == 201, answer.text
         try:
-            admin = cluster.token("admin")
-            # a task's labels select the workers that may run it (docs/protocols.md §4.2)
-            labels = "zone=a,platform=jd"
-            worker_token = cluster.token("worker", pool="default", labels=labels)
-            control = cluster.start_control("c1", lease_ms=30_000, heartbeat_ms=2_000)
-            url = str(control.url)
-            cluster.start_worker("w1", worker_token, url, concurrency=2, labels=labels)
-            api = cluster.api(url, admin)
-            for name, shell, labels in (
-                    (JD, f"echo {JD} 开始; sleep 4; echo {JD} 完成", {"platform": "jd"}),
-                    (LONG, f"echo {LONG} 开始; exec sleep 300", {"zone": "a"})):
-                answer = api.post("/v1/tasks", json={
-                    "name": name, "shell": shell, "labels": labels,
-                    "schedule": "0 8 * * *", "timezone": "Asia/Shanghai"})
-                assert answer.status_code == 201, answer.text
-            with sync_api.sync_playwright() as pw:
-                browser = pw.chromium.launch(executable_path=CHROMIUM)
-                try:
-                    yield World(cluster, url + "/ui", api, browser)
-                finally:
-                    browser.close()
-                    api.close()
+            yield World(cluster, url + "/ui", api, chromium)
         finally:
-            cluster.close()
-            db.drop()
+            close_contexts(chromium)
+            api.close()
 
 
 def _shot(page: Any, name: str) -> None:
@@ -134,6 +127,54 @@ def test_operator_signs_in_runs_a_chinese_task_and_watches_its_log_live(
     assert page.locator("#run-status").inner_text() == "成功"
     assert page.locator("#run-stop").count() == 0  # nothing left to stop
     _shot(page, "cluster-run-zh-CN")
+    page.context.close()
+
+
+def test_the_open_log_follows_a_retried_attempt_and_the_first_stays_readable(
+        world: World, tmp_path: Any) -> None:
+    """docs/panel.md "Run detail" in the cluster: attempt 1 of `签到重试` prints a line and
+    fails once the page shows it; the worker's retry (attempt 2, a shorter line) appears
+    under a divider without a reload, and attempt 1's log is one link away."""
+    go, mark = tmp_path / "go", tmp_path / "mark"
+    answer = world.api.post("/v1/tasks", json={
+        "name": "签到重试", "labels": {"zone": "a"}, "max_attempts": 2,
+        "retry_backoff_ms": 500, "shell": (
+            f"if [ -e '{mark}' ]; then echo 重试成功; exit 0; fi; touch '{mark}'; "
+            "echo 第一次尝试失败了，稍后重试; i=0; "
+            f"while [ ! -e '{go}' ] && [ $i -lt 900 ]; do sleep 0.1; i=$((i+1)); done; "
+            "exit 3")})
+    assert answer.status_code == 201, answer.text
+    page = world.sign_in(world.cluster.token("operator", name="运维-retry"))
+    row = page.locator("tr", has_text="签到重试")
+    row.get_by_role("button", name="运行 签到重试").click()
+    page.wait_for_url("**/ui/runs/*")
+    log = page.locator("#log")
+    log.get_by_text("第一次尝试失败了，稍后重试").wait_for(timeout=60_000)
+    page.evaluate("window.__samePage = 1")
+    # run-facts: titled NAME#N; the status follows the run without a reload
+    assert page.locator("h1").inner_text() == "签到重试#1"
+    wait_for(lambda: page.locator("#run-status").inner_text() == "运行中", 30)
+    go.touch()
+    log.locator(".line.attempt", has_text="第 2 次尝试").wait_for(timeout=60_000)
+    log.get_by_text("重试成功").wait_for(timeout=60_000)
+    wait_for(lambda: log.get_attribute("data-done") == "true", 60)
+    assert page.evaluate("window.__samePage") == 1
+    assert [t.strip() for t in log.locator(".line").all_inner_texts()] == [
+        "第一次尝试失败了，稍后重试", "── 第 2 次尝试 ──", "重试成功"]
+    assert page.locator("#run-status").inner_text() == "成功"
+    first = page.locator(".run-attempt[data-attempt='1']")
+    second = page.locator(".run-attempt[data-attempt='2']")
+    assert first.locator("[data-fact='status']").inner_text() == "失败"
+    assert first.locator("[data-fact='exit']").inner_text() == "3"
+    assert first.locator("[data-fact='duration']").inner_text().endswith("秒")
+    assert second.locator("[data-fact='exit']").inner_text() == "0"
+    assert second.locator("[data-fact='finished'] time").count() == 1
+    page.locator("#run-attempts").get_by_role("link", name="第 1 次尝试").click()
+    page.wait_for_url("**attempt=1")
+    page.locator("#log[data-done='true']").wait_for(timeout=60_000)
+    assert [t.strip() for t in page.locator("#log .line").all_inner_texts()] == [
+        "第一次尝试失败了，稍后重试"]
+    assert "第 1 次尝试的日志到此结束" in page.locator("#log").inner_text()
     page.context.close()
 
 
@@ -577,3 +618,81 @@ def test_admin_tests_the_push_channels_through_the_real_notify_path(world: World
         world.api.delete(f"/v1/notify/channels/{answer.json()['id']}")
         server.shutdown()
         server.server_close()
+
+
+def _channels(world: World) -> list[dict[str, Any]]:
+    answer = world.api.get("/v1/notify/channels")
+    assert answer.status_code == 200, answer.text
+    return list(answer.json())
+
+
+def test_admin_adds_a_chinese_push_channel_sees_it_without_its_url_and_removes_it(
+        world: World) -> None:
+    host, secret = "推送.例子.cn", "秘密路径-9c1d-令牌"
+    target = f"json://{host}/…"
+    admin = world.sign_in(world.cluster.token("admin", name="渠道管理员"))
+    _settings(admin, world)
+    form = admin.locator("#channel-form")
+    form.get_by_label("Apprise 地址", exact=True).fill(f"不是 地址 {secret}")
+    form.get_by_role("button", name="添加渠道").click()
+    admin.locator("#chan-error").wait_for()  # refused in Chinese, the text never echoed
+    assert "不是 Apprise 地址" in admin.locator("#chan-error").inner_text()
+    assert secret not in admin.content()
+    form = admin.locator("#channel-form")
+    form.get_by_label("Apprise 地址", exact=True).fill(f"json://{host}/{secret}")
+    form.get_by_label("成功", exact=True).check()
+    form.get_by_role("button", name="添加渠道").click()
+    admin.wait_for_url(f"{world.base}/settings?channel_added=*")
+    assert admin.locator("#chan-added").count() == 1
+    row = admin.locator("#settings-notify tr", has_text=target)
+    assert row.count() == 1 and "succeeded" in row.inner_text()
+    assert secret not in admin.content()
+    assert admin.locator("#chan-url").input_value() == ""  # write-only: never shown back
+    [record] = [c for c in _channels(world) if c["target"] == target]
+    assert record["created_by"] == "渠道管理员" and "url" not in record
+    assert record["notify_on"] == ["failed", "timed_out", "lost", "succeeded"]
+    _shot(admin, "cluster-settings-channel-added-zh-CN")
+    row.get_by_role("button", name=f"删除 {target}").click()
+    admin.wait_for_url(f"**/settings/channels/{record['id']}/remove")
+    assert target in admin.locator("main").inner_text()
+    assert [c for c in _channels(world) if c["id"] == record["id"]]  # not before confirming
+    admin.locator("#chan-remove-confirm").click()
+    admin.wait_for_url(world.base + "/settings?channel_removed=1")
+    assert admin.locator("#chan-removed").count() == 1
+    assert admin.locator("#settings-notify tr", has_text=target).count() == 0
+    assert not [c for c in _channels(world) if c["id"] == record["id"]]
+    admin.context.close()
+
+
+@pytest.mark.parametrize("scope", ["viewer", "operator"])
+def test_non_admins_see_no_channel_controls_and_forged_channel_posts_are_403(
+        world: World, scope: str) -> None:
+    kept = world.api.post("/v1/notify/channels", json={
+        "url": f"json://{scope}.keep.example/秘密-{scope}"})
+    assert kept.status_code == 201, kept.text
+    kept_id = kept.json()["id"]
+    try:
+        page = world.sign_in(world.cluster.token(scope), locale="en-US")
+        page.goto(world.base + "/settings")
+        assert page.locator("#channel-form, a[href*='/settings/channels/']").count() == 0
+        csrf = str(page.locator("input[name=csrf]").first.get_attribute("value"))
+        forged = f"json://{scope}.forged.example/伪造"
+        for path, form in (("/settings/channels", {"csrf": csrf, "url": forged,
+                                                   "notify_on": "failed"}),
+                           (f"/settings/channels/{kept_id}/remove", {"csrf": csrf})):
+            reply = page.request.post(world.base + path, form=form, headers={
+                "Origin": _origin(world), "Accept-Language": "en-US"})  # as the browser's
+            assert reply.status == 403, path
+            text = reply.text()
+            # in the session's language: a viewer's refused at the guard, an operator's here
+            assert ("This token may look but not change anything." if scope == "viewer"
+                    else "Only an admin sign-in may do this.") in text
+            assert "forged.example" not in text and "秘密" not in text
+        assert page.request.get(world.base + f"/settings/channels/{kept_id}/remove"
+                                ).status == 403
+        targets = {c["target"]: c["id"] for c in _channels(world)}
+        assert f"json://{scope}.forged.example/…" not in targets
+        assert kept_id in targets.values()
+        page.context.close()
+    finally:
+        world.api.delete(f"/v1/notify/channels/{kept_id}")

@@ -23,30 +23,25 @@ for _dir in (ROOT / "integration" / "cluster", ROOT / "integration" / "s3"):
 pytest.importorskip("moto")
 pytest.importorskip("psycopg")
 
-from cluster_kit import QL3, Cluster, ClusterDb  # noqa: E402
-from s3_services import CREDS, moto_server, new_bucket  # noqa: E402
+from cluster_kit import QL3, ClusterDb, cluster_world  # noqa: E402
 
-from qinglong.control.retention.objects import make_client  # noqa: E402
+from pg_ahead import Ahead  # noqa: E402
+from pg_reaper import Reaper  # noqa: E402
 
 WRONG = "ql3_" + "z" * 43
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def world(tmp_path_factory: pytest.TempPathFactory, moto_session: str,
+          cluster_dbs: Ahead[ClusterDb], pg_reaper: Reaper) -> Iterator[dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("panel-proxy")
-    with moto_server() as moto:
-        db = ClusterDb.create()
-        bucket = new_bucket(make_client(moto, timeout_s=5, **CREDS), versioned=True)
-        cluster = Cluster(tmp, db, moto, bucket)
-        try:
-            admin = cluster.token("operator")
-            proxied = cluster.start_control("behind", "--trusted-proxy", "127.0.0.1,10.0.0.0/8")
-            direct = cluster.start_control("direct")
-            yield {"cluster": cluster, "db": db, "token": admin,
-                   "behind": str(proxied.url), "direct": str(direct.url)}
-        finally:
-            cluster.close()
-            db.drop()
+    with cluster_world(tmp, moto_session, cluster_dbs.take(), reaper=pg_reaper) as cluster:
+        db = cluster.db
+        admin = cluster.token("operator")
+        proxied = cluster.start_control("behind", "--trusted-proxy", "127.0.0.1,10.0.0.0/8")
+        direct = cluster.start_control("direct")
+        yield {"cluster": cluster, "db": db, "token": admin,
+               "behind": str(proxied.url), "direct": str(direct.url)}
 
 
 def _sign_in(base: str, token: str, **headers: str) -> httpx.Response:

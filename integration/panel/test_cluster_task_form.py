@@ -21,16 +21,14 @@ from urllib.parse import quote
 import pytest
 from test_browser import _axe_serious
 from test_cluster_browser import (  # its imports set up integration/cluster and s3
-    CHROMIUM,
-    CREDS,
     DESKTOP,
-    Cluster,
+    Ahead,
     ClusterDb,
+    Reaper,
     World,
     _shot,
-    make_client,
-    moto_server,
-    new_bucket,
+    close_contexts,
+    cluster_world,
     wait_for,
 )
 
@@ -46,41 +44,33 @@ QL3 = str(Path(sys.executable).parent / "ql3")
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+def world(tmp_path_factory: pytest.TempPathFactory, moto_session: str,
+          cluster_dbs: Ahead[ClusterDb], pg_reaper: Reaper, chromium: Any) -> Iterator[World]:
     tmp = tmp_path_factory.mktemp("panel-cform")
-    with moto_server() as moto:
-        db = ClusterDb.create()
-        bucket = new_bucket(make_client(moto, timeout_s=5, **CREDS), versioned=True)
-        cluster = Cluster(tmp, db, moto, bucket)
+    with cluster_world(tmp, moto_session, cluster_dbs.take(), reaper=pg_reaper) as cluster:
+        admin = cluster.token("admin")
+        labels = "zone=a,platform=jd"
+        worker_token = cluster.token("worker", pool="default", labels=labels)
+        control = cluster.start_control("c1", lease_ms=30_000, heartbeat_ms=2_000)
+        url = str(control.url)
+        cluster.start_worker("w1", worker_token, url, concurrency=2, labels=labels)
+        tree = tmp / "jd"
+        tree.mkdir()
+        entry = tree / ENTRY
+        entry.write_text('#!/bin/sh\necho "京东签到 开始 $JD_NAME"\n'
+                         'echo "密钥长度 ${#JD_COOKIE}"\necho "京东签到 完成"\n')
+        entry.chmod(0o755)
+        pushed = subprocess.run(
+            [QL3, "cluster", "script", "push", str(tree), "--json"], check=True,
+            env=cluster.env(QL3_CONTROL_URL=url, QL3_TOKEN=admin), text=True,
+            capture_output=True, timeout=90)
+        json.loads(pushed.stdout)  # the bundle is known to control now
+        api = cluster.api(url, admin)
         try:
-            admin = cluster.token("admin")
-            labels = "zone=a,platform=jd"
-            worker_token = cluster.token("worker", pool="default", labels=labels)
-            control = cluster.start_control("c1", lease_ms=30_000, heartbeat_ms=2_000)
-            url = str(control.url)
-            cluster.start_worker("w1", worker_token, url, concurrency=2, labels=labels)
-            tree = tmp / "jd"
-            tree.mkdir()
-            entry = tree / ENTRY
-            entry.write_text('#!/bin/sh\necho "京东签到 开始 $JD_NAME"\n'
-                             'echo "密钥长度 ${#JD_COOKIE}"\necho "京东签到 完成"\n')
-            entry.chmod(0o755)
-            pushed = subprocess.run(
-                [QL3, "cluster", "script", "push", str(tree), "--json"], check=True,
-                env=cluster.env(QL3_CONTROL_URL=url, QL3_TOKEN=admin), text=True,
-                capture_output=True, timeout=90)
-            json.loads(pushed.stdout)  # the bundle is known to control now
-            api = cluster.api(url, admin)
-            with sync_api.sync_playwright() as pw:
-                browser = pw.chromium.launch(executable_path=CHROMIUM)
-                try:
-                    yield World(cluster, url + "/ui", api, browser)
-                finally:
-                    browser.close()
-                    api.close()
+            yield World(cluster, url + "/ui", api, chromium)
         finally:
-            cluster.close()
-            db.drop()
+            close_contexts(chromium)
+            api.close()
 
 
 def _page(world: World, token: str, locale: str = "zh-CN",

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -11,7 +12,7 @@ import httpx
 import pytest
 from panel_harness import Web, start_web
 
-from harness import Ql3, wait_for
+from harness import QL3, Ql3, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -130,6 +131,38 @@ def test_bulk_disable_run_and_delete_with_a_confirmation(signed: Signed) -> None
                                        "confirm": "yes"})
     assert gone.status_code == 303
     assert sorted(t["name"] for t in signed.ql3.json("local", "task", "list")) == ["丁", "丙"]
+
+
+def test_an_empty_variable_value_is_refused_by_the_page_and_by_the_owner(
+        signed: Signed) -> None:
+    """One rule for every client (docs/panel.md "Variables"): `vars set` refuses empty
+    stdin, the owner's ``vars_set`` refuses an empty value, and so does the page, in the
+    viewer's language, keeping what was typed and storing nothing."""
+    from qinglong.local.app.client import RemoteValidationError, SocketBackend
+
+    cli = subprocess.run([QL3, "local", "vars", "set", "JD_EMPTY"], input="",
+                         env=signed.ql3.env, capture_output=True, text=True, timeout=60,
+                         check=False)
+    assert cli.returncode == 2 and "the value is empty" in cli.stderr
+    page = signed.post("/vars", {"action": "add", "name": "JD_EMPTY", "value": "",
+                                 "remark": "京东账号备注", "secret": "on"})
+    assert page.status_code == 400, page.text
+    assert "被拒绝：值为空" in page.text and "the value is empty" not in page.text
+    assert 'value="JD_EMPTY"' in page.text and 'value="京东账号备注"' in page.text
+    assert 'aria-invalid="true"' in page.text
+    english = signed.http.post("/vars", data={
+        "csrf": signed.csrf, "action": "add", "name": "JD_EMPTY", "value": ""},
+        headers={"Origin": signed.web.base, "Accept-Language": "en"})
+    assert english.status_code == 400 and "Refused: the value is empty" in english.text
+    sock = SocketBackend(str(signed.ql3.data_dir / "ql3.sock"))
+    with pytest.raises(RemoteValidationError, match=r"^value: the value is empty"):
+        sock.call("vars_set", name="JD_EMPTY", value="", remark="京东账号备注")
+    lines = "# 空的\nJD_EMPTY=\n# 京东\nJD_COOKIE=pt_key=值\n"
+    imported = signed.post("/vars/import", {"lines": lines})
+    assert imported.status_code == 303
+    assert "done=1" in imported.headers["location"]
+    assert "failed=1" in imported.headers["location"]
+    assert [v["name"] for v in signed.ql3.json("local", "vars", "list")] == ["JD_COOKIE"]
 
 
 def test_runs_page_filters_and_pages_by_keyset(signed: Signed) -> None:

@@ -188,3 +188,35 @@ def test_serve_passes_trusted_proxy_on_to_the_panel(ql3: Ql3, tmp_path: Path) ->
         assert signed.status_code == 303 and "Secure" in signed.headers["set-cookie"]
     finally:
         assert serve.stop() == 0
+
+
+def test_a_second_panel_on_the_same_data_directory_is_refused_and_new_link_still_works(
+        ql3: Ql3, tmp_path: Path) -> None:
+    """docs/panel.md "Running it": one panel per data directory; the refused second one
+    leaves the running panel's record alone, so `--new-link` still reaches it."""
+    ql3.run("local", "task", "add", "京东签到", "--schedule", "0 8 * * *", "--", "true")
+    serve = _serve_web(ql3, tmp_path)
+    try:
+        base = serve.next_link().split("/signin", 1)[0]
+        second = subprocess.Popen([QL3, "local", "web", "--listen", "127.0.0.1:0"],
+                                  env=ql3.env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        try:
+            status = second.wait(30)
+        except subprocess.TimeoutExpired:  # it serves: let it exit as a user would
+            second.send_signal(signal.SIGTERM)
+            status = second.wait(30)
+        out, err = second.communicate()
+        assert status == 2, (status, out, err)
+        assert "signin?token=" not in out
+        assert err.startswith("ql3: error: a panel already runs on this data directory")
+        assert f"at {base};" in err and "ql3 local web --new-link" in err
+        assert len(err.rstrip("\n").split("\n")) == 1
+        made = ql3.run("local", "web", "--new-link", check=False)
+        assert made.returncode == 0, made.stderr
+        link = LINK.search(made.stdout)
+        assert link is not None and link.group(1) == base
+        page = _signed_in_page(link.group(0))
+        assert page.status_code == 200 and "京东签到" in page.text
+    finally:
+        assert serve.stop() == 0

@@ -1,9 +1,10 @@
 """Fixtures for the S3 tier: moto's server in a subprocess, our fault proxy in front of it.
 
-``moto_endpoint`` (session): ``python -m moto.server`` on 127.0.0.1 and a free port, stopped at
-the end. ``proxy`` (per test): ``fault_proxy.py`` as its own process with a fresh config and
-DELETE log; ``proxy.set(...)`` changes faults, ``proxy.deletes()`` reads the log. Every fixture
-stops the processes it started.
+``moto_endpoint`` (session): the session's ``python -m moto.server`` on 127.0.0.1 and a free
+port (``moto_session``, integration/conftest.py), stopped at the end. ``proxy`` (per test):
+``fault_proxy.py`` as its own process with a fresh config and DELETE log; ``proxy.set(...)``
+changes faults, ``proxy.deletes()`` reads the log. Every fixture stops the processes it
+started.
 """
 
 from __future__ import annotations
@@ -17,16 +18,16 @@ import pytest
 pytest.importorskip("boto3")
 pytest.importorskip("moto")
 
-from s3_services import CREDS, FaultProxy, moto_server, new_bucket
+from s3_services import CREDS, FaultProxy, new_bucket
 
 from qinglong.control.retention.objects import make_client
 
 
 @pytest.fixture(scope="session")
-def moto_endpoint() -> Iterator[str]:
-    """``http://127.0.0.1:PORT`` of a moto server process."""
-    with moto_server() as endpoint:
-        yield endpoint
+def moto_endpoint(moto_session: str) -> str:
+    """``http://127.0.0.1:PORT`` of the session's moto server process (``moto_session``,
+    integration/conftest.py)."""
+    return moto_session
 
 
 # The fixtures below work on any S3 server: another tier (integration/s3_minio) loads this

@@ -79,7 +79,7 @@ def moto_server() -> Iterator[str]:
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
-        wait_port(port, proc, 20)
+        wait_port(port, proc, 60)  # python -m moto.server imports for seconds under load
         yield f"http://127.0.0.1:{port}"
     finally:
         stop_process(proc)

@@ -5,6 +5,7 @@ real `setsid` escapees, real signals."""
 from __future__ import annotations
 
 import signal
+import sys
 import time
 
 import pytest
@@ -51,6 +52,25 @@ def test_a_background_child_in_the_group_is_stopped_and_a_success_stays_a_succes
     naptime = unique_sleep()
     control.queue.append(make_attempt(
         f"nohup sleep {naptime} >/dev/null 2>&1 & echo started"))
+    start_worker()
+    done = control.wait_for("complete", timeout_s=10.0)[0]
+    assert (done["outcome"], done["reason"], done["exit_code"]) == (
+        "succeeded", "leftovers_stopped", 0)
+    assert pids_running(["sleep", naptime]) == []
+
+
+def test_a_child_that_closed_the_lock_and_stayed_in_the_group_is_still_stopped(
+        control, start_worker):
+    """The lock is free once the command ends, yet a child that closed every inherited fd
+    (the lock's included) and stayed in the group lives on: the group look finds it, it is
+    stopped before the completion and recorded (docs/protocols.md §4.2 "Attempt lock and
+    leftovers")."""
+    naptime = unique_sleep()
+    control.queue.append(make_attempt(
+        f"{sys.executable} -c 'import os, sys; os.closerange(3, 1 << 16); "
+        f"os.execvp(\"sleep\", [\"sleep\", sys.argv[1]])' {naptime} "
+        f"</dev/null >/dev/null 2>&1 & "
+        f'while [ "$(ls /proc/$!/fd | wc -l)" -gt 3 ]; do sleep 0.05; done; exit 0'))
     start_worker()
     done = control.wait_for("complete", timeout_s=10.0)[0]
     assert (done["outcome"], done["reason"], done["exit_code"]) == (

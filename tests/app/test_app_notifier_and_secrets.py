@@ -7,9 +7,10 @@ import threading
 import time
 from pathlib import Path
 
-from qinglong.local.app.application import LocalStack, LocalStore
+from qinglong.local.app.application import LocalStack
 from qinglong.local.app.datadir import DataDir
 from qinglong.local.app.notifier import Notifier, NotifyConfig, run_facts, sample_run
+from qinglong.local.app.store import LocalStore
 from qinglong.local.storage.migrations import open_database
 from qinglong.local.storage.repository import LocalRunRepository
 

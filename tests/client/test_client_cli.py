@@ -240,3 +240,20 @@ def test_run_sends_a_uuid_idempotency_key_and_retries_a_lost_answer_with_it(
     assert code == 0 and out == f"queued run 京东签到#4 ({RUN_ID})\n"
     assert len(keys) == 2 and keys[0] == keys[1]
     assert uuid.UUID(str(keys[0])).version == 4
+
+
+@pytest.mark.parametrize("args", [("vars", "set", "1BAD"), ("vars", "rm", "a-b"),
+                                  ("vars", "enable", "京东"), ("vars", "pools", "X.Y")],
+                         ids=["set", "rm", "enable", "pools"])
+def test_a_bad_variable_name_is_said_as_a_variables_before_asking_control(
+        fake: dict[str, Route], capsys: pytest.CaptureFixture[str],
+        args: tuple[str, ...]) -> None:
+    """The variable name rule of both profiles, said as the local profile says it (not as
+    control's path field, a "task name"), exit 2, before stdin is read or control asked."""
+    asked: list[str] = []
+    fake["POST /v1/vars/1BAD"] = lambda request: asked.append(str(request.url)) or \
+        httpx.Response(422, json={"error": {"code": "invalid_request", "message": "x"}})
+    code, out, err = ql3(capsys, *args)
+    assert code == 2 and out == "" and asked == []
+    assert err == ("ql3: error: variable: a variable name is 1-128 of A-Z, a-z, 0-9 and _, "
+                   "not starting with a digit\n"), err

@@ -170,8 +170,11 @@ def test_the_push_variables_of_config_sh_reach_the_scripts(tmp_path: Path, cli: 
     """The scripts' own sendNotify pushes keep working: ``export BARK_PUSH=...`` and friends
     in 2.x's ``config/config.sh`` become global variables (an Envs row of the same name wins;
     other settings, empty values and substitutions are left out)."""
+    # imported as secrets, so masked in the log (docs/operations.md §9): the script also
+    # prints them upper-cased, which shows what it received
     script = 'echo "bark=[$BARK_PUSH] tg=[$TG_BOT_TOKEN] pp=[$PUSH_PLUS_TOKEN] ' \
-             'delay=[$RandomDelay] user=[$TG_USER_ID]"\n'
+             'delay=[$RandomDelay] user=[$TG_USER_ID]"\n' \
+             'echo "$BARK_PUSH $TG_BOT_TOKEN $PUSH_PLUS_TOKEN" | tr a-z A-Z\n'
     install = build_install(
         tmp_path / "ql", "2.17",
         crons=[{"id": 1, "name": "pushcheck", "command": "task pushcheck.sh",
@@ -191,7 +194,7 @@ def test_the_push_variables_of_config_sh_reach_the_scripts(tmp_path: Path, cli: 
     assert "RandomDelay" not in names and "TG_USER_ID" not in names
     run = cli.json("run", "pushcheck", "--wait")
     log = cli.run("logs", run["id"]).stdout
-    assert "bark=[https://api.day.app/bark-secret-key] tg=[123456:tg-secret-token]" in log
-    assert "pp=[pp-from-config] delay=[] user=[]" in log
+    assert "bark=[***] tg=[***] pp=[***] delay=[] user=[]" in log
+    assert "HTTPS://API.DAY.APP/BARK-SECRET-KEY 123456:TG-SECRET-TOKEN PP-FROM-CONFIG" in log
     shown = cli.run("vars", "list").stdout + json.dumps(report)
     assert "bark-secret-key" not in shown and "tg-secret-token" not in shown

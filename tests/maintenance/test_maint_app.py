@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 from maint_kit import BOOT_ID, DAY_MS
 
-from qinglong.local.app.application import LocalStack, LocalStore
+from qinglong.local.app.application import LocalStack
 from qinglong.local.app.cli import run_main
 from qinglong.local.app.datadir import DataDir
 from qinglong.local.app.display import when
+from qinglong.local.app.store import LocalStore
 from qinglong.local.app.views import iso
 from qinglong.local.execution.coordinator import ExecutionCoordinator
 from qinglong.local.recovery.lifecycle import CleanupLifecycle

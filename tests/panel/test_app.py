@@ -4,6 +4,7 @@ security headers, escaping, the owner-down page, the log stream's event ids."""
 
 from __future__ import annotations
 
+import json
 import warnings
 from typing import Any
 
@@ -65,14 +66,15 @@ class FakeBackend:
         self._check()
         return {"id": run, "task": "京东签到", "status": "succeeded", "attempts": []}
 
-    def log_read(self, run: str, offset: int) -> dict[str, Any]:
+    def log_read(self, run: str, offset: int, attempt: int | None = None) -> dict[str, Any]:
         data = self.log[offset:]
         return {"data": data.decode(), "offset": offset + len(data), "done": True,
                 "run_status": "succeeded"}
 
-    def log_wait(self, run: str, offset: int, timeout_s: float) -> dict[str, Any]:
+    def log_wait(self, run: str, offset: int, timeout_s: float,
+                 attempt: int | None = None) -> dict[str, Any]:
         self.calls.append(("log_wait", offset))
-        return self.log_read(run, offset)
+        return self.log_read(run, offset, attempt)
 
 
 @pytest.fixture
@@ -150,16 +152,17 @@ def test_without_an_owner_every_page_says_start_serve(
     backend.up = False
     for path in ("/", "/runs/r1"):
         reply = client.get(path)
-        assert reply.status_code == 503 and "ql3 local serve" in reply.text
+        assert reply.status_code == 503 and "<code>ql3 local serve</code>" in reply.text
+        assert "`" not in reply.text.split("<main", 1)[-1]  # no markdown backticks shown
 
 
 def test_log_stream_ids_are_byte_offsets_and_resume_from_last_event_id(
         client: TestClient, backend: FakeBackend) -> None:
     _signed_in(client)
     body = client.get("/runs/r1/log/stream").text
-    assert f"id: {len(backend.log)}\n" in body and "event: end" in body
+    assert f"id: 1:{len(backend.log)}\n" in body and "event: end" in body
     assert EVIL in body  # as JSON text; the viewer escapes it (integration/panel)
-    again = client.get("/runs/r1/log/stream", headers={"Last-Event-ID": "10"})
+    again = client.get("/runs/r1/log/stream", headers={"Last-Event-ID": "1:10"})
     assert ("log_wait", 10) in backend.calls
     assert "第一行" not in again.text
     assert client.get("/runs/r1/log.txt").content == backend.log
@@ -205,7 +208,7 @@ def test_after_a_form_the_panel_never_redirects_off_site(client: TestClient, tar
 class CappedLog(FakeBackend):
     """A log the cap cut (docs/protocols.md §3.8): head 0..5, 100 raw bytes left out, tail."""
 
-    def log_read(self, run: str, offset: int) -> dict[str, Any]:
+    def log_read(self, run: str, offset: int, attempt: int | None = None) -> dict[str, Any]:
         if offset < 5:
             return {"data": "head\n"[offset:], "offset": 5, "done": False,
                     "run_status": "succeeded"}
@@ -221,8 +224,39 @@ def test_a_capped_log_streams_a_gap_event_and_downloads_the_notice() -> None:
     client = TestClient(create_app(CappedLog(), Sessions("one-time")), base_url=BASE)
     _signed_in(client)
     body = client.get("/runs/r1/log/stream").text
-    assert "event: gap\nid: 105\ndata: 100\n" in body
+    assert "event: gap\nid: 1:105\ndata: 100\n" in body
     assert body.index("head") < body.index("event: gap") < body.index("tail")
     assert "event: end" in body
     whole = client.get("/runs/r1/log.txt").text
     assert whole == "head\n[ql3: 100 bytes of output left out here by the log cap]\ntail\n"
+
+
+class RetriedLog(FakeBackend):
+    """A run whose attempt 1 failed and attempt 2 succeeded; attempt None is attempt 1, the
+    newest when the page opened (docs/panel.md "Run detail")."""
+
+    logs = {1: "第一次尝试 失败\n".encode(), 2: "重试成功\n".encode()}
+
+    def log_read(self, run: str, offset: int, attempt: int | None = None) -> dict[str, Any]:
+        number = attempt or 1
+        data = self.logs[number][offset:]
+        return {"data": data.decode(), "offset": offset + len(data), "attempt": number,
+                "attempts": 2, "done": number == 2 and not data, "run_status": "succeeded"}
+
+
+def test_the_stream_follows_a_retry_and_a_pinned_stream_shows_one_attempt() -> None:
+    client = TestClient(create_app(RetriedLog(), Sessions("one-time")), base_url=BASE)
+    _signed_in(client)
+    body = client.get("/runs/r1/log/stream").text
+    first, second = len(RetriedLog.logs[1]), len(RetriedLog.logs[2])
+    assert (body.index(f"id: 1:{first}\n") < body.index("event: attempt\nid: 2:0\ndata: 2\n")
+            < body.index(f"id: 2:{second}\n") < body.index("event: end"))
+    first_text, second_text = (json.dumps(RetriedLog.logs[n].decode()) for n in (1, 2))
+    resumed = client.get("/runs/r1/log/stream", headers={"Last-Event-ID": "2:0"}).text
+    assert first_text not in resumed and second_text in resumed  # resumes in attempt 2
+    pinned = client.get("/runs/r1/log/stream?attempt=1").text
+    assert first_text in pinned and second_text not in pinned
+    assert "event: attempt" not in pinned and "event: end" in pinned
+    assert client.get("/runs/r1/log.txt?attempt=1").content == RetriedLog.logs[1]
+    page = client.get("/runs/r1?attempt=1").text
+    assert 'data-stream="/runs/r1/log/stream?attempt=1"' in page and 'data-pinned="1"' in page

@@ -97,13 +97,14 @@ class Backend:
     def run_get(self, run: str) -> dict[str, Any]:
         return {"id": run, "task_name": "京东签到", "status": "running", "attempts": []}
 
-    def log_wait(self, run: str, offset: int, timeout_s: float) -> dict[str, Any]:
+    def log_wait(self, run: str, offset: int, timeout_s: float,
+                 attempt: int | None = None) -> dict[str, Any]:
         self.calls.append(("log_wait", offset))
         if len(self.calls) >= 2:  # the token is revoked while the stream is open
             self.store.sessions.clear()
         return {"data": "", "offset": offset, "done": False, "run_status": "running"}
 
-    def log_read(self, run: str, offset: int) -> dict[str, Any]:
+    def log_read(self, run: str, offset: int, attempt: int | None = None) -> dict[str, Any]:
         return {"data": "", "offset": offset, "done": True, "run_status": "running"}
 
 

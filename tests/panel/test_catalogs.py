@@ -49,3 +49,14 @@ def test_every_run_status_has_a_name_in_every_catalog() -> None:
         names = i18n.catalog(lang)
         assert sorted(s.value for s in RunStatus if f"status.{s.value}" not in names) == [], lang
     assert i18n.catalog("zh-CN")["status.succeeded"] == "成功"
+
+
+def test_a_backticked_command_in_a_message_is_code_and_the_rest_escaped() -> None:
+    """The ``codes`` filter (``i18n.code_spans``): `ql3 local serve` shows as code, not as
+    backticks, and a message's own markup characters stay text."""
+    from qinglong.panel.i18n import code_spans
+
+    assert str(code_spans("请执行 `ql3 local web --set-password` <b>")) == (
+        "请执行 <code>ql3 local web --set-password</code> &lt;b&gt;")
+    assert str(code_spans("`<x>`")) == "<code>&lt;x&gt;</code>"
+    assert str(code_spans("an odd ` one")) == "an odd ` one"

@@ -27,7 +27,8 @@ def test_a_stored_task_edits_back_to_a_patch_that_keeps_its_secrets_and_argv() -
     form.secret_unset = []
     patch, errors = body(form, editing=True)
     assert errors == {}
-    assert "argv" not in patch and "shell" not in patch and "name" not in patch
+    assert "argv" not in patch and "shell" not in patch and "version" not in patch
+    assert patch["name"] == "京东签到"  # the name field renames (PATCH takes a name)
     assert patch["env"] == {"JD_NAME": {"value": "京东", "secret": False},
                             "JD_COOKIE": {"value": None, "secret": True},
                             "JD_PIN": {"value": "新的", "secret": True}}
@@ -37,6 +38,11 @@ def test_a_stored_task_edits_back_to_a_patch_that_keeps_its_secrets_and_argv() -
     patch, _ = body(form, editing=True)
     assert (patch["shell"], patch["argv"]) == ("echo 京东签到", None)
     assert "JD_COOKIE" not in patch["env"]
+    # the version the form was opened at goes with the patch (a stale edit is refused)
+    opened = ClusterTaskForm.from_task({**STORED, "version": 7})
+    assert opened.version == "7" and body(opened, editing=True)[0]["version"] == 7
+    assert opened.copied().version == "" and "version" not in body(opened.copied(),
+                                                                   editing=False)[0]
 
 
 def test_a_copy_has_no_name_and_no_secrets_and_creates_with_a_shell_line() -> None:

@@ -41,3 +41,63 @@ def test_every_key_the_form_may_show_is_in_both_catalogs() -> None:
     for lang in ("zh-CN", "en"):
         catalog = json.loads((MESSAGES / f"{lang}.json").read_text(encoding="utf-8"))
         assert sorted(keys - catalog.keys()) == [], lang
+
+
+# -- owner refusals in the viewer's language (local form refusals) --
+
+
+def _refusals(tmp_path: Path) -> list[str]:
+    """The owner's own refusal texts (``str(exc)``, what the socket carries) for every
+    command, environment and secret rule the form can meet, a task changed meanwhile and a
+    name a removed task's runs hold: raised by the real code, not copied here."""
+    from qinglong.local.app.service import LocalService
+    from qinglong.local.storage.migrations import open_database
+    from qinglong.local.storage.repository import LocalRunRepository
+    from qinglong.shared.errors import QinglongError
+
+    db = open_database(str(tmp_path / "ql3.db"))
+    service = LocalService(LocalRunRepository(db), supervised=False)
+    out: list[str] = []
+
+    def refused(call: object, *args: object) -> None:
+        try:
+            call(*args)  # type: ignore[operator]
+        except QinglongError as exc:
+            out.append(str(exc))
+        else:
+            raise AssertionError(f"accepted: {args}")
+
+    base = {"name": "签到", "argv": ["true"], "schedule": "0 8 * * *"}
+    for bad in ({"argv": []}, {"argv": [" "]}, {"argv": ["a\x00"]}, {"argv": ["x" * 300_000]},
+                {"env": {"1BAD": "x"}}, {"env": {"QL3_LAUNCH_X": "x"}}, {"env": {"A": "\x00"}},
+                {"secret_env": {"1BAD": {"value": "x"}}},
+                {"secret_env": {"QL3_RECEIPT_X": {"value": "x"}}},
+                {"secret_env": {"K": {"value": "\x00"}}},
+                {"secret_env": {"K": {"variable": "1BAD"}}},
+                {"secret_env": {"K": {"variable": "NOPE"}}},
+                {"env": {"K": "v"}, "secret_env": {"K": {"value": "x"}}}):
+        refused(service.task_add, base | bad)
+    service.task_add(base | {"secret_env": {"TOKEN": {"value": "s"}}})
+    refused(service.task_edit, "签到", {"env_set": {"TOKEN": "plain"}})
+    old = service.repo.get_task("签到")
+    service.task_enable("签到", False)
+    refused(service.repo.edit_task, old, old, {"changed": ["schedule"]})
+    service.task_add(base | {"name": "旧任务"})
+    service.run_now("旧任务")
+    service.repo.db.write(lambda c: c.execute(  # as if it ran: it keeps its number
+        "UPDATE runs SET status = 'cancelled', finished_at_ms = created_at_ms"))
+    service.task_rm("旧任务")
+    refused(service.task_edit, "签到", {"name": "旧任务"})
+    db.close()
+    return out
+
+
+def test_the_owners_other_refusals_reach_the_form_as_catalog_keys(tmp_path: Path) -> None:
+    catalogs = [json.loads((MESSAGES / f"{lang}.json").read_text(encoding="utf-8"))
+                for lang in ("zh-CN", "en")]
+    refusals = _refusals(tmp_path)
+    assert len(refusals) == 16
+    for message in refusals:
+        where, key = forms.owner_field(message)
+        assert all(key in catalog for catalog in catalogs), (message, key)
+        assert where in ("command", "env", "secret_env", ""), message

@@ -20,7 +20,7 @@ with warnings.catch_warnings():
 
 from qinglong.panel import password
 from qinglong.panel.app import create_app
-from qinglong.panel.backend import FEATURES, BackendRefusedError
+from qinglong.panel.backend import FEATURES, VAR_POOLS, BackendRefusedError
 from qinglong.panel.security import Sessions
 
 BASE = "http://testserver"
@@ -141,7 +141,8 @@ def test_secret_values_never_reach_the_page_or_the_export() -> None:
     assert "JD_COOKIE" in page and "秘密" not in page and "********" in page
     assert "第二个" in page and EVIL not in page and "&lt;script&gt;" in page
     export = client.get("/vars/export.txt").text
-    assert export == f"UA={EVIL}\nUA=第二个\n"
+    # each value after its remark, quoted as sh reads it back (docs/panel.md "Variables")
+    assert export == f'# 备注\nUA="{EVIL}"\n# 备注\nUA=第二个\n'
 
 
 def test_changing_variables_needs_a_sign_in_within_15_minutes(
@@ -170,5 +171,93 @@ def test_import_adds_one_value_per_line_and_counts_refusals() -> None:
     csrf = _csrf(client.get("/vars").text)
     reply = client.post("/vars/import", headers={"Origin": BASE}, follow_redirects=False,
                         data={"csrf": csrf, "lines": "A=1\n# note\nexport B=二\nbad line\n"})
-    assert reply.headers["location"] == "/vars?done=2&failed=1"
+    assert reply.headers["location"] == "/vars?done=2&same=0&failed=1"
     assert [c[1][:3] for c in backend.calls] == [("A", "1", True), ("B", "二", True)]
+
+
+def test_the_add_forms_secret_box_starts_ticked_and_a_refusal_keeps_it_as_sent() -> None:
+    """A new value is secret unless the user unticks 机密, as ``vars set`` is secret unless
+    ``--plain``; a refused form comes back with the box as it was sent."""
+    client, _, _ = _client()
+    client.get("/signin?token=one-time")
+    page = client.get("/vars").text
+
+    def box(html: str) -> str:
+        form = html[html.index('class="var-form"'):]
+        return form[form.index('name="secret"'):].split(">", 1)[0]
+
+    assert "checked" in box(page)
+    refused = client.post("/vars", headers={"Origin": BASE}, data={
+        "csrf": _csrf(page), "action": "add", "name": "NEW", "value": ""})
+    assert refused.status_code == 400 and "checked" not in box(refused.text)
+
+
+def test_an_unticked_secret_box_never_makes_a_secret_variable_plain() -> None:
+    """Adding to or importing into secret JD_COOKIE without the 机密 box keeps it secret
+    (else its values would become readable and exported); a new name stays plain."""
+    client, backend, _ = _client()
+    client.get("/signin?token=one-time")
+    csrf = _csrf(client.get("/vars").text)
+    client.post("/vars", headers={"Origin": BASE}, follow_redirects=False, data={
+        "csrf": csrf, "action": "add", "name": "JD_COOKIE", "value": "pt_key=二号",
+        "another": "on"})
+    client.post("/vars/import", headers={"Origin": BASE}, follow_redirects=False,
+                data={"csrf": csrf, "lines": "JD_COOKIE=pt_key=三号\nNEW_PLAIN=1\n"})
+    assert [c[1] for c in backend.calls if c[0] == "vars_set"] == [
+        ("JD_COOKIE", "pt_key=二号", True, True), ("JD_COOKIE", "pt_key=三号", True, True),
+        ("NEW_PLAIN", "1", True, False)]
+class PoolVarsBackend(VarsBackend):
+    """The cluster's shape: ``var_pools`` in features, each variable with its ``pools``."""
+
+    features = FEATURES | {VAR_POOLS}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pools: dict[str, list[str] | None] = {}
+
+    def vars_list(self) -> list[dict[str, Any]]:
+        return [{**v, "pools": self.pools.get(v["name"])} for v in super().vars_list()]
+
+    def vars_set(self, name: str, value: str, *, remark: str | None, add: bool,
+                 secret: bool | None, pools: list[str] | None = None) -> dict[str, Any]:
+        if pools is not None and not all(p.islower() and p.isalnum() for p in pools):
+            raise BackendRefusedError("invalid_pool", "pools: use lowercase", usage=True)
+        self.calls.append(("vars_set_pools", (name, pools)))
+        if pools is not None:
+            self.pools[name] = pools
+        return super().vars_set(name, value, remark=remark, add=add, secret=secret)
+
+
+def test_a_value_added_with_pools_sets_the_scope_and_a_bad_pool_says_the_rule() -> None:
+    backend = PoolVarsBackend()
+    client = TestClient(create_app(backend, Sessions("one-time"), None), base_url=BASE)
+    client.get("/signin?token=one-time")
+    page = client.get("/vars", headers={"Accept-Language": "en"}).text
+    assert 'name="pools"' in page and "Every pool" in page
+    csrf = _csrf(page)
+    form = {"csrf": csrf, "action": "add", "name": "JD_UA", "value": "v", "remark": "京东",
+            "pools": "jd, hk"}
+    added = client.post("/vars", data=form, headers={"Origin": BASE}, follow_redirects=False)
+    assert added.status_code == 303 and added.headers["location"] == "/vars"
+    assert ("vars_set_pools", ("JD_UA", ["jd", "hk"])) in backend.calls
+    assert "Pools: jd, hk" in client.get("/vars", headers={"Accept-Language": "en"}).text
+    kept = client.post("/vars", data={**form, "pools": "  ", "another": "on"},
+                       headers={"Origin": BASE}, follow_redirects=False)
+    assert kept.status_code == 303 and backend.calls[-2] == ("vars_set_pools",
+                                                             ("JD_UA", None))
+    assert backend.pools["JD_UA"] == ["jd", "hk"]  # empty keeps the scope
+    bad = client.post("/vars", data={**form, "pools": "JD!"}, headers={"Origin": BASE},
+                      follow_redirects=False)
+    assert bad.status_code == 303 and bad.headers["location"] == "/vars?problem=pools"
+    zh = client.get(bad.headers["location"], headers={"Accept-Language": "zh-CN"}).text
+    assert "执行池须为 1 到 64 个名称" in zh and "执行池：jd, hk" in zh
+
+
+def test_a_backend_without_pools_shows_no_pool_field() -> None:
+    client, backend, _ = _client()
+    client.get("/signin?token=one-time")
+    page = client.get("/vars").text
+    assert 'name="pools"' not in page
+    form = {"csrf": _csrf(page), "action": "add", "name": "A", "value": "v", "pools": "jd"}
+    client.post("/vars", data=form, headers={"Origin": BASE}, follow_redirects=False)
+    assert backend.calls == [("vars_set", ("A", "v", False, False))]

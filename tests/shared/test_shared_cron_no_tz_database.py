@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from qinglong.shared.cron import TZDATA_HINT, parse_schedule
+from qinglong.shared.cron import parse_schedule
 from qinglong.shared.errors import TimeZoneNotFoundError, ValidationError
+from qinglong.shared.zones import TZDATA_HINT
 
 HOUR_MS = 3_600_000
 

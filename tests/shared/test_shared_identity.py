@@ -199,7 +199,7 @@ def test_read_stat_of_a_missing_pid_is_none() -> None:
     assert read_stat(vanished_pid()) is None
 
 
-@pytest.mark.parametrize("pid", [0, -1, -os.getpid()])
+@pytest.mark.parametrize("pid", [0, -1, -os.getpid()], ids=["zero", "minus-one", "minus-own"])
 def test_read_stat_of_non_positive_pid_is_none(pid: int) -> None:
     assert read_stat(pid) is None
 

@@ -101,3 +101,25 @@ def test_free_labels_keep_order_drop_repeats_and_refuse_what_the_rule_does_not_a
         with pytest.raises(ValidationError) as caught:
             check_free_labels(bad)
         assert caught.value.field == "labels" and "x" * 20 not in str(caught.value)
+
+
+def test_names_cut_alike_keep_the_end_that_tells_them_apart() -> None:
+    from qinglong.shared.display import shorten_apart
+
+    farm = "京东签到每日领取京豆任务并且顺便领取东东农场的水滴"
+    middle = ["京东签到A" + farm[4:], "京东签到B" + farm[4:]]  # differ far from both ends
+    for width in (4, 6, 8, 12, 19, 30):
+        shown = shorten_apart([farm + "甲", farm + "乙", *middle, "short"], width)
+        assert len(set(shown[:4])) == 4, (width, shown)
+        assert all(text_width(s) <= width for s in shown), (width, shown)
+    assert shorten_apart([farm + "甲", farm + "乙"], 19) == ["京东签到每日…水滴甲",
+                                                           "京东签到每日…水滴乙"]
+    assert shorten_apart([farm, "backup"], 19) == [shorten(farm, 19), "backup"]  # no clash
+
+
+def test_names_sort_naturally() -> None:
+    from qinglong.shared.display import natural_key
+
+    names = ["task10", "task2", "Task3", "task1", "签到１０", "签到９", "a01", "a1", "a"]
+    assert sorted(names, key=natural_key) == [
+        "a", "a01", "a1", "task1", "task2", "Task3", "task10", "签到９", "签到１０"]

@@ -18,7 +18,7 @@ from qinglong.shared.ids import uuid7
 from qinglong.worker.client import ControlClient
 from qinglong.worker.clock import now as clock_now
 from qinglong.worker.fencing import LeaseFence
-from qinglong.worker.live_log import LiveLogSender, StreamConfig, cut_point
+from qinglong.worker.live_log import LiveLogSender, StreamConfig, _Run, cut_point
 
 LIMIT = wire.MAX_CHUNK_BYTES
 
@@ -114,3 +114,87 @@ def test_every_raw_byte_is_stored_at_its_offset_or_counted_in_a_gap(pieces, rewi
     assert at == len(raw)
     for offset, data in control.pieces:  # each stored byte sits at its raw offset
         assert raw[offset:offset + len(data)] == data
+
+
+class _Counting(_Control):
+    """``_Control`` that keeps each request's decoded chunks, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: list[list[bytes]] = []
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        batch = wire.LogChunkBatch.from_json(json.loads(request.content))
+        self.requests.append([base64.b64decode(c.data) for c in batch.chunks])
+        return super().handle(request)
+
+
+def _until(check, what: str) -> None:
+    deadline = time.monotonic() + 30
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def test_a_line_after_a_quiet_spell_is_sent_at_once_and_a_burst_after_it_is_coalesced(
+        monkeypatch):
+    """The leading-edge flush (docs/protocols.md §4.2 "Live log chunks (worker)"), on a
+    clock the test moves: nothing waits ``flush_ms`` on its own."""
+    from qinglong.worker import clock
+
+    at = [1000.0]
+    monkeypatch.setattr(clock, "now", lambda: at[0])
+    control = _Counting()
+    client = ControlClient("http://control", "tok",
+                           transport=httpx.MockTransport(control.handle))
+    sender = LiveLogSender(client, StreamConfig(flush_ms=1000))
+    stream = sender.open(_lease(), LeaseFence(at[0], 600_000), lambda: None)
+    try:
+        stream.offer("第一行\n".encode())  # the clock stands still: no flush_ms ever passes
+        _until(lambda: control.end == len("第一行\n".encode()),
+               "a line after a quiet spell waited for flush_ms")
+        _until(lambda: not stream.in_flight, "the first answer was not applied")
+        burst = b"".join(f"burst {i}\n".encode() for i in range(50))
+        for i in range(50):
+            stream.offer(f"burst {i}\n".encode())
+        at[0] += 0.5  # within flush_ms of the first send: still coalesced
+        stream.offer(b"more\n")
+        at[0] += 5.0  # a quiet spell: the coalesced burst goes in one request
+        _until(lambda: len(control.requests) == 2, "the burst was not sent after flush_ms")
+        assert control.requests[1] == [burst + b"more\n"]
+        _until(lambda: not stream.in_flight, "the second answer was not applied")
+        at[0] += 5.0
+        stream.offer(b"after a quiet spell\n")
+        _until(lambda: len(control.requests) == 3, "the next line waited for flush_ms")
+        sender.finish(stream, at[0] + 5.0)
+    finally:
+        sender.close()
+        client.close()
+    assert control.requests == [["第一行\n".encode()], [burst + b"more\n"],
+                                [b"after a quiet spell\n"]]
+
+
+def test_the_sender_sleeps_until_there_is_something_to_send():
+    """Idle, or with its only chunk in flight, the sender waits the full second (a send's
+    end, an offer and a finish wake it); in a pause it waits for the pause's end, and a
+    stream with unsent output wakes it when its coalescing window ends."""
+    client = ControlClient("http://control", "tok",
+                           transport=httpx.MockTransport(_Control().handle))
+    sender = LiveLogSender(client, StreamConfig(flush_ms=200))
+    try:
+        now = clock_now()
+        assert sender._next_wake(now) == 1.0  # idle: no pause pending, nothing unsent
+        stream = sender.open(_lease(), LeaseFence(now, 60_000), lambda: None)
+        with sender._cond:
+            stream.runs.append(_Run(0, b"x", False))  # unsent output, the thread held off
+            stream.last_sent = now  # sent just now: the next waits for the window
+            stream.in_flight = True
+            assert sender._next_wake(now) == 1.0  # its chunk is in flight
+            stream.in_flight = False
+            assert abs(sender._next_wake(now) - 0.15) < 1e-9  # ¾ of flush_ms after it
+            sender._retry_at = now + 0.5
+            assert abs(sender._next_wake(now) - 0.5) < 1e-9  # nothing goes before then
+            stream.runs.clear()
+    finally:
+        sender.close()
+        client.close()

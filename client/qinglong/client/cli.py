@@ -14,8 +14,6 @@ Resolved lazily by ``ql3`` (``local/app/cli.py``), so ``ql3 local`` never loads 
 
 from __future__ import annotations
 
-import uuid
-
 import click
 
 from qinglong.client import output
@@ -59,6 +57,8 @@ def run(name: str, wait: bool, as_json: bool, client: ControlClient) -> None:
     outcome, so `ql3 cluster run X --wait && next` works. Ctrl-C stops waiting, not the run.
     The request carries a fresh Idempotency-Key (a UUID) and is sent again with it when
     its answer is lost, so a retry never queues a second run."""
+    import uuid
+
     _, created = client.send("POST", f"/v1/tasks/{segment(name)}/run", task=name,
                              idempotency_key=str(uuid.uuid4()))
     line = f"queued run {name}#{created['number']} ({created['id']})"

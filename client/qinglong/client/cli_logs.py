@@ -137,6 +137,15 @@ def _retrying(call: Callable[[], T], follow: bool) -> T:
             time.sleep(RETRY_PAUSE_S)
 
 
+def last_lines(data: bytes, count: int) -> bytes:
+    """The last ``count`` lines of ``data``, lines ending at ``\\n`` only: a ``\\r`` (a
+    progress bar redrawing its line) stays inside its line, as a terminal shows it and as
+    ``ql3 local logs --tail`` counts (``bytes.splitlines`` would split there too)."""
+    pieces = data.split(b"\n")
+    lines = [p + b"\n" for p in pieces[:-1]] + ([pieces[-1]] if pieces[-1] else [])
+    return b"".join(lines[-count:])
+
+
 def stream_attempt(client: ControlClient, attempt_id: str, printer: _Printer, *,
                    follow: bool, tail_lines: int | None) -> str:
     """Print an attempt's raw log from its start (or about ``tail_lines`` lines before its
@@ -153,7 +162,7 @@ def stream_attempt(client: ControlClient, attempt_id: str, printer: _Printer, *,
         status = piece.status or status
         data = piece.data
         if first and tail is not None:
-            data = b"".join(data.splitlines(keepends=True)[-(tail_lines or 1):])
+            data = last_lines(data, tail_lines or 1)
         elif piece.gap:
             capped = piece.complete and status not in PARTIAL
             printer.gap(piece.gap, capped)
@@ -182,7 +191,7 @@ def _print_stored(client: ControlClient, attempt: dict[str, Any], printer: _Prin
         _print_partial(client, attempt, printer, tail)
         return None
     if tail is not None:
-        data = b"".join(data.splitlines(keepends=True)[-tail:])
+        data = last_lines(data, tail)
     printer.data(data)
     return None
 

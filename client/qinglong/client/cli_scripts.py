@@ -20,7 +20,6 @@ from qinglong.client import output
 from qinglong.client.cli_common import connection, display_options, json_option, print_json
 from qinglong.client.errors import ControlConflictError, ControlNotFoundError, PackRefusedError
 from qinglong.client.http import ControlClient
-from qinglong.shared.bundles import PackError, pack
 from qinglong.shared.errors import ValidationError
 
 MEDIA_TYPE = "application/gzip"
@@ -84,6 +83,8 @@ def script_push(path: Path, as_json: bool, client: ControlClient) -> None:
     special files are refused, naming the entry, before anything is sent (exit 2).
     Prints the digest, the sizes and whether the bundle is new; --json adds "created".
     """
+    from qinglong.shared.bundles import PackError, pack  # the packer: this command's only
+
     try:
         data = pack(path)
     except PackError as exc:

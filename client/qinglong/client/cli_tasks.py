@@ -19,10 +19,10 @@ from qinglong.client.cli_common import (
     segment,
 )
 from qinglong.client.cli_scripts import resolve_digest
+from qinglong.client.errors import ControlConflictError
 from qinglong.client.http import ControlClient
 from qinglong.shared import secret_text
-from qinglong.shared.cron import parse_schedule
-from qinglong.shared.display import describe_last_run, iso_utc
+from qinglong.shared.display import describe_last_run, iso_utc, natural_key
 from qinglong.shared.errors import ValidationError
 
 MASK = "********"
@@ -34,12 +34,13 @@ def task() -> None:
 
 
 def _pairs(items: tuple[str, ...], option: str) -> dict[str, str]:
-    """``K=V`` options as a dict (BadParameter, exit 2, for one without ``=``)."""
+    """``K=V`` options as a dict (BadParameter, exit 2, for one without ``=`` or without a
+    key; an empty value is left to the API's rule, which names it)."""
     found: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise click.BadParameter("use K=V", param_hint=option)
+            raise click.BadParameter("use K=V, a key and a value (zone=a)", param_hint=option)
         found[key] = value
     return found
 
@@ -217,8 +218,26 @@ def _edited_env(current: dict[str, Any], env_set: dict[str, str], env_unset: tup
     return env
 
 
+def _unset_labels(labels: dict[str, str], unset: tuple[str, ...]) -> dict[str, str]:
+    """``labels`` (key -> value) less each ``--unset-label`` item: a key removes that label;
+    ``K=V`` removes key K only while its value is V, as ``ql3 local task edit --unset-label``
+    takes a label as it is shown (README "task edit"). ValidationError names an item the task
+    does not have, and for ``K=V`` the value K has instead."""
+    for item in unset:
+        key, eq, value = item.partition("=")
+        if key not in labels:
+            raise ValidationError("label", f"{item} is not a label of the task")
+        if eq and labels[key] != value:
+            raise ValidationError("label", f"{item} is not a label of the task: its {key} is "
+                                  f"{labels[key]} (--unset-label {key} removes it)")
+        del labels[key]
+    return labels
+
+
 @task.command("edit")
 @click.argument("name")
+@click.option("--name", "new_name", default=None, metavar="NEW",
+              help="Rename the task (runs and history stay its own).")
 @click.option("--schedule", default=None, metavar="CRON", help="New schedule.")
 @click.option("--timezone", default=None, metavar="TZ", help="New IANA time zone.")
 @click.option("--timeout", default=None, metavar="SECONDS|none",
@@ -238,8 +257,8 @@ def _edited_env(current: dict[str, Any], env_set: dict[str, str], env_unset: tup
               help="New working directory, or 'none' for the worker's default.")
 @click.option("--label", "label_pairs", multiple=True, metavar="K=V",
               help="Set a label (repeatable).")
-@click.option("--unset-label", "label_unset", multiple=True, metavar="K",
-              help="Remove a label (repeatable).")
+@click.option("--unset-label", "label_unset", multiple=True, metavar="K|K=V",
+              help="Remove a label by key; K=V only if it has that value (repeatable).")
 @click.option("--shell", default=None, metavar="LINE", help="New /bin/sh -c command line.")
 @click.option("--bundle", default=None, metavar="DIGEST|none",
               help="Run this script bundle instead (with --entry-point; clears --cwd), or "
@@ -249,7 +268,8 @@ def _edited_env(current: dict[str, Any], env_set: dict[str, str], env_unset: tup
 @click.argument("argv", nargs=-1)
 @json_option
 @connection
-def task_edit(name: str, schedule: str | None, timezone: str | None, timeout: str | None,
+def task_edit(name: str, new_name: str | None, schedule: str | None, timezone: str | None,
+              timeout: str | None,
               max_attempts: int | None, concurrency: str | None, env_pairs: tuple[str, ...],
               env_unset: tuple[str, ...], secret_env: tuple[str, ...],
               secret_unset: tuple[str, ...], cwd: str | None, label_pairs: tuple[str, ...],
@@ -259,13 +279,19 @@ def task_edit(name: str, schedule: str | None, timezone: str | None, timeout: st
     """Change task NAME in place: same id, same history; a new command goes after `--`.
 
     Only what is given changes. The edit is recorded as a task event naming the fields
-    (never a value). A run already started keeps the old definition.
+    (never a value). A run already started keeps the old definition. Environment and label
+    changes are made on the task as read first: should someone change it in between, the
+    edit is refused (run it again).
 
-    Example: ql3 cluster task edit backup --schedule '30 2 * * *' --env MODE=full
+    \b
+    Examples (a new schedule and env; a rename and relabel):
+      ql3 cluster task edit backup --schedule '30 2 * * *' --env MODE=full
+      ql3 cluster task edit 签到 --name 京东签到 --label platform=jd
     """
     patch: dict[str, Any] = {k: v for k, v in (
-        ("schedule", schedule), ("timezone", timezone), ("max_attempts", max_attempts),
-        ("concurrency_policy", concurrency)) if v is not None}
+        ("name", new_name), ("schedule", schedule), ("timezone", timezone),
+        ("max_attempts", max_attempts), ("concurrency_policy", concurrency))
+        if v is not None}
     if timeout is not None:
         patch["timeout_s"] = _optional(timeout, "--timeout")
     if cwd is not None:
@@ -289,20 +315,28 @@ def task_edit(name: str, schedule: str | None, timezone: str | None, timeout: st
     if env_set or env_unset or secrets or secret_unset:
         patch["env"] = _edited_env(before["env"], env_set, env_unset, secrets, secret_unset)
     if labels_set or label_unset:
-        labels = dict(before["labels"])
-        for key in label_unset:
-            if labels.pop(key, None) is None:
-                raise ValidationError("label", f"{key} is not a label of the task")
+        labels = _unset_labels(dict(before["labels"]), label_unset)
         patch["labels"] = {**labels, **labels_set}
-    _, view = client.send("PATCH", f"/v1/tasks/{segment(name)}", patch, task=name)
+    if "env" in patch or "labels" in patch:  # merged into what was read: only onto that
+        patch["version"] = before["version"]
+    try:
+        _, view = client.send("PATCH", f"/v1/tasks/{segment(name)}", patch, task=name)
+    except ControlConflictError as exc:
+        if exc.error_code == "task_exists" and new_name is not None:
+            raise ControlConflictError(f"task {new_name!r} already exists",
+                                       exc.error_code) from None
+        raise
     if as_json:
         print_json(view)
     elif view["version"] == before["version"]:
         click.echo(f"task {name} unchanged")
     else:
         edited = next((e for e in view["history"] if e["kind"] == "edited"), None)
-        fields = ", ".join((edited or {}).get("detail", {}).get("fields", []))
-        click.echo(f"edited task {name}: {fields}")
+        changed = list((edited or {}).get("detail", {}).get("fields", []))
+        if "name" in changed:  # as `ql3 local task edit --name`
+            click.echo(f"renamed task {name} to {view['name']}")
+            name = view["name"]
+        click.echo(f"edited task {name}: {', '.join(changed)}")
 
 
 @task.command("list")
@@ -323,7 +357,8 @@ def task_list(label_filters: tuple[str, ...], search: str | None, as_json: bool,
     params: dict[str, Any] = {"label": list(label_filters)} if label_filters else {}
     if search:
         params["q"] = search
-    items = client.items("/v1/tasks", params or None)
+    items = sorted(client.items("/v1/tasks", params or None),
+                   key=lambda t: natural_key(t["name"]))  # task2 before task10
     if as_json:
         print_json(items)
     elif not items and params:
@@ -386,6 +421,8 @@ def task_next(name: str, count: int, as_json: bool, client: ControlClient) -> No
     view = client.get(f"/v1/tasks/{segment(name)}", task=name)
     slots: list[int] = []
     if view["schedule"]:
+        from qinglong.shared.cron import parse_schedule  # croniter: this command's only
+
         schedule = parse_schedule(view["schedule"], view["timezone"])
         slots = schedule.next_slots(int(time.time() * 1000), count)
     answer = {"task": view["name"], "schedule": view["schedule"],

@@ -2,11 +2,13 @@
 
 As Qinglong keeps them (环境变量): a name holds values in order, each with a remark and an
 on/off flag; a task receives the enabled ones joined with ``&``. A value is read from stdin
-(a hidden prompt on a terminal), never from argv; no command prints one.
+(a hidden prompt on a terminal), never from argv; only ``vars export`` prints values (a
+plain variable's; a secret one's for an admin token that asks and confirms).
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
@@ -15,19 +17,33 @@ from qinglong.client.cli_common import connection, json_option, print_json, segm
 from qinglong.client.cli_tasks import read_secret
 from qinglong.client.http import ControlClient
 from qinglong.shared.errors import ValidationError
+from qinglong.shared.variable_limits import check_variable_name
+
+
+def _checked_name(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    """NAME by the variable name rule of both profiles (``check_variable_name``), checked
+    before stdin is read or control is asked, and said as a variable's (control's own 422
+    would name the path's field only); raises ValidationError, never echoing NAME."""
+    return check_variable_name(value)
+
+
+name_argument = click.argument("name", callback=_checked_name)
 
 
 @click.group("vars")
 def vars_group() -> None:
-    """Global variables every attempt receives (values never shown).
+    """Global variables every attempt receives (values shown by export only).
 
     \b
     printf %s "$CK1" | ql3 cluster vars set JD_COOKIE --remark 账号一
     printf %s "$CK2" | ql3 cluster vars set JD_COOKIE --add --remark 账号二
+    printf %s "$UA" | ql3 cluster vars set JD_UA --plain    # exported, not masked
     ql3 cluster vars disable JD_COOKIE --index 2     # kept, not sent
+    ql3 cluster vars pools JD_COOKIE --all-pools     # every pool again
     ql3 cluster vars list
+    ql3 cluster vars export > vars.env               # plain values only
 
-    Writes need an operator token, list a viewer's. A task's own --env wins.
+    Writes need an operator token, list and export a viewer's. A task's own --env wins.
     """
 
 
@@ -57,7 +73,7 @@ def vars_list(as_json: bool, client: ControlClient) -> None:
 
 
 @vars_group.command("set")
-@click.argument("name")
+@name_argument
 # a value typed after NAME is taken only to be refused (click would echo it in its error)
 @click.argument("argv_value", nargs=-1, metavar="")
 @click.option("--add", is_flag=True, help="Add the value after the others (multi-account).")
@@ -66,15 +82,19 @@ def vars_list(as_json: bool, client: ControlClient) -> None:
 @click.option("--pool", "pools", multiple=True, metavar="POOL",
               help="Only attempts claimed by POOL get it (repeatable; default all pools).")
 @click.option("--all-pools", is_flag=True, help="Every pool gets it again.")
+@click.option("--plain/--secret", "plain", default=None,
+              help="--plain: `vars export` may print the values (default --secret).")
 @json_option
 @connection
 def vars_set(name: str, argv_value: tuple[str, ...], add: bool, index: int | None,
-             remark: str | None, pools: tuple[str, ...], all_pools: bool, as_json: bool,
-             client: ControlClient) -> None:
+             remark: str | None, pools: tuple[str, ...], all_pools: bool,
+             plain: bool | None, as_json: bool, client: ControlClient) -> None:
     """Set a value of NAME, read from stdin (never argv).
 
-    Without --add or --index, NAME becomes this one value. A value may be 128 KiB; a
-    pool's variables together 1 MiB.
+    Without --add or --index, NAME becomes this one value: its other values and
+    their remarks are removed. NAME=value, as a task receives it (enabled values
+    joined with &), may be 128 KiB (131,072 bytes with the name, '=' and a NUL: the
+    kernel's limit on one environment entry); a pool's variables together 1 MiB.
     """
     if argv_value:
         raise ValidationError(f"variable {name}", "a value is never taken from the command "
@@ -85,11 +105,67 @@ def vars_set(name: str, argv_value: tuple[str, ...], add: bool, index: int | Non
                             "index": index, "remark": remark}
     if pools or all_pools:
         body["pools"] = list(pools) or None
+    if plain is not None:  # neither: a new variable is secret, an existing one stays as it is
+        body["secret"] = not plain
     _, view = client.send("POST", f"/v1/vars/{segment(name)}", body)
     if as_json:
         print_json(view)
+    elif view.get("changed") == 0:  # --add of a value NAME already holds: not added again
+        click.echo(f"unchanged: variable {name} already holds this value as #{view['index']}")
     else:
         click.echo(f"set variable {name} value #{view['index']}")
+
+
+@vars_group.command("pools")
+@name_argument
+@click.option("--pool", "pools", multiple=True, metavar="POOL",
+              help="Only attempts claimed by POOL get NAME (repeatable).")
+@click.option("--all-pools", is_flag=True, help="Every pool gets NAME again.")
+@json_option
+@connection
+def vars_pools(name: str, pools: tuple[str, ...], all_pools: bool, as_json: bool,
+               client: ControlClient) -> None:
+    """Set which pools get NAME, its values untouched (no value is read).
+
+    \b
+    ql3 cluster vars pools JD_UA --all-pools     # every pool again
+    ql3 cluster vars pools JD_UA --pool jd --pool jd-backup
+    """
+    if bool(pools) == all_pools:
+        raise ValidationError("--pool", "give --pool POOL (repeatable) or --all-pools")
+    _, view = client.send("POST", f"/v1/vars/{segment(name)}/pools",
+                          {"pools": list(pools) or None})
+    if as_json:
+        print_json(view)
+    else:
+        scope = "all pools" if view["pools"] is None else "pools " + ",".join(view["pools"])
+        click.echo(f"variable {name}: {scope}")
+
+
+@vars_group.command("export")
+@click.option("--include-secrets", is_flag=True,
+              help="Secret variables' values too (admin token; asks to confirm).")
+@click.option("--yes", is_flag=True, help="Confirm --include-secrets without asking.")
+@connection
+def vars_export(include_secrets: bool, yes: bool, client: ControlClient) -> None:
+    """Print the enabled values as NAME=value lines (import them on the panel's page).
+
+    Plain variables only: secret values stay out unless --include-secrets, which needs an
+    admin token and a confirmation (a prompt on a terminal, else --yes); control logs such
+    an export with the token's name. Multi-line values are left out.
+
+    \b
+    ql3 cluster vars export > vars.env
+    """
+    if include_secrets and not yes:
+        if not sys.stdin.isatty():
+            raise ValidationError("--include-secrets", "secret values would be printed: "
+                                  "confirm with --yes (no terminal to ask on)")
+        click.confirm("Print the secret variables' values in plain text?", abort=True,
+                      err=True)
+    response = client.request("GET", "/v1/vars/export",
+                              params={"include_secrets": "true" if include_secrets else None})
+    click.echo(response.text, nl=False)
 
 
 def _toggle(client: ControlClient, name: str, index: int | None, enabled: bool,
@@ -104,7 +180,7 @@ def _toggle(client: ControlClient, name: str, index: int | None, enabled: bool,
 
 
 @vars_group.command("enable")
-@click.argument("name")
+@name_argument
 @index_option
 @json_option
 @connection
@@ -114,7 +190,7 @@ def vars_enable(name: str, index: int | None, as_json: bool, client: ControlClie
 
 
 @vars_group.command("disable")
-@click.argument("name")
+@name_argument
 @index_option
 @json_option
 @connection
@@ -124,7 +200,7 @@ def vars_disable(name: str, index: int | None, as_json: bool, client: ControlCli
 
 
 @vars_group.command("rm")
-@click.argument("name")
+@name_argument
 @index_option
 @connection
 def vars_rm(name: str, index: int | None, client: ControlClient) -> None:

@@ -9,8 +9,12 @@ control's stable error code; never the token, a request body or a secret.
 
 from __future__ import annotations
 
-from qinglong.shared.bundles import PackError
+from typing import TYPE_CHECKING
+
 from qinglong.shared.errors import ConflictError, NotFoundError, QinglongError, ValidationError
+
+if TYPE_CHECKING:  # the packer (tarfile, gzip) loads with `script push` only
+    from qinglong.shared.bundles import PackError
 
 
 class ClusterClientError(QinglongError):

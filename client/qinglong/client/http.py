@@ -20,8 +20,8 @@ stable ``error.code``:
  404   ``task_not_found`` → ControlNotFoundError ``no such task 'x'`` (exit 2);
        ``run_not_found`` → NoSuchRunError ``no such run 'backup#9'`` (exit 2);
        an unknown bundle → ControlNotFoundError ``no script bundle 'ab12…'`` (exit 2)
- 409   ControlConflictError (``task_exists``, ``run_refused``, ``already_finished``,
-       ``bundle_in_use``)
+ 409   ControlConflictError (``task_exists``, ``task_changed``, ``run_refused``,
+       ``already_finished``, ``bundle_in_use``)
  410   LogRetiredError, with when and how the log was retired
  413,  ControlRejectedError (exit 2), with a refused bundle's ``reason``;
  422   ``ambiguous_run`` → AmbiguousRunError, ``invalid_run_ref`` → NoSuchRunError
@@ -33,15 +33,17 @@ stable ``error.code``:
 
 No connection at all is ControlUnreachableError (``cannot reach control at URL: connection
 refused``). No message carries the token or a request body.
+
+httpx is imported where a client is made or a request fails, not with this module: the
+``ql3 cluster`` commands import it for their option defaults and types, and their ``--help``
+loads no HTTP library (docs/architecture.md §1).
 """
 
 from __future__ import annotations
 
 import urllib.parse
 from collections.abc import Sequence
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from qinglong.client.errors import (
     ControlConflictError,
@@ -59,6 +61,9 @@ from qinglong.shared.display import when
 from qinglong.shared.errors import QinglongError
 from qinglong.shared.run_refs import FORMS_HINT, AmbiguousRunError, NoSuchRunError
 
+if TYPE_CHECKING:
+    import httpx
+
 DEFAULT_TIMEOUT_S = 10.0
 FAILOVER_STATUSES = (502, 503, 504)
 PAGE_LIMIT = 200  # the API's largest page
@@ -75,6 +80,8 @@ def shown_url(url: str) -> str:
 def failure_reason(exc: httpx.TransportError, timeout_s: float) -> str:
     """A transport failure in words: the operating system's (``connection refused``,
     ``name or service not known``), or which timeout passed."""
+    import httpx
+
     if isinstance(exc, httpx.ConnectTimeout):
         return f"no connection within {timeout_s:g} s"
     if isinstance(exc, httpx.TimeoutException):
@@ -127,6 +134,8 @@ class ControlClient:
             raise ValueError("at least one control base URL is needed")
         if not token or not token.strip():
             raise TokenMissingError
+        import httpx
+
         self.urls = [u.rstrip("/") for u in urls]
         self.timeout_s = timeout_s
         self._https = [httpx.Client(base_url=u, timeout=timeout_s, follow_redirects=False,
@@ -162,6 +171,8 @@ class ControlClient:
         replaces the client's read timeout for this request (a long poll).
         ``idempotency_key``: sent as ``Idempotency-Key``; the write is then retried as a
         read is (module docstring). Raises the typed errors of the module docstring."""
+        import httpx
+
         idempotent = method.upper() in IDEMPOTENT or idempotency_key is not None
         headers = {} if idempotency_key is None else {"Idempotency-Key": idempotency_key}
         params = {k: v for k, v in (params or {}).items() if v is not None}
@@ -311,6 +322,8 @@ class ControlClient:
         if code not in ("", "database_unavailable"):
             return ControlNotReadyError(f"control at {url} cannot serve this now: {message} "
                                         f"({code})", url, [])
+        import httpx
+
         reasons: list[str] = []
         try:
             ready = self._probe.get(f"{url}/readyz").json()
@@ -369,6 +382,9 @@ def _conflict(code: str, message: str, *, task: str | None, run: str | None,
               script: str | None = None) -> str:
     if code == "task_exists" and task is not None:
         return f"task {task!r} already exists"
+    if code == "task_changed" and task is not None:
+        return (f"task {task!r} was changed by someone else meanwhile; nothing was "
+                "changed: run the edit again")
     if code == "run_refused" and task is not None:
         if "#" in message:  # control names the run in progress: `run 京东签到#3 is running…`
             return f"run refused: {message}"

@@ -18,12 +18,12 @@ TERMINAL = frozenset({"succeeded", "failed", "cancelled", "timed_out", "lost"})
 
 def table(columns: list[str], rows: list[list[str]], *, flexible: tuple[str, ...] = (),
           indent: str = "", share: bool = False, refs: tuple[str, ...] = (),
-          protect: tuple[str, ...] = ()) -> None:
+          protect: tuple[str, ...] = (), distinct: tuple[str, ...] = ()) -> None:
     """Print rows as a table that fits the terminal (``display.fit_table``: ``share``,
-    ``refs`` and ``protect`` as there), each line after ``indent``."""
+    ``refs``, ``protect`` and ``distinct`` as there), each line after ``indent``."""
     width = display.terminal_width() - len(indent)
     for line in display.fit_table(columns, rows, flexible=flexible, width=width, share=share,
-                                  refs=refs, protect=protect):
+                                  refs=refs, protect=protect, distinct=distinct):
         click.echo(indent + line)
 
 
@@ -108,7 +108,7 @@ def print_tasks(tasks: list[dict[str, Any]]) -> None:
         columns[2] = f"next ({zone})"
     # the next fire time and the last run stay whole while the name or schedule can give way
     table(columns, rows(nexts), flexible=TASK_FLEX[with_labels], share=True,
-          protect=(columns[2], "last run"))
+          protect=(columns[2], "last run"), distinct=("name",))
 
 
 def exit_text(run: dict[str, Any]) -> str:

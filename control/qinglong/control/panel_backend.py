@@ -5,9 +5,10 @@ The backend calls the same services as the HTTP API over the replica's engine (n
 to itself): the task page is one query over ``tasks`` with each task's newest run
 (``api/task_last_run.py``); run now, enable/disable and stop are the API's transactions
 (``task_store.set_enabled``, ``scheduling.firing.run_now``, ``api/runs.cancel_in``); the
-log is the newest attempt's, read with ``livelog/read.read_raw`` and woken by the replica's
-live-log hub. Answers have the shapes of the local socket (docs/protocols.md §3.8), so the
-panel's templates render both profiles.
+log is one attempt's (the newest, or one asked for by number), read with
+``livelog/read.read_raw`` and woken by the replica's live-log hub. Answers have the shapes
+of the local socket (docs/protocols.md §3.8), so the panel's templates render both
+profiles.
 
 Who acts comes from the request's session (``qinglong.panel.security.current_session``):
 its token's name is recorded as ``by``, and a write without an operator-or-better session
@@ -21,14 +22,19 @@ import unicodedata
 from typing import TYPE_CHECKING, Any, get_args
 from uuid import UUID
 
-from sqlalchemy import Text, and_, cast, func, or_, select
+from sqlalchemy import Text, and_, case, cast, func, or_, select
 
 from qinglong.control.api.errors import ApiError
-from qinglong.control.api.tasks import like_escape
+from qinglong.control.api.tasks import command_shown, like_escape
 from qinglong.control.db.tables import attempts, runs, tasks
 from qinglong.control.panel_bundles import BundlePanel
 from qinglong.control.panel_settings import SettingsMixin
+from qinglong.control.panel_views import ViewsMixin
 from qinglong.panel.backend import (
+    SORTS,
+    VAR_EXPORT,
+    VAR_POOLS,
+    VIEWS,
     BackendRefusedError,
     BackendUnavailableError,
     NotInProfileError,
@@ -57,6 +63,12 @@ def _refused(exc: ApiError) -> BackendRefusedError:
     return refused(exc)
 
 
+def _answers(chunk: dict[str, Any]) -> bool:
+    """A log wait ends on bytes, a gap, the end of the run, or a newer attempt."""
+    return bool(chunk["data"] or chunk["gap"] or chunk["done"]
+                or chunk["attempt"] < chunk["attempts"])
+
+
 def _run_id(run: str) -> UUID:
     try:
         return UUID(run)
@@ -64,7 +76,7 @@ def _run_id(run: str) -> UUID:
         raise BackendRefusedError("not_found", "no run has this id", usage=True) from None
 
 
-class ControlPanelBackend(BundlePanel, SettingsMixin):
+class ControlPanelBackend(ViewsMixin, BundlePanel, SettingsMixin):
     """Implements PanelBackend over ``ctx`` (the replica's ApiContext: engine, project,
     S3 client and live-log hub). Every method blocks (the panel calls it from a worker
     thread); database errors become BackendUnavailableError (the page says so, 503)."""
@@ -73,12 +85,16 @@ class ControlPanelBackend(BundlePanel, SettingsMixin):
     #: the optional pages it serves (qinglong.panel.backend.FEATURES): the task form (its
     #: spec is the API's JSON: ``panel_tasks.py``), Runs, Overview, Variables, Workers, the
     #: bundles (``panel_bundles.py``) and Settings (``panel_settings.py``); the scripts
-    #: folder is the local profile's (docs/panel.md "Cluster")
+    #: folder is the local profile's (docs/panel.md "Cluster"); pinned tasks and saved
+    #: views (``panel_views.py``)
     features: frozenset[str] = frozenset({"task_edit", "runs", "dashboard", "vars", "workers",
-                                          "bundles", "settings"})
+                                          "bundles", "settings", VIEWS,
+                                          VAR_POOLS, VAR_EXPORT})
 
     def __init__(self, ctx: ApiContext) -> None:
         self.ctx = ctx
+        #: a new task's zone in the form: ``serve --default-timezone`` (None: UTC, the API's)
+        self.default_timezone = ctx.default_timezone
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -113,8 +129,11 @@ class ControlPanelBackend(BundlePanel, SettingsMixin):
             return False
         return True
 
-    def task_page(self, offset: int, limit: int, query: str) -> dict[str, Any]:
-        """One page of live tasks ordered by name (``PanelBackend.task_page``). ``query``:
+    def task_page(self, offset: int, limit: int, query: str,
+                  sort: str = "name") -> dict[str, Any]:
+        """One page of live tasks, pinned ones first, then ordered by ``sort`` (``SORTS``:
+        name, name descending, next fire with none last; ``PanelBackend.task_page``;
+        migration 0017), each saying ``pinned``. ``query``:
         words of the form ``key=value`` filter by label (all must match, JSONB containment
         through migration 0008's index); the other words, together, match a
         case-insensitive substring of the name, command or labels (one scan of the live
@@ -139,7 +158,15 @@ class ControlPanelBackend(BundlePanel, SettingsMixin):
             where.append(or_(tasks.c.name.ilike(pattern, escape="\\"),
                              tasks.c.shell.ilike(pattern, escape="\\"),
                              cast(tasks.c.argv, Text).ilike(pattern, escape="\\"),
+                             command_shown().ilike(pattern, escape="\\"),
                              cast(tasks.c.labels, Text).ilike(pattern, escape="\\")))
+
+        if sort not in SORTS:
+            raise BackendRefusedError("validation", "sort: unknown", usage=True)
+        order: list[Any] = [tasks.c.pinned.desc()]
+        if sort == "next_fire":  # a disabled task shows no next fire: last, as none
+            order.append(case((tasks.c.enabled, tasks.c.next_fire_at)).asc().nulls_last())
+        order += [tasks.c.name.desc() if sort == "-name" else tasks.c.name, tasks.c.id]
 
         def count(conn: Any) -> int:
             return int(conn.execute(select(func.count()).select_from(tasks)
@@ -152,16 +179,16 @@ class ControlPanelBackend(BundlePanel, SettingsMixin):
                     total = count(conn)
                     rows = list(conn.execute(
                         with_last_run(select(tasks, unmatched)).where(*where)
-                        .order_by(tasks.c.name).offset(offset).limit(limit)).mappings())
+                        .order_by(*order).offset(offset).limit(limit)).mappings())
                 else:  # a search reads every live task once: count and page in one scan
                     page = (select(tasks.c.id.label("page_id"),
                                    func.count().over().label("page_total"))
-                            .where(*where).order_by(tasks.c.name).offset(offset).limit(limit)
+                            .where(*where).order_by(*order).offset(offset).limit(limit)
                             .subquery("page"))
                     rows = list(conn.execute(
                         with_last_run(select(tasks, unmatched, page.c.page_total)
                                       .join(page, page.c.page_id == tasks.c.id))
-                        .order_by(tasks.c.name)).mappings())
+                        .order_by(*order)).mappings())
                     total = int(rows[0]["page_total"]) if rows else (
                         count(conn) if offset else 0)
             return {"tasks": [self._task(r, PREFIX) for r in rows], "total": int(total),
@@ -182,7 +209,7 @@ class ControlPanelBackend(BundlePanel, SettingsMixin):
                 "schedule": row["schedule"], "timezone": row["timezone"],
                 "next_fire": _iso(row["next_fire_at"]) if row["enabled"] else None,
                 "last_run": last, "enabled": bool(row["enabled"]),
-                "no_worker": bool(row.get("no_worker"))}
+                "no_worker": bool(row.get("no_worker")), "pinned": bool(row["pinned"])}
 
     def run_now(self, task: str) -> dict[str, Any]:
         """Run ``task`` now, as ``POST /v1/tasks/{name}/run`` does (its concurrency policy
@@ -238,7 +265,9 @@ class ControlPanelBackend(BundlePanel, SettingsMixin):
         return result
 
     def run_get(self, run: str) -> dict[str, Any]:
-        """One run of this project with its task's name and its attempts (oldest first)."""
+        """One run of this project with its task's name and its attempts (oldest first, each
+        with ``exit_code``, ``signal``, ``reason``, ``started_at``, ``finished_at``: the run
+        page's facts, docs/panel.md "Run detail")."""
         run_id = _run_id(run)
 
         def read() -> dict[str, Any]:
@@ -251,7 +280,9 @@ class ControlPanelBackend(BundlePanel, SettingsMixin):
                 if row is None:
                     raise BackendRefusedError("not_found", "no run has this id", usage=True)
                 tries = conn.execute(select(attempts.c.id, attempts.c.number,
-                                            attempts.c.status)
+                                            attempts.c.status, attempts.c.exit_code,
+                                            attempts.c.signal, attempts.c.reason,
+                                            attempts.c.started_at, attempts.c.finished_at)
                                      .where(attempts.c.run_id == row["id"])
                                      .order_by(attempts.c.number)).mappings().all()
             return {"id": str(row["id"]), "task_name": row["task_name"],
@@ -259,50 +290,62 @@ class ControlPanelBackend(BundlePanel, SettingsMixin):
                     "created_at": _iso(row["created_at"]),
                     "finished_at": _iso(row["finished_at"]),
                     "attempts": [{"id": str(a["id"]), "number": a["number"],
-                                  "status": a["status"]} for a in tries]}
+                                  "status": a["status"], "exit_code": a["exit_code"],
+                                  "signal": a["signal"], "reason": a["reason"],
+                                  "started_at": _iso(a["started_at"]),
+                                  "finished_at": _iso(a["finished_at"])} for a in tries]}
 
         result: dict[str, Any] = self._guard(read)
         return result
 
-    def _chunk(self, run: str, offset: int) -> tuple[dict[str, Any], str | None]:
-        """The log after ``offset`` of the run's newest attempt, and that attempt's id."""
+    def _chunk(self, run: str, offset: int, number: int | None = None
+               ) -> tuple[dict[str, Any], str | None]:
+        """The log after ``offset`` of the run's attempt ``number`` (None: the newest), and
+        that attempt's id (None before it exists). ``done`` only for the newest attempt's
+        log read to its end in an ended run; ``attempt``/``attempts`` as in
+        ``PanelBackend.log_wait``."""
         from qinglong.control.api.log_live import _utf8_cut
         from qinglong.control.livelog.read import LogGoneError, read_raw
 
         info = self.run_get(run)
         status = info["status"]
-        done = status in TERMINAL
-        newest = info["attempts"][-1]["id"] if info["attempts"] else None
-        empty = {"data": "", "offset": offset, "done": done, "run_status": status, "gap": 0}
-        if newest is None:
+        tries = info["attempts"]
+        number = number or (tries[-1]["number"] if tries else 1)
+        chosen = next((a["id"] for a in tries if a["number"] == number), None)
+        newest = chosen is not None and number == tries[-1]["number"]
+        done = status in TERMINAL and (newest or number > len(tries))
+        empty = {"data": "", "offset": offset, "done": done, "run_status": status, "gap": 0,
+                 "attempt": number, "attempts": len(tries)}
+        if chosen is None:
             return empty, None
         try:
-            piece = self._guard(lambda: read_raw(self.ctx.engine, self.ctx.s3, newest,
+            piece = self._guard(lambda: read_raw(self.ctx.engine, self.ctx.s3, chosen,
                                                  offset=offset, limit=LOG_EVENT_BYTES))
         except LogGoneError:  # retired, tombstoned or never stored: nothing more to show
-            return {**empty, "done": done}, newest
+            return empty, chosen
         if piece.gap:
-            return {**empty, "offset": piece.offset, "gap": piece.gap, "done": False}, newest
+            return {**empty, "offset": piece.offset, "gap": piece.gap, "done": False}, chosen
         body = piece.body
         keep = len(body) if piece.complete else _utf8_cut(body)
-        return {"data": body[:keep].decode("utf-8", "surrogateescape"),
-                "offset": piece.offset + keep, "gap": 0,
-                "done": done and piece.complete and keep == len(body),
-                "run_status": status}, newest
+        return {**empty, "data": body[:keep].decode("utf-8", "surrogateescape"),
+                "offset": piece.offset + keep,
+                "done": done and piece.complete and keep == len(body)}, chosen
 
-    def log_wait(self, run: str, offset: int, timeout_s: float) -> dict[str, Any]:
-        """Bytes after ``offset`` of the run's newest attempt as soon as there are any (the
-        replica's LISTEN fan-out wakes the wait), or an empty chunk after ``timeout_s``."""
+    def log_wait(self, run: str, offset: int, timeout_s: float,
+                 attempt: int | None = None) -> dict[str, Any]:
+        """Bytes after ``offset`` of the run's attempt ``attempt`` (None: the newest) as
+        soon as there are any, or a newer attempt exists (the replica's LISTEN fan-out
+        wakes the wait), or an empty chunk after ``timeout_s``."""
         deadline = time.monotonic() + max(0.0, timeout_s)
         while True:
-            chunk, attempt = self._chunk(run, offset)
+            chunk, attempt_id = self._chunk(run, offset, attempt)
             left = deadline - time.monotonic()
-            if chunk["data"] or chunk["gap"] or chunk["done"] or left <= 0:
+            if _answers(chunk) or left <= 0:
                 return chunk
-            self._sleep(attempt, left)
+            self._sleep(attempt_id, left)
 
-    async def log_wait_async(self, run: str, offset: int, timeout_s: float
-                             ) -> dict[str, Any]:
+    async def log_wait_async(self, run: str, offset: int, timeout_s: float,
+                             attempt: int | None = None) -> dict[str, Any]:
         """:meth:`log_wait` for the event loop (the panel prefers it): a worker thread only
         for each read, the wait itself on the replica's live-log hub, so open log views
         never tie up the thread pool the API's routes share."""
@@ -314,18 +357,19 @@ class ControlPanelBackend(BundlePanel, SettingsMixin):
         hub = hub_of(self.ctx.extras)
         deadline = time.monotonic() + max(0.0, timeout_s)
         while True:
-            chunk, attempt = await run_in_threadpool(self._chunk, run, offset)
+            chunk, attempt_id = await run_in_threadpool(self._chunk, run, offset, attempt)
             left = deadline - time.monotonic()
-            if chunk["data"] or chunk["gap"] or chunk["done"] or left <= 0:
+            if _answers(chunk) or left <= 0:
                 return chunk
-            if attempt is None:
+            if attempt_id is None:
                 await anyio.sleep(min(IDLE_POLL_S, left))
                 continue
-            event = hub.wakeups.register(attempt)
+            event = hub.wakeups.register(attempt_id)
             try:
-                await hub.wakeups.wait(event, left)  # at most the hub's re-read period
+                # at most the hub's re-read period: a retry's new attempt wakes no one here
+                await hub.wakeups.wait(event, left)
             finally:
-                hub.wakeups.unregister(attempt, event)
+                hub.wakeups.unregister(attempt_id, event)
 
     def _sleep(self, attempt: str | None, left: float) -> None:
         """Wait up to ``left`` seconds for the attempt's next wake-up (at most the hub's
@@ -352,9 +396,10 @@ class ControlPanelBackend(BundlePanel, SettingsMixin):
                 pass
         time.sleep(min(IDLE_POLL_S, left))
 
-    def log_read(self, run: str, offset: int) -> dict[str, Any]:
-        """Up to 64 KiB of the newest attempt's log from ``offset``, without waiting."""
-        chunk, _attempt = self._chunk(run, offset)
+    def log_read(self, run: str, offset: int, attempt: int | None = None) -> dict[str, Any]:
+        """Up to 64 KiB of the log of the run's attempt ``attempt`` (None: the newest) from
+        ``offset``, without waiting."""
+        chunk, _attempt = self._chunk(run, offset, attempt)
         return chunk
 
     def runs_page(self, task: str | None, status: str | None, before: str | None,
@@ -530,18 +575,78 @@ class ControlPanelBackend(BundlePanel, SettingsMixin):
                                   "values", usage=True)
 
     def vars_set(self, name: str, value: str, *, remark: str | None, add: bool,
-                 secret: bool | None) -> dict[str, Any]:
+                 secret: bool | None, pools: list[str] | None = None) -> dict[str, Any]:
         """Store a value as ``POST /v1/vars/{name}`` does (``db/variables.put_value``,
-        operator): ``add`` a new last value, else the variable becomes this one value; a
-        new variable reaches every pool, an existing one keeps its scope; sealed with the
-        replica's keyring once sealing is on. ``{"name", "index", "changed"}``."""
+        operator): ``add`` a new last value, else the variable becomes this one value;
+        ``pools`` (1-64 names of ``POOL_PATTERN``) sets the variable's scope, None keeps it
+        (a new variable reaches every pool); sealed with the replica's keyring once sealing
+        is on. ``{"name", "index", "changed"}``. A bad pool name: BackendRefusedError
+        ``invalid_pool`` (usage) with the API's words for the pattern, never the name."""
+        import re
+
+        from qinglong.control.api.errors import PATTERN_WORDS
+        from qinglong.control.api.token_routes import POOL_PATTERN
         from qinglong.control.db.variables import put_value
 
+        if pools is not None and (not 1 <= len(pools) <= 64 or not all(
+                re.fullmatch(POOL_PATTERN, p) for p in pools)):
+            raise BackendRefusedError("invalid_pool", "pools: 1 to 64 names, each: "
+                                      + PATTERN_WORDS[POOL_PATTERN], usage=True)
         keyring = self.ctx.extras.get("keyring")
-        index = self._vars_write(lambda conn, by: put_value(
+        stored = self._vars_write(lambda conn, by: put_value(
             conn, name, value, who=by, remark=remark, index=None, add=add, secret=secret,
-            pools=None, set_pools=False, keyring=keyring))
-        return {"name": name, "index": index, "changed": 1}
+            pools=pools, set_pools=pools is not None, keyring=keyring))
+        return {"name": name, "index": stored.index, "changed": stored.changed}
+
+    def vars_pools(self, name: str, pools: list[str] | None) -> dict[str, Any]:
+        """Set the variable's pool scope alone as ``POST /v1/vars/{name}/pools`` does
+        (``db/variables.change_scope``, operator): None reaches every pool again.
+        ``{"name", "pools"}``; BackendRefusedError ``not_found``, ``invalid_pool`` as
+        :meth:`vars_set`, ``invalid_variable`` when a pool's variables would pass 1 MiB."""
+        import re
+
+        from qinglong.control.api.errors import PATTERN_WORDS
+        from qinglong.control.api.token_routes import POOL_PATTERN
+        from qinglong.control.db.variables import change_scope
+
+        if pools is not None and (not 1 <= len(pools) <= 64 or not all(
+                re.fullmatch(POOL_PATTERN, p) for p in pools)):
+            raise BackendRefusedError("invalid_pool", "pools: 1 to 64 names, each: "
+                                      + PATTERN_WORDS[POOL_PATTERN], usage=True)
+        keyring = self.ctx.extras.get("keyring")
+        scope = self._vars_write(lambda conn, by: change_scope(
+            conn, name, pools, who=by, keyring=keyring))
+        return {"name": name, "pools": scope}
+
+    def vars_export(self, secrets: bool) -> list[dict[str, Any]]:
+        """The values ``GET /v1/vars/export`` writes (``db/variables.export_values``):
+        ``[{"name", "value", "remark", "secret"}]``, the enabled values of the plain
+        variables by name and position; with ``secrets`` the secret ones' too, for an
+        admin session only (BackendRefusedError ``forbidden`` otherwise), logged with the
+        token's name as the API logs it. ``secrets_key_missing`` when a sealed value
+        cannot be opened here."""
+        import logging
+
+        from qinglong.control.db.variables import export_values
+        from qinglong.control.secrets.store import SecretsKeyMissingError
+
+        by = self._actor(write=secrets, needed="admin")
+        keyring = self.ctx.extras.get("keyring")
+
+        def read() -> list[dict[str, Any]]:
+            try:
+                with self.ctx.engine.connect() as conn:
+                    return export_values(conn, secrets=secrets, keyring=keyring)
+            except SecretsKeyMissingError:
+                raise BackendRefusedError("secrets_key_missing", "secret values are sealed "
+                                          "and this replica has no keyring") from None
+
+        rows: list[dict[str, Any]] = self._guard(read)
+        if secrets:
+            logging.getLogger("qinglong.control.panel").warning(
+                "variables exported with secret values by token %r (%d values, panel)",
+                by, sum(1 for r in rows if r["secret"]))
+        return rows
 
     def vars_enable(self, name: str, index: int | None, enabled: bool) -> dict[str, Any]:
         """Enable or disable value #index (None: all) as ``POST /v1/vars/{name}/enable``

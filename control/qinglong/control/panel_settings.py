@@ -117,6 +117,47 @@ class SettingsMixin:
         return {"configured": bool(sent),
                 "deliveries": [{"channel": d["target"], "ok": bool(d["ok"])} for d in sent]}
 
+    # -- push channels (as POST/DELETE /v1/notify/channels: admin) --
+    def channel_add(self, url: str, notify_on: list[str]) -> dict[str, Any]:
+        """Add a push channel through ``notify_channels.add_channel`` (the API's service):
+        ``{"id", "target"}``, never the URL. BackendRefusedError ``invalid_channel``
+        (usage) or ``secrets_key_missing``; neither message quotes the URL."""
+        from qinglong.control import notify_channels
+        from qinglong.control.secrets.store import SecretsKeyMissingError
+
+        who = self._admin()
+        try:
+            row = self._db(lambda: notify_channels.add_channel(
+                self.ctx.engine, self.ctx.extras.get("keyring"), url,
+                notify_on or list(notify_channels.DEFAULT_ON), who))
+        except notify_channels.InvalidChannelError:
+            raise BackendRefusedError("invalid_channel", "not an Apprise URL",
+                                      usage=True) from None
+        except SecretsKeyMissingError:
+            raise BackendRefusedError("secrets_key_missing", "this replica has no "
+                                      "keyring to seal channel URLs") from None
+        return {"id": row["id"], "target": row["target"]}
+
+    def channel_get(self, channel_id: str) -> dict[str, Any]:
+        """One channel as in :meth:`settings` (admin); BackendRefusedError ``not_found``."""
+        self._admin()
+        _check_id(channel_id)
+        for channel in self.settings()["channels"]:
+            if channel["id"] == channel_id:
+                return dict(channel)
+        raise BackendRefusedError("not_found", "no channel has this id", usage=True)
+
+    def channel_remove(self, channel_id: str) -> dict[str, Any]:
+        """Remove a channel through ``notify_channels.remove_channel`` (admin);
+        BackendRefusedError ``not_found``."""
+        from qinglong.control import notify_channels
+
+        self._admin()
+        _check_id(channel_id)
+        if not self._db(lambda: notify_channels.remove_channel(self.ctx.engine, channel_id)):
+            raise BackendRefusedError("not_found", "no channel has this id", usage=True)
+        return {"id": channel_id, "removed": True}
+
     def token_create(self, name: str, scope: str) -> dict[str, Any]:
         """Issue an API token (as ``POST /v1/tokens``): ``{"id", "name", "scope",
         "token"}``, the token shown this once (only its SHA-256 is stored).

@@ -122,6 +122,14 @@ def readiness(
             return schema
         ahead = schema.ahead
         problems = runtime_role_problems(conn, runtime_role, schema_ahead=bool(ahead))
+        if problems and not ahead:
+            # each statement reads the latest commit (READ COMMITTED): a release N+1 migrate
+            # that committed between the ledger read and the grants read gives grants ahead
+            # of the ledger as read; read the ledger again before calling them invalid
+            again = schema_readiness(conn)
+            if again.ready and again.ahead:
+                ahead = again.ahead
+                problems = runtime_role_problems(conn, runtime_role, schema_ahead=True)
     if problems:
         shown = "; ".join(problems[:MAX_PROBLEMS_SHOWN])
         more = len(problems) - MAX_PROBLEMS_SHOWN

@@ -14,6 +14,7 @@ from typing import Any
 import anyio.to_thread
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
+from starlette.formparsers import MultiPartException
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
@@ -34,11 +35,13 @@ from qinglong.panel import (
     occurrence_pages,
     password,
     paths,
+    run_facts,
     script_pages,
     settings_pages,
     task_pages,
     times,
     var_pages,
+    view_pages,
     worker_pages,
 )
 from qinglong.panel.backend import (
@@ -64,6 +67,7 @@ from qinglong.panel.security import (
 
 PAGE_SIZE = 50
 LOG_WAIT_S = 15.0  # one long poll; the stream sends a comment between polls
+RUN_POLL_S = 1.0  # a poll while the run is queued or dispatching (its start shows soon)
 LOG_VIEWS = 200  # threads for open log views' long polls, apart from the pages' own pool
 
 
@@ -84,6 +88,7 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any,
     env = Environment(loader=PackageLoader("qinglong.panel", "templates"),
                       autoescape=select_autoescape(default=True, default_for_string=True))
     env.filters["when"] = times.when
+    env.filters["codes"] = i18n.code_spans
 
     def render(request: Request, name: str, status: int = 200, **ctx: Any) -> HTMLResponse:
         lang = request.state.lang
@@ -116,7 +121,10 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any,
             writes = request.method not in ("GET", "HEAD")
             if not public and request.state.session is None:
                 response: Response = signin_page(request, 401, next=request.url.path)
-            elif writes and not await _state_change_ok(request):
+            elif writes and (ok := await _state_change_ok(request)) is None:
+                response = render(request, "error.html", 413,
+                                  message_key="error.form_too_large")
+            elif writes and not ok:
                 response = render(request, "error.html", 403, message_key="error.csrf")
             elif writes and path not in ("/lang", "/signin", "/signout") \
                     and not request.state.session.can_write:
@@ -127,17 +135,25 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any,
                 response.headers[key] = value
             return response
 
-    async def _state_change_ok(request: Request) -> bool:
+    async def _state_change_ok(request: Request) -> bool | None:
+        """True: a same-origin write with the session's CSRF token; None: its form has a
+        field over task_pages.FORM_FIELD_MAX_BYTES."""
+        try:
+            return await _state_change_checked(request)
+        except MultiPartException:
+            return None
+
+    async def _state_change_checked(request: Request) -> bool:
         session: Session | None = request.state.session
         if session is None and _relative(request).startswith(("/lang", "/signin")):
-            request.state.form = dict(await request.form())
+            request.state.form = dict(await task_pages.read_form(request))
             return origin_ok(request.headers.get("origin"), request.url.scheme,
                              request.headers.get("host"))
         if session is None:
             return False
         sent = request.headers.get(CSRF_HEADER)
         if sent is None:
-            form = await request.form()
+            form = await task_pages.read_form(request)
             request.state.form = dict(form)  # the body is read once: endpoints reuse it
             request.state.form_data = form  # with every value of a repeated field
             value = form.get(CSRF_FIELD)
@@ -161,8 +177,9 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any,
     async def sign_in(request: Request) -> Response:
         if token_sign_in:
             return await sign_in_token(request)
-        if "token" not in request.query_params and password_hash is not None:
-            return render(request, "signin.html", 200, used=False, wrong=False)
+        if "token" not in request.query_params:  # no link: say how to get one
+            return render(request, "signin.html", 200, used=False, wrong=False,
+                          signed_out="signed_out" in request.query_params)
         session = sessions.redeem(request.query_params.get("token", ""))
         if session is None:
             request.state.session = None
@@ -221,7 +238,9 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any,
     async def sign_out(request: Request) -> Response:
         cookie = request.cookies.get(SESSION_COOKIE)
         await anyio.to_thread.run_sync(sessions.sign_out, cookie)
-        response = RedirectResponse(_root(request) + "/signin", status_code=303)
+        response = RedirectResponse(_root(request) + "/signin"
+                                    + ("" if token_sign_in else "?signed_out=1"),
+                                    status_code=303)
         response.delete_cookie(SESSION_COOKIE, path=_root(request) or "/", httponly=True,
                                samesite="strict", secure=request.url.scheme == "https")
         return response
@@ -241,13 +260,15 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any,
             offset = max(0, int(request.query_params.get("offset", "0")))
         except ValueError:
             offset = 0
+        sort = view_pages.sort_of(request)
         try:
-            page = await call(backend.task_page, offset, PAGE_SIZE, query)
+            page, views = await view_pages.tasks_and_views(call, backend, offset, PAGE_SIZE,
+                                                           query, sort)
         except BackendUnavailableError:
             return render(request, "owner_down.html", 503)
         partial = request.headers.get("hx-request") == "true"
         return render(request, "tasks_table.html" if partial else "tasks.html",
-                      page=page, query=query, page_size=PAGE_SIZE,
+                      page=page, query=query, page_size=PAGE_SIZE, sort=sort, views=views,
                       done=task_pages.count_param(request, "done"),
                       failed=task_pages.count_param(request, "failed"))
 
@@ -266,7 +287,7 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any,
             return render(request, "owner_down.html", 503)
         except BackendRefusedError as exc:
             return render(request, "error.html", 400 if exc.usage else 409,
-                          message_key="error.refused")
+                          message_key=refusal_key(exc))
         return render(request, "error.html", 404, message_key="error.not_found")
 
     async def run_detail(request: Request) -> Response:
@@ -278,7 +299,23 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any,
             return render(request, "error.html", 404, message_key="error.not_found")
         names = {key[len("status."):]: text for key, text in i18n.catalog(
             request.state.lang).items() if key.startswith("status.")}
-        return render(request, "run.html", run=run, statuses_json=json.dumps(names))
+        return render(request, "run.html", run=run, statuses_json=json.dumps(names),
+                      pinned=_attempt_param(request), reference=run_facts.run_reference(run),
+                      attempts=run_facts.attempt_facts(run, i18n.catalog(request.state.lang)))
+
+    async def run_event(request: Request, run: str) -> str:
+        """The stream's ``run`` event: the run's status and its attempts' facts as the
+        page's HTML (run_facts.html, rendered here so times and words match the page);
+        "" when the run cannot be read (the next poll tries again)."""
+        try:
+            info = await call(backend.run_get, run)
+        except (BackendUnavailableError, BackendRefusedError):
+            return ""
+        messages = i18n.catalog(request.state.lang)
+        html = env.get_template("run_facts.html").render(
+            t=messages, attempts=run_facts.attempt_facts(info, messages))
+        data = json.dumps({"status": info.get("status"), "html": html})
+        return f"event: run\ndata: {data}\n\n"
 
     async def run_stop(request: Request) -> Response:
         run = request.path_params["run"]
@@ -292,35 +329,65 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any,
         return RedirectResponse(f"{_root(request)}/runs/{run}", status_code=303)
 
     async def log_stream(request: Request) -> Response:
+        """The run's log as Server-Sent Events (docs/panel.md "Run detail"). Event ids are
+        ``ATTEMPT:OFFSET`` (the attempt's number, the byte offset after the event), which
+        the browser resends as Last-Event-ID (a bare offset: the newest attempt's). Without
+        ``?attempt=N`` the stream follows the run: from the newest attempt when it opens
+        to each retry after it, announced by an ``attempt`` event (data: its number); with
+        it, that attempt's log alone, ended by ``end`` when read to its end and a newer
+        attempt exists or the run ended."""
         run = request.path_params["run"]
         cookie = request.cookies.get(SESSION_COOKIE)
-        try:
-            offset = max(0, int(request.headers.get("last-event-id")
-                                or request.query_params.get("offset") or 0))
-        except ValueError:
-            offset = 0
+        pinned = _attempt_param(request)
+        current, offset = _resume(request.headers.get("last-event-id")
+                                  or request.query_params.get("offset"))
+        if pinned is not None:
+            current = pinned
+        waiter = getattr(backend, "log_wait_async", None)
+
+        async def wait(number: int | None, at: int, timeout_s: float) -> dict[str, Any]:
+            # a backend that can wait without holding a worker thread (control's, woken by
+            # its LISTEN fan-out) offers log_wait_async
+            if waiter is not None:
+                result: dict[str, Any] = await waiter(run, at, timeout_s, number)
+                return result
+            return await call_log_wait(run, at, timeout_s, number)
 
         async def events() -> AsyncIterator[str]:
-            nonlocal offset
+            nonlocal offset, current
             yield "retry: 2000\n\n"
+            # the run's status and attempt count last sent: a change sends a "run" event;
+            # before the run starts, polls are short so "running" shows without output
+            seen: tuple[Any, Any] | None = None
             while not await request.is_disconnected():
+                early = seen is None or seen[0] in ("queued", "dispatching")
                 try:
-                    # a backend that can wait without holding a worker thread (control's,
-                    # woken by its LISTEN fan-out) offers log_wait_async
-                    waiter = getattr(backend, "log_wait_async", None)
-                    chunk = await (waiter(run, offset, LOG_WAIT_S) if waiter is not None
-                                   else call_log_wait(run, offset, LOG_WAIT_S))
+                    chunk = await wait(current, offset, RUN_POLL_S if early else LOG_WAIT_S)
                 except (BackendUnavailableError, BackendRefusedError):
                     yield "event: unavailable\ndata: {}\n\n"
                     return
+                state = (chunk.get("run_status"), chunk.get("attempts"))
+                if state != seen:
+                    seen = state
+                    if pinned is None:
+                        yield await run_event(request, run)
+                number = int(chunk.get("attempt") or current or 1)
+                newer = int(chunk.get("attempts") or 0) > number
+                if current is None:  # opened on the newest attempt: name it after a retry
+                    current = number
+                    if number > 1 and offset == 0 and pinned is None:
+                        yield f"event: attempt\nid: {number}:0\ndata: {number}\n\n"
                 if chunk.get("gap"):  # raw bytes the log cap left out (protocols §3.8)
                     offset = int(chunk["offset"])
-                    yield f"event: gap\nid: {offset}\ndata: {int(chunk['gap'])}\n\n"
+                    yield f"event: gap\nid: {current}:{offset}\ndata: {int(chunk['gap'])}\n\n"
                 elif chunk["data"]:
                     offset = int(chunk["offset"])
                     text = chunk["data"].encode("utf-8", "surrogateescape").decode(
                         "utf-8", "replace")
-                    yield f"id: {offset}\ndata: {json.dumps(text)}\n\n"
+                    yield f"id: {current}:{offset}\ndata: {json.dumps(text)}\n\n"
+                elif newer and pinned is None:  # this attempt's log is whole: the retry's next
+                    current, offset = current + 1, 0
+                    yield f"event: attempt\nid: {current}:0\ndata: {current}\n\n"
                 else:
                     yield ": waiting\n\n"
                 # every heartbeat re-checks the session: a signed-out session or a revoked
@@ -328,7 +395,10 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any,
                 if await anyio.to_thread.run_sync(sessions.get, cookie) is None:
                     yield "event: unavailable\ndata: {}\n\n"
                     return
-                if chunk["done"] and not chunk["data"]:
+                if not chunk["data"] and not chunk.get("gap") and (
+                        chunk["done"] or (newer and pinned is not None)):
+                    if pinned is None:  # the final facts (end time, exit code) first
+                        yield await run_event(request, run)
                     yield f"event: end\ndata: {json.dumps(chunk['run_status'])}\n\n"
                     return
 
@@ -337,11 +407,12 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any,
 
     async def log_download(request: Request) -> Response:
         run = request.path_params["run"]
+        number = _attempt_param(request)
 
         async def body() -> AsyncIterator[bytes]:
             offset = 0
             while True:
-                chunk = await call(backend.log_read, run, offset)
+                chunk = await call(backend.log_read, run, offset, number)
                 data = chunk["data"].encode("utf-8", "surrogateescape")
                 gap = int(chunk.get("gap") or 0)
                 if gap:  # the notice `ql3 local logs` prints (docs/protocols.md §3.8)
@@ -356,11 +427,15 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any,
             await call(backend.run_get, run)
         except (BackendUnavailableError, BackendRefusedError):
             return PlainTextResponse("not available", status_code=404)
+        name = "run.log" if number is None else f"run-attempt-{number}.log"
         return StreamingResponse(body(), media_type="text/plain; charset=utf-8", headers={
-            "Content-Disposition": 'attachment; filename="run.log"'})
+            "Content-Disposition": f'attachment; filename="{name}"'})
 
     async def not_in_profile(request: Request, exc: Exception) -> Response:
         return render(request, "error.html", 501, message_key="error.not_in_profile")
+
+    async def form_too_large(request: Request, exc: Exception) -> Response:
+        return render(request, "error.html", 413, message_key="error.form_too_large")
 
     static = StaticFiles(packages=[("qinglong.panel", "static")])
     return Starlette(routes=[
@@ -379,6 +454,7 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any,
         *task_pages.routes(render, call, backend),
         *occurrence_pages.routes(render, call, backend),
         *worker_pages.routes(render, call, backend),
+        *view_pages.routes(render, call, backend),
         Route("/tasks/{name:path}/{action}", task_action, methods=["POST"]),
         Route("/runs/{run}", run_detail),
         Route("/runs/{run}/log/stream", log_stream),
@@ -386,7 +462,33 @@ def create_app(backend: PanelBackend, sessions: Sessions | Any,
         Route("/runs/{run}/log.txt", log_download),
         Mount("/static", static, name="static"),
     ], middleware=[Middleware(TrustedProxies, networks=trusted_proxies), Middleware(Guard)],
-        exception_handlers={NotInProfileError: not_in_profile})
+        exception_handlers={NotInProfileError: not_in_profile,
+                            MultiPartException: form_too_large})
+
+
+def refusal_key(exc: BackendRefusedError) -> str:
+    """The catalog key wording a row action's refusal: a run refused by the forbid policy
+    (the local owner's and the cluster's words, local/scheduling/slot_policy.py and
+    control/panel_backend.py) has its own, the others the general ``error.refused``."""
+    if exc.code == "run_refused" or "policy is forbid" in exc.message:
+        return "forms.err.run_forbid"
+    return "error.refused"
+
+
+def _attempt_param(request: Request) -> int | None:
+    """``?attempt=N`` (1-1000) of a run's page, stream or download; None when absent or not
+    a number in range (the newest attempt, followed)."""
+    value = request.query_params.get("attempt", "")
+    return int(value) if value.isdigit() and 1 <= int(value) <= 1000 else None
+
+
+def _resume(last: str | None) -> tuple[int | None, int]:
+    """(attempt number or None, byte offset) from a Last-Event-ID ``ATTEMPT:OFFSET`` or a
+    bare ``OFFSET`` (the newest attempt's); anything else is the start (None, 0)."""
+    number, _, offset = (last or "").rpartition(":")
+    if not offset.isdigit() or (number and not number.isdigit()):
+        return None, 0
+    return (int(number) if number and int(number) >= 1 else None), int(offset)
 
 
 _back = paths.back

@@ -48,6 +48,28 @@ FEATURES: frozenset[str] = frozenset({"task_edit", "runs", "vars", "dashboard", 
                                       "scripts", "bundles", "settings"})
 
 
+#: pinned tasks and saved views (docs/panel.md "Pinned tasks and saved views"): not a page
+#: but abilities of the Tasks page, named in ``features`` by a backend that has them:
+#: ``task_page(..., sort)``, ``task_pin``, ``views_list``, ``views_save``, ``views_remove``
+#: (:class:`ViewsBackend`). Kept out of :data:`FEATURES` so a backend without them (small
+#: fakes in tests) still shows the Tasks page as before.
+VIEWS = "views"
+# -- variable pool scopes (the cluster's Variables page) -----------------------------------
+#: a backend naming this in ``features`` takes ``pools`` in ``vars_set``
+#: (:class:`VarPoolsBackend`): the Variables page then asks for a pool scope when adding a
+#: value (docs/panel.md "Pages", Variables). Kept out of :data:`FEATURES` as :data:`VIEWS` is.
+VAR_POOLS = "var_pools"
+#: a backend naming this in ``features`` exports values itself (:class:`VarExportBackend`)
+#: although ``vars_reveal`` refuses: the cluster, whose page shows every value masked, still
+#: exports the plain variables' values, and the secret ones' to an admin who confirms
+#: (docs/panel.md "Pages", Variables). Kept out of :data:`FEATURES` as :data:`VIEWS` is.
+VAR_EXPORT = "var_export"
+
+#: the sorts of the Tasks page (pinned tasks first in each): by name, by name descending,
+#: by next fire time (none last)
+SORTS = ("name", "-name", "next_fire")
+
+
 class NotInProfileError(Exception):
     """This profile does not serve ``feature`` (one of :data:`FEATURES`): the page says so
     (HTTP 501) instead of showing anything made up. Not a BackendRefusedError, so no page
@@ -98,16 +120,20 @@ class PanelBackend(Protocol):
         """One run with its attempts (``id, task_name, status, attempts, ...``)."""
         ...
 
-    def log_wait(self, run: str, offset: int, timeout_s: float) -> dict[str, Any]:
-        """A long poll on the run's newest log: bytes after ``offset`` (a byte offset of the
-        log) as soon as there are any, or an empty chunk after ``timeout_s`` seconds.
-        ``{"data": str (surrogateescape), "offset": next byte offset, "done": bool,
-        "run_status"}``."""
+    def log_wait(self, run: str, offset: int, timeout_s: float,
+                 attempt: int | None = None) -> dict[str, Any]:
+        """A long poll on the log of the run's attempt number ``attempt`` (None: the
+        newest): bytes after ``offset`` (a byte offset of that log) as soon as there are
+        any, or a newer attempt exists, or the run is done, else an empty chunk after
+        ``timeout_s`` seconds. ``{"data": str (surrogateescape), "offset": next byte
+        offset, "done": bool (the run ended and this, its newest attempt's log, is read to
+        its end), "run_status", "attempt": the number read, "attempts": how many the run
+        has, "gap": bytes left out}`` (docs/panel.md "Run detail")."""
         ...
 
-    def log_read(self, run: str, offset: int) -> dict[str, Any]:
-        """Up to 64 KiB of the run's newest log from ``offset`` (bytes), without waiting;
-        same shape as :meth:`log_wait`."""
+    def log_read(self, run: str, offset: int, attempt: int | None = None) -> dict[str, Any]:
+        """Up to 64 KiB of the log of the run's attempt ``attempt`` (None: the newest) from
+        ``offset`` (bytes), without waiting; same shape as :meth:`log_wait`."""
         ...
 
     def task_get(self, name: str) -> dict[str, Any]:
@@ -249,4 +275,60 @@ class PanelBackend(Protocol):
 
     def token_revoke(self, token_id: str) -> dict[str, Any]:
         """Revoke a token now (cluster, admin); NotInProfileError locally."""
+        ...
+
+
+class VarPoolsBackend(PanelBackend, Protocol):
+    """A backend with :data:`VAR_POOLS`: variables have a pool scope."""
+
+    def vars_set(self, name: str, value: str, *, remark: str | None, add: bool,
+                 secret: bool | None, pools: list[str] | None = None) -> dict[str, Any]:
+        """As :meth:`PanelBackend.vars_set`; ``pools`` (names) sets the variable's scope,
+        None keeps it (a new variable: every pool). A bad pool name is a BackendRefusedError
+        ``invalid_pool`` (usage) whose message says the rule in words, never the input."""
+        ...
+
+
+    def vars_pools(self, name: str, pools: list[str] | None) -> dict[str, Any]:
+        """Set the scope of variable ``name`` alone, values untouched (None: every pool
+        again); ``{"name", "pools"}``. ``not_found``, ``invalid_pool`` as :meth:`vars_set`."""
+        ...
+
+
+class VarExportBackend(PanelBackend, Protocol):
+    """A backend with :data:`VAR_EXPORT`."""
+
+    def vars_export(self, secrets: bool) -> list[dict[str, Any]]:
+        """The enabled values to export by name and position: ``[{"name", "value",
+        "remark", "secret"}]``, plain variables only unless ``secrets``, which only an
+        admin session may ask (BackendRefusedError ``forbidden`` otherwise)."""
+        ...
+
+
+class ViewsBackend(PanelBackend, Protocol):
+    """A backend with :data:`VIEWS` (pinned tasks and saved views). Writes need a session
+    that may write (``can_write``); the views are the signed-in user's (the cluster: the
+    token's name; locally the data directory's one user)."""
+
+    def task_page(self, offset: int, limit: int, query: str,
+                  sort: str = "name") -> dict[str, Any]:
+        """As :meth:`PanelBackend.task_page`, pinned tasks first, then by ``sort`` (one of
+        :data:`SORTS`); each task also says ``pinned``."""
+        ...
+
+    def task_pin(self, name: str, pinned: bool) -> dict[str, Any]:
+        """Pin or unpin a live task: ``{"name", "pinned"}``; ``not_found`` when unknown."""
+        ...
+
+    def views_list(self) -> list[dict[str, Any]]:
+        """The user's saved views by name: ``[{"name", "query", "sort"}]``."""
+        ...
+
+    def views_save(self, name: str, query: str, sort: str) -> dict[str, Any]:
+        """Save a view (1-100 characters of name, a query up to 200, a sort of
+        :data:`SORTS`), replacing one of the same name (at most 50 a user); the view."""
+        ...
+
+    def views_remove(self, name: str) -> dict[str, Any]:
+        """Delete a saved view: ``{"name", "removed": bool}``."""
         ...

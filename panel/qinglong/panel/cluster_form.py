@@ -55,6 +55,9 @@ class ClusterTaskForm:
     secret_new: str = ""
     #: the stored argv when the task has one (kept while the command text is unchanged)
     argv: list[str] | None = None
+    #: the task's ``version`` when the edit form was opened ("" for a new task): sent with
+    #: the patch, so a task changed since is refused (409 ``task_changed``), not overwritten
+    version: str = ""
 
     @classmethod
     def from_request(cls, form: Any) -> ClusterTaskForm:
@@ -72,7 +75,7 @@ class ClusterTaskForm:
                    backoff_cap=text("backoff_cap").strip(),
                    concurrency=text("concurrency"), labels=text("labels"), env=text("env"),
                    secret_names=names, secret_replace=replace, secret_unset=unset,
-                   secret_new=text("secret_new"))
+                   secret_new=text("secret_new"), version=text("version").strip()[:20])
 
     @classmethod
     def from_task(cls, task: Mapping[str, Any]) -> ClusterTaskForm:
@@ -94,12 +97,13 @@ class ClusterTaskForm:
             labels=", ".join(f"{k}={v}" for k, v in dict(task.get("labels") or {}).items()),
             env="\n".join(f"{k}={e['value']}" for k, e in env.items() if not e["secret"]),
             secret_names=sorted(k for k, e in env.items() if e["secret"]),
-            argv=list(argv) if argv else None)
+            argv=list(argv) if argv else None, version=str(task.get("version", "")))
 
     def copied(self) -> ClusterTaskForm:
         """This form as a copy's start: no name, no secrets (their values never leave)."""
         return ClusterTaskForm(**{**self.__dict__, "name": "", "secret_names": [],
-                                  "secret_replace": {}, "secret_unset": [], "argv": None})
+                                  "secret_replace": {}, "secret_unset": [], "argv": None,
+                                  "version": ""})
 
     def forget_secrets(self) -> None:
         """Drop every typed secret value (write-only: never sent back to the browser)."""
@@ -109,8 +113,9 @@ class ClusterTaskForm:
 
 def body(form: ClusterTaskForm, *, editing: bool) -> tuple[dict[str, Any], dict[str, str]]:
     """The API's JSON for ``form`` (``POST /v1/tasks``, or the ``PATCH`` of every field when
-    ``editing``) and the form-shape errors (form field -> catalog key). Good to send only
-    when the errors are empty."""
+    ``editing``: the name too, a new one renaming the task, and the ``version`` the form
+    was opened at when it has one) and the form-shape errors (form field -> catalog key).
+    Good to send only when the errors are empty."""
     errors: dict[str, str] = {}
     digest, _, entry_point = form.entry.partition("|")
     if not form.command and not digest:
@@ -140,8 +145,9 @@ def body(form: ClusterTaskForm, *, editing: bool) -> tuple[dict[str, Any], dict[
         out["shell"] = form.command or None
         if editing:
             out["argv"] = None
-    if not editing:
-        out["name"] = form.name
+    out["name"] = form.name
+    if editing and form.version.isdigit():  # a stale edit is refused (task_changed)
+        out["version"] = int(form.version)
     for key in ("retry_backoff_ms", "retry_backoff_cap_ms"):
         if out[key] is None:
             del out[key]

@@ -22,7 +22,13 @@ from qinglong.panel import cluster_form, forms, i18n
 from qinglong.panel.backend import BackendRefusedError, BackendUnavailableError, PanelBackend
 from qinglong.panel.cluster_form import ClusterTaskForm
 from qinglong.panel.paths import root
-from qinglong.panel.task_pages import PREVIEW_COUNT, TASK_EDIT_SCOPE, form_of, need
+from qinglong.panel.task_pages import (
+    PREVIEW_COUNT,
+    TASK_EDIT_SCOPE,
+    default_zone,
+    form_of,
+    need,
+)
 
 Render = Callable[..., Response]
 Call = Callable[..., Awaitable[Any]]
@@ -81,7 +87,7 @@ def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
         denied = allowed(request)
         if denied is not None:
             return denied
-        form = ClusterTaskForm()
+        form = ClusterTaskForm(timezone=default_zone(backend))
         source = request.query_params.get("copy")
         try:
             if source:  # a copy: everything but the name and the write-only secrets
@@ -117,7 +123,8 @@ def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
             if editing is not None:
                 old = await call(backend.task_get, editing)
                 stored = ClusterTaskForm.from_task(old)
-                form.name, form.argv = stored.name, stored.argv
+                form.name = form.name or stored.name  # left empty: the name stays
+                form.argv = stored.argv
                 form.secret_names = stored.secret_names  # only the stored ones count
                 editing = stored.name
             else:
@@ -125,11 +132,11 @@ def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
             spec, errors = cluster_form.body(form, editing=editing is not None)
             if not errors:
                 if editing is not None:
-                    await call(backend.task_edit, editing, spec)
+                    saved = await call(backend.task_edit, editing, spec)
                 else:
-                    await call(backend.task_add, spec)
-                return RedirectResponse(f"{root(request)}/?" + urlencode({"q": form.name}),
-                                        status_code=303)
+                    saved = await call(backend.task_add, spec)
+                return RedirectResponse(f"{root(request)}/?" + urlencode(
+                    {"q": str(saved.get("name") or form.name)}), status_code=303)
             general = None
         except BackendUnavailableError:
             return render(request, "owner_down.html", 503)
@@ -140,6 +147,8 @@ def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
                 return render(request, "error.html", 403, message_key="cform.admin_only")
             errors, general = cluster_form.worded_problems(exc.problems, form,
                                                            catalog(request))
+            if exc.code == "task_changed":  # as the local form words it, input kept
+                general = catalog(request)["form.err.changed_meanwhile"]
             if not errors and general is None:
                 general = catalog(request)["error.refused"]
             _forget_secrets(form, errors)

@@ -17,7 +17,13 @@ from functools import cache
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
+from qinglong.shared.script_paths import shell_operator
+
 CONCURRENCY = ("forbid", "allow", "replace")
+#: the longest command text the form splits: the launcher's whole argv-and-environment
+#: budget (local/process/launch_request.py LAUNCH_MAX_BYTES), nothing longer can start;
+#: shlex takes seconds on a text this long, minutes on megabytes
+COMMAND_MAX_BYTES = 256 * 1024
 
 #: the owner's ValidationError field -> the form field it is shown beside
 FIELD_OF = {"name": "name", "schedule": "schedule", "timezone": "timezone", "argv": "command",
@@ -46,6 +52,9 @@ class TaskForm:
     secret_env: str = ""
     secret_names: list[str] = field(default_factory=list)
     secret_unset: list[str] = field(default_factory=list)
+    #: the task's ``version`` when the form was opened ("" for a new task): the owner
+    #: refuses the edit when the task changed since ("changed meanwhile")
+    version: str = ""
 
     @classmethod
     def from_request(cls, form: Mapping[str, Any], unset: list[str]) -> TaskForm:
@@ -58,7 +67,8 @@ class TaskForm:
                    timezone=text("timezone").strip(), command=text("command").strip(),
                    timeout=text("timeout").strip(), attempts=text("attempts").strip(),
                    concurrency=text("concurrency"), env=text("env"), labels=text("labels"),
-                   secret_env=text("secret_env"), secret_unset=unset)
+                   secret_env=text("secret_env"), secret_unset=unset,
+                   version=text("version").strip()[:20])
 
     @classmethod
     def from_task(cls, task: Mapping[str, Any]) -> TaskForm:
@@ -71,20 +81,26 @@ class TaskForm:
             attempts=str(task["max_attempts"]), concurrency=str(task["concurrency"]),
             env="\n".join(f"{k}={v}" for k, v in dict(task.get("env") or {}).items()),
             labels=", ".join(task.get("labels") or ()),
-            secret_names=sorted(dict(task.get("secret_env") or {})))
+            secret_names=sorted(dict(task.get("secret_env") or {})),
+            version=str(task.get("version", "")))
 
 
 def parse(form: TaskForm) -> tuple[dict[str, Any], dict[str, str]]:
     """The ``task_add`` spec of ``form`` and the form-shape errors (field -> catalog key).
     The spec is only good to send when the errors are empty."""
     errors: dict[str, str] = {}
-    try:
-        argv = shlex.split(form.command)
-    except ValueError:
-        argv = []
-        errors["command"] = "form.bad_command"
+    argv: list[str] = []
+    if len(form.command.encode("utf-8", "surrogatepass")) > COMMAND_MAX_BYTES:
+        errors["command"] = "form.err.launch_budget"
+    else:
+        try:
+            argv = shlex.split(form.command)
+        except ValueError:
+            errors["command"] = "form.bad_command"
     if not argv and "command" not in errors:
         errors["command"] = "form.need_command"
+    elif shell_operator(argv) is not None:  # as `ql3 local task add` (shared/script_paths)
+        errors["command"] = "forms.err.shell_operator"
     env = _lines(form.env, "env", errors)
     secrets: dict[str, dict[str, str]] = {}
     for name, value in _lines(form.secret_env, "secret_env", errors).items():
@@ -110,17 +126,20 @@ def parse(form: TaskForm) -> tuple[dict[str, Any], dict[str, str]]:
 
 
 def edit_changes(spec: dict[str, Any], old: Mapping[str, Any],
-                 secret_unset: list[str]) -> dict[str, Any]:
-    """``task_edit`` changes turning the stored task ``old`` into ``spec`` (name and labels
-    stay: the owner edits neither)."""
+                 secret_unset: list[str], version: str = "") -> dict[str, Any]:
+    """``task_edit`` changes turning the stored task ``old`` into ``spec`` (a new name and
+    the whole label list included; the owner records only what differs)."""
     old_env = dict(old.get("env") or {})
     changes: dict[str, Any] = {
+        "name": spec["name"] or str(old["name"]), "labels": spec["labels"],
         "argv": spec["argv"], "schedule": spec["schedule"], "timezone": spec["timezone"],
         "timeout_s": spec["timeout_s"], "max_attempts": spec["max_attempts"],
         "concurrency": spec["concurrency"],
         "env_set": {k: v for k, v in spec["env"].items() if old_env.get(k) != v},
         "env_unset": [k for k in old_env if k not in spec["env"]],
     }
+    if version.isdigit():  # the version the form was opened at: a stale edit is refused
+        changes["if_version"] = int(version)
     # no "cwd": the owner keeps the stored one (a directory deleted since must not block an
     # unrelated edit; task_changes.apply_changes)
     if spec["secret_env"]:
@@ -151,6 +170,30 @@ OWNER_KEYS = {"name": "cform.err.name_rule", "schedule": "cform.err.schedule",
               "timezone": "cform.err.timezone", "labels": "form.err.labels",
               "timeout": "form.err.timeout", "max_attempts": "form.err.attempts",
               "concurrency": "cform.err.literal_error"}
+# -- owner refusals in the viewer's language (local form refusals) --
+#: the owner's other refusals the form can meet, by field and a phrase of the owner's text
+#: (local/app/task_input.py, local/storage/secrets.py, local/app/service.py), and their keys
+OWNER_TEXTS = (
+    ("argv", "must not be empty", "form.need_command"),
+    ("schedule", "never matches a real date", "forms.err.schedule_never"),
+    ("argv", "name must not be blank", "form.err.command_blank"),
+    ("argv", "without NUL", "cform.err.nul"), ("env", "without NUL", "cform.err.nul"),
+    ("argv", "exceed", "form.err.launch_budget"),
+    ("env", "names must match", "form.err.env_name"),
+    ("secret_env", "names must match", "form.err.env_name"),
+    ("env", "are reserved", "form.err.env_reserved"),
+    ("secret_env", "are reserved", "form.err.env_reserved"),
+    ("env", "is a secret variable of this task", "form.err.env_is_secret"),
+    ("secret_env", "is also a plain", "form.err.secret_also_plain"),
+    ("secret_env", "contains a NUL", "cform.err.nul"),
+    ("secret_env", "VAR must match", "form.err.secret_ref"),
+    ("secret_env", "no global variable", "form.err.secret_missing_var"),
+    ("labels", "is key=value", "form.err.label_pair"),
+)
+#: refusals naming no field of the form: a phrase of the owner's text -> the banner's key
+OWNER_GENERAL = (("changed meanwhile", "form.err.changed_meanwhile"),
+                 ("request: larger than", "forms.err.too_large"),
+                 ("keeps its runs under that name", "form.err.name_history"))
 _SCHEDULE_PART = re.compile(r"(second|minute|hour|day-of-month|month|day-of-week) field\b")
 DUPLICATE_NAME = "a task with that name already exists"
 
@@ -160,7 +203,8 @@ def owner_field(message: str) -> tuple[str, str]:
     catalog key (``cform.err.*``/``form.err.*``, the template translates it) for the rules
     of :data:`OWNER_KEYS`, a cron field's own key (``form.err.schedule.minute``) when the
     schedule names one, ``form.err.duplicate_name`` (no field: the page's banner) for a
-    name taken, else the owner's text. The field is ``""`` when it names none of the
+    name taken, the key of :data:`OWNER_TEXTS`/:data:`OWNER_GENERAL` for the other
+    refusals the form can meet, else the owner's text. The field is ``""`` when it names none of the
     form's."""
     head, sep, rest = message.partition(": ")
     if message.startswith(DUPLICATE_NAME):
@@ -168,8 +212,9 @@ def owner_field(message: str) -> tuple[str, str]:
     if sep and head in FIELD_OF:
         if head == "schedule" and (part := _SCHEDULE_PART.match(rest)):
             return "schedule", "form.err.schedule." + part.group(1).replace("-", "_")
-        return FIELD_OF[head], OWNER_KEYS.get(head, rest)
-    return "", message
+        key = next((k for f, phrase, k in OWNER_TEXTS if f == head and phrase in rest), None)
+        return FIELD_OF[head], key or OWNER_KEYS.get(head, rest)
+    return "", next((k for phrase, k in OWNER_GENERAL if phrase in message), message)
 
 
 @cache

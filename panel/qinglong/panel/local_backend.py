@@ -22,10 +22,12 @@ from qinglong.local.app.client import (
 )
 from qinglong.panel.backend import (
     FEATURES,
+    VIEWS,
     BackendRefusedError,
     BackendUnavailableError,
     NotInProfileError,
 )
+from qinglong.shared.zones import machine_zone
 
 #: the notification settings the Settings page lists (``settings_show`` keys), in order
 NOTIFY_KEYS = ("notify_command", "notify_webhook", "notify_urls")
@@ -36,9 +38,13 @@ class LocalPanelBackend:
     with SO_PEERCRED, so the panel runs as the owner's user)."""
 
     profile = "local"
-    features = FEATURES - {"workers", "bundles"}  # every page but the cluster's two
+    # every page but the cluster's two, with pinned tasks and saved views
+    features = FEATURES - {"workers", "bundles"} | {VIEWS}
 
     def __init__(self, socket_path: str) -> None:
+        #: a new task's zone in the form: this machine's, as ``ql3 local task add`` without
+        #: --timezone takes it (the web runs beside its owner, with serve's environment)
+        self.default_timezone = machine_zone()[0]
         self._socket = SocketBackend(socket_path)
         self._path = socket_path
 
@@ -49,8 +55,9 @@ class LocalPanelBackend:
             raise BackendUnavailableError(str(exc)) from None
         except RemoteNotFoundError as exc:
             raise BackendRefusedError("not_found", str(exc), usage=True) from None
-        except RemoteValidationError as exc:
-            raise BackendRefusedError("validation", str(exc), usage=True) from None
+        except RemoteValidationError as exc:  # ``too_large``: over the socket's request
+            code = "too_large" if str(exc).startswith("request: larger") else "validation"
+            raise BackendRefusedError(code, str(exc), usage=True) from None
         except RemoteError as exc:
             raise BackendRefusedError(exc.code, str(exc)) from None
         except OSError as exc:  # a reply cut off mid-way, a timeout
@@ -67,9 +74,29 @@ class LocalPanelBackend:
             return False
         return True
 
-    def task_page(self, offset: int, limit: int, query: str) -> dict[str, Any]:
+    def task_page(self, offset: int, limit: int, query: str,
+                  sort: str = "name") -> dict[str, Any]:
         """The ``task_page`` socket op."""
-        return dict(self._call("task_page", offset=offset, limit=limit, query=query))
+        return dict(self._call("task_page", offset=offset, limit=limit, query=query,
+                               sort=sort))
+
+    # -- pinned tasks and saved views (docs/panel.md "Pinned tasks and saved views") ------
+
+    def task_pin(self, name: str, pinned: bool) -> dict[str, Any]:
+        """The ``task_pin`` socket op."""
+        return dict(self._call("task_pin", name=name, pinned=pinned))
+
+    def views_list(self) -> list[dict[str, Any]]:
+        """The ``views_list`` socket op's views."""
+        return [dict(v) for v in self._call("views_list")["views"]]
+
+    def views_save(self, name: str, query: str, sort: str) -> dict[str, Any]:
+        """The ``views_save`` socket op."""
+        return dict(self._call("views_save", name=name, query=query, sort=sort))
+
+    def views_remove(self, name: str) -> dict[str, Any]:
+        """The ``views_rm`` socket op."""
+        return dict(self._call("views_rm", name=name))
 
     def run_now(self, task: str) -> dict[str, Any]:
         """The ``run_now`` socket op."""
@@ -87,13 +114,15 @@ class LocalPanelBackend:
         """The ``run_get`` socket op."""
         return dict(self._call("run_get", run_id=run))
 
-    def log_wait(self, run: str, offset: int, timeout_s: float) -> dict[str, Any]:
+    def log_wait(self, run: str, offset: int, timeout_s: float,
+                 attempt: int | None = None) -> dict[str, Any]:
         """The ``logs_wait`` socket op (a long poll on the owner's connection thread)."""
-        return dict(self._call("logs_wait", run_id=run, offset=offset, timeout_s=timeout_s))
+        return dict(self._call("logs_wait", run_id=run, offset=offset, timeout_s=timeout_s,
+                               attempt=attempt))
 
-    def log_read(self, run: str, offset: int) -> dict[str, Any]:
-        """The ``logs_read`` socket op (newest attempt)."""
-        return dict(self._call("logs_read", run_id=run, offset=offset))
+    def log_read(self, run: str, offset: int, attempt: int | None = None) -> dict[str, Any]:
+        """The ``logs_read`` socket op (``attempt`` None: the newest)."""
+        return dict(self._call("logs_read", run_id=run, offset=offset, attempt=attempt))
 
     def task_get(self, name: str) -> dict[str, Any]:
         """The ``task_show`` socket op."""
@@ -207,7 +236,14 @@ class LocalPanelBackend:
                              "active_attempts": int(recovery.get("active_attempts", 0)),
                              "leftovers": len(recovery.get("leftovers_unresolved") or [])},
                 "channels": channels,
-                "notify_on": notify_on.get("value") or notify_on.get("default") or ""}
+                "notify_on": notify_on.get("value") or notify_on.get("default") or "",
+                "notify_timeout_s": (shown.get("notify_timeout_s", {}).get("value")
+                                     or shown.get("notify_timeout_s", {}).get("default"))}
+
+    def settings_set(self, key: str, value: str | None) -> dict[str, Any]:
+        """The ``settings_set`` socket op (None: back to the default); the Settings page's
+        notification form."""
+        return dict(self._call("settings_set", key=key, value=value))
 
     def notify_test(self) -> dict[str, Any]:
         """The ``notify_test`` socket op: ``{"configured", "deliveries": [{"channel",

@@ -106,7 +106,7 @@ def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
         crlf = data.get("crlf") == "1"
         new_file = data.get("new") == "1"
         # browsers send a textarea's lines with CRLF: back to the file's own line ends
-        # (not cut short: Starlette bounds a form field at 1 MiB, the owner refuses more
+        # (not cut short: the panel reads a field of up to 8 MiB, the owner refuses more
         # than 128 KiB, and a refusal shows the whole text again)
         content = str(data.get("content", "")).replace("\r\n", "\n")
         if crlf:
@@ -123,6 +123,8 @@ def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
         except BackendRefusedError as exc:
             if exc.code == "script_changed":
                 return editor(request, 409, problem="scripts.changed", **again)
+            if exc.code == "too_large" or "larger than" in exc.message:
+                return editor(request, 413, problem="scripts.too_large", **again)
             return editor(request, 400, problem="scripts.refused", detail=exc.message,
                           **again)
         return RedirectResponse(link(request, "view", path, saved="1"), status_code=303)

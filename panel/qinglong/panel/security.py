@@ -88,6 +88,12 @@ class Sessions:
             self._token = None
             return self._new()
 
+    def set_link_token(self, token: str) -> None:
+        """``token`` becomes the one-time sign-in token (``ql3 local web --new-link``),
+        replacing an unused one. No lock: called from a signal handler, which must not wait
+        for a lock its own thread may hold (one attribute store is atomic)."""
+        self._token = token
+
     def _new(self) -> Session:
         session = Session(secrets.token_urlsafe(32), secrets.token_urlsafe(32),
                           signed_in_at=time.monotonic())

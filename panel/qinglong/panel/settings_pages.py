@@ -26,6 +26,7 @@ from qinglong.panel.task_pages import form_of, need
 Render = Callable[..., Response]
 Call = Callable[..., Awaitable[Any]]
 SCOPES = ("viewer", "operator", "admin")
+STATUSES = ("failed", "timed_out", "lost", "succeeded", "cancelled")
 
 
 def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
@@ -43,7 +44,10 @@ def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
             return render(request, "owner_down.html", 503)
         return render(request, "settings.html", status, facts=facts, scopes=SCOPES,
                       is_admin=admin(request),
-                      revoked=request.query_params.get("revoked") == "1", **ctx)
+                      revoked=request.query_params.get("revoked") == "1",
+                      saved=request.query_params.get("saved") == "1",
+                      channel_removed=request.query_params.get("channel_removed") == "1",
+                      channel_added=request.query_params.get("channel_added", ""), **ctx)
 
     async def show(request: Request) -> Response:
         return await page(request)
@@ -62,6 +66,37 @@ def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
         except BackendRefusedError:
             return forbidden(request)
         return await page(request, tested=result)
+
+    # -- local notification settings --
+    async def notify_save(request: Request) -> Response:
+        """The local notification form: ``notify_on`` boxes, ``notify_timeout_s``, and the
+        write-only ``notify_urls`` / ``notify_webhook`` (empty: kept; a ``*_clear`` box
+        unsets), each through the owner's ``settings_set`` in that order; the first
+        refusal stops there and is shown beside its field (earlier ones are saved)."""
+        need(backend, "settings")
+        setter = getattr(backend, "settings_set", None)
+        if backend.profile != "local" or setter is None:
+            return render(request, "error.html", 404, message_key="error.not_found")
+        session: Session = request.state.session
+        if not session.recent():
+            return render(request, "reauth.html", 401, next=root(request) + "/settings")
+        data = await form_of(request)
+        on = [v for v in data.getlist("notify_on") if isinstance(v, str)]
+        changes: list[tuple[str, str | None]] = [("notify_on", ",".join(on))]
+        for key in ("notify_timeout_s", "notify_urls", "notify_webhook"):
+            text = str(data.get(key, "")).strip()
+            if data.get(key + "_clear"):
+                changes.append((key, None))
+            elif text:
+                changes.append((key, text))
+        for key, value in changes:
+            try:
+                await call(setter, key, value)
+            except BackendUnavailableError:
+                return render(request, "owner_down.html", 503)
+            except BackendRefusedError:
+                return await page(request, 400, notify_error=key)
+        return RedirectResponse(root(request) + "/settings?saved=1", status_code=303)
 
     async def token_create(request: Request) -> Response:
         need(backend, "settings")
@@ -115,9 +150,73 @@ def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
         # a session signed in with this token is gone at its next request (this redirect's)
         return RedirectResponse(root(request) + "/settings?revoked=1", status_code=303)
 
+    # -- cluster push channels: add, remove after a confirmation page (admin, the API's
+    # scope for /v1/notify/channels); the URL is write-only, never rendered back --
+    def channel_method(name: str) -> Callable[..., Any]:
+        method: Callable[..., Any] = getattr(backend, name)  # control's SettingsMixin
+        return method
+
+    async def channel_add(request: Request) -> Response:
+        need(backend, "settings")
+        if backend.profile != "cluster":
+            return render(request, "error.html", 404, message_key="error.not_found")
+        if not admin(request):
+            return forbidden(request)
+        data = await form_of(request)
+        url = str(data.get("url", ""))[:2048]
+        on = [v for v in data.getlist("notify_on") if isinstance(v, str)]
+        try:
+            added = await call(channel_method("channel_add"), url, on)
+        except BackendUnavailableError:
+            return render(request, "owner_down.html", 503)
+        except BackendRefusedError as exc:
+            if exc.code == "forbidden":
+                return forbidden(request)
+            key = ("chan.err_keyring" if exc.code == "secrets_key_missing"
+                   else "chan.err_invalid")
+            return await page(request, 400 if exc.usage else 503, channel_error=key)
+        return RedirectResponse(root(request) + "/settings?channel_added=" + added["id"],
+                                status_code=303)
+
+    async def channel_confirm(request: Request) -> Response:
+        need(backend, "settings")
+        if backend.profile != "cluster":
+            return render(request, "error.html", 404, message_key="error.not_found")
+        if not admin(request):
+            return forbidden(request)
+        try:
+            channel = await call(channel_method("channel_get"), request.path_params["channel"])
+        except BackendUnavailableError:
+            return render(request, "owner_down.html", 503)
+        except BackendRefusedError as exc:
+            if exc.code == "forbidden":
+                return forbidden(request)
+            return render(request, "error.html", 404, message_key="error.not_found")
+        return render(request, "channel_remove.html", 200, channel=channel)
+
+    async def channel_remove(request: Request) -> Response:
+        need(backend, "settings")
+        if backend.profile != "cluster":
+            return render(request, "error.html", 404, message_key="error.not_found")
+        if not admin(request):
+            return forbidden(request)
+        try:
+            await call(channel_method("channel_remove"), request.path_params["channel"])
+        except BackendUnavailableError:
+            return render(request, "owner_down.html", 503)
+        except BackendRefusedError as exc:
+            if exc.code == "forbidden":
+                return forbidden(request)
+            return render(request, "error.html", 404, message_key="error.not_found")
+        return RedirectResponse(root(request) + "/settings?channel_removed=1", status_code=303)
+
     return [
         Route("/settings", show),
         Route("/settings/notify/test", notify_test, methods=["POST"]),
+        Route("/settings/notify", notify_save, methods=["POST"]),
+        Route("/settings/channels", channel_add, methods=["POST"]),
+        Route("/settings/channels/{channel}/remove", channel_confirm),
+        Route("/settings/channels/{channel}/remove", channel_remove, methods=["POST"]),
         Route("/settings/tokens", token_create, methods=["POST"]),
         Route("/settings/tokens/{token}/revoke", revoke_confirm),
         Route("/settings/tokens/{token}/revoke", revoke, methods=["POST"]),

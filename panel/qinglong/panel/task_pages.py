@@ -8,9 +8,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import parse_qsl, urlencode
 
 from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException
+from starlette.formparsers import MultiPartException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
@@ -33,14 +35,39 @@ FAILED = ("failed", "timed_out", "lost")
 #: the scope a task definition's change needs where sessions have scopes (the cluster: as
 #: the API's create, edit and delete, control/api/tasks.py); a local session has none
 TASK_EDIT_SCOPE = "admin"
+#: the largest form field the panel reads, as sent: percent-encoded, a CJK character takes
+#: 9 bytes, so 32 MiB holds a 3.5 MiB Chinese text or 8 MiB of ASCII code (the cluster API's
+#: body limit). Above every owner's own limit for a field (a script's 128 KiB, a request's
+#: 1 MiB), so what the viewer meets is that owner's refusal worded by the page, with the
+#: input kept; a field larger still gets the 413 page ``error.form_too_large``
+#: (docs/panel.md "Large fields"), never Starlette's 500
+FORM_FIELD_MAX_BYTES = 32 * 1024 * 1024
 STATUSES = ("queued", "dispatching", "running", "succeeded", "failed", "cancelled",
             "timed_out", "lost")
 
 
 async def form_of(request: Request) -> FormData:
-    """The posted form (read once: by the CSRF check when the token came in the body)."""
+    """The posted form (read once: by the CSRF check when the token came in the body).
+    Raises starlette's MultiPartException for a field over FORM_FIELD_MAX_BYTES (the app
+    answers 413 ``error.form_too_large``)."""
     data = getattr(request.state, "form_data", None)
-    return data if data is not None else await request.form()
+    return data if data is not None else await read_form(request)
+
+
+async def read_form(request: Request) -> FormData:
+    """``request.form()`` with fields up to FORM_FIELD_MAX_BYTES. Raises MultiPartException
+    for a larger field (Starlette reports it as an HTTPException 400 inside an app)."""
+    try:
+        return await request.form(max_part_size=FORM_FIELD_MAX_BYTES)
+    except HTTPException as exc:
+        raise MultiPartException(str(exc.detail)) from None
+
+
+def default_zone(backend: PanelBackend) -> str:
+    """The zone a new task's form starts with: the backend's ``default_timezone`` (the
+    local owner's machine zone as ``ql3 local task add`` takes it, shared/zones.py; the
+    cluster's ``serve --default-timezone``), else UTC as the cluster API's own default."""
+    return str(getattr(backend, "default_timezone", None) or "UTC")
 
 
 def need(backend: PanelBackend, feature: str) -> None:
@@ -75,7 +102,7 @@ def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
 
     async def new_task(request: Request) -> Response:
         need(backend, "task_edit")
-        form = forms.TaskForm()
+        form = forms.TaskForm(timezone=default_zone(backend))
         source = request.query_params.get("copy")
         try:
             if source:  # a copy: everything but the name and the write-only secrets
@@ -113,16 +140,15 @@ def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
         try:
             old = await call(backend.task_get, editing) if editing else None
             if old is not None:
-                form.name = str(old["name"])
-                form.labels = ", ".join(old.get("labels") or ())
                 form.secret_names = sorted(dict(old.get("secret_env") or {}))
             if not errors:
                 if old is not None and editing is not None:
-                    await call(backend.task_edit, editing,
-                               forms.edit_changes(spec, old, unset))
+                    saved = await call(backend.task_edit, editing,
+                                       forms.edit_changes(spec, old, unset,
+                                                          form.version))
                 else:
-                    await call(backend.task_add, spec)
-                return RedirectResponse(f"{root(request)}/?" + urlencode({"q": form.name}),
+                    saved = await call(backend.task_add, spec)
+                return RedirectResponse(f"{root(request)}/?" + urlencode({"q": saved["name"]}),
                                         status_code=303)
         except BackendUnavailableError:
             return render(request, "owner_down.html", 503)
@@ -166,8 +192,10 @@ def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
             need(backend, "task_edit")
             if not request.state.session.may(TASK_EDIT_SCOPE):
                 return render(request, "error.html", 403, message_key="cform.admin_only")
+        back = list_state(str(data.get("back", "")))
         if action == "delete" and data.get("confirm") != "yes":
-            return render(request, "task_confirm.html", names=names, action="delete")
+            return render(request, "task_confirm.html", names=names, action="delete",
+                          back=back)
         done = failed = 0
         for name in names:
             try:
@@ -185,14 +213,23 @@ def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
         # the runs just started are on the Runs page, where the profile has one
         target = "/runs" if action == "run" and "runs" in backend.features else "/"
         target = root(request) + target
-        return RedirectResponse(f"{target}?{urlencode({'done': done, 'failed': failed})}",
-                                status_code=303)
+        kept = back if target.endswith("/") else []  # the Tasks list as it was shown
+        return RedirectResponse(
+            f"{target}?{urlencode([*kept, ('done', done), ('failed', failed)])}",
+            status_code=303)
 
     async def runs(request: Request) -> Response:
         need(backend, "runs")
         task = request.query_params.get("task", "").strip()[:200] or None
         status = request.query_params.get("status") or None
-        status = status if status in STATUSES else None
+        if status is not None and status not in STATUSES:  # a typed address: say so
+            kept = [("task", task)] if task else []
+            base = f"{root(request)}/runs"
+            choices = [(f"{base}?{urlencode([*kept, ('status', s)])}", f"status.{s}")
+                       for s in STATUSES]
+            choices.append((f"{base}?{urlencode(kept)}" if kept else base, "runs.any"))
+            return render(request, "error.html", 400, message_key="runs.err.bad_status",
+                          choices=choices)
         before = request.query_params.get("before") or None
         try:
             page = await call(backend.runs_page, task, status, before, RUNS_PAGE)
@@ -238,6 +275,22 @@ def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
         Route("/tasks/{name}/delete", confirm_delete),
         Route("/runs", runs),
     ]
+
+
+# bulk-keep: the Tasks list's own query parameters a bulk action carries back (the search,
+# the page, and the sort/view of saved views), each at most 200 characters
+LIST_PARAMS = ("q", "offset", "sort", "view", "label", "status")
+
+
+def list_state(query: str) -> list[tuple[str, str]]:
+    """The Tasks list's parameters in ``query`` (a query string without ``?``, as the bulk
+    form's ``back`` field sends it): ``[(key, value)]`` of LIST_PARAMS only, in order, each
+    key once; anything else (``done``, ``failed``, unknown keys) dropped."""
+    kept: dict[str, str] = {}
+    for key, value in parse_qsl(query[:2000], keep_blank_values=False):
+        if key in LIST_PARAMS and key not in kept:
+            kept[key] = value[:200]
+    return list(kept.items())
 
 
 def count_param(request: Request, key: str) -> int | None:

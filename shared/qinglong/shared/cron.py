@@ -47,14 +47,14 @@ import copy
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta, tzinfo
+from datetime import datetime, timedelta, tzinfo
 from functools import cached_property
 from typing import Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, CroniterError, croniter
 
-from qinglong.shared.errors import TimeZoneNotFoundError, ValidationError
+from qinglong.shared.errors import ValidationError
+from qinglong.shared.zones import excerpt, load_zone
 
 ScheduleKind = Literal["cron", "boot", "once"]
 
@@ -75,12 +75,7 @@ _ALIAS_FIELDS = {  # croniter's aliases; only @hourly is a wildcard job
     "@annually": "0 0 1 1 *",
 }
 _HASHED = re.compile(r"(?:^|,)[HR](?:$|[(/,])", re.IGNORECASE)
-_NOT_ZONE_NAMES = frozenset({"localtime", "posixrules"})
 _SCHEDULE_HINT = "schedule must have 5 fields, or 6 with seconds first"
-
-
-def _excerpt(value: str) -> str:
-    return repr(value if len(value) <= 16 else value[:16] + "...")
 
 
 def _seconds(offset: timedelta | None) -> int:
@@ -337,55 +332,9 @@ class Schedule:
         return count, False
 
 
-TZDATA_HINT = "install the system tz database or `pip install qinglong[tzdata]`"
-
-
-def _load_zone(name: str) -> tzinfo:
-    if not name or len(name) > 100 or name.startswith("/") or ".." in name or "\\" in name:
-        raise ValidationError("timezone", "timezone must be an IANA name such as Asia/Shanghai")
-    if name in _NOT_ZONE_NAMES or name.startswith(("posix/", "right/")):
-        # files of the system's zoneinfo directory, not zone names: `localtime` follows the
-        # host's setting (a schedule must not move when the host is reconfigured), `right/`
-        # counts leap seconds, which no cron does
-        raise ValidationError("timezone", f"{_excerpt(name)} is not an IANA time zone name;"
-                              " name the zone, such as Asia/Shanghai or UTC")
-    try:
-        return ZoneInfo(name)
-    except ZoneInfoNotFoundError as exc:
-        if name == "UTC":  # the default zone works without any tz database
-            return UTC
-        if _has_tz_database():
-            from qinglong.shared.zones import suggest_zone
-
-            guess = suggest_zone(name)
-            hint = (f"; did you mean {guess}?" if guess is not None and guess != name
-                    else " (not in this machine's tz database)")
-            raise TimeZoneNotFoundError(
-                name, f"unknown IANA time zone {_excerpt(name)}{hint}") from exc
-        raise TimeZoneNotFoundError(
-            name, f"time zone {_excerpt(name)} not found: {TZDATA_HINT}") from exc
-    except (ValueError, OSError) as exc:
-        from qinglong.shared.zones import suggest_zone
-
-        guess = suggest_zone(name)
-        hint = f"; did you mean {guess}?" if guess is not None and guess != name else ""
-        raise ValidationError("timezone",
-                              f"unknown IANA time zone {_excerpt(name)}{hint}") from exc
-
-
-def _has_tz_database() -> bool:
-    """True if zoneinfo finds any zone (the system's files on TZPATH, or the tzdata package)."""
-    try:
-        ZoneInfo("UTC")
-    except ZoneInfoNotFoundError:
-        return False
-    return True
-
-
-def load_zone(name: str) -> tzinfo:
-    """The zone of a validated IANA name; ``TimeZoneNotFoundError`` naming the ``tzdata``
-    extra when this machine has no tz database (the base install brings none)."""
-    return _load_zone(name)
+#: how many values each cron field has: a larger step is refused (docs/protocols.md §3.7)
+_SPAN = {"second": 60, "minute": 60, "hour": 24, "day-of-month": 31, "month": 12,
+         "day-of-week": 7}
 
 
 def _check_cron(fields: list[str]) -> None:
@@ -397,7 +346,12 @@ def _check_cron(fields: list[str]) -> None:
         probe = ["*"] * len(fields)
         probe[i] = value
         if not croniter.is_valid(" ".join(probe), second_at_beginning=seconds):
-            raise ValidationError("schedule", f"{name} field {_excerpt(value)} is invalid")
+            raise ValidationError("schedule", f"{name} field {excerpt(value)} is invalid")
+        for part in value.split(","):  # croniter folds */70 to every minute: refused
+            step = part.partition("/")[2]
+            if step.isdigit() and int(step) > _SPAN[name]:
+                raise ValidationError("schedule", f"{name} field {excerpt(value)} has a step "
+                                      f"over the field's {_SPAN[name]} values")
     try:
         croniter(" ".join(fields), 0.0, second_at_beginning=seconds).get_next(float)
     except CroniterBadDateError as exc:
@@ -427,12 +381,12 @@ def parse_schedule(text: str, timezone: str) -> Schedule:
             kind = "boot" if expression == "@boot" else "once"
         elif expression not in _ALIAS_FIELDS:
             hint = " (use @boot: once per serve start)" if expression == "@reboot" else ""
-            raise ValidationError("schedule", f"unknown alias {_excerpt(expression)}{hint}")
+            raise ValidationError("schedule", f"unknown alias {excerpt(expression)}{hint}")
     else:
         fields = expression.split()
         if len(fields) not in (5, 6):
             raise ValidationError("schedule", f"{_SCHEDULE_HINT} (got {len(fields)})")
         _check_cron(fields)
         expression = " ".join(fields)
-    zone = _load_zone(timezone)
+    zone = load_zone(timezone)
     return Schedule(expression, timezone, kind, len(expression.split()) == 6, zone)

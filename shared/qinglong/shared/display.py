@@ -1,5 +1,5 @@
 """Text for people, shared by ``ql3 local`` and ``ql3 cluster`` (issue 12 items 3 and 4):
-times, durations, commands and tables that fit. Stdlib only (and ``shared/cron.py`` for a
+times, durations, commands and tables that fit. Stdlib only (and ``shared/zones.py`` for a
 task's zone): the click options that set :data:`DISPLAY` live with each command line.
 
 - Times: the viewer's local zone with its offset (``2026-12-01 09:09:01 +08:00``), or UTC
@@ -13,7 +13,10 @@ task's zone): the click options that set :data:`DISPLAY` live with each command 
   (``COLUMNS`` when set, so piped output honours it, else the terminal's size, else 80):
   flexible columns (a command, a note) are shortened first with ``…``, never wrapped; with
   ``--wide`` nothing is shortened. A run reference keeps its ``#N`` when shortened
-  (``jd-daily-s…#4``): that is the part people type.
+  (``jd-daily-s…#4``): that is the part people type. Names cut to the same text as another
+  name keep the end that tells them apart instead (``京东签到每日…水滴甲`` beside
+  ``京东签到每日…水滴乙``: :func:`shorten_apart`), and task lists sort names naturally
+  (``task2`` before ``task10``: :func:`natural_key`).
 - Widths are screen columns, not characters (:func:`text_width`): East Asian wide and
   full-width characters take 2, so a table of Chinese names stays within 80 columns, and
   shortening never splits a wide character (:func:`cut`).
@@ -243,6 +246,50 @@ def shorten_ref(text: str, width: int) -> str:
     return cut(match.group(1), width - len(tail) - 1) + ELLIPSIS + tail
 
 
+def shorten_apart(texts: Sequence[str], width: int) -> list[str]:
+    """``texts`` (one column's cells) each cut to ``width`` columns as :func:`shorten` does,
+    except that different texts cut to the same one are told apart: such a text keeps its
+    end after the ``…`` — the shortest end no other of them shares, widened to a third of
+    the width when it is shorter (``京东签到每日…水滴甲`` / ``京东签到每日…水滴乙``) — and
+    when even that does not fit, the part around where it first differs between two ``…``.
+    Source rule: integration/test_task_list_names.py."""
+    out = [shorten(text, width) for text in texts]
+    groups: dict[str, set[str]] = {}
+    for text, shown in zip(texts, out, strict=True):
+        if shown != text:
+            groups.setdefault(shown, set()).add(text)
+    for i, text in enumerate(texts):
+        others = [o for o in groups.get(out[i], ()) if o != text]
+        if others and width >= 4:
+            out[i] = _apart(text, others, width)
+    return out
+
+
+def _apart(text: str, others: Sequence[str], width: int) -> str:
+    """``text`` within ``width`` (>= 4) columns, unlike every one of ``others`` (see
+    :func:`shorten_apart`)."""
+    keep = next((k for k in range(1, len(text) + 1)
+                 if all(not o.endswith(text[-k:]) for o in others)), len(text))
+    while keep < len(text) and text_width(text[-keep:]) < (width - 1) // 3:
+        keep += 1
+    tail = text[-keep:]
+    if text_width(tail) <= width - 2:
+        return cut(text[:-keep], width - 1 - text_width(tail)) + ELLIPSIS + tail
+    first = min(next((j for j, (a, b) in enumerate(zip(text, o, strict=False)) if a != b),
+                     len(o)) for o in others)  # where it first differs from one of them
+    start = first - 1 if text_width(text[first - 1:first + 1]) <= width - 2 else first
+    return ELLIPSIS + shorten(text[start:], width - 1)
+
+
+def natural_key(text: str) -> tuple[Any, ...]:
+    """A sort key putting digit runs in numeric order (``task2`` before ``task10``, ``签到９``
+    before ``签到10``) and letters case-folded (``Backup`` beside ``backup``); the text
+    itself breaks ties (``a01`` and ``a1``)."""
+    parts = re.split(r"(\d+)", text)
+    return (tuple((1, int(p), "") if i % 2 else (0, 0, p.casefold())
+                  for i, p in enumerate(parts)), text)
+
+
 def table_width(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> int:
     """How wide :func:`fit_table` lays the table out when nothing is shortened."""
     widths = [max([text_width(c), *(text_width(" ".join(str(r[i]).splitlines())) for r in rows)])
@@ -280,6 +327,7 @@ def fit_table(
     share: bool = False,
     refs: Sequence[str] = (),
     protect: Sequence[str] = (),
+    distinct: Sequence[str] = (),
 ) -> list[str]:
     """Lay out a table as lines no longer than ``width`` (default :func:`terminal_width`).
 
@@ -293,8 +341,9 @@ def fit_table(
     (``protect``: what must stay whole while anything else can give way, such as a task
     list's next fire time); shortened cells end in
     ``…``, and those of the ``refs`` columns (run references) keep their ``#N``
-    (:func:`shorten_ref`). Nothing is shortened when ``wide`` (default: ``--wide`` was
-    given). The last column is not padded.
+    (:func:`shorten_ref`), and those of the ``distinct`` columns (task names) stay as
+    different as the texts were (:func:`shorten_apart`). Nothing is shortened when
+    ``wide`` (default: ``--wide`` was given). The last column is not padded.
     """
     wide = DISPLAY.wide if wide is None else wide
     limit = terminal_width() if width is None else width
@@ -329,6 +378,10 @@ def fit_table(
                 widths[widest] -= 1
                 excess -= 1
     keep_end = {columns.index(c) for c in refs if c in columns}
+    for i in {columns.index(c) for c in distinct if c in columns}:
+        for row, text in zip(cells, shorten_apart([r[i] for r in cells], widths[i]),
+                             strict=True):
+            row[i] = text
     lines = []
     for row in [heads, *cells]:
         parts = [pad((shorten_ref if i in keep_end and row is not heads else shorten)(
@@ -340,8 +393,8 @@ def fit_table(
 def zoned(value: object, zone: str | None = None) -> str:
     """An ISO UTC time in ``zone`` (an IANA name; None: the viewer's local zone, or UTC
     after ``--utc``) with its offset: ``2026-12-01 09:09:01 +08:00``; ``""`` for None.
-    Raises TimeZoneNotFoundError (``shared/cron.py``) for a zone this machine lacks."""
-    from qinglong.shared.cron import load_zone
+    Raises TimeZoneNotFoundError (``shared/zones.py``) for a zone this machine lacks."""
+    from qinglong.shared.zones import load_zone
 
     if value is None:
         return ""

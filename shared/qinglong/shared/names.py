@@ -96,14 +96,20 @@ def is_label_key(text: object) -> bool:
 MAX_LABELS = 32
 FREE_LABEL_RULE = ("at most 32, each 1-128 characters without control characters, "
                    "not starting or ending with a space")
+LABEL_PAIR_RULE = ("a label with '=' is key=value: it needs a key and a value, neither "
+                   "empty nor starting or ending with a space (平台=京东); a label "
+                   "without '=' is a word (日常)")
 
 
 def check_free_labels(labels: object, field: str = "labels") -> tuple[str, ...]:
     """A local task's free-form labels (Qinglong 2.x 标签: ``日常``, ``env=prod``), NFC, in
     order, repeats dropped: at most :data:`MAX_LABELS`, each 1-128 characters, no control,
-    format or private-use characters (Unicode categories C*), no leading or trailing space.
-    Raises ValidationError naming ``field`` (:data:`FREE_LABEL_RULE`); never echoes a label.
-    """
+    format or private-use characters (Unicode categories C*), no leading or trailing space;
+    one with ``=`` is ``key=value`` (``task list --label K=V`` and the panel's search
+    filter by it), so both sides of its first ``=`` are non-empty and unpadded (``=``,
+    ``a=``, ``=b``, ``a =b`` are refused). Raises ValidationError naming ``field``
+    (:data:`FREE_LABEL_RULE`, :data:`LABEL_PAIR_RULE`); never echoes a label.
+    Source rule: README "Tasks" (labels), integration/test_daily_use.py."""
     if isinstance(labels, str) or not isinstance(labels, list | tuple):
         raise ValidationError(field, FREE_LABEL_RULE)
     out: list[str] = []
@@ -114,6 +120,9 @@ def check_free_labels(labels: object, field: str = "labels") -> tuple[str, ...]:
         if (not 1 <= len(text) <= MAX_NAME_CHARS or text != text.strip()
                 or any(unicodedata.category(c)[0] == "C" for c in text)):
             raise ValidationError(field, FREE_LABEL_RULE)
+        key, sep, value = text.partition("=")
+        if sep and not (key and value and key == key.rstrip() and value == value.lstrip()):
+            raise ValidationError(field, LABEL_PAIR_RULE)
         if text not in out:
             out.append(text)
     if len(out) > MAX_LABELS:

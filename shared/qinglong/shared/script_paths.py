@@ -46,9 +46,15 @@ def check_script(argv: Sequence[str], cwd: str | None) -> str | None:
         FileNotFoundError: an absolute script path that does not exist, or a command given
             as one word holding spaces that names no program (``'echo hi'`` quoted whole:
             it is never split, so it could only fail at run time with 127); the message
-            names it; callers offer ``--no-check``.
+            names it; callers offer ``--no-check``. Also a word that is a shell operator
+            (:func:`shell_operator`: ``&&`` would be echoed, not obeyed).
     """
     _check_one_word(argv, cwd)
+    operator = shell_operator(argv)
+    if operator is not None:
+        raise FileNotFoundError(
+            f"'{operator}' is a shell operator, but the command runs without a shell (it "
+            "would be passed on as an argument); run it through sh -c '…'")
     path = script_path(argv)
     if path is None:
         return None
@@ -59,6 +65,24 @@ def check_script(argv: Sequence[str], cwd: str | None) -> str | None:
     where = cwd or "the home directory of the user running it"
     return (f"{path} is a relative path: at run time it is looked up in the task's working "
             f"directory ({where}), not here; give an absolute path or --cwd")
+
+
+#: words a shell would read as operators (the command runs without one)
+SHELL_OPERATORS = frozenset({"&&", "||", "|", "|&", ";", ";;", "&", ">", ">>", "<", "<<",
+                             "<<<", "2>", "2>>", "&>", "&>>", "2>&1", "1>&2", ">&2"})
+
+
+def shell_operator(argv: Sequence[str]) -> str | None:
+    """The first word of ``argv`` that is a shell operator (:data:`SHELL_OPERATORS`, or a
+    word ending in ``;`` such as ``成功;``), or None. Inside ``sh -c '…'`` they are one
+    word's text, never words of their own; find's ``-exec … ;`` is no operator."""
+    finds = {"-exec", "-execdir", "-ok", "-okdir"} & set(argv)  # find's own `;` word
+    for word in argv[1:]:
+        if word == ";" and finds:
+            continue
+        if word in SHELL_OPERATORS or (len(word) > 1 and word.endswith(";")):
+            return word
+    return None
 
 
 def _check_one_word(argv: Sequence[str], cwd: str | None) -> None:

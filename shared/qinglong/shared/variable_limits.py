@@ -14,11 +14,24 @@ set themselves (``NODE_OPTIONS``, ``HOME``, ``LANG``, ...) stay settable.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from qinglong.shared.errors import ValidationError
 
 VARIABLE_MAX_BYTES = 32 * 4096  # Linux MAX_ARG_STRLEN: one NAME=value entry, NUL included
+NAME_MAX_CHARS = 128
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+NAME_RULE = "a variable name is 1-128 of A-Z, a-z, 0-9 and _, not starting with a digit"
+
+
+def check_variable_name(name: object, field: str = "variable") -> str:
+    """``name`` when it is a global variable's name in both profiles: ``[A-Za-z_]
+    [A-Za-z0-9_]*``, 1-:data:`NAME_MAX_CHARS` characters. Raises ValidationError(``field``,
+    :data:`NAME_RULE`), never echoing the name."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ValidationError(field, NAME_RULE)
+    return name
 
 
 PATH_ADVICE = ("give a task its own PATH with --env PATH=... (locally, every task's with "

@@ -17,6 +17,8 @@ version) triple fences every write after the claim — a mismatch is 409 ``lease
 - ``POST /v1/worker/bundle``             BundleRequest -> BundleGrant (a presigned GET)
 - ``POST /v1/worker/log-chunk``          LogChunkBatch -> LogChunkAnswer (live log, §4.9)
 - ``POST /v1/worker/complete``           CompletionReport -> Ack
+- ``POST /v1/worker/complete-no-output`` CompletionReport -> Ack (empty output, no object put;
+  ``QL3-Wire: 2`` workers; an older replica answers 404)
 - ``POST /v1/worker/stopped``            WorkerStopped -> Ack (drain finished)
 """
 

@@ -9,14 +9,19 @@ does not know. Stdlib only.
 - :func:`suggest_zone`: ``asia/shanghai`` → ``Asia/Shanghai`` (case), the names Chinese users
   reach for first (``CST``, ``Asia/Beijing``, ``Beijing``, ``China``) → ``Asia/Shanghai``,
   else the closest name by ``difflib``; None when nothing is close.
+- :func:`load_zone`: the ``tzinfo`` of a validated IANA name (``cron.py`` uses it; here,
+  printing a time in a task's zone loads no croniter).
 """
 
 from __future__ import annotations
 
-import difflib
 import functools
 import os
 import zoneinfo
+from datetime import UTC, tzinfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from qinglong.shared.errors import TimeZoneNotFoundError, ValidationError
 
 LOCALTIME = "/etc/localtime"
 # Names that are no IANA zone but that people mean one by (China Standard Time first: the
@@ -93,5 +98,62 @@ def suggest_zone(name: str) -> str | None:
     by_lower = {n.lower(): n for n in names}
     if key in by_lower:
         return by_lower[key]
+    import difflib  # only when a name is not known as given
+
     close = difflib.get_close_matches(key, list(by_lower), n=1, cutoff=0.8)
     return by_lower[close[0]] if close else None
+
+
+_NOT_ZONE_NAMES = frozenset({"localtime", "posixrules"})
+
+
+def excerpt(value: str) -> str:
+    """``value`` quoted for a message, cut after 16 characters."""
+    return repr(value if len(value) <= 16 else value[:16] + "...")
+
+
+TZDATA_HINT = "install the system tz database or `pip install qinglong[tzdata]`"
+
+
+def _load_zone(name: str) -> tzinfo:
+    if not name or len(name) > 100 or name.startswith("/") or ".." in name or "\\" in name:
+        raise ValidationError("timezone", "timezone must be an IANA name such as Asia/Shanghai")
+    if name in _NOT_ZONE_NAMES or name.startswith(("posix/", "right/")):
+        # files of the system's zoneinfo directory, not zone names: `localtime` follows the
+        # host's setting (a schedule must not move when the host is reconfigured), `right/`
+        # counts leap seconds, which no cron does
+        raise ValidationError("timezone", f"{excerpt(name)} is not an IANA time zone name;"
+                              " name the zone, such as Asia/Shanghai or UTC")
+    try:
+        return ZoneInfo(name)
+    except ZoneInfoNotFoundError as exc:
+        if name == "UTC":  # the default zone works without any tz database
+            return UTC
+        if _has_tz_database():
+            guess = suggest_zone(name)
+            hint = (f"; did you mean {guess}?" if guess is not None and guess != name
+                    else " (not in this machine's tz database)")
+            raise TimeZoneNotFoundError(
+                name, f"unknown IANA time zone {excerpt(name)}{hint}") from exc
+        raise TimeZoneNotFoundError(
+            name, f"time zone {excerpt(name)} not found: {TZDATA_HINT}") from exc
+    except (ValueError, OSError) as exc:
+        guess = suggest_zone(name)
+        hint = f"; did you mean {guess}?" if guess is not None and guess != name else ""
+        raise ValidationError("timezone",
+                              f"unknown IANA time zone {excerpt(name)}{hint}") from exc
+
+
+def _has_tz_database() -> bool:
+    """True if zoneinfo finds any zone (the system's files on TZPATH, or the tzdata package)."""
+    try:
+        ZoneInfo("UTC")
+    except ZoneInfoNotFoundError:
+        return False
+    return True
+
+
+def load_zone(name: str) -> tzinfo:
+    """The zone of a validated IANA name; ``TimeZoneNotFoundError`` naming the ``tzdata``
+    extra when this machine has no tz database (the base install brings none)."""
+    return _load_zone(name)

@@ -8,7 +8,9 @@ supervise (timeout, cancel, drain, lease loss, self-fence) -> stop the group -> 
 leftovers (lock holders and group members) -> release the wrapper -> send the last live
 chunk -> hash the spool -> ask a log-upload grant -> PUT (tried again while the object store
 is down, the lease kept, up to ``upload_bound_s``; then reason ``log_unavailable``) ->
-complete (with the cap's layout). An attempt whose
+complete (with the cap's layout). An attempt that wrote no output skips the grant and PUT:
+it completes through ``complete-no-output`` (``QL3-Wire: 2``), or, when the replica is an
+older release (404), takes the path above. An attempt whose
 command ended by itself but left processes behind keeps the outcome its exit code gives (a
 retry of a script that succeeded would repeat its side effects), with reason
 ``leftovers_stopped`` once they are all stopped (TERM, grace, KILL) — never a silent
@@ -37,12 +39,18 @@ from qinglong.worker import clock
 from qinglong.worker.bundles import BundleFailure, BundleStore, Checkout
 from qinglong.worker.client import ControlClient
 from qinglong.worker.environment import attempt_environment, default_cwd
-from qinglong.worker.errors import LeaseLostError, SpoolError, WorkerError
+from qinglong.worker.errors import ControlRejectedError, LeaseLostError, SpoolError, WorkerError
 from qinglong.worker.fencing import LeaseFence
 from qinglong.worker.heartbeat import Heartbeater
 from qinglong.worker.isolation import Isolation, IsolationError
 from qinglong.worker.live_log import LiveLogSender, LiveStream
-from qinglong.worker.process import AttemptProcess, CwdMissingError, decode_status, spawn_attempt
+from qinglong.worker.process import (
+    AttemptProcess,
+    CwdMissingError,
+    ExitStatus,
+    decode_status,
+    spawn_attempt,
+)
 from qinglong.worker.spool import (
     CappedCopier,
     CapResult,
@@ -81,6 +89,14 @@ class RunnerConfig:
     isolation: Isolation = field(default_factory=Isolation)
     live: LiveLogSender | None = None
     upload_bound_s: float = 900.0
+
+
+def _empty(spool_path: Path, cap: CapResult | None) -> bool:
+    """True when the attempt wrote no output at all (nothing spooled, nothing capped)."""
+    try:
+        return cap is not None and cap.raw_bytes == 0 and spool_path.stat().st_size == 0
+    except OSError:
+        return False
 
 
 class _Forget(Exception):  # noqa: N818  (control flow, never escapes this module)
@@ -158,6 +174,33 @@ class AttemptRunner:
             log.error("%s: completion not recorded: %s", self.who, exc)
         else:
             log.info("%s: completed %s", self.who, outcome)
+
+    def _complete_no_output(self, outcome: str, status: ExitStatus, reason: str | None) -> bool:
+        """Complete an attempt whose output was empty without any log object (no grant, no
+        PUT, no HEAD: ``client.complete_no_output``). False, having done nothing, when the
+        replica is an older release (it answered 404, or did before): the caller then takes
+        the v1 path. True otherwise, whatever the answer (as ``_complete``)."""
+        if not self._client.v2_routes_ok():
+            return False
+        if self._lost.is_set() or self._fence.expired():
+            log.warning("%s: fenced before completion: attempt forgotten", self.who)
+            return True
+        report = wire.CompletionReport(lease=self.attempt.lease, outcome=outcome,
+                                       exit_code=status.exit_code, signal=status.signal,
+                                       log=None, reason=reason)
+        try:
+            self._client.complete_no_output(report, deadline=self._fence.deadline)
+        except LeaseLostError:
+            log.warning("%s: lease lost at completion", self.who)
+        except ControlRejectedError as exc:
+            if exc.status == 404:
+                return False
+            log.error("%s: completion not recorded: %s", self.who, exc)
+        except WorkerError as exc:
+            log.error("%s: completion not recorded: %s", self.who, exc)
+        else:
+            log.info("%s: completed %s (no output)", self.who, outcome)
+        return True
 
     def _run(self) -> None:
         a = self.attempt
@@ -267,6 +310,8 @@ class AttemptRunner:
                 live.finish(stream, min(self._fence.deadline, clock.now() + LAST_CHUNK_S))
             self._check_lease(proc)  # a frozen worker resumed: its wrapper killed the group
             self.storing.set()
+            if _empty(spool_path, cap) and self._complete_no_output(outcome, status, why):
+                return None
             facts, unavailable = self._upload(spool_path, cap)
             self._check_lease(proc)
             self._complete(outcome, (status.exit_code, status.signal), facts,

@@ -67,11 +67,13 @@ ROUTES = {
     "log_chunk": "/v1/worker/log-chunk",
     "bundle": "/v1/worker/bundle",
     "complete": "/v1/worker/complete",
+    "complete_no_output": "/v1/worker/complete-no-output",
     "stopped": "/v1/worker/stopped",
 }
 
 
 FAILOVER_STATUSES = (502, 503, 504)
+V1_RETRY_S = 60.0  # a replica that answered 404 to a wire-2 route is asked again after this
 
 
 class _TransientError(Exception):
@@ -129,6 +131,7 @@ class ControlClient:
         self._reload_token = reload_token
         self._token_lock = threading.Lock()
         self.token_refused = threading.Event()
+        self._v1_since: dict[str, float] = {}  # base URL -> clock.now() of its 404 to a v2 route
 
     @property
     def current_url(self) -> str:
@@ -263,6 +266,36 @@ class ControlClient:
     def complete(self, msg: wire.CompletionReport, deadline: float) -> wire.Ack:
         """POST /v1/worker/complete."""
         return self._call("complete", msg, wire.Ack, deadline)
+
+    def v2_routes_ok(self) -> bool:
+        """Whether to use the routes of wire 2 (``complete_no_output``): False for
+        V1_RETRY_S after the current replica answered 404 to one (an older release: the v1
+        routes then, i.e. grant, PUT and ``complete`` for an attempt without output)."""
+        url = self.current_url
+        with self._switch:
+            since = self._v1_since.get(url)
+            if since is not None and clock.now() - since >= V1_RETRY_S:
+                del self._v1_since[url]
+                since = None
+        return since is None
+
+    def complete_no_output(self, msg: wire.CompletionReport, deadline: float) -> wire.Ack:
+        """POST /v1/worker/complete-no-output (``QL3-Wire: 2``): the attempt's output was
+        empty and no log was put (``msg.log`` and ``msg.layout`` None). A replica without
+        the route answers 404 => ControlRejectedError (status 404), and ``v2_routes_ok``
+        is False for that replica for V1_RETRY_S."""
+        try:
+            body = self._post(ROUTES["complete_no_output"], msg, deadline,
+                              {wire.WIRE_HEADER: str(wire.WIRE_VERSION)})
+        except ControlRejectedError as exc:
+            if exc.status == 404:
+                with self._switch:
+                    self._v1_since[self.urls[self._current]] = clock.now()  # it answered
+            raise
+        try:
+            return wire.Ack.from_json(body)
+        except ValidationError as exc:
+            raise WireAnswerError(f"Ack: {exc}") from None
 
     def stopped(self, msg: wire.WorkerStopped, deadline: float | None = None) -> wire.Ack:
         """POST /v1/worker/stopped (the drain finished)."""

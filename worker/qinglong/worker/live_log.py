@@ -4,8 +4,13 @@ One sender thread serves every running attempt of the worker. Each attempt's cop
 the raw output (``LiveStream.offer``, offsets counting the task's raw bytes before any cap);
 the sender keeps what control has not acknowledged in memory (bounded) and sends, in one
 ``POST /v1/worker/log-chunk``, one chunk per attempt that has something pending — when an
-attempt has a full chunk (64 KiB) pending, or ``flush_ms`` after its oldest unsent byte
-(1 s by default; control's answer may raise it). A chunk is at most 64 KiB, cut after a
+attempt has a full chunk (64 KiB) pending, or when ¾ of ``flush_ms`` (1 s by default;
+control's answer may raise it) has passed since the attempt's last send. That is a
+leading-edge flush: output after such a quiet spell goes at once, and what follows a send
+is coalesced until that long after it, so a sparse line reaches control within a round
+trip, a line of a busy attempt waits at most 750 ms, write → stored stays within
+``flush_ms``, and a busy attempt sends at most one chunk per 750 ms (a 416 is answered at
+once). A chunk is at most 64 KiB, cut after a
 newline in its last 16 KiB, else at a whole UTF-8 character (a partial character at the end
 of what is pending waits for its last bytes, unless the attempt is finishing).
 
@@ -49,15 +54,19 @@ NEWLINE_WINDOW = 16 * 1024  # a chunk ends after a newline found in its last 16 
 REQUEST_BUDGET_S = 10.0
 RETRY_AFTER_ERROR_S = 1.0
 MAX_FLUSH_MS = 10_000  # control may slow a chatty worker down, not silence it
+# an attempt's sends are at least this share of flush_ms apart: a line waits at most that
+# long before its request, so write → stored, round trip included, stays within flush_ms
+COALESCE_SHARE = 0.75
 
 
 @dataclass(frozen=True)
 class StreamConfig:
     """``rate_bytes_s`` / ``burst_bytes``: each attempt's token bucket (bytes per second
     sustained, bytes at once); ``max_pending_bytes`` unacknowledged bytes held in memory per
-    attempt; ``flush_ms`` the longest wait (ms) after new output before it is sent, unless
-    control asks for more; ``retry_404_s`` seconds before a base URL that answered 404 to
-    the route is tried again."""
+    attempt; ``flush_ms``: an attempt's sends are at least ``COALESCE_SHARE`` of it apart
+    (output after a quiet spell that long is sent at once), unless control asks for more;
+    ``retry_404_s`` seconds before a base URL that answered 404 to the route is tried
+    again."""
 
     rate_bytes_s: int = 64 * 1024
     burst_bytes: int = 1024 * 1024
@@ -147,7 +156,7 @@ class LiveStream:
         self.raw_end = 0  # raw bytes offered so far
         self.stored_end = 0  # control's stored end, as last answered
         self.gap_open = False  # bytes after the last run were not kept
-        self.oldest_unsent: float | None = None
+        self.last_sent: float | None = None  # clock.now() of the last chunk sent; None: never
         self.finishing = False
         self.closed = False
         self.in_flight = False
@@ -173,7 +182,7 @@ class LiveLogSender:
         self._client = client
         self._cond = threading.Condition()
         self._streams: dict[str, LiveStream] = {}
-        self._flush_s = self.config.flush_ms / 1000.0
+        self._window_s = self.config.flush_ms * COALESCE_SHARE / 1000.0
         self._disabled_until: dict[str, float] = {}  # base URL -> clock.now() (404)
         self._retry_at = 0.0
         self._closed = False
@@ -208,8 +217,6 @@ class LiveLogSender:
                 stream.runs.append(_Run(start, data, skipped=stream.gap_open
                                         or start != stream.stored_end))
                 stream.gap_open = False
-            if stream.oldest_unsent is None:
-                stream.oldest_unsent = now
             self._cond.notify_all()
 
     def finish(self, stream: LiveStream, deadline: float) -> None:
@@ -258,15 +265,24 @@ class LiveLogSender:
             return False
         if stream.finishing or stream.pending_bytes >= wire.MAX_CHUNK_BYTES:
             return True
-        return stream.oldest_unsent is not None and now - stream.oldest_unsent >= self._flush_s
+        # leading edge: at once after a quiet spell, else flush_ms after the last send
+        return stream.last_sent is None or now - stream.last_sent >= self._window_s
 
     def _next_wake(self, now: float) -> float:
+        """Seconds (0.01–1) until the sender may have something to send: the earliest end of
+        the coalescing window of a stream with unsent output and no chunk in flight (a
+        send's end, an offer and a finish notify), never before a pause ends (an error's
+        retry, a URL disabled by a 404). A pause already over and a stream in flight are no
+        reason to wake: the sender used to wake every 10 ms for them, idle or not
+        (bench/README.md "Worker side")."""
+        blocked = max(self._retry_at,
+                      self._disabled_until.get(self._client.current_url, 0.0)) - now
         waits = [1.0]
         for stream in self._streams.values():
-            if stream.oldest_unsent is not None and self._has_work(stream):
-                waits.append(stream.oldest_unsent + self._flush_s - now)
-        waits.append(self._retry_at - now)
-        return max(0.01, min(waits))
+            if (stream.last_sent is not None and not stream.in_flight
+                    and self._has_work(stream)):
+                waits.append(stream.last_sent + self._window_s - now)
+        return min(1.0, max(0.01, blocked, min(waits)))
 
     def _chunk(self, stream: LiveStream) -> wire.LogChunk | None:
         """The stream's next chunk, or None when all it holds is an incomplete UTF-8
@@ -301,6 +317,7 @@ class LiveLogSender:
                             if chunk is not None:
                                 batch.append((stream, chunk))
                                 stream.in_flight = True
+                                stream.last_sent = now
                 if not batch:
                     self._cond.wait(self._next_wake(now))
                     continue
@@ -340,7 +357,8 @@ class LiveLogSender:
 
     def _apply(self, batch: list[tuple[LiveStream, wire.LogChunk]],
                answer: wire.LogChunkAnswer) -> None:
-        self._flush_s = min(MAX_FLUSH_MS, max(self.config.flush_ms, answer.flush_ms)) / 1000.0
+        self._window_s = min(MAX_FLUSH_MS, max(self.config.flush_ms, answer.flush_ms)
+                             ) * COALESCE_SHARE / 1000.0
         lost: list[LiveStream] = []
         for (stream, chunk), result in zip(batch, answer.results, strict=False):
             if result.attempt_id != chunk.lease.attempt_id or stream.closed:
@@ -352,6 +370,8 @@ class LiveLogSender:
                 continue
             if result.end is None:
                 continue
+            if result.status == 416:
+                stream.last_sent = None  # resend from control's end at once
             self._acknowledge(stream, result.end)
         for stream in lost:
             log.warning("attempt %s: live log chunk answered 409: lease lost",
@@ -373,5 +393,3 @@ class LiveLogSender:
             run.skipped = run.offset > end
         elif stream.gap_open and end >= stream.raw_end:
             stream.gap_open = False
-        if not stream.runs and not stream.gap_open:
-            stream.oldest_unsent = None

@@ -22,7 +22,9 @@ arrives, and the status line carries how many it found and had to KILL (``<code>
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import py_compile
 import select
 import socket
 import subprocess
@@ -32,37 +34,56 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from qinglong.shared.errors import ProcessIdentityError
-from qinglong.shared.process.identity import read_stat
 from qinglong.shared.process.leftovers import LeftoverReport, stop_leftovers
+from qinglong.shared.process.lock_holders import group_members
 from qinglong.shared.process.path_lock import PathLock, create_locked
 from qinglong.shared.process.signals import signal_group
 from qinglong.worker import clock
 from qinglong.worker.isolation import Sandbox, processes_of
 
 WRAPPER_PATH = Path(__file__).with_name("group_wrapper.py")
+_PROGRAMS: dict[Path, str] = {}  # spool directory -> the wrapper's compiled program there
+_PROGRAMS_LOCK = threading.Lock()
 POLL_S = 0.02
 RELEASE_WAIT_S = 2.0
 STATUS_MAX = 64
 
 
 def live_group_members(pgid: int) -> list[int]:
-    """Pids of the non-zombie processes whose process group is ``pgid`` (a /proc scan).
+    """Pids of the non-zombie processes whose process group is ``pgid`` (the shared
+    ``group_members``: one ``getpgid`` per pid of /proc, a stat read only for a match).
 
     Zombies do not count: a reparented child stays a zombie until init reaps it, which on
     some hosts takes seconds, yet it runs nothing.
     """
-    found: list[int] = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
+    return group_members(pgid)
+
+
+def wrapper_program(directory: Path) -> str:
+    """The path the wrapper is started from: its bytecode, compiled once per worker process
+    into ``directory`` (the private spool directory) as ``.group_wrapper-<tag>-<sha>.pyc``
+    (the interpreter's cache tag and the source's SHA-256 prefix, so workers of other
+    versions sharing the directory never run each other's), else ``group_wrapper.py``
+    itself when that cannot be written. A script run from its source is compiled on every
+    start (two thirds of the wrapper's start-up CPU above a bare interpreter's; bench/README.md
+    "Worker side"); the program is the same code, so the wrapper's contract is unchanged."""
+    with _PROGRAMS_LOCK:
+        known = _PROGRAMS.get(directory)
+        if known is not None and os.path.isfile(known):
+            return known
         try:
-            stat = read_stat(int(name))
-        except ProcessIdentityError:
-            continue
-        if stat is not None and stat.pgid == pgid and stat.state not in ("Z", "X"):
-            found.append(stat.pid)
-    return found
+            source = WRAPPER_PATH.read_bytes()
+            tag = sys.implementation.cache_tag or "py"
+            target = directory / (f".group_wrapper-{tag}-"
+                                  f"{hashlib.sha256(source).hexdigest()[:16]}.pyc")
+            # written anew by each worker process (a file found there is never trusted),
+            # to a temporary name then renamed: a sharing worker never runs half a file
+            py_compile.compile(str(WRAPPER_PATH), cfile=str(target), doraise=True,
+                               invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+        except (OSError, py_compile.PyCompileError):
+            return str(WRAPPER_PATH)
+        _PROGRAMS[directory] = str(target)
+        return str(target)
 
 
 class CwdMissingError(OSError):
@@ -188,14 +209,38 @@ class AttemptProcess:
         members of the group other than the wrapper — and stop them (TERM, ``grace_s``
         seconds, KILL; never pid ≤ 1 or the worker), and every process of the attempt's own
         uid. What a namespace's init already stopped is counted in. Never raises;
-        ``report.found`` > 0 or ``report.unresolved`` means something was left behind."""
-        report = stop_leftovers(_Leftovers(self), pgid=None, grace_s=grace_s)
+        ``report.found`` > 0 or ``report.unresolved`` means something was left behind.
+
+        Nothing left (the usual case) is decided by one look (:meth:`_nothing_left`); only
+        when something may be left does the shared ``stop_leftovers`` look again, find the
+        lock's holders by their fds and stop them (docs/protocols.md §4.2 "Attempt lock and
+        leftovers")."""
+        if self._nothing_left():
+            report = LeftoverReport(grace_s=grace_s)
+        else:
+            report = stop_leftovers(_Leftovers(self), pgid=None, grace_s=grace_s)
         if not self.inside_found:
             return report
         return LeftoverReport(found=report.found + self.inside_found,
                               in_group=report.in_group,
                               killed=report.killed + self.inside_killed,
                               unresolved=report.unresolved, grace_s=grace_s)
+
+    def _nothing_left(self) -> bool:
+        """True when no process of the attempt can still live: the attempt lock is free
+        (every process that kept the inherited lock fd — in the group or out of it with
+        ``setsid`` — is gone; a flock probe, no scan), no member of the wrapper's group but
+        the wrapper lives (one that closed the lock fd and stayed in the group: the
+        ``getpgid`` scan) and, in ``uid`` mode, no process of the attempt's uid lives (one
+        that closed the fd and left the group). A lock that cannot be probed is "maybe":
+        the full path decides."""
+        try:
+            if self.lock.held():
+                return False
+        except OSError:
+            return False
+        return not self.others_in_group() and not (
+            self.uid is not None and processes_of(self.uid))
 
     def release(self) -> int | None:
         """Tell a waiting wrapper to exit (call after :meth:`clear_leftovers`), reap it
@@ -278,7 +323,8 @@ def spawn_attempt(command: list[str], env: Mapping[str, str], cwd: str | None,
     ours, theirs = socket.socketpair()  # non-inheritable: no other child gets either end
     try:
         popen = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(WRAPPER_PATH), str(theirs.fileno()), str(lock_fd),
+            [sys.executable, "-I", "-S", wrapper_program(lock_path.parent),
+             str(theirs.fileno()), str(lock_fd),
              *(sandbox.wrapper_args if sandbox else ()), "--", *command],
             env=wrapper_env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=output_fd,
             stderr=output_fd, start_new_session=True, close_fds=True,

@@ -2,8 +2,9 @@
 
 200 with the bytes (``text/plain``): the stored object, or while no object is recorded the
 attempt's live chunk rows (a running attempt's log so far; an ended attempt's partial log,
-``QL3-Log-Partial: 1``; docs/protocols.md §4.9); 404 ``log_not_found`` when no log was
-recorded for a finished attempt (e.g. lost before any output) or no attempt has the id
+``QL3-Log-Partial: 1``; docs/protocols.md §4.9), or an empty body for an attempt that
+completed without output (``no_output``, docs/protocols.md §4.2); 404 ``log_not_found`` when
+no log was recorded for a finished attempt (e.g. lost before any output) or no attempt has the id
 (``log_pending`` only for a live attempt whose rows cannot be read); 410
 ``log_retired`` with ``retired_at`` and ``outcome`` (deleted / already_absent) when retention
 retired it; 503 ``log_unavailable`` when the object is missing without a tombstone or the
@@ -164,8 +165,9 @@ def _token_check(request: Request) -> Any:
 
 
 def _live_text(request: Request, attempt_id: str) -> Response | None:
-    """A running or partial log from its live rows as text (gaps as marker lines), 410 when
-    the partial log was retired, or None when the attempt has no live rows."""
+    """A running or partial log from its live rows as text (gaps as marker lines), the
+    empty complete log of an attempt completed without output, 410 when the partial log
+    was retired, or None when the attempt has no live rows."""
     from qinglong.control.livelog.read import LogGoneError, read_raw
 
     ctx = get_context(request)
@@ -186,7 +188,8 @@ def _live_text(request: Request, attempt_id: str) -> Response | None:
     return Response(b"".join(parts), media_type="text/plain; charset=utf-8",
                     headers={"QL3-Attempt-Status": status, "QL3-Log-Partial":
                              "1" if partial else "0", "QL3-Log-Next": str(piece.next),
-                             "QL3-Log-State": "running" if not partial else "complete"})
+                             "QL3-Log-State": "complete" if partial or piece.complete
+                             else "running"})
 
 
 def _whole_log(request: Request, attempt_id: UUID) -> Response:

@@ -17,14 +17,13 @@ from fastapi import APIRouter, Depends, Request, Response
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-from qinglong.control import notify
+from qinglong.control import notify, notify_channels
 from qinglong.control.api.context import get_context
 from qinglong.control.api.errors import ApiError
 from qinglong.control.api.security import require
 from qinglong.control.api.task_models import _storable as storable
 from qinglong.control.auth.tokens import Principal
 from qinglong.control.db.engine import run_named
-from qinglong.shared.ids import uuid7
 
 router = APIRouter(tags=["notify"], dependencies=[Depends(require("admin"))])
 Admin = Annotated[Principal, Depends(require("admin"))]
@@ -50,13 +49,6 @@ class ChannelOut(BaseModel):
     created_at: Any
 
 
-def _valid(url: str) -> bool:
-    scheme, sep, rest = url.partition("://")
-    return bool(sep and rest and scheme[:1].isalpha() and len(scheme) <= 32
-                and all(c.isalnum() or c in "+.-" for c in scheme)
-                and not any(c.isspace() for c in url))
-
-
 @router.get("/v1/notify/channels", response_model=list[ChannelOut])
 def list_channels(request: Request) -> list[ChannelOut]:
     """Every channel, oldest first, by target (scheme and host)."""
@@ -68,26 +60,17 @@ def list_channels(request: Request) -> list[ChannelOut]:
 
 @router.post("/v1/notify/channels", status_code=201, response_model=ChannelOut)
 def add_channel(body: ChannelIn, request: Request, who: Admin) -> ChannelOut:
-    """Add a channel; 422 ``invalid_channel`` for text that is no URL (never echoed)."""
-    if not _valid(body.url):
-        raise ApiError(422, "invalid_channel", "give an Apprise URL such as bark://HOST/KEY, "
-                                               "tgram://TOKEN/CHAT or json://HOST/PATH")
-    from qinglong.control.secrets.store import SecretsKeyMissingError, stored_channel_url
+    """Add a channel (``notify_channels.add_channel``); 422 ``invalid_channel`` for text
+    that is no URL (never echoed)."""
+    from qinglong.control.secrets.store import SecretsKeyMissingError
 
     ctx = get_context(request)
-    channel_id = str(uuid7())
     try:
-        with ctx.engine.begin() as conn:
-            url, sealed = stored_channel_url(conn, ctx.extras.get("keyring"), channel_id,
-                                             body.url.strip())
-            row = run_named(conn, (
-                "INSERT INTO notify_channels (id, url, sealed_url, target, notify_on,"
-                " created_by) VALUES (%(id)s, %(url)s, %(sealed)s, %(target)s, %(on)s,"
-                " %(who)s) RETURNING id::text AS id, target, notify_on, created_by,"
-                " created_at"),
-                {"id": channel_id, "url": url, "sealed": sealed,
-                 "target": notify.channel_target(body.url),
-                 "on": list(dict.fromkeys(body.notify_on)), "who": who.name}).mappings().one()
+        row = notify_channels.add_channel(ctx.engine, ctx.extras.get("keyring"), body.url,
+                                          body.notify_on, who.name)
+    except notify_channels.InvalidChannelError:
+        raise ApiError(422, "invalid_channel", "give an Apprise URL such as bark://HOST/KEY, "
+                                               "tgram://TOKEN/CHAT or json://HOST/PATH") from None
     except SecretsKeyMissingError:
         raise ApiError(503, "secrets_key_missing", "channel URLs are sealed and this replica "
                        "has no keyring: start it with --secrets-keyring") from None
@@ -96,10 +79,8 @@ def add_channel(body: ChannelIn, request: Request, who: Admin) -> ChannelOut:
 
 @router.delete("/v1/notify/channels/{channel_id}", status_code=204, response_class=Response)
 def remove_channel(channel_id: UUID, request: Request) -> Response:
-    """Remove a channel; 404 ``not_found``."""
-    with get_context(request).engine.begin() as conn:
-        gone = run_named(conn, "DELETE FROM notify_channels WHERE id = %(id)s",
-                         {"id": str(channel_id)}).rowcount
+    """Remove a channel (``notify_channels.remove_channel``); 404 ``not_found``."""
+    gone = notify_channels.remove_channel(get_context(request).engine, str(channel_id))
     if not gone:
         raise ApiError(404, "not_found", "no channel has this id")
     return Response(status_code=204)

@@ -143,10 +143,17 @@ class TaskPatch(BaseModel):
     ``cwd``, clearing it clears ``entry_point``. ``env`` replaces the whole map;
     an entry with a null value keeps that entry's current value. Nullable in the answer
     means clearable here (``schedule``, ``cwd``, ``timeout_s``); null for any other field
-    is refused."""
+    is refused. ``name`` renames the task (the rule of ``POST``; same id, runs, numbering
+    and schedule). ``version``, when given, is the task's ``version`` as the client read
+    it: the edit applies only if the task is still at it, else 409 ``task_changed``
+    (docs/protocols.md §4.5 "Editing a task"); it is not stored."""
 
     model_config = ConfigDict(extra="forbid", strict=True,
-                              json_schema_extra={"examples": [{"schedule": "0 3 * * *"}]})
+                              json_schema_extra={"examples": [
+                                  {"schedule": "0 3 * * *"},
+                                  {"name": "京东签到", "version": 3}]})
+    name: TaskName | None = None
+    version: Annotated[int, Field(ge=0, le=INT64_MAX)] | None = None
     argv: Annotated[list[ArgText], Field(min_length=1, max_length=256)] | None = None
     shell: ShellText | None = None
     schedule: ScheduleText | None = None

@@ -256,12 +256,23 @@ def edit_task(conn: Connection, project_id: str, name: str, patch: dict[str, Any
     """Apply ``patch`` (the fields the client sent) to the live task ``name``; keeps its id
     and history, writes an ``edited`` event naming the changed fields. 422 for a null
     non-nullable field or a broken definition; 404 for an unknown name. A changed env is
-    stored as ``create_task`` stores it (sealed once sealing is on)."""
+    stored as ``create_task`` stores it (sealed once sealing is on).
+
+    ``patch["version"]`` (optional, not stored): the task's ``version`` as the client read
+    it; another one is 409 ``task_changed`` and nothing changes (checked under the row's
+    lock, so of two edits from the same version one wins). ``patch["name"]`` renames: the
+    key (``name_key``) follows, runs, numbering, history and the next fire time stay the
+    row's; a name a live task has is 409 ``task_exists``. # docs/protocols.md §4.5"""
     stored = live_task(conn, project_id, name, lock=True)
-    old = opened_task(stored, keyring) if "env" in patch else dict(stored)
     for field, value in patch.items():
         if value is None and field not in nullable:
             raise invalid(field, "may not be null", code="null")
+    patch = dict(patch)
+    expected = patch.pop("version", None)
+    if expected is not None and expected != stored["version"]:
+        raise ApiError(409, "task_changed", "the task was changed since the version given "
+                       "was read: read it again and redo the change")
+    old = opened_task(stored, keyring) if "env" in patch else dict(stored)
     if patch.get("argv") is not None and patch.get("shell") is not None:
         raise ApiError(422, "invalid_request", "give exactly one of argv and shell")
     if patch.get("argv") is not None:
@@ -284,6 +295,8 @@ def edit_task(conn: Connection, project_id: str, name: str, patch: dict[str, Any
     if {"bundle_digest", "entry_point"} & set(changed):
         check_bundle(conn, merged)
     values: dict[str, Any] = _sql_nulls({f: patch[f] for f in changed})
+    if "name" in values:
+        values["name_key"] = name_key(values["name"])
     if "env" in values:
         values.update(_sql_nulls(_stored_env(conn, keyring, str(old["id"]), values["env"])))
     if SCHEDULE_FIELDS & set(changed):

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
-from sqlalchemy import RowMapping, Text, cast, or_, select
+from sqlalchemy import ColumnElement, RowMapping, Text, cast, literal_column, or_, select
 
 from qinglong.control.api.context import get_context
 from qinglong.control.api.errors import ApiError
@@ -64,6 +64,23 @@ def like_escape(text: str) -> str:
     """``text`` for a LIKE pattern with ``\\`` as escape: ``%``, ``_`` and ``\\`` match
     themselves."""
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+# shlex.quote in SQL: a word of only [A-Za-z0-9_@%+=:,./-] as it is, else in single quotes
+# with each ' written '"'"' ('' for an empty word); words joined by one space, in order
+_COMMAND_SQL = (
+    "(SELECT string_agg(CASE WHEN w ~ '^[A-Za-z0-9_@%+=:,./-]+$' THEN w ELSE"
+    " '''' || replace(w, '''', '''\"''\"''') || '''' END, ' ' ORDER BY n)"
+    " FROM jsonb_array_elements_text(tasks.argv) WITH ORDINALITY AS a(w, n))")
+
+
+def command_shown() -> ColumnElement[str]:
+    """A task row's argv as ``ql3 cluster task list`` and the panel show it
+    (``shlex.join``: ``sh -c 'echo hello'``), computed in SQL for a search to match a
+    phrase spanning words; NULL for a task without argv (a shell line or a bundle).
+    Source rule: docs/protocols.md "Listing tasks",
+    integration/panel/test_cluster_panel_fresh_eyes.py."""
+    return literal_column(_COMMAND_SQL)
 
 
 def task_out(row: RowMapping) -> TaskOut:
@@ -128,7 +145,8 @@ def get_tasks(request: Request, _who: Viewer, cursor: TaskNameParam | None = Non
         pattern = "%" + like_escape(q) + "%"
         query = query.where(or_(tasks.c.name.ilike(pattern, escape="\\"),
                                 tasks.c.shell.ilike(pattern, escape="\\"),
-                                cast(tasks.c.argv, Text).ilike(pattern, escape="\\")))
+                                cast(tasks.c.argv, Text).ilike(pattern, escape="\\"),
+                                command_shown().ilike(pattern, escape="\\")))
     if cursor is not None:
         query = query.where(tasks.c.name > cursor)
     with ctx.engine.connect() as conn:
@@ -145,9 +163,15 @@ def get_task(name: TaskName, request: Request, _who: Viewer) -> TaskDetail:
         return _detail(conn, live_task(conn, ctx.project_id, name))
 
 
-@router.patch("/v1/tasks/{name}", response_model=TaskDetail)
+@router.patch("/v1/tasks/{name}", response_model=TaskDetail,
+              responses={409: {"model": ErrorBody, "description": (
+                  "task_changed: the body's version is not the task's any more (someone "
+                  "changed it since it was read; nothing changed); task_exists: the new "
+                  "name is a live task's")}})
 def patch_task(name: TaskName, body: TaskPatch, request: Request, who: Admin) -> TaskDetail:
-    """Edit a task in place (admin): same id, history kept, an ``edited`` event."""
+    """Edit a task in place (admin): same id, history kept, an ``edited`` event. With
+    ``version`` a stale edit is 409 ``task_changed``; ``name`` renames (409
+    ``task_exists`` when taken). # docs/protocols.md §4.5, Editing a task"""
     ctx = get_context(request)
     patch = body.model_dump(exclude_unset=True)
     with ctx.engine.begin() as conn:

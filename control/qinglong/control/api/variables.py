@@ -1,26 +1,38 @@
 """Global-variable routes (docs/protocols.md §4.5 "Global variables"), Qinglong's 环境变量.
 
 Scopes: writes need ``operator``; ``GET /v1/vars`` needs ``viewer`` and answers names, pool
-scopes, remarks and flags: no answer, error, event or log line carries a value. A value
-comes in a JSON body (the CLI reads it from stdin, never argv).
+scopes, remarks and flags. Values leave only through the export: a plain variable's to a
+viewer, a secret one's to an admin who asks for them (``include_secrets=true``); no other
+answer, no error, event or log line carries a value. A value comes in a JSON body (the CLI
+reads it from stdin, never argv).
 
 * ``GET /v1/vars``: every variable with its values' index, remark and enabled flag.
+* ``GET /v1/vars/export``: ``text/plain`` ``NAME=value`` lines (docs/panel.md "Pages",
+  Variables: ``# remark`` before a value, shell double quotes when needed) of the enabled,
+  one-line values of every plain variable by name, then position; ``include_secrets=true``
+  (admin only, else 403 ``forbidden``) adds the secret variables' values and is logged with
+  the token's name (never a value).
 * ``POST /v1/vars/{name}``: ``{"value", "remark"?, "index"?, "add"?, "secret"?,
-  "pools"?}`` stores a value (``add``: a new last one; ``index``: replace that one; neither:
-  the variable becomes this one value); ``pools`` present sets the scope (null: every pool).
-  Answers ``{"name", "index"}``.
+  "pools"?}`` stores a value (``add``: a new last one, unless the variable already holds
+  this value: then nothing is added and ``changed`` is 0; ``index``: replace that one;
+  neither: the variable becomes this one value); ``pools`` present sets the scope (null:
+  every pool). Answers ``{"name", "index", "changed"}``.
+* ``POST /v1/vars/{name}/pools``: ``{"pools": [POOL, ...] | null}`` sets the variable's
+  scope alone, values untouched (null: every pool again). Answers ``{"name", "pools"}``.
 * ``POST /v1/vars/{name}/enable`` and ``/disable``: ``{"index"?}`` (none: every value).
 * ``DELETE /v1/vars/{name}?index=N``: the variable, or its value #N.
 
-Refusals: 422 ``invalid_variable`` naming the limit (a value over 128 KiB, a pool's
-variables over 1 MiB), 404 ``not_found``.
+Refusals: 422 ``invalid_variable`` naming the limit (an empty value, a value over 128 KiB,
+a pool's variables over 1 MiB), 404 ``not_found``.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi.responses import PlainTextResponse
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from qinglong.control.api.context import get_context
@@ -33,6 +45,7 @@ from qinglong.control.auth.tokens import Principal
 from qinglong.control.db import variables as store
 from qinglong.shared.errors import NotFoundError, ValidationError
 
+_log = logging.getLogger("qinglong.control.api")
 router = APIRouter(tags=["vars"])
 Viewer = Annotated[Principal, Depends(require("viewer"))]
 Operator = Annotated[Principal, Depends(require("operator"))]
@@ -51,6 +64,21 @@ class ValueIn(BaseModel):
     secret: bool | None = None
     pools: list[Annotated[str, Field(pattern=POOL_PATTERN)]] | None = Field(
         default=None, min_length=1, max_length=64)
+
+
+class PoolsIn(BaseModel):
+    """A variable's new scope: pool names, or null for every pool."""
+
+    model_config = ConfigDict(extra="forbid")
+    pools: list[Annotated[str, Field(pattern=POOL_PATTERN)]] | None = Field(
+        min_length=1, max_length=64)
+
+
+class PoolsOut(BaseModel):
+    """The scope stored: ``pools`` None means every pool."""
+
+    name: str
+    pools: list[str] | None
 
 
 class ToggleIn(BaseModel):
@@ -107,19 +135,61 @@ def list_vars(request: Request, _who: Viewer) -> list[VariableOut]:
     return [VariableOut(**row) for row in rows]
 
 
+EXPORT_TYPE = "text/plain; charset=utf-8"
+
+
+@router.get("/v1/vars/export", response_class=PlainTextResponse, responses={
+    200: {"content": {EXPORT_TYPE: {"schema": {"type": "string"}}},
+          "description": "NAME=value lines, a `# remark` line before a value that has one"}})
+def export_vars(request: Request, who: Viewer,
+                include_secrets: Annotated[bool, Query()] = False) -> PlainTextResponse:
+    """The enabled one-line values as ``NAME=value`` lines (viewer); secret variables'
+    values too with ``include_secrets`` (admin only); see the module's description."""
+    from qinglong.panel.var_lines import export_text
+
+    if include_secrets and not who.allows("admin"):
+        raise ApiError(403, "forbidden", "exporting secret values needs the admin scope")
+    ctx = get_context(request)
+    try:
+        with ctx.engine.connect() as conn:
+            rows = store.export_values(conn, secrets=include_secrets,
+                                       keyring=ctx.extras.get("keyring"))
+    except ValidationError as exc:
+        raise _refusal(exc) from None
+    if include_secrets:
+        _log.warning("variables exported with secret values by token %r (%d values)",
+                     who.name, sum(1 for r in rows if r["secret"]))
+    text = export_text([(r["name"], r["value"], r["remark"]) for r in rows])
+    return PlainTextResponse(text, media_type=EXPORT_TYPE, headers={
+        "Cache-Control": "no-store",
+        "Content-Disposition": 'attachment; filename="variables.env"'})
+
+
 @router.post("/v1/vars/{name}", response_model=StoredOut)
 def set_var(name: Name, body: ValueIn, request: Request, who: Operator) -> StoredOut:
     """Store a value (operator); see the module's description."""
     try:
         with get_context(request).engine.begin() as conn:
-            index = store.put_value(
+            stored = store.put_value(
                 conn, name, body.value, who=who.name, remark=body.remark, index=body.index,
                 add=body.add, secret=body.secret, pools=body.pools,
                 set_pools="pools" in body.model_fields_set,
                 keyring=get_context(request).extras.get("keyring"))
     except (NotFoundError, ValidationError) as exc:
         raise _refusal(exc) from None
-    return StoredOut(name=name, index=index)
+    return StoredOut(name=name, index=stored.index, changed=int(stored.changed))
+
+
+@router.post("/v1/vars/{name}/pools", response_model=PoolsOut)
+def scope_var(name: Name, body: PoolsIn, request: Request, who: Operator) -> PoolsOut:
+    """Set the variable's pool scope, values untouched (operator); null: every pool."""
+    try:
+        with get_context(request).engine.begin() as conn:
+            pools = store.change_scope(conn, name, body.pools, who=who.name,
+                                       keyring=get_context(request).extras.get("keyring"))
+    except (NotFoundError, ValidationError) as exc:
+        raise _refusal(exc) from None
+    return PoolsOut(name=name, pools=pools)
 
 
 def _toggle(name: str, body: ToggleIn, request: Request, who: Principal,

@@ -343,6 +343,25 @@ async def complete(request: Request, token: WorkerToken) -> dict[str, Any]:
     return answer
 
 
+@router.post("/complete-no-output", **_doc(wire.CompletionReport, wire.Ack))
+async def complete_no_output(request: Request, token: WorkerToken) -> dict[str, Any]:
+    """The attempt ended and its output was empty: no log was put (``log`` and ``layout``
+    null, else 422; 409 ``log_mismatch`` when live chunks were stored for it), so there is
+    nothing to HEAD; recorded as ``no_output`` (``dispatch/completion.py``). Sent only by a
+    worker with ``QL3-Wire: 2``; a replica without this route answers 404 and that worker
+    completes through ``/complete`` as before (docs/protocols.md §4.2)."""
+    parsed = await _decode_later(request, wire.CompletionReport)
+    ctx = get_context(request)
+
+    def step() -> wire.Ack:
+        pool_id, state, report = _in_step(ctx, token, parsed, lambda tx, who, b: (
+            _pool(who), lease_state(tx.conn, _pool(who), b.lease), b))
+        return finish_completion(ctx.engine, state, s3=ctx.s3, bucket=ctx.bucket,
+                                 pool_id=pool_id, report=report, no_output=True)
+
+    return await _call(ctx, step)
+
+
 @router.post("/stopped", **_doc(wire.WorkerStopped, wire.Ack))
 async def stopped(request: Request, token: WorkerToken) -> dict[str, Any]:
     """The incarnation finished draining (idempotent)."""

@@ -42,8 +42,8 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection
 
 # ADR-0379 §阶段验收: the reviewed hard cap moves exactly, one migration at a time.
-EXPECTED_MIGRATION_COUNT = 16
-EXPECTED_LAST_SHA256 = "784a14ca106e2413851b368115da313cbc72115f22586739a6b82504a483f61d"
+EXPECTED_MIGRATION_COUNT = 17
+EXPECTED_LAST_SHA256 = "61040935791f7548511510cb25b89eb6715c2b33ab6fe3dd770f61f6442eca6a"
 
 LEDGER_TABLE = "ql3_migration_ledger"
 ADVISORY_LOCK_KEY = 0x716C335F6D6967  # "ql3_mig": one key for every replica and release

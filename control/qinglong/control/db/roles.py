@@ -66,6 +66,8 @@ RUNTIME_GRANTS: dict[str, frozenset[str]] = {
     "panel_signin_failures": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
     # 0016, the panel's sign-in log: appended at each sign-in heard, swept after 90 days
     "panel_signins": frozenset({"SELECT", "INSERT", "DELETE"}),
+    # 0017, the panel's saved views: listed, saved (replacing one of the same name), deleted
+    "panel_views": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
     # 0015, run now's Idempotency-Key: recorded, taken over after 24 h, pruned
     "run_request_keys": frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"}),
 }

@@ -126,6 +126,7 @@ tasks = Table(
     Column("deleted_at", _TS),
     Column("history_retention_s", BigInteger),  # 0010: NULL = the cluster default
     Column("sealed_env", JSONB),  # 0011: {"NAME": sealed value}, secrets/store.py
+    Column("pinned", Boolean, nullable=False),  # 0017: first on the panel's Tasks page
 )
 
 runs = Table(
@@ -395,6 +396,16 @@ panel_signins = Table(
     Column("ok", Boolean, nullable=False),
     Column("token_id", _uuid(), ForeignKey("api_tokens.id", ondelete="SET NULL")),
     Column("token_name", Text),
+)
+
+# 0017: the panel's saved views, a token name's named search and sort
+panel_views = Table(
+    "panel_views", metadata,
+    Column("token_name", Text, primary_key=True),
+    Column("name", Text, primary_key=True),
+    Column("query", Text, nullable=False),
+    Column("sort", Text, nullable=False),
+    Column("created_at", _TS, nullable=False),
 )
 
 # 0015: run now's Idempotency-Key (docs/protocols.md §4.5); run_id has no foreign key (the

@@ -20,8 +20,8 @@ and raise SecretsKeyMissingError (a ValidationError) when a value is sealed and 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from qinglong.control.db.engine import run_named
@@ -29,6 +29,7 @@ from qinglong.shared.errors import NotFoundError, ValidationError
 from qinglong.shared.variable_limits import (
     VARIABLE_MAX_BYTES,
     check_settable_name,
+    check_variable_name,
     check_variables_size,
 )
 
@@ -42,15 +43,12 @@ VALUE_MAX_BYTES = VARIABLE_MAX_BYTES  # 128 KiB (shared/variable_limits.py)
 ENV_MAX_BYTES = 1024 * 1024
 REMARK_MAX_CHARS = 200
 _SHIFT = 1_000_000_000  # moves positions out of the way while renumbering
-NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 
 def check_name(name: str) -> str:
-    """``name`` if it is ``[A-Za-z_][A-Za-z0-9_]*`` (1-128); raises ValidationError."""
-    if not NAME.fullmatch(name):
-        raise ValidationError("name", "a variable name is [A-Za-z_][A-Za-z0-9_]*, 1-128 "
-                                      "characters")
-    return name
+    """``name`` under the one rule of both profiles (``shared/variable_limits.py``
+    ``check_variable_name``: ``[A-Za-z_][A-Za-z0-9_]*``, 1-128); raises ValidationError."""
+    return check_variable_name(name, "name")
 
 
 def _lock(conn: Connection, name: str) -> dict[str, Any]:
@@ -120,22 +118,85 @@ def _check_sizes(conn: Connection, keyring: Keyring | None) -> None:
                              total_what="the variables of a pool")
 
 
+@dataclass(frozen=True)
+class Stored:
+    """What :func:`put_value` did: the value's ``index`` (1-based position) and whether
+    anything was ``changed`` (False: ``add`` of a value the variable already holds)."""
+
+    index: int
+    changed: bool
+
+
+def export_values(conn: Connection, *, secrets: bool, keyring: Keyring | None = None
+                  ) -> list[dict[str, Any]]:
+    """The enabled values to export, by name then position: ``[{"name", "value",
+    "remark", "secret"}]`` of the plain variables, and of the secret ones too when
+    ``secrets`` (the caller decides who may: the API and the panel allow an admin only,
+    docs/protocols.md §4.5 "Global variables"). Sealed values are opened with ``keyring``
+    (SecretsKeyMissingError without one, SealError when one does not open); without
+    ``secrets`` nothing sealed is read."""
+    from qinglong.control.secrets.store import opened_variable_value
+
+    rows = run_named(conn, (
+        "SELECT v.name, v.secret, x.value, x.sealed_value, x.remark FROM global_variables v"
+        " JOIN global_variable_values x ON x.name = v.name AND x.enabled"
+        " WHERE %(secrets)s OR NOT v.secret ORDER BY v.name, x.position"),
+        {"secrets": secrets}).mappings()
+    return [{"name": row["name"], "secret": bool(row["secret"]), "remark": row["remark"],
+             "value": opened_variable_value(keyring, row["name"], row["value"],
+                                            row["sealed_value"])} for row in rows]
+
+
+def change_scope(conn: Connection, name: str, pools: Sequence[str] | None, *, who: str,
+              keyring: Keyring | None = None) -> list[str] | None:
+    """Set the scope of variable ``name`` to ``pools`` (None or empty: every pool again) in
+    the caller's transaction, values untouched; returns the scope stored. Raises
+    NotFoundError, or ValidationError when a pool's variables would pass 1 MiB (a widened
+    scope adds them to more pools; SecretsKeyMissingError is one)."""
+    _lock(conn, name)
+    scope = list(pools) if pools else None
+    run_named(conn, "UPDATE global_variables SET pools = %(pools)s, updated_by = %(who)s,"
+                    " updated_at = now() WHERE name = %(name)s",
+              {"name": name, "pools": scope, "who": who})
+    _check_sizes(conn, keyring)
+    return scope
+
+
+def _held(conn: Connection, name: str, value: str, keyring: Keyring | None) -> int | None:
+    """The position of the first value of ``name`` equal to ``value`` (enabled or not),
+    or None; sealed values are opened with ``keyring``."""
+    from qinglong.control.secrets.store import opened_variable_value
+
+    for row in run_named(conn, "SELECT position, value, sealed_value FROM"
+                               " global_variable_values WHERE name = %(name)s"
+                               " ORDER BY position", {"name": name}):
+        if opened_variable_value(keyring, name, row[1], row[2]) == value:
+            return int(row[0])
+    return None
+
+
 def put_value(conn: Connection, name: str, value: str, *, who: str, remark: str | None,
               index: int | None, add: bool, secret: bool | None,
               pools: Sequence[str] | None, set_pools: bool,
-              keyring: Keyring | None = None) -> int:
-    """Store ``value`` for ``name`` in the caller's transaction; returns its index.
+              keyring: Keyring | None = None) -> Stored:
+    """Store ``value`` for ``name`` in the caller's transaction; returns its index and
+    whether a value changed.
 
-    ``add``: a new last value (enabled); ``index``: replace that value (keeping its flag,
+    ``add``: a new last value (enabled), unless the variable already holds this value
+    (enabled or not): then nothing is added and its index is returned with ``changed``
+    False, as the local profile does (docs/panel.md "Variables": importing the same lines
+    twice adds them once); ``index``: replace that value (keeping its flag,
     and its remark unless ``remark`` is given); neither: the variable becomes this one
     value. ``set_pools``: the scope becomes ``pools`` (None: every pool); otherwise a new
     variable reaches every pool and an existing one keeps its scope. Raises
-    ValidationError (never echoing the value; SecretsKeyMissingError is one) or
-    NotFoundError (no such index). A secret variable's value is sealed with ``keyring``
+    ValidationError (an empty value; never echoing the value; SecretsKeyMissingError is
+    one) or NotFoundError (no such index). A secret variable's value is sealed with ``keyring``
     once sealing is on (``secrets/store.py``). ``PATH``, ``LD_*`` and ``QL3_*`` are refused
     (``shared/variable_limits.check_settable_name``).
     """
     check_settable_name(check_name(name), "name")
+    if not value:  # as the local owner and both profiles' `vars set` refuse it
+        raise ValidationError("value", "the value is empty")
     if "\x00" in value or len(value.encode("utf-8", "surrogateescape")) > VALUE_MAX_BYTES:
         raise ValidationError("value", f"a value is text without NUL bytes, at most "
                                        f"{VALUE_MAX_BYTES} bytes")
@@ -155,6 +216,11 @@ def put_value(conn: Connection, name: str, value: str, *, who: str, remark: str 
     from qinglong.control.secrets.store import stored_variable_value
 
     locked = _lock(conn, name)
+    if add and index is None:
+        held = _held(conn, name, value, keyring)
+        if held is not None:
+            _check_sizes(conn, keyring)  # the scope may have changed all the same
+            return Stored(held, False)
     plain, sealed = stored_variable_value(conn, keyring, name, value,
                                           secret=bool(locked["secret"]))
     args = {"name": name, "value": plain, "sealed": sealed, "remark": remark,
@@ -176,7 +242,7 @@ def put_value(conn: Connection, name: str, value: str, *, who: str, remark: str 
             " coalesce(%(remark)s, '') FROM global_variable_values WHERE name = %(name)s"
             " RETURNING position"), args).scalar_one())
     _check_sizes(conn, keyring)
-    return position
+    return Stored(position, True)
 
 
 def set_enabled(conn: Connection, name: str, index: int | None, enabled: bool,

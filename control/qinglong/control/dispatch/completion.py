@@ -15,6 +15,15 @@
    With a verified artifact, the same transaction records the reported ``LogLayout`` (how
    raw offsets map onto a capped object) and deletes the attempt's live chunk rows
    (docs/protocols.md §4.9); without one, the rows stay as the attempt's partial log.
+
+**No output** (``no_output=True``, route ``/v1/worker/complete-no-output``, a worker sending
+``QL3-Wire: 2``; docs/protocols.md §4.2 "Completion and the worker's log"): the attempt's
+output was empty, so the worker asked no upload grant and put no object. The report names no
+log and no layout (else ValidationError), control does no HEAD, refuses it when live chunks
+were stored for the attempt (its output was not empty: LogMismatchError), and records
+``"no_output": true`` in the completion JSON and the ``attempt_completed`` event's detail:
+no artifact row, so retention has nothing to enroll and the orphan sweep nothing to HEAD;
+reads answer an empty, complete log (``livelog/read.py``).
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ from qinglong.control.retention.objects import (
     S3ObjectStore,
 )
 from qinglong.shared.backoff import retry_delay_s
+from qinglong.shared.errors import ValidationError
 from qinglong.shared.wire import Ack, CompletionReport
 
 if TYPE_CHECKING:
@@ -61,7 +71,8 @@ LOG_UNAVAILABLE = "log_unavailable"  # a worker's reason: its log could not be s
 
 
 def complete_attempt(engine: Engine, *, s3: Any, bucket: str | None, pool_id: str,
-                     report: CompletionReport, rng: random.Random | None = None) -> Ack:
+                     report: CompletionReport, rng: random.Random | None = None,
+                     no_output: bool = False) -> Ack:
     """Apply ``report`` to its leased attempt, all-or-nothing; ``Ack()`` when applied now,
     ``Ack(replayed=True)`` for a replay of the applied completion.
 
@@ -70,27 +81,32 @@ def complete_attempt(engine: Engine, *, s3: Any, bucket: str | None, pool_id: st
     (HEAD differs from the claim or finds nothing), LogStoreUnavailableError (no bucket, or
     S3 could not answer). ``rng`` draws the retry jitter (tests pin it). A report with
     reason ``log_unavailable`` (the worker could not store the log; its live chunks are its
-    partial log) also writes an ``attempt_log_unavailable`` event.
+    partial log) also writes an ``attempt_log_unavailable`` event. ``no_output``: the
+    module docstring's "No output".
     """
     with engine.begin() as conn:
         state = lease_state(conn, pool_id, report.lease)
     return finish_completion(engine, state, s3=s3, bucket=bucket, pool_id=pool_id,
-                             report=report, rng=rng)
+                             report=report, rng=rng, no_output=no_output)
 
 
 def finish_completion(engine: Engine, state: RowMapping | None, *, s3: Any,
                       bucket: str | None, pool_id: str, report: CompletionReport,
-                      rng: random.Random | None = None) -> Ack:
+                      rng: random.Random | None = None, no_output: bool = False) -> Ack:
     """``complete_attempt`` after step 1: ``state`` is ``lease_state`` of the report's
     lease, read by the caller in a transaction it has committed (e.g. the request's own,
     after its token read), so the HEAD runs outside any transaction. Same answers and
     errors as ``complete_attempt``."""
-    replay = _replay_answer(state, report)
+    if no_output and (report.log is not None or report.layout is not None):
+        raise ValidationError("log", "a completion without output names no log")
+    replay = _replay_answer(state, report, no_output)
     if replay is not None:
         return replay
     assert state is not None
     ident: ArtifactIdentity | None = None
     head: HeadResult | None = None
+    if no_output and int(state.get("log_end") or 0) > 0:
+        raise LogMismatchError("output was streamed live: not a completion without output")
     if report.log is not None:
         if s3 is None or not bucket:
             raise LogStoreUnavailableError("no log bucket is configured")
@@ -100,23 +116,27 @@ def finish_completion(engine: Engine, state: RowMapping | None, *, s3: Any,
         head = _verify_log(s3, ident)
     try:
         with engine.begin() as conn:
-            _apply(conn, state, pool_id, report, ident, head, rng)
+            _apply(conn, state, pool_id, report, ident, head, rng, no_output)
     except _RacedError:
         with engine.begin() as conn:
             state = lease_state(conn, pool_id, report.lease)
-        replay = _replay_answer(state, report)
+        replay = _replay_answer(state, report, no_output)
         if replay is not None:
             return replay
         raise LeaseLostError("the lease is not live") from None
     return Ack()
 
 
-def _replay_answer(state: RowMapping | None, report: CompletionReport) -> Ack | None:
-    """None while the lease is live; the replay's answer, or the refusal, otherwise."""
+def _replay_answer(state: RowMapping | None, report: CompletionReport,
+                   no_output: bool = False) -> Ack | None:
+    """None while the lease is live; the replay's answer, or the refusal, otherwise (a
+    replay matches the applied report and whether it said "no output")."""
     if state is None:
         raise LeaseLostError("the lease is not live")
     if state["status"] in _COMPLETED and state["completion"] is not None:
-        if state["completion"].get("report") == report.to_json():
+        applied = state["completion"]
+        if (applied.get("report") == report.to_json()
+                and bool(applied.get("no_output")) == no_output):
             return Ack(replayed=True)
         raise CompletionConflictError("this lease was already completed differently")
     if state["status"] not in ("claimed", "starting", "running") or not state["live"]:
@@ -153,15 +173,17 @@ def _layout_json(report: CompletionReport, size: int) -> str | None:
 
 def _apply(conn: Connection, state: RowMapping, pool_id: str, report: CompletionReport,
            ident: ArtifactIdentity | None, head: HeadResult | None,
-           rng: random.Random | None) -> None:
+           rng: random.Random | None, no_output: bool = False) -> None:
     outcome = report.outcome
     fate = run_named(conn, sql("run_fate"), {"run_id": state["run_id"]}).mappings().one()
     if fate["cancel"] and outcome in _RETRYABLE:
         outcome = "cancelled"  # the worker stopped it because a cancel was requested
     version_id = head.version_id if head and head.version_id not in (None, "", "null") else None
-    completion = {"report": report.to_json(),
-                  "object": None if head is None else {"etag": head.etag,
-                                                       "version_id": version_id}}
+    completion: dict[str, Any] = {
+        "report": report.to_json(),
+        "object": None if head is None else {"etag": head.etag, "version_id": version_id}}
+    if no_output:
+        completion["no_output"] = True
     row = run_named(conn, sql("complete_attempt"), lease_params(
         pool_id, report.lease, status=outcome, exit_code=report.exit_code,
         signal=report.signal, reason=report.reason,
@@ -169,9 +191,11 @@ def _apply(conn: Connection, state: RowMapping, pool_id: str, report: Completion
     if row is None:
         raise _RacedError()
     attempt_id, run_id = state["attempt_id"], state["run_id"]
+    detail: dict[str, Any] = {"reason": report.reason} if report.reason else {}
+    if no_output:
+        detail["no_output"] = True
     insert_event(conn, run_id=run_id, attempt_id=attempt_id, kind="attempt_completed",
-                 from_status=str(row[0]), to_status=outcome,
-                 detail={"reason": report.reason} if report.reason else None)
+                 from_status=str(row[0]), to_status=outcome, detail=detail or None)
     if report.reason == LOG_UNAVAILABLE:  # its log could not be stored: say so on its own
         insert_event(conn, run_id=run_id, attempt_id=attempt_id, kind="attempt_log_unavailable",
                      from_status=outcome, to_status=outcome, detail={"reason": report.reason})

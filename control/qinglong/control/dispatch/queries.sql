@@ -128,7 +128,7 @@ WHERE a.id = CAST(%(attempt_id)s AS uuid) AND a.lease_token = CAST(%(lease_token
 -- The attempt behind a lease triple of the caller's pool, whatever its status
 SELECT a.id::text AS attempt_id, a.run_id::text AS run_id, r.project_id::text AS project_id,
        r.task_id::text AS task_id, a.number, a.status, a.started_at IS NOT NULL AS started,
-       a.lease_expires_at > now() AS live, a.completion, r.status AS run_status,
+       a.lease_expires_at > now() AS live, a.completion, a.log_end, r.status AS run_status,
        r.cancel_requested_at IS NOT NULL AS cancel, t.max_attempts, t.retry_backoff_ms,
        t.retry_backoff_cap_ms, t.concurrency_policy
 FROM attempts a

@@ -8,7 +8,9 @@ a refused late completion), no artifact row names the object and ADR-0379 never 
 and the presigned URL's lifetime: no upload of theirs can still arrive; ``orphan_margin_s``
 derives it from the dispatch configuration) from a cursor, under a
 lease on the ``orphan_sweep_jobs`` row (one sweeper at a time; a crashed one's lease ends).
-For each attempt that no artifact row names and that has no evidence yet it HEADs the key and
+For each attempt that no artifact row names, that did not complete without output (a
+``no_output`` completion: the worker asked no grant and put nothing, ``dispatch/completion.py``)
+and that has no evidence yet it HEADs the key and
 deletes exactly what it saw, under retention's conditional rules (``S3ObjectStore.delete``:
 the VersionId seen, or ``If-Match`` on the ETag seen; a 412 means the object changed after
 the HEAD, such as a concurrent re-upload, and is kept; a lost DELETE answer is healed by the

@@ -166,11 +166,14 @@ SELECT set_config('enable_sort', 'off', true), set_config('enable_hashjoin', 'of
 
 -- orphan_walk --
 -- At most %(limit)s remote attempts that ended more than %(margin_s)s seconds ago, after the
--- cursor in (finished_at, id) order; ``orphan``: no artifact row names its log and the sweep
--- has no evidence for it yet (its key may hold an object nobody will ever read)
+-- cursor in (finished_at, id) order; ``orphan``: no artifact row names its log, it did not
+-- complete without output (no grant, no PUT: nothing to HEAD) and the sweep has no evidence
+-- for it yet (its key may hold an object nobody will ever read)
 SELECT a.id::text AS attempt_id, a.finished_at, r.project_id::text, r.id::text AS run_id,
        v.orphan
-FROM (SELECT id, run_id, finished_at FROM attempts
+FROM (SELECT id, run_id, finished_at,
+             coalesce((completion ->> 'no_output')::boolean, false) AS no_output
+      FROM attempts
       WHERE executor = 'remote_worker' AND finished_at IS NOT NULL
         AND finished_at < now() - make_interval(secs => %(margin_s)s)
         AND (finished_at, id) > (%(cursor_finished_at)s::timestamptz,
@@ -179,7 +182,8 @@ FROM (SELECT id, run_id, finished_at FROM attempts
       LIMIT %(limit)s) a
 JOIN runs r ON r.id = a.run_id
 CROSS JOIN LATERAL (
-    SELECT NOT EXISTS (SELECT 1 FROM run_attempt_log_artifacts la WHERE la.attempt_id = a.id)
+    SELECT NOT a.no_output
+           AND NOT EXISTS (SELECT 1 FROM run_attempt_log_artifacts la WHERE la.attempt_id = a.id)
            AND NOT EXISTS (SELECT 1 FROM orphan_log_objects o WHERE o.attempt_id = a.id)
            AS orphan
     OFFSET 0

@@ -43,9 +43,10 @@ SELECT pg_notify('ql3_log', %(payload)s)
 
 -- read_state --
 -- What a read needs about an attempt: status, stored end, rows, artifact and its layout,
--- retirement markers, and the facts of the final event
+-- retirement markers, the facts of the final event, and whether it completed without output
 SELECT a.status, a.log_end, a.log_rows, a.log_rows_retired_at, a.exit_code, a.signal,
        a.reason, a.started_at, a.finished_at,
+       coalesce((a.completion ->> 'no_output')::boolean, false) AS no_output,
        extract(epoch FROM (coalesce(a.finished_at, now()) - coalesce(a.started_at, a.claimed_at)))
            AS duration_s,
        art.id AS artifact_id, art.bucket, art.object_key, art.version_id, art.size_bytes,

@@ -11,6 +11,8 @@ and records the artifact in one transaction, is seen entirely or not at all):
   ``[head, tail_offset)`` is the gap the cap left out; raw ``[tail_offset, raw_bytes)`` follows
   the marker line);
 - chunk rows (running, or an ended attempt without a verified artifact: a partial log);
+- an attempt completed without output (``no_output`` in its completion,
+  ``dispatch/completion.py``): an empty, complete log that is not partial;
 - nothing: retired (tombstone, or the partial-log marker ``log_rows_retired_at``: 410) or no
   log (404).
 
@@ -115,6 +117,10 @@ def read_raw(engine: Engine, s3: Any, attempt_id: str, *, offset: int | None = N
 def _from_rows(conn: Any, row: Any, attempt_id: str, offset: int | None, tail: int | None,
                limit: int, empty_ok: bool) -> RawSlice:
     status = str(row["status"])
+    if row["no_output"] and status not in LIVE:  # recorded empty: nothing was put
+        asked = offset or 0
+        return RawSlice(offset=asked, gap=0, next=asked, end=0, body=b"", status=status,
+                        complete=True, partial=False, final=_final(row))
     if row["log_rows_retired_at"] is not None:
         raise LogGoneError("retired", "the partial log was retired by retention",
                            retired_at=row["log_rows_retired_at"], outcome="deleted")

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
     from qinglong.control.api.context import ApiContext
     from qinglong.control.dispatch.recovery import LeaseRecovery, RecoveryResult
+    from qinglong.control.history.prune import PacedPruner
     from qinglong.control.metrics import Metrics
 
 _log = logging.getLogger("qinglong.control.serve")
@@ -335,10 +336,7 @@ class ControlReplica:
             PeriodicService("notify", lambda: notify.tick(self.engine, keyring),
                             period_s=1.0,
                             more=lambda n: n >= notify.BATCH),
-            # docs/operations.md "History pruning": one bounded batch, again after a rest of
-            # three times its own duration while full, up to 40 batches an hour
-            PeriodicService("history_prune", pruner.tick, period_s=PRUNE_PERIOD_S,
-                            more=lambda b: b is not None and b.full, burst=40),
+            history_prune_service(pruner),
             # docs/operations.md "Orphan log objects": the retention sweeper's store (probed)
             PeriodicService("orphan_sweep", lambda: sweep_orphans(
                 self.engine, sweeper.store, self.s3, self.settings.bucket,
@@ -407,6 +405,16 @@ class ControlReplica:
         self._stoppables.clear()
         self.engine.dispose()
         return ok
+
+
+def history_prune_service(pruner: PacedPruner, *,
+                          period_s: float = PRUNE_PERIOD_S) -> PeriodicService:
+    """The ``history_prune`` lifecycle (docs/operations.md "History pruning"): every
+    ``period_s`` seconds one ``PacedPruner.run_pass`` (a ``PacedPruner``), which prunes
+    until nothing more is due at the pruner's duty cycle; no cap on batches per pass, so a
+    backlog of any size clears in one pass. The stop budget covers one batch and its rest
+    (``request_stop`` ends a rest at once)."""
+    return PeriodicService("history_prune", pruner.run_pass, period_s=period_s)
 
 
 def _panel_session_sweep(engine: Any) -> Any:

@@ -15,11 +15,11 @@ import threading
 import time
 
 from qinglong.local.app import settings as keys
-from qinglong.local.app.datadir import DataDir, OwnerLock
+from qinglong.local.app.datadir import DataDir
 from qinglong.local.app.notifier import Notifier
-from qinglong.local.app.profiles import Profile, get_profile
 from qinglong.local.app.scripts_folder import ScriptsFolder
 from qinglong.local.app.service import LocalService
+from qinglong.local.app.store import LocalStore
 from qinglong.local.execution.coordinator import ExecutionConfig, ExecutionCoordinator
 from qinglong.local.execution.dispatcher import Dispatcher
 from qinglong.local.process.launcher import LaunchConfig, LocalProcessLauncher
@@ -38,9 +38,6 @@ from qinglong.local.recovery.retention import (
     RetentionLifecycle,
 )
 from qinglong.local.scheduling.scheduler import IDLE_WAKE_MS, Scheduler
-from qinglong.local.storage.database import Database
-from qinglong.local.storage.migrations import open_database
-from qinglong.local.storage.repository import LocalRunRepository
 from qinglong.local.storage.secrets import TaskSecretStore
 from qinglong.shared.domain import Run
 from qinglong.shared.errors import (
@@ -53,32 +50,6 @@ log = logging.getLogger(__name__)
 
 RECOVERY_PASSES = 3
 LOOP_ERROR_BACKOFF_S = 1.0
-PROFILE_KEY = "profile"
-
-
-class LocalStore:
-    """Storage ready: the owner lock, the database and its repository. Read-only commands
-    stop here (no admission, no lifecycle)."""
-
-    def __init__(self, datadir: DataDir, role: str) -> None:
-        datadir.require_initialised()
-        self.datadir = datadir
-        self.lock = OwnerLock(datadir)
-        self.lock.acquire_or_raise(role)
-        try:
-            self.db: Database = open_database(datadir.db_path)
-        except BaseException:
-            self.lock.release()
-            raise
-        self.repo = LocalRunRepository(self.db)
-        self.profile: Profile = get_profile(self.repo.get_setting(PROFILE_KEY) or "standalone")
-
-    def close(self) -> None:
-        """Close the database, then release the owner lock (idempotent)."""
-        self.db.close()
-        self.lock.release()
-
-
 def default_task_cwd(datadir: DataDir) -> str:
     """Where a task without ``--cwd`` runs: ``$HOME`` if it is a directory (as cron does),
     else the data directory."""
@@ -120,6 +91,7 @@ class LocalStack:
                 # the task's secrets (migration 0006)
                 base_env_source=lambda: keys.task_path_env(repo.get_setting),
                 global_env_source=repo.global_variables,
+                global_secret_names_source=repo.global_secret_names,
                 secret_env_source=lambda task: secrets.resolve(task.id),
                 default_cwd=default_task_cwd(store.datadir),
             ),

@@ -20,9 +20,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from qinglong.local.app.application import LocalStack, LocalStore
+from qinglong.local.app.application import LocalStack
 from qinglong.local.app.datadir import DataDir
 from qinglong.local.app.output import TERMINAL
+from qinglong.local.app.store import LocalStore
 from qinglong.shared.errors import (
     LocalApplicationStartupRecoveryRequiredError,
     QinglongError,

@@ -25,37 +25,62 @@ from qinglong.shared.errors import (
 )
 
 
-class _LazyGroup(click.Group):
+class _Lazy(click.Group):
+    """A group whose ``lazy`` commands (name -> ``module:attribute``) are imported when one
+    is resolved (click's "Lazily Loading Subcommands"): a command loads its own module only,
+    and ``--help`` the command modules, which import their engine inside the commands
+    (docs/architecture.md §1, "Each command loads what it runs")."""
+
+    lazy: dict[str, str] = {}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *self.lazy])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.lazy:
+            return super().get_command(ctx, cmd_name)
+        import importlib
+
+        module, _, attribute = self.lazy[cmd_name].partition(":")
+        found = getattr(importlib.import_module(module), attribute)
+        return found if isinstance(found, click.Command) else None
+
+
+class _LazyGroup(_Lazy):
     """Resolves cluster subcommands by module name at invocation (docs/architecture.md §1).
 
     ``ql3 local ...`` never imports them, and import-linter sees no local -> control import.
     """
 
-    lazy = {"control": "qinglong.control.cli", "worker": "qinglong.worker.cli",
-            "cluster": "qinglong.client.cli"}
+    lazy = {"control": "qinglong.control.cli:control", "worker": "qinglong.worker.cli:worker",
+            "cluster": "qinglong.client.cli:cluster"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         """Own commands plus the cluster ones whose package is installed (found, not imported)."""
         import importlib.util
 
-        installed = [name for name, module in self.lazy.items()
-                     if importlib.util.find_spec(module.rpartition(".")[0]) is not None]
-        return sorted([*super().list_commands(ctx), *installed])
+        installed = [name for name, where in self.lazy.items()
+                     if importlib.util.find_spec(where.partition(":")[0].rpartition(".")[0])
+                     is not None]
+        return sorted([*click.Group.list_commands(self, ctx), *installed])
+
+    needs = {"cluster": "httpx", "worker": "httpx"}  # imported inside their commands
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name in self.lazy:
-            import importlib
+        if cmd_name in self.needs:  # only then: `ql3 local serve` stays lean (ADR-0069)
+            import importlib.util
 
-            try:
-                module = importlib.import_module(self.lazy[cmd_name])
-            except ModuleNotFoundError:
-                # our cluster package, or a library only it brings (httpx after the
-                # install of scripts/demo.sh, which has no cluster): the command stands in as one
-                # that says what to install, so `ql3 --help` still lists and prints
+            if importlib.util.find_spec(self.needs[cmd_name]) is None:
                 return _missing_command(cmd_name)
-            found = getattr(module, cmd_name)
-            return found if isinstance(found, click.Command) else None
-        return super().get_command(ctx, cmd_name)
+        try:
+            return super().get_command(ctx, cmd_name)
+        except ModuleNotFoundError:
+            if cmd_name not in self.lazy:
+                raise
+            # our cluster package, or a library only it brings (httpx after the
+            # install of scripts/demo.sh, which has no cluster): the command stands in as one
+            # that says what to install, so `ql3 --help` still lists and prints
+            return _missing_command(cmd_name)
 
 
 def _missing_command(name: str) -> click.Command:
@@ -92,7 +117,17 @@ def main() -> None:
     """Qinglong 3 runtime: register scripts with cron schedules, run them durably, read logs."""
 
 
-@main.group()
+class _LocalGroup(_Lazy):
+    lazy = {name: f"qinglong.local.app.{where}" for name, where in {
+        "task": "cli_tasks:task", "run": "cli_runs:run", "runs": "cli_runs:runs",
+        "logs": "cli_runs:logs", "cancel": "cli_runs:cancel", "inspect": "cli_runs:inspect",
+        "recovery": "cli_runs:recovery", "serve": "cli_serve:serve", "web": "cli_web:web",
+        "import-qinglong": "cli_import:import_qinglong", "vars": "cli_vars:vars_group",
+        "settings": "cli_settings:settings_group", "notify": "cli_settings:notify_group",
+    }.items()}
+
+
+@main.group(cls=_LocalGroup)
 def local() -> None:
     """The local profile: one machine, an embedded SQLite store, local processes.
 
@@ -118,7 +153,7 @@ def init(data_dir: str | None, profile: str | None, change_profile: bool) -> Non
     An initialised directory keeps its profile: asking for another one is refused unless
     --change-profile says so.
     """
-    from qinglong.local.app.application import PROFILE_KEY, LocalStore
+    from qinglong.local.app.store import PROFILE_KEY, LocalStore
     from qinglong.local.process.receipt_store import ReceiptStore
     from qinglong.shared.ids import uuid7
 
@@ -170,31 +205,6 @@ def status(data_dir: str | None, as_json: bool) -> None:
 
     for line in describe_status(view):  # paths print whole: they are copied
         click.echo(line)
-
-
-from qinglong.local.app import (  # noqa: E402
-    cli_import,
-    cli_runs,
-    cli_serve,
-    cli_settings,
-    cli_tasks,
-    cli_vars,
-    cli_web,
-)
-
-local.add_command(cli_tasks.task)
-local.add_command(cli_runs.run)
-local.add_command(cli_runs.runs)
-local.add_command(cli_runs.logs)
-local.add_command(cli_runs.cancel)
-local.add_command(cli_runs.inspect)
-local.add_command(cli_runs.recovery)
-local.add_command(cli_serve.serve)
-local.add_command(cli_web.web)
-local.add_command(cli_import.import_qinglong)
-local.add_command(cli_vars.vars_group)
-local.add_command(cli_settings.settings_group)
-local.add_command(cli_settings.notify_group)
 
 
 def run_main(argv: list[str] | None = None) -> int:

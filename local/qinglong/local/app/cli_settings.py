@@ -68,7 +68,7 @@ def settings_show(data_dir: str | None, as_json: bool) -> None:
         _print_setting(view)
 
 
-@settings_group.command("set")
+@settings_group.command("set", context_settings={"ignore_unknown_options": True})
 @click.argument("key", type=click.Choice(keys.KEYS), metavar="KEY")
 @click.argument("value")
 @data_dir_option

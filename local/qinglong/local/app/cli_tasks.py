@@ -12,6 +12,7 @@ from qinglong.local.app.backend import open_backend
 from qinglong.local.app.cli_common import data_dir_option, datadir_of, json_option, print_json
 from qinglong.local.app.cli_vars import read_secret_env, secret_env_option
 from qinglong.local.app.display import display_options
+from qinglong.shared.display import natural_key
 from qinglong.shared.errors import ValidationError
 
 
@@ -142,6 +143,8 @@ def _optional_number(value: str | None, option: str, kind: type[float] | type[in
 
 @task.command("edit")
 @click.argument("name")
+@click.option("--name", "new_name", default=None, metavar="NEW",
+              help="Rename the task (runs and history stay its own).")
 @click.option("--schedule", default=None, metavar="CRON",
               help="New schedule: 5-field cron, 6 fields with seconds first, @boot or @once.")
 @click.option("--timezone", default=None, metavar="TZ", help="New IANA time zone.")
@@ -157,6 +160,10 @@ def _optional_number(value: str | None, option: str, kind: type[float] | type[in
 @secret_env_option
 @click.option("--unset-secret-env", "secret_unset", multiple=True, metavar="NAME",
               help="Remove a secret environment variable (repeatable).")
+@click.option("--label", "labels_add", multiple=True, metavar="LABEL",
+              help="Add a free-form label (repeatable).")
+@click.option("--unset-label", "labels_unset", multiple=True, metavar="LABEL",
+              help="Remove a label (repeatable).")
 @click.option("--cwd", default=None, metavar="DIR|none",
               help="New absolute working directory, or 'none' for the default (home).")
 @click.option("--no-check", is_flag=True,
@@ -166,6 +173,7 @@ def _optional_number(value: str | None, option: str, kind: type[float] | type[in
 @json_option
 def task_edit(
     name: str,
+    new_name: str | None,
     schedule: str | None,
     timezone: str | None,
     timeout: str | None,
@@ -175,6 +183,8 @@ def task_edit(
     env_unset: tuple[str, ...],
     secret_env: tuple[str, ...],
     secret_unset: tuple[str, ...],
+    labels_add: tuple[str, ...],
+    labels_unset: tuple[str, ...],
     cwd: str | None,
     no_check: bool,
     argv: tuple[str, ...],
@@ -189,10 +199,16 @@ def task_edit(
     definition; the next run gets the new one. A new schedule counts from now: nothing
     missed before the edit fires.
 
-    Example: ql3 local task edit backup --schedule '30 2 * * *' --env MODE=full -- backup.sh
+    \b
+    Examples (a new schedule and command; a rename and relabel):
+      ql3 local task edit backup --schedule '30 2 * * *' --env MODE=full \\
+          -- backup.sh
+      ql3 local task edit 签到 --name 京东签到 --label 京东 --unset-label 旧
     """
     changes: dict[str, object] = {}
-    for key, value in (("schedule", schedule), ("timezone", timezone),
+    for key, value in (("name", new_name), ("labels_add", list(labels_add) or None),
+                       ("labels_unset", list(labels_unset) or None),
+                       ("schedule", schedule), ("timezone", timezone),
                        ("max_attempts", max_attempts), ("concurrency", concurrency)):
         if value is not None:
             changes[key] = value
@@ -221,6 +237,9 @@ def task_edit(
     if not view["changed"]:
         click.echo(f"task {name} unchanged")
         return
+    if "name" in view["changed"]:
+        click.echo(f"renamed task {name} to {view['name']}")
+        name = view["name"]
     click.echo(f"edited task {name}: {', '.join(view['changed'])}")
     if view["active_runs"]:
         click.echo(f"a run of {name} is active: it keeps the old definition; "
@@ -257,7 +276,8 @@ def task_list(label_filters: tuple[str, ...], search: str | None, data_dir: str 
     """List tasks, optionally only those with given labels or matching a text."""
     with open_backend(datadir_of(data_dir), "task list") as backend:
         tasks = backend.call("task_list")
-    matching = [t for t in tasks if task_matches(t, label_filters, search)]
+    matching = sorted((t for t in tasks if task_matches(t, label_filters, search)),
+                      key=lambda t: natural_key(t["name"]))  # task2 before task10
     if as_json:
         print_json(matching)
     elif not tasks:

@@ -167,7 +167,10 @@ def vars_set(name: str, argv_value: tuple[str, ...], from_file: str | None, add:
              data_dir: str | None, as_json: bool) -> None:
     """Set global variable NAME; its value is read from stdin (or --from-file), never argv.
 
-    Without --add or --index, NAME becomes this one value. Each value may be 128 KiB.
+    Without --add or --index, NAME becomes this one value: its other values and
+    their remarks are removed. NAME=value, as a task receives it (enabled values
+    joined with &), may be 128 KiB (131,072 bytes with the name, '=' and a NUL: the
+    kernel's limit on one environment entry).
 
     Example: printf %s "$TOKEN" | ql3 local vars set PUSH_TOKEN
     """

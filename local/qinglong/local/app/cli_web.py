@@ -21,14 +21,17 @@ from qinglong.local.app.cli_common import data_dir_option, datadir_of
 @click.option("--set-password", "set_password", is_flag=True,
               help="Set the panel's password (scrypt, stored 0600 in the data directory) "
                    "and exit; read from the terminal, or one line on stdin.")
+@click.option("--new-link", "new_link", is_flag=True,
+              help="Print a new one-time sign-in link of the panel running on this data "
+                   "directory (the older unused one stops working) and exit.")
 @click.option("--trusted-proxy", "trusted_proxy", default=None, metavar="ADDR[,ADDR]",
               help="Reverse proxies (IP addresses or networks like 10.0.0.0/8) whose "
                    "X-Forwarded-For and X-Forwarded-Proto the panel believes; from any "
                    "other peer they are ignored (default: none).")
 @click.option("--parent-pid", "parent_pid", type=int, default=None, hidden=True,
               help="Stop (as on SIGTERM) when this process is gone: `ql3 local serve --web`.")
-def web(data_dir: str | None, listen: str, set_password: bool, trusted_proxy: str | None,
-        parent_pid: int | None) -> None:
+def web(data_dir: str | None, listen: str, set_password: bool, new_link: bool,
+        trusted_proxy: str | None, parent_pid: int | None) -> None:
     """Serve the web panel, a client of `ql3 local serve` (needs qinglong[web])."""
     try:
         panel = importlib.import_module("qinglong.panel.local_web")
@@ -42,7 +45,7 @@ def web(data_dir: str | None, listen: str, set_password: bool, trusted_proxy: st
     if parent_pid is not None:
         _stop_when_orphaned(parent_pid)
     sys.exit(panel.main(datadir_of(data_dir).socket_path, listen, set_password,
-                        trusted_proxy))
+                        trusted_proxy, new_link))
 
 
 def _stop_when_orphaned(parent_pid: int, period_s: float = 1.0) -> None:

@@ -6,11 +6,13 @@ import contextlib
 import json
 import socket
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from qinglong.local.app.ops import call
-from qinglong.local.app.service import LocalService
+from qinglong.local.app.server import MAX_REQUEST_BYTES
 from qinglong.shared.errors import NotFoundError, QinglongError, ValidationError
+
+if TYPE_CHECKING:
+    from qinglong.local.app.service import LocalService
 
 CONNECT_TIMEOUT_S = 5.0
 REPLY_TIMEOUT_S = 60.0
@@ -51,14 +53,20 @@ class SocketBackend:
         self.path = path
 
     def call(self, op: str, **args: Any) -> Any:
-        """One request/reply. Raises RemoteError or ServerUnavailableError."""
+        """One request/reply. Raises RemoteError or ServerUnavailableError, and
+        RemoteValidationError ``request: larger than …`` before sending a request over the
+        server's MAX_REQUEST_BYTES (docs/panel.md "Large fields")."""
+        line = json.dumps({"op": op, "args": args}).encode() + b"\n"
+        if len(line) > MAX_REQUEST_BYTES:
+            raise RemoteValidationError(
+                f"request: larger than the {MAX_REQUEST_BYTES} bytes the server takes")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.settimeout(CONNECT_TIMEOUT_S)
             _connect(sock, self.path)
             sock.settimeout(REPLY_TIMEOUT_S)
             with contextlib.suppress(BrokenPipeError):  # a refusal may come before we finish
-                sock.sendall(json.dumps({"op": op, "args": args}).encode() + b"\n")
+                sock.sendall(line)
             try:
                 reply = sock.makefile("rb").readline()
             except ConnectionResetError:  # the owner stopped serving (it ended) meanwhile
@@ -114,4 +122,6 @@ class DirectBackend:
 
     def call(self, op: str, **args: Any) -> Any:
         """Run ``op`` here; JSON round trip so results match the socket's exactly."""
+        from qinglong.local.app.ops import call
+
         return json.loads(json.dumps(call(self.service, op, args)))

@@ -22,11 +22,12 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from qinglong.local.app import output
-from qinglong.local.app.application import LocalStack, LocalStore
+from qinglong.local.app.application import LocalStack
 from qinglong.local.app.client import DirectBackend
 from qinglong.local.app.datadir import DataDir
 from qinglong.local.app.server import SocketServer
 from qinglong.local.app.service import LocalService
+from qinglong.local.app.store import LocalStore
 from qinglong.shared.errors import DataDirectoryBusyError, QinglongError
 
 STREAM_POLL_S = 0.2

@@ -72,7 +72,7 @@ from qinglong.local.storage.repository import LocalRunRepository
 from qinglong.shared.cron import parse_schedule
 from qinglong.shared.errors import ConflictError, ValidationError
 from qinglong.shared.names import MAX_LABELS, MAX_NAME_CHARS, is_valid_name, name_key
-from qinglong.shared.variable_limits import reserved_name_problem
+from qinglong.shared.variable_limits import NAME_MAX_CHARS, reserved_name_problem
 
 SOURCE_TAG = "qinglong2"
 KEY_LABEL_PREFIX = "ql2:"
@@ -624,9 +624,11 @@ def _import_variables(
         value = row.get("value")
         if row.get("origin") == "config.sh" and name in in_envs:
             continue  # an Envs row of the same name wins (2.x exports Envs after config.sh)
-        if not _ENV_NAME.fullmatch(name) or name.startswith(("QL3_RECEIPT_", "QL3_LAUNCH_")):
+        if (not _ENV_NAME.fullmatch(name) or len(name) > NAME_MAX_CHARS
+                or name.startswith(("QL3_RECEIPT_", "QL3_LAUNCH_"))):
             skipped.append(_skip_view(source_id, None, name, "invalid_name",
-                                      "not usable as a variable name ([A-Za-z_][A-Za-z0-9_]*)"))
+                                      "not usable as a variable name ([A-Za-z_][A-Za-z0-9_]*,"
+                                      " 1-128 characters)"))
             continue
         if name in RESERVED_VARIABLES or reserved_name_problem(name) is not None:
             skipped.append(_skip_view(source_id, None, name, "reserved_name",

@@ -16,9 +16,10 @@ from __future__ import annotations
 import threading
 
 from qinglong.local.app import settings as keys
-from qinglong.local.app.application import LocalStack, LocalStore
+from qinglong.local.app.application import LocalStack
 from qinglong.local.app.datadir import DataDir
 from qinglong.local.app.server import SocketServer
+from qinglong.local.app.store import LocalStore
 
 
 class LocalApplication:

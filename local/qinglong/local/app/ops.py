@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from qinglong.local.app import pins
 from qinglong.local.app.occurrences import task_occurrences
 from qinglong.local.app.service import LocalService
 from qinglong.shared.errors import ValidationError
@@ -28,10 +29,13 @@ def call(service: LocalService, op: str, args: dict[str, Any]) -> Any:
             return service.task_list()
         if op == "task_page":
             return service.task_page(int(args.get("offset", 0)), int(args.get("limit", 50)),
-                                     str(args.get("query") or ""))
+                                     str(args.get("query") or ""),
+                                     str(args.get("sort") or "name"))
         if op == "logs_wait":
+            attempt = args.get("attempt")
             return service.logs_wait(str(args["run_id"]), int(args.get("offset", 0)),
-                                     float(args.get("timeout_s", 20.0)))
+                                     float(args.get("timeout_s", 20.0)),
+                                     None if attempt is None else int(attempt))
         if op == "task_show":
             return service.task_show(str(args["name"]))
         if op == "task_enable":
@@ -94,6 +98,8 @@ def call(service: LocalService, op: str, args: dict[str, Any]) -> Any:
             return service.settings_set(str(args["key"]), None if value is None else str(value))
         if op == "notify_test":
             return service.notify_test()
+        if op in pins.OPS:  # pinned tasks and saved views
+            return pins.call(service.repo, op, args)
         if op in ("scripts_list", "scripts_read", "scripts_write"):
             return _scripts(service, op, args)
     except (KeyError, TypeError, ValueError) as exc:

@@ -16,13 +16,14 @@ TERMINAL = frozenset({"succeeded", "failed", "cancelled", "timed_out", "lost"})
 
 def _table(columns: list[str], rows: list[list[str]], *, flexible: tuple[str, ...] = (),
            notes: list[str] | None = None, indent: str = "", share: bool = False,
-           refs: tuple[str, ...] = (), protect: tuple[str, ...] = ()) -> None:
-    """Print a table that fits the terminal (``display.fit_table``: ``share``, ``refs`` and
-    ``protect`` as there), each line after ``indent``; ``notes[i]``, when not empty,
-    follows row i on its own indented line, shortened to the width too."""
+           refs: tuple[str, ...] = (), protect: tuple[str, ...] = (),
+           distinct: tuple[str, ...] = ()) -> None:
+    """Print a table that fits the terminal (``display.fit_table``: ``share``, ``refs``,
+    ``protect`` and ``distinct`` as there), each line after ``indent``; ``notes[i]``, when
+    not empty, follows row i on its own indented line, shortened to the width too."""
     width = display.terminal_width() - len(indent)
     lines = display.fit_table(columns, rows, flexible=flexible, width=width, share=share,
-                              refs=refs, protect=protect)
+                              refs=refs, protect=protect, distinct=distinct)
     click.echo(indent + lines[0])
     for index, line in enumerate(lines[1:]):
         click.echo(indent + line)
@@ -127,7 +128,7 @@ def print_tasks(tasks: list[dict[str, Any]]) -> None:
         columns[2] = f"next ({zone})"
     # the next fire time and the last run stay whole while the name or schedule can give way
     _table(columns, rows(nexts), flexible=shared_display.TASK_FLEX[with_labels], share=True,
-           protect=(columns[2], "last run"))
+           protect=(columns[2], "last run"), distinct=("name",))
 
 
 def labels_text(task: dict[str, Any]) -> str:

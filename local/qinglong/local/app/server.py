@@ -15,11 +15,12 @@ import socket
 import socketserver
 import struct
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from qinglong.local.app.ops import call
-from qinglong.local.app.service import LocalService
 from qinglong.shared.errors import QinglongError, ValidationError
+
+if TYPE_CHECKING:
+    from qinglong.local.app.service import LocalService
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,9 @@ class _Handler(socketserver.StreamRequestHandler):
             self._reply({"ok": False, "error": {"code": "bad_request",
                                                 "message": "malformed request"}})
             return
+        # here: client.py imports this module, and a client loads no service
+        from qinglong.local.app.ops import call
+
         try:
             self._reply({"ok": True, "result": call(self.server.service, op, args)})
         except QinglongError as exc:

@@ -7,11 +7,13 @@ a running ``serve`` (docs/protocols.md §3.8), so both print the same JSON.
 from __future__ import annotations
 
 import os
+import shlex
 import stat
 import time
 from collections.abc import Callable
 from typing import Any
 
+from qinglong.local.app import pins
 from qinglong.local.app import settings as keys
 from qinglong.local.app.log_layout import raw_offset, read_raw
 from qinglong.local.app.run_refs import resolve_run_ref
@@ -26,7 +28,12 @@ from qinglong.local.storage import variables
 from qinglong.local.storage.repository import LocalRunRepository
 from qinglong.local.storage.secrets import SecretEntry, TaskSecretStore, masked
 from qinglong.shared.domain import Task
-from qinglong.shared.errors import NotFoundError, QinglongError, ValidationError
+from qinglong.shared.errors import (
+    ConcurrentUpdateError,
+    NotFoundError,
+    QinglongError,
+    ValidationError,
+)
 from qinglong.shared.ids import validate_uuid7
 from qinglong.shared.statuses import ATTEMPT_ACTIVE, RUN_TERMINAL, AttemptStatus
 from qinglong.shared.variable_limits import check_settable_name
@@ -113,11 +120,17 @@ class LocalService:
         the new. A new schedule or zone makes the next fire time pending from the edit on,
         computed by the running ``serve`` (woken here). Returns the task's view plus
         ``changed`` (field names, empty when nothing differed: no event then) and
-        ``active_runs`` (runs dispatching or running now). Raises ValidationError,
-        NotFoundError, ConcurrentUpdateError."""
+        ``active_runs`` (runs dispatching or running now). ``changes["if_version"]``: the
+        task's ``version`` as the editor read it; another edit since is refused (docs/panel.md
+        "Task form"). Raises ValidationError, NotFoundError, ConcurrentUpdateError."""
         from qinglong.local.app.task_changes import apply_changes
 
         task = self.repo.get_task(name)
+        changes = dict(changes)
+        seen = changes.pop("if_version", None)  # the version the editor read (the panel's)
+        if seen is not None and seen != task.version:
+            raise ConcurrentUpdateError(
+                f"task '{task.name}' changed meanwhile; read it again and retry")
         new, detail = apply_changes(task, changes)
         secret = secret_entries(changes.get("secret_env"))
         secret_unset = [str(n) for n in changes.get("secret_env_unset") or ()]
@@ -164,21 +177,31 @@ class LocalService:
             views.append(view)
         return views
 
-    def task_page(self, offset: int = 0, limit: int = 50, query: str = "") -> dict[str, Any]:
+    def task_page(self, offset: int = 0, limit: int = 50, query: str = "",
+                  sort: str = "name") -> dict[str, Any]:
         """One page (offset >= 0, limit 1-200 rows) of :meth:`task_list`, those whose name,
-        label or command holds ``query`` (any case): ``{"tasks", "total", "offset",
-        "limit"}`` (docs/protocols.md §3.8). ValidationError for bad paging."""
+        label, argv word or command as shown (``sh -c 'echo hello'``) holds ``query`` (any
+        case), pinned tasks first, then by ``sort``
+        (``app/pins.SORTS``); each task says ``pinned``: ``{"tasks", "total", "offset",
+        "limit"}`` (docs/protocols.md §3.8). ValidationError for bad paging or sort."""
         if offset < 0 or not 1 <= limit <= 200:
             raise ValidationError("request", "offset must be >= 0 and limit 1-200")
+        order = pins.order_by(sort)
         q = query.strip().casefold()
         if not q:  # the page alone, read in SQL by the name index
-            return {"tasks": self._task_views(self.repo.list_tasks(offset, limit)),
-                    "total": self.repo.count_live_tasks()[0], "offset": offset, "limit": limit}
-        # matched on the task rows; views (and their last runs) only for the page's rows
-        found = [t for t in self.repo.list_tasks()
-                 if q in "\n".join([t.name, *t.labels, *t.argv]).casefold()]
-        return {"tasks": self._task_views(found[offset:offset + limit]), "total": len(found),
-                "offset": offset, "limit": limit}
+            page = self.repo.list_tasks(offset, limit, order)
+            total = self.repo.count_live_tasks()[0]
+        elif "\n" not in q:  # matched in SQL; only the page's rows are read and viewed
+            page, total = self.repo.search_tasks(q, offset, limit, order)
+        else:  # a newline may span name, labels and argv: matched on the decoded rows
+            found = [t for t in self.repo.list_tasks(order=order)
+                     if q in "\n".join([t.name, *t.labels, *t.argv, shlex.join(t.argv)])
+                     .casefold()]
+            page, total = found[offset:offset + limit], len(found)
+        views, pinned = self._task_views(page), pins.pinned_names(self.repo)
+        for view in views:
+            view["pinned"] = view["name"] in pinned
+        return {"tasks": views, "total": total, "offset": offset, "limit": limit}
 
     def status(self) -> dict[str, Any]:
         """Facts for ``ql3 local status`` (issue 12 item 10): ``profile``, ``tasks``,
@@ -411,12 +434,17 @@ class LocalService:
                  index: int | None = None, add: bool = False,
                  secret: bool | None = None) -> dict[str, Any]:
         """Store a value of a global variable (source ``manual``): ``{"name", "index",
-        "changed"}``. ``add``: a new last value; ``index``: replace value #index (its flag,
-        and remark unless given, kept); neither: the variable becomes this one value.
-        Limits: ``check_variables_size``. Raises ValidationError (never echoing the
-        value), NotFoundError for a missing index; ``PATH``, ``LD_*`` and ``QL3_*`` are
-        refused (``shared/variable_limits.check_settable_name``)."""
-        check_settable_name(name)
+        "changed"}``. ``add``: a new last value, unless the variable already holds this
+        value (then its position, ``changed`` False: docs/panel.md "Variables");
+        ``index``: replace value #index (its flag, and remark unless given, kept);
+        neither: the variable becomes this one value.
+        Limits: ``check_variables_size``; an empty value is refused, as ``vars set``
+        refuses empty stdin. Raises ValidationError (never echoing the value),
+        NotFoundError for a missing index; ``PATH``, ``LD_*`` and ``QL3_*`` are refused
+        (``shared/variable_limits.check_settable_name``)."""
+        check_settable_name(variables.check_name(name))
+        if not value:  # as `vars set` refuses empty stdin (shared/secret_text.py)
+            raise ValidationError("value", "the value is empty")
         if remark is not None and (len(remark) > 200 or not remark.isprintable()):
             raise ValidationError("remark", "a remark is at most 200 characters on one line")
 
@@ -430,6 +458,9 @@ class LocalService:
                 changed = [v[0] for v in values] != [value]
                 values[:] = [[value, remark or "", True]]
                 return 1, changed
+            for position, (have, _, _) in enumerate(values, 1):
+                if have == value:  # already there (an import read back): not added again
+                    return position, False
             values.append([value, remark or "", True])
             return len(values), True
 
@@ -574,15 +605,16 @@ class LocalService:
             chunk["gap"] = gap
         return chunk
 
-    def logs_wait(self, run_id: str, offset: int = 0, timeout_s: float = 20) -> dict[str, Any]:
-        """:meth:`logs_read` of the newest attempt once it has data or a gap or the run is
-        done, else its empty chunk after ``timeout_s`` (0-30 s); a long poll on the
-        connection's own thread (docs/protocols.md §3.8)."""
+    def logs_wait(self, run_id: str, offset: int = 0, timeout_s: float = 20,
+                  attempt: int | None = None) -> dict[str, Any]:
+        """:meth:`logs_read` of ``attempt`` (None: the newest) once it has data or a gap,
+        a newer attempt exists or the run is done, else its empty chunk after ``timeout_s``
+        (0-30 s); a long poll on the connection's own thread (docs/protocols.md §3.8)."""
         deadline = time.monotonic() + max(0.0, min(float(timeout_s), 30.0))
         while True:
-            chunk = self.logs_read(run_id, None, offset)
+            chunk = self.logs_read(run_id, attempt, offset)
             if chunk["data"] or chunk.get("gap") or chunk["done"] or (
-                    time.monotonic() >= deadline):
+                    chunk["attempt"] < chunk["attempts"]) or time.monotonic() >= deadline:
                 return chunk
             time.sleep(0.1)
 

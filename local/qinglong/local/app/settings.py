@@ -5,9 +5,8 @@ applies to the next attempt or notification without restarting ``serve``:
 
 ========================  ====================================================================
 ``task_path``             ``PATH`` of every task (default: systemd's list,
-                          :data:`~qinglong.local.execution.coordinator.DEFAULT_TASK_PATH`);
-                          absolute directories joined by ``:``. A task's own ``--env PATH``
-                          wins.
+                          :data:`DEFAULT_TASK_PATH`); absolute directories joined by ``:``.
+                          A task's own ``--env PATH`` wins.
 ``notify_command``        argv of a command run when a run ends in a ``notify_on`` status,
                           stored as a JSON list (written as one shell-quoted string).
 ``notify_webhook``        an ``http(s)://`` URL that gets a JSON POST then. Treated as a
@@ -33,7 +32,6 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
-from qinglong.local.execution.coordinator import DEFAULT_TASK_PATH, runtime_base_env
 from qinglong.shared.errors import ValidationError
 
 TASK_PATH = "task_path"
@@ -49,6 +47,22 @@ NOTIFY_ON_DEFAULT = ("failed", "timed_out", "lost")
 NOTIFY_ON_ALLOWED = ("failed", "timed_out", "lost", "succeeded", "cancelled")
 NOTIFY_TIMEOUT_DEFAULT_S = 10.0
 NOTIFY_TIMEOUT_MAX_S = 25  # two channels in turn stay within the client's 60 s reply wait
+
+# systemd's default PATH for services (``DefaultEnvironment``; issue 12 item 8): a task never
+# inherits the runtime's own PATH, where ``python3`` may be ql3's virtualenv interpreter.
+DEFAULT_TASK_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def runtime_base_env(path: str | None = None) -> dict[str, str]:
+    """``PATH`` (``path``, else :data:`DEFAULT_TASK_PATH`; never the runtime's own), and
+    ``HOME`` and ``LANG`` from the runtime's environment; nothing else (docs/protocols.md §3.3)."""
+    env = {"PATH": path or DEFAULT_TASK_PATH}
+    for name in ("HOME", "LANG"):
+        if name in os.environ:
+            env[name] = os.environ[name]
+    return env
+
+
 DEFAULTS = {TASK_PATH: DEFAULT_TASK_PATH, NOTIFY_ON: ",".join(NOTIFY_ON_DEFAULT),
             NOTIFY_TIMEOUT: "10"}
 

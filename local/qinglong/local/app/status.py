@@ -6,10 +6,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from qinglong.local.app.application import LocalStore
 from qinglong.local.app.client import DirectBackend, SocketBackend
 from qinglong.local.app.datadir import DataDir, OwnerLock
 from qinglong.local.app.service import LocalService
+from qinglong.local.app.store import LocalStore
 from qinglong.shared.display import field_lines
 from qinglong.shared.errors import DataDirectoryBusyError
 

@@ -11,10 +11,11 @@ from qinglong.shared.cron import parse_schedule
 from qinglong.shared.domain import Task
 from qinglong.shared.errors import ValidationError
 
-EDITABLE = ("argv", "schedule", "timezone", "env", "cwd", "timeout_s", "max_attempts",
-            "concurrency")
+EDITABLE = ("name", "argv", "schedule", "timezone", "env", "cwd", "timeout_s",
+            "max_attempts", "concurrency", "labels")
 """The fields an edit may change, in the order an event names them."""
-_SHOWN = ("schedule", "timezone", "cwd", "timeout_s", "max_attempts", "concurrency")
+_SHOWN = ("name", "schedule", "timezone", "cwd", "timeout_s", "max_attempts", "concurrency",
+          "labels")
 """Fields whose old and new values the ``task_edited`` event carries (never env or argv:
 either may hold a secret)."""
 SECRET_KEYS = ("secret_env", "secret_env_unset")
@@ -28,16 +29,20 @@ def apply_changes(task: Task, changes: dict[str, Any]) -> tuple[Task, dict[str, 
 
     ``changes`` holds any of ``argv`` (list), ``schedule``, ``timezone``, ``cwd`` (None:
     the default directory), ``timeout_s`` (None: no timeout), ``max_attempts``,
-    ``concurrency``, ``env_set`` (name -> value) and ``env_unset`` (names); a key absent
-    means unchanged. The detail is ``{"changed": [field...], <field>: {"from", "to"}...,
-    "env_set": [name...], "env_unset": [name...]}`` with values only for the fields in
+    ``concurrency``, ``env_set`` (name -> value), ``env_unset`` (names), ``name`` (a new
+    name, ``shared/names.py``'s rule), ``labels`` (the whole new list) or ``labels_add`` /
+    ``labels_unset`` (labels added at the end / removed); a key absent means unchanged.
+    The detail is ``{"changed": [field...], <field>: {"from", "to"}..., "env_set":
+    [name...], "env_unset": [name...]}`` with values only for the fields in
     ``_SHOWN``: environment values and the command are never copied into an event.
 
     Raises:
         ValidationError: a field the way ``task add`` names it, ``env_unset`` for a name the
-            task does not have, or ``edit`` when nothing is asked for.
+            task does not have (``labels_unset``: a label), or ``edit`` when nothing is
+            asked for.
     """
-    if set(changes) - {*EDITABLE, *SECRET_KEYS, "env_set", "env_unset"} or "env" in changes:
+    if (set(changes) - {*EDITABLE, *SECRET_KEYS, "env_set", "env_unset", "labels_add",
+                        "labels_unset"} or "env" in changes):
         raise ValidationError("edit", "unknown field")
     if not changes:
         raise ValidationError("edit", "nothing to change: give at least one option")
@@ -50,8 +55,15 @@ def apply_changes(task: Task, changes: dict[str, Any]) -> tuple[Task, dict[str, 
             raise ValidationError("env_unset", f"the task has no variable {name}")
         env.pop(name, None)
     env.update(env_set)
+    labels = list(changes.get("labels", task.labels))
+    for label in changes.get("labels_unset") or ():
+        if label not in labels:
+            raise ValidationError("labels_unset", f"the task has no label {label}")
+        labels.remove(label)
+    labels += list(changes.get("labels_add") or ())
+    relabel = labels != list(task.labels)
     merged = TaskInput(
-        name=task.name,
+        name=changes.get("name", task.name),
         argv=tuple(changes.get("argv", task.argv)),
         schedule=changes.get("schedule", task.schedule),
         timezone=changes.get("timezone", task.timezone),
@@ -62,13 +74,16 @@ def apply_changes(task: Task, changes: dict[str, Any]) -> tuple[Task, dict[str, 
         timeout_s=changes.get("timeout_s", task.timeout_s),
         max_attempts=int(changes.get("max_attempts", task.max_attempts)),
         concurrency=str(changes.get("concurrency", task.concurrency.value)),
-        labels=(),  # not editable here: the stored ones stay (a later rule never blocks an edit)
+        # unchanged labels are not checked again: a later rule never blocks an edit
+        labels=tuple(labels) if relabel else (),
         misfire_grace_s=task.misfire_grace_s,
     )
     validated = merged.to_task()
     if "cwd" not in changes:
         validated = dataclasses.replace(validated, cwd=task.cwd)
-    new = dataclasses.replace(task, argv=validated.argv, schedule=validated.schedule,
+    new = dataclasses.replace(task, name=validated.name,
+                              labels=validated.labels if relabel else task.labels,
+                              argv=validated.argv, schedule=validated.schedule,
                               timezone=validated.timezone, env=validated.env,
                               cwd=validated.cwd, timeout_s=validated.timeout_s,
                               max_attempts=validated.max_attempts,
@@ -88,7 +103,7 @@ def _value(task: Task, name: str) -> object:
     value = getattr(task, name)
     if name == "concurrency":
         return str(value.value)
-    if name == "argv":
+    if name in ("argv", "labels"):
         return list(value)
     return value
 

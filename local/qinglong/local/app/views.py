@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qinglong.shared.display import iso_utc
-from qinglong.shared.domain import Attempt, Event, Run, Task
 from qinglong.shared.statuses import RUN_ACTIVE
+
+if TYPE_CHECKING:  # annotations only: output.py's iso() needs no domain types
+    from qinglong.shared.domain import Attempt, Event, Run, Task
 
 
 def iso(ms: int | None) -> str | None:
@@ -32,6 +34,7 @@ def task_view(task: Task) -> dict[str, Any]:
         "labels": list(task.labels),
         "enabled": task.enabled,
         "created_at": iso(task.created_at_ms),
+        "version": task.version,  # a task_edit's if_version
     }
 
 

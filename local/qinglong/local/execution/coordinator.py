@@ -22,7 +22,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from qinglong.local.process.launcher import LaunchedProcess, LaunchRequest, LocalProcessLauncher
@@ -67,12 +67,16 @@ class ExecutionConfig:
     ``log_root``: absolute directory of attempt logs. ``default_cwd``: working directory of
     tasks without ``cwd`` (the runtime user's home, as cron does). ``grace_s``: seconds
     between TERM and KILL on timeout, cancel or drain. ``base_env``: variables every command gets
-    (``PATH``, ``HOME``, ``LANG``: see :func:`runtime_base_env`); ``base_env_source``: when
+    (``PATH``, ``HOME``, ``LANG``: see
+    :func:`qinglong.local.app.settings.runtime_base_env`); ``base_env_source``: when
     set, called at every start instead of ``base_env`` (a changed data-directory ``PATH``
     applies to the next attempt); ``global_env``: user-wide variables.
     ``global_env_source``: when set, called at every start for the current user-wide
     variables instead of ``global_env`` (so a change applies to the next attempt); it may
-    raise QinglongError, and then the run stays queued. ``secret_env_source``: a task's
+    raise QinglongError, and then the run stays queued. ``global_secret_names_source``: the
+    names of the user-wide variables marked secret, read right after them; those the task's
+    own env does not override are masked in the attempt's log like the task's secrets
+    (docs/operations.md "Secrets in output"). ``secret_env_source``: a task's
     secret variables (migration 0006), resolved at every start; a SecretVariableMissingError
     fails the attempt (its code and the names in the event, never a value). Precedence, last
     wins: base, global, the task's env, the task's secrets. Values are secrets: never logged.
@@ -84,25 +88,11 @@ class ExecutionConfig:
     global_env: dict[str, str] = field(default_factory=dict)
     global_env_source: Callable[[], dict[str, str]] | None = None
     base_env_source: Callable[[], dict[str, str]] | None = None
+    global_secret_names_source: Callable[[], Iterable[str]] | None = None
     secret_env_source: Callable[[Task], dict[str, str]] | None = None
     retry_base_s: float = 5.0
     retry_cap_s: float = 600.0
     default_cwd: str | None = None
-
-
-# systemd's default PATH for services (``DefaultEnvironment``; issue 12 item 8): a task never
-# inherits the runtime's own PATH, where ``python3`` may be ql3's virtualenv interpreter.
-DEFAULT_TASK_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-
-def runtime_base_env(path: str | None = None) -> dict[str, str]:
-    """``PATH`` (``path``, else :data:`DEFAULT_TASK_PATH`; never the runtime's own), and
-    ``HOME`` and ``LANG`` from the runtime's environment; nothing else (docs/protocols.md §3.3)."""
-    env = {"PATH": path or DEFAULT_TASK_PATH}
-    for name in ("HOME", "LANG"):
-        if name in os.environ:
-            env[name] = os.environ[name]
-    return env
 
 
 class _Live:
@@ -153,13 +143,19 @@ class ExecutionCoordinator:
             self.config.log_root, task.id, f"{attempt.run_id}.{attempt.number}.log"
         )
 
-    def _user_env(self, task: Task) -> dict[str, str]:
+    def _user_env(self, task: Task) -> tuple[dict[str, str], set[str]]:
+        """The environment before the task's secrets, and the names in it whose values are
+        secret global variables (not overridden by the task's env)."""
         base = self.config.base_env_source
         env = dict(self.config.base_env if base is None else base())
         source = self.config.global_env_source
-        env.update(self.config.global_env if source is None else source())
+        shared = self.config.global_env if source is None else source()
+        env.update(shared)
         env.update(task.env)
-        return env
+        names = self.config.global_secret_names_source
+        secret = set() if names is None else {
+            n for n in names() if n in shared and n not in task.env}
+        return env, secret
 
     def _secret_env(self, task: Task) -> dict[str, str]:
         source = self.config.secret_env_source
@@ -171,13 +167,14 @@ class ExecutionCoordinator:
         A launch failure settles the attempt as ``failed`` (retried if the task allows)
         and is not raised. Raises ConcurrentUpdateError if the run moved meanwhile.
         """
-        env = self._user_env(task)  # read before the claim: a failure leaves the run queued
+        # read before the claim: a failure leaves the run queued
+        env, shared_secret = self._user_env(task)
         missing: SecretVariableMissingError | None = None
-        secret_names: tuple[str, ...] = ()
+        secret_names = tuple(sorted(shared_secret))
         try:
             secret = self._secret_env(task)
             env.update(secret)
-            secret_names = tuple(sorted(secret))
+            secret_names = tuple(sorted(shared_secret | set(secret)))
         except SecretVariableMissingError as exc:  # a user error: fail it, do not loop
             missing = exc
         attempt = self.repo.claim_attempt(run)  # step 1

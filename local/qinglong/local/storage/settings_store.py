@@ -71,6 +71,12 @@ class SettingsStore:
 
         return self.db.read(environment)
 
+    def global_secret_names(self) -> set[str]:
+        """Names of the global variables marked secret (their values are masked in task
+        logs: docs/operations.md "Secrets in output"); names only, never a value."""
+        return self.db.read(lambda c: {str(n) for (n,) in c.execute(
+            "SELECT name FROM global_variables WHERE secret")})
+
     def list_global_variables(self) -> list[tuple[str, str, int]]:
         """``(name, source, updated_at_ms)`` of every global variable by name (no values)."""
         return self.db.read(

@@ -22,7 +22,44 @@ from qinglong.local.storage.run_numbers import named_args
 from qinglong.local.storage.schedule_queries import insert_task_event
 from qinglong.local.storage.secrets import SecretEntry, write_entries
 from qinglong.shared.domain import Task
-from qinglong.shared.errors import ConcurrentUpdateError, NotFoundError, ValidationError
+from qinglong.shared.errors import (
+    ConcurrentUpdateError,
+    ConflictError,
+    NotFoundError,
+    ValidationError,
+)
+from qinglong.shared.names import name_key
+
+_WORDS = "coalesce((SELECT group_concat(value, char(10)) FROM json_each({})), '')"
+# the command as shown (shlex.join) too, so a phrase spanning argv words matches
+_MATCH = ("deleted_at_ms IS NULL AND instr(ql3_fold(name || char(10) || "
+          f"{_WORDS.format('labels_json')} || char(10) || {_WORDS.format('argv_json')}"
+          " || char(10) || ql3_command(argv_json)), ?)")
+
+
+def shown_command(argv_json: str) -> str:
+    """A task's argv (its JSON column) as ``task list`` and the panel show it
+    (``shlex.join``: ``sh -c 'echo hello'``)."""
+    import shlex
+
+    return shlex.join(json.loads(argv_json))
+
+
+def _check_rename(conn: sqlite3.Connection, task_id: str, name: str) -> None:
+    """ConflictError when ``name`` (or an equal name) is another live task's, or a removed
+    task's with runs: their numbers would clash with this task's (``TASK#N``)."""
+    row = conn.execute(
+        "SELECT name, deleted_at_ms IS NULL FROM tasks t WHERE (name = ? OR name_key = ?)"
+        " AND id != ? AND (deleted_at_ms IS NULL OR EXISTS (SELECT 1 FROM runs"
+        " WHERE task_id = t.id)) ORDER BY deleted_at_ms IS NULL DESC LIMIT 1",
+        (name, name_key(name), task_id)).fetchone()
+    if row is not None and row[1]:
+        raise ConflictError(
+            f"a task with that name already exists: '{row[0]}' (names equal"
+            " ignoring case and character width are the same name)")
+    if row is not None:
+        raise ConflictError(f"a removed task named '{row[0]}' keeps its runs under that name"
+                            " (run numbers count per name): choose another name")
 
 
 class TaskQueries:
@@ -45,10 +82,11 @@ class TaskQueries:
         secret_unset: Sequence[str] = (),
     ) -> tuple[Task, dict[str, object]]:
         """Replace the definition of live task ``old`` (as read) by ``new`` (same id; the
-        fields stored are argv, schedule, timezone, env, cwd, timeout, max_attempts and
-        concurrency), set ``secret_env`` and remove ``secret_unset`` of its secret variables
-        (migration 0006), and append a ``task_edited`` event with ``detail`` (field names and
-        non-secret old/new values; the caller keeps env values out of it) plus, when a secret
+        fields stored are name, argv, schedule, timezone, env, cwd, timeout, max_attempts,
+        concurrency and labels), set ``secret_env`` and remove ``secret_unset`` of its secret
+        variables (migration 0006), and append a ``task_edited`` event with ``detail`` (field
+        names and non-secret old/new values; the caller keeps env values out of it) plus,
+        when a secret
         changed, ``secret_env`` in ``changed`` and the names in ``secret_env_set`` /
         ``secret_env_unset`` (names only, never values). All in one transaction; nothing is
         written and no event appended when nothing differs.
@@ -57,8 +95,9 @@ class TaskQueries:
         when the task was enabled, disabled, removed or edited meanwhile; NotFoundError when
         it is no longer live; ValidationError when ``secret_unset`` names a secret the task
         lacks, a plain env name would also be a secret, or a reference names a missing global
-        variable. Returns the stored task and the event detail (``changed`` empty: no
-        change)."""
+        variable; ConflictError when a new name equals another live task's, or a removed
+        task's that has runs (run numbers count per name, ``run_numbers``). Returns the
+        stored task and the event detail (``changed`` empty: no change)."""
         at = max(self.clock(), old.updated_at_ms + 1)  # updated_at_ms moves on every edit
         reschedule = (new.schedule, new.timezone) != (old.schedule, old.timezone)
         entries = dict(secret_env or {})
@@ -87,8 +126,11 @@ class TaskQueries:
                 out["secret_env_unset"] = sorted(n for n in secrets_changed if n not in entries)
             if not out.get("changed"):
                 return old, out
+            if new.name != old.name:
+                _check_rename(conn, old.id, new.name)
             cur = conn.execute(
-                "UPDATE tasks SET argv_json = ?, schedule = ?, timezone = ?, env_json = ?,"
+                "UPDATE tasks SET name = ?, name_key = coalesce(?, name_key), labels_json = ?,"
+                " argv_json = ?, schedule = ?, timezone = ?, env_json = ?,"
                 " cwd = ?, timeout_ms = ?, max_attempts = ?, concurrency = ?, updated_at_ms = ?,"
                 " version = version + ?,"
                 # a new schedule starts at the edit: nothing before it fires (migration 0004)
@@ -100,7 +142,9 @@ class TaskQueries:
                 " WHEN ? THEN NULL ELSE next_fire_pending END"
                 " WHERE id = ? AND deleted_at_ms IS NULL AND version = ? AND updated_at_ms = ?",
                 (
-                    json.dumps(list(new.argv)), new.schedule, new.timezone,
+                    new.name, name_key(new.name) if new.name != old.name else None,
+                    json.dumps(list(new.labels)), json.dumps(list(new.argv)), new.schedule,
+                    new.timezone,
                     json.dumps(new.env, sort_keys=True), new.cwd,
                     None if new.timeout_s is None else round(new.timeout_s * 1000),
                     new.max_attempts, new.concurrency.value, at, int(reschedule),
@@ -156,6 +200,29 @@ class TaskQueries:
                                          None if last.get(task_id) is None
                                          else str(last[task_id]))
             return out
+
+        return self.db.read(op)
+
+    def search_tasks(self, needle: str, offset: int, limit: int,
+                     order: str = "name") -> tuple[list[Task], int]:
+        """Live tasks by name whose name, a label, an argv word or the command as shown
+        (``sh -c 'echo hello'``: integration/panel/test_local_fresh_eyes.py) holds
+        ``needle`` (already ``casefold()``-ed, without a newline) after ``str.casefold`` —
+        the panel's search rule (``LocalService.task_page``), ordered by ``order`` (an
+        ORDER BY of ours: ``app/pins.py``) — as ``(the page at offset/limit, total)``.
+        Matched in SQL (``json_each`` decodes the JSON columns, one Python ``casefold`` and
+        one ``shlex.join`` per row), so only the page's rows are decoded into tasks
+        (bench/README.md ``--local``)."""
+
+        def op(conn: sqlite3.Connection) -> tuple[list[Task], int]:
+            conn.create_function("ql3_fold", 1, str.casefold, deterministic=True)
+            conn.create_function("ql3_command", 1, shown_command, deterministic=True)
+            rows = conn.execute(
+                f"SELECT {TASK_COLUMNS}, COUNT(*) OVER () FROM tasks WHERE {_MATCH}"  # noqa: S608
+                f" ORDER BY {order} LIMIT ? OFFSET ?", (needle, limit, offset)).fetchall()
+            total = int(rows[0][-1]) if rows else int(conn.execute(
+                f"SELECT COUNT(*) FROM tasks WHERE {_MATCH}", (needle,)).fetchone()[0])  # noqa: S608
+            return [task_from_row(r[:-1]) for r in rows], total
 
         return self.db.read(op)
 

@@ -103,14 +103,15 @@ class TaskStore(RunStore):
         """The task with this id, removed or not. Raises NotFoundError."""
         return self.db.read(lambda conn: self._task_by_id(conn, task_id))
 
-    def list_tasks(self, offset: int = 0, limit: int = -1) -> list[Task]:
-        """Live tasks ordered by name; ``offset``/``limit`` (-1: all) page them in SQL."""
+    def list_tasks(self, offset: int = 0, limit: int = -1, order: str = "name") -> list[Task]:
+        """Live tasks ordered by name (or ``order``, an ORDER BY of ours: ``app/pins.py``);
+        ``offset``/``limit`` (-1: all) page them in SQL."""
         return self.db.read(
             lambda conn: [
                 task_from_row(row)
                 for row in conn.execute(
                     f"SELECT {TASK_COLUMNS} FROM tasks WHERE deleted_at_ms IS NULL"  # noqa: S608
-                    " ORDER BY name LIMIT ? OFFSET ?", (limit, offset)
+                    f" ORDER BY {order} LIMIT ? OFFSET ?", (limit, offset)
                 )
             ]
         )

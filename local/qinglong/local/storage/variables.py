@@ -9,23 +9,21 @@ No error message contains a value.
 
 from __future__ import annotations
 
-import re
 import sqlite3
 from collections.abc import Callable
 from typing import Any
 
 from qinglong.local.storage.database import Database
 from qinglong.shared.errors import ConflictError, NotFoundError, ValidationError
+from qinglong.shared.variable_limits import check_variable_name
 
 Values = list[list[Any]]  # [[value, remark, enabled], ...] in position order
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def check_name(name: object) -> str:
-    """``name`` if it matches ``[A-Za-z_][A-Za-z0-9_]*``; raises ValidationError."""
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise ValidationError("variable", "names must match [A-Za-z_][A-Za-z0-9_]*")
-    return name
+    """``name`` under the one rule of both profiles (``shared/variable_limits.py``
+    ``check_variable_name``: ``[A-Za-z_][A-Za-z0-9_]*``, 1-128); raises ValidationError."""
+    return check_variable_name(name)
 
 
 def environment(conn: sqlite3.Connection) -> dict[str, str]:
@@ -80,11 +78,14 @@ def change(db: Database, at: int, name: str, edit: Callable[[Values], Any], *,
            check: Callable[[dict[str, str]], None] | None = None) -> Any:
     """Apply ``edit`` to the values of ``name`` in one transaction and return its result.
 
-    ``source`` given: a missing variable is created (secret unless ``secret`` is False),
-    else NotFoundError. Values left empty remove the variable. ``check(environment)`` runs
-    last; what it raises rolls everything back. ``global_variables.value`` is kept.
+    ``source`` given: a missing variable is created (secret unless ``secret`` is False;
+    its name must follow :func:`check_name`), else NotFoundError (a variable stored under
+    an older, looser rule can still be changed or removed). Values left empty remove the
+    variable. ``check(environment)`` runs last; what it raises rolls everything back.
+    ``global_variables.value`` is kept.
     """
-    check_name(name)
+    if source is not None:
+        check_name(name)
 
     def op(conn: sqlite3.Connection) -> Any:
         if source is not None:

@@ -21,4 +21,6 @@
   }
   document.addEventListener("DOMContentLoaded", function () { show(document); });
   document.addEventListener("htmx:afterSettle", function (ev) { show(ev.target || document); });
+  // the run page's facts, replaced by its log stream (logview.js)
+  document.addEventListener("ql3:times", function (ev) { show(ev.detail || document); });
 })();

@@ -49,19 +49,28 @@ def group_members(pgid: int) -> list[int]:
 
     Zombies are skipped (they hold nothing and cannot be stopped). Scans at most 65,536
     processes; processes that vanish or cannot be read meanwhile are skipped. Returns []
-    for ``pgid <= 1``.
+    for ``pgid <= 1``. Each pid's group is asked with ``getpgid`` (a syscall, no file: the
+    scan costs ~0.2 ms instead of ~3-7 ms with ~120 processes); only a match, or a pid
+    whose group is refused, has its ``stat`` read (bench/README.md "Worker side").
     """
     if pgid <= 1:
         return []
     me = os.getpid()
     members: list[int] = []
-    for count, entry in enumerate(os.scandir("/proc")):
+    for count, name in enumerate(os.listdir("/proc")):
         if count >= MAX_PIDS:
             break
-        if not entry.name.isdigit() or int(entry.name) == me:
+        if not name.isdigit() or int(name) == me:
             continue
         try:
-            stat = read_stat(int(entry.name))
+            if os.getpgid(int(name)) != pgid:
+                continue
+        except ProcessLookupError:
+            continue
+        except OSError:
+            pass  # refused (a security module): the stat file decides
+        try:
+            stat = read_stat(int(name))
         except ProcessIdentityError:
             continue
         if stat is not None and stat.pgid == pgid and stat.state not in ("Z", "X"):
