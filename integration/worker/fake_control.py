@@ -32,8 +32,14 @@ from qinglong.shared.ids import uuid7
 TOKEN = "test-token-" + "x" * 20
 
 
+LEASE_MS = 3000
+"""The lease of an attempt handed out by ``make_attempt`` unless a test sets its own (ms).
+After it could end, no process of the attempt may run (docs/protocols.md §4.2 "Self-fencing
+and the wrapper's watch"): the bound a fencing test holds a worker to, rather than a speed."""
+
+
 def make_attempt(shell: str, *, timeout_ms: int | None = None, log_limit_bytes: int = 65536,
-                 lease_ms: int = 3000, heartbeat_ms: int = 1000, cwd: str | None = None,
+                 lease_ms: int = LEASE_MS, heartbeat_ms: int = 1000, cwd: str | None = None,
                  env: dict[str, str] | None = None) -> dict[str, Any]:
     """A ClaimedAttempt JSON object (not validated: a test may hand out a bad one)."""
     return {

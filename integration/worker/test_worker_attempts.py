@@ -7,7 +7,6 @@ import hashlib
 import os
 import signal
 import subprocess
-import time
 
 import pytest
 from fake_control import TOKEN, make_attempt
@@ -101,10 +100,10 @@ def test_sigterm_drains_finishing_attempts_and_stops_the_rest(control, start_wor
     control.queue.extend([make_attempt("sleep 0.5; echo done"), make_attempt("sleep 300")])
     worker = start_worker("--concurrency", "2", "--drain-budget", "1.5")
     control.wait_for("started", count=2)
-    sent = time.monotonic()
     worker.proc.send_signal(signal.SIGTERM)
-    assert worker.proc.wait(6.0) == 0
-    assert time.monotonic() - sent < 1.5 + 0.5 + 2.0  # budget + grace + reporting
+    # budget (1.5 s) + grace + reporting, with room for a loaded host; a drain that waited
+    # for the unfinished attempt would take its 300 s
+    assert worker.proc.wait(30.0) == 0
     outcomes = sorted((c["outcome"], c["reason"]) for c in control.seen("complete"))
     assert outcomes == [("failed", "worker_drain"), ("succeeded", None)]
     assert len(control.seen("stopped")) == 1

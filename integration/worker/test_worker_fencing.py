@@ -8,12 +8,16 @@ import threading
 import time
 
 import pytest
-from fake_control import make_attempt
+from fake_control import LEASE_MS, make_attempt
 from worker_kit import live_members, pids_running, unique_sleep, wait_group_gone, wait_until
 
 pytestmark = pytest.mark.integration
 
 BACKGROUNDED = "sleep 300 & sleep 301 & wait"
+# A lease long beside the heartbeat: the worker's own deadline would fence the attempt only
+# after LONG_LEASE_S less its margin, so a group gone well before that was stopped by the 409.
+LONG_LEASE_S = 30.0
+AT_ONCE_S = LONG_LEASE_S / 3
 
 
 def test_worker_sigkill_takes_the_attempts_processes_with_it(control, start_worker):
@@ -22,10 +26,9 @@ def test_worker_sigkill_takes_the_attempts_processes_with_it(control, start_work
     pgid = control.wait_for("started")[0]["pid"]
     time.sleep(0.2)
     assert len(live_members(pgid)) >= 3  # wrapper, sh and both sleeps
-    killed_at = time.monotonic()
     worker.proc.send_signal(signal.SIGKILL)
-    gone_at = wait_group_gone(pgid, timeout_s=2.0)
-    assert gone_at - killed_at < 1.0
+    # the wrapper reads end-of-file: everything is gone before the lease could end
+    wait_group_gone(pgid, timeout_s=LEASE_MS / 1000)
 
 
 def test_control_silent_worker_kills_attempt_before_the_lease_could_expire(control,
@@ -120,13 +123,12 @@ def test_frozen_worker_with_a_heartbeat_in_flight_never_completes(control, start
 
 
 def test_409_on_heartbeat_kills_the_group_at_once_and_never_completes(control, start_worker):
-    control.queue.append(make_attempt(BACKGROUNDED, lease_ms=3000, heartbeat_ms=500))
+    control.queue.append(make_attempt(BACKGROUNDED, lease_ms=int(LONG_LEASE_S * 1000),
+                                      heartbeat_ms=500))
     start_worker()
     pgid = control.wait_for("started")[0]["pid"]
     control.heartbeat_status = 409
-    first_409 = time.monotonic()
-    wait_group_gone(pgid, timeout_s=1.5)
-    assert time.monotonic() - first_409 < 1.5  # one heartbeat period + the kill
+    wait_group_gone(pgid, timeout_s=AT_ONCE_S)  # the next heartbeat (0.5 s) and the kill
     time.sleep(0.5)
     assert control.seen("complete") == []
     assert control.seen("log-upload") == []
@@ -162,13 +164,11 @@ def test_cancel_in_the_heartbeat_answer_stops_the_group_and_completes_cancelled(
 def test_409_on_started_kills_the_group_at_once_and_sends_nothing_more(control,
                                                                       start_worker):
     control.force["started"] = 409
-    control.queue.append(make_attempt(BACKGROUNDED, lease_ms=3000, heartbeat_ms=500))
+    control.queue.append(make_attempt(BACKGROUNDED, lease_ms=int(LONG_LEASE_S * 1000),
+                                      heartbeat_ms=500))
     start_worker()
     pgid = control.wait_for("started")[0]["pid"]
-    with control.lock:  # when the 409 was answered: the worker's start-up is not counted
-        started_at = next(at for at, route, _ in control.log if route == "started")
-    wait_group_gone(pgid, timeout_s=1.5)
-    assert time.monotonic() - started_at < 1.5
+    wait_group_gone(pgid, timeout_s=AT_ONCE_S)  # at the 409's answer, not at the deadline
     time.sleep(0.7)  # more than one heartbeat period
     assert [control.seen(r) for r in ("complete", "log-upload")] == [[], []]
     assert len(control.seen("started")) == 1  # a 409 is never retried

@@ -36,7 +36,7 @@ def test_the_257th_pending_operation_fails_fast_with_storage_busy(tmp_path: Path
     started = time.monotonic()
     with pytest.raises(StorageBusyError):
         db.read(lambda c: c.execute("SELECT 1").fetchone())
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 5, "refused at once, not queued behind the 10 s blocker"
     release.set()
     for t in threads:
         t.join(10)
