@@ -21,6 +21,7 @@ from starlette.routing import Mount
 from test_app_mounted import TokenStore
 
 from qinglong.panel.app import create_app
+from qinglong.panel.backend import BackendRefusedError, BackendUnavailableError
 from qinglong.panel.security import Session
 
 BASE = "http://testserver"
@@ -131,3 +132,39 @@ def test_a_create_without_origin_is_refused(backend: SettingsBackend) -> None:
                                                      "scope": "viewer"},
                         headers={"Origin": "http://evil.example"})
     assert reply.status_code == 403 and backend.calls == []
+
+
+class RefusingBackend(SettingsBackend):
+    """A token lookup or revoke refused with ``code`` (None: the owner is down)."""
+
+    def __init__(self, code: str | None) -> None:
+        super().__init__()
+        self.code = code
+
+    def _refuse(self) -> None:
+        if self.code is None:
+            raise BackendUnavailableError("owner down")
+        raise BackendRefusedError(self.code, "refused")
+
+    def token_get(self, token_id: str) -> dict[str, Any]:
+        self._refuse()
+        raise AssertionError("unreachable")
+
+    def token_revoke(self, token_id: str) -> dict[str, Any]:
+        self.calls.append(("token_revoke", token_id))
+        self._refuse()
+        raise AssertionError("unreachable")
+
+
+@pytest.mark.parametrize(("code", "status"), [("token_not_found", 404), ("forbidden", 403),
+                                              (None, 503)])
+def test_a_refused_or_unanswered_token_page_answers_its_status(code: str | None,
+                                                                status: int) -> None:
+    """An unknown token's revoke page and revoke are 404, a scope the owner refuses 403, an
+    owner that does not answer 503; none shows the backend's message."""
+    client, csrf = _client(RefusingBackend(code), "ql3_admin")
+    confirm = client.get(f"/ui/settings/tokens/{TOKEN_ID}/revoke")
+    done = client.post(f"/ui/settings/tokens/{TOKEN_ID}/revoke", data={"csrf": csrf},
+                       follow_redirects=False)
+    assert (confirm.status_code, done.status_code) == (status, status)
+    assert "refused" not in confirm.text and "owner down" not in done.text

@@ -36,6 +36,20 @@ def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
         session: Session = request.state.session
         return backend.profile != "cluster" or session.scope == "admin"
 
+    async def one_item(request: Request, method: Callable[..., Any],
+                       key: str) -> tuple[Any, Response | None]:
+        """``method(key)`` on the backend for a token or channel page: (its answer, None), or
+        (None, the page to answer instead): 503 owner down, 403 for a refused scope, 404
+        for any other refusal (unknown or already gone)."""
+        try:
+            return await call(method, key), None
+        except BackendUnavailableError:
+            return None, render(request, "owner_down.html", 503)
+        except BackendRefusedError as exc:
+            if exc.code == "forbidden":
+                return None, forbidden(request)
+            return None, render(request, "error.html", 404, message_key="error.not_found")
+
     async def page(request: Request, status: int = 200, **ctx: Any) -> Response:
         need(backend, "settings")
         try:
@@ -123,14 +137,10 @@ def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
         need(backend, "settings")
         if not admin(request):
             return forbidden(request)
-        try:
-            token = await call(backend.token_get, request.path_params["token"])
-        except BackendUnavailableError:
-            return render(request, "owner_down.html", 503)
-        except BackendRefusedError as exc:
-            if exc.code == "forbidden":
-                return forbidden(request)
-            return render(request, "error.html", 404, message_key="error.not_found")
+        token, refusal = await one_item(request, backend.token_get,
+                                        request.path_params["token"])
+        if refusal is not None:
+            return refusal
         session: Session = request.state.session
         return render(request, "token_revoke.html", 200, token=token,
                       own=token["name"] == session.actor and token["state"] != "revoked")
@@ -139,14 +149,9 @@ def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
         need(backend, "settings")
         if not admin(request):
             return forbidden(request)
-        try:
-            await call(backend.token_revoke, request.path_params["token"])
-        except BackendUnavailableError:
-            return render(request, "owner_down.html", 503)
-        except BackendRefusedError as exc:
-            if exc.code == "forbidden":
-                return forbidden(request)
-            return render(request, "error.html", 404, message_key="error.not_found")
+        _, refusal = await one_item(request, backend.token_revoke, request.path_params["token"])
+        if refusal is not None:
+            return refusal
         # a session signed in with this token is gone at its next request (this redirect's)
         return RedirectResponse(root(request) + "/settings?revoked=1", status_code=303)
 
@@ -184,14 +189,10 @@ def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
             return render(request, "error.html", 404, message_key="error.not_found")
         if not admin(request):
             return forbidden(request)
-        try:
-            channel = await call(channel_method("channel_get"), request.path_params["channel"])
-        except BackendUnavailableError:
-            return render(request, "owner_down.html", 503)
-        except BackendRefusedError as exc:
-            if exc.code == "forbidden":
-                return forbidden(request)
-            return render(request, "error.html", 404, message_key="error.not_found")
+        channel, refusal = await one_item(request, channel_method("channel_get"),
+                                          request.path_params["channel"])
+        if refusal is not None:
+            return refusal
         return render(request, "channel_remove.html", 200, channel=channel)
 
     async def channel_remove(request: Request) -> Response:
@@ -200,14 +201,10 @@ def routes(render: Render, call: Call, backend: PanelBackend) -> list[Route]:
             return render(request, "error.html", 404, message_key="error.not_found")
         if not admin(request):
             return forbidden(request)
-        try:
-            await call(channel_method("channel_remove"), request.path_params["channel"])
-        except BackendUnavailableError:
-            return render(request, "owner_down.html", 503)
-        except BackendRefusedError as exc:
-            if exc.code == "forbidden":
-                return forbidden(request)
-            return render(request, "error.html", 404, message_key="error.not_found")
+        _, refusal = await one_item(request, channel_method("channel_remove"),
+                                    request.path_params["channel"])
+        if refusal is not None:
+            return refusal
         return RedirectResponse(root(request) + "/settings?channel_removed=1", status_code=303)
 
     return [
