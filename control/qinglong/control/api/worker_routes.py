@@ -325,22 +325,7 @@ async def log_chunk(request: Request, principal: WorkerPrincipal) -> dict[str, A
 @router.post("/complete", **_doc(wire.CompletionReport, wire.Ack))
 async def complete(request: Request, token: WorkerToken) -> dict[str, Any]:
     """The attempt ended; a replay answers ``replayed: true`` (409 ``log_mismatch``)."""
-    parsed = await _decode_later(request, wire.CompletionReport)
-    ctx = get_context(request)
-
-    def step() -> wire.Ack:
-        pool_id, state, report = _in_step(ctx, token, parsed, lambda tx, who, b: (
-            _pool(who), lease_state(tx.conn, _pool(who), b.lease), b))
-        return finish_completion(ctx.engine, state, s3=ctx.s3, bucket=ctx.bucket,
-                                 pool_id=pool_id, report=report)
-
-    answer = await _call(ctx, step)
-    body = parsed
-    assert not isinstance(body, ApiError)  # _in_step raised it
-    if (body.reason == "log_unavailable" and ctx.metrics is not None
-            and not answer.get("replayed")):
-        ctx.metrics.log_unavailable()
-    return answer
+    return await _completion(request, token, no_output=False)
 
 
 @router.post("/complete-no-output", **_doc(wire.CompletionReport, wire.Ack))
@@ -350,6 +335,13 @@ async def complete_no_output(request: Request, token: WorkerToken) -> dict[str, 
     nothing to HEAD; recorded as ``no_output`` (``dispatch/completion.py``). Sent only by a
     worker with ``QL3-Wire: 2``; a replica without this route answers 404 and that worker
     completes through ``/complete`` as before (docs/protocols.md §4.2)."""
+    return await _completion(request, token, no_output=True)
+
+
+async def _completion(request: Request, token: WorkerToken, *,
+                      no_output: bool) -> dict[str, Any]:
+    """One completion step for ``/complete`` and ``/complete-no-output`` (``finish_completion``
+    in one transaction); a first ``log_unavailable`` completion is counted in the metrics."""
     parsed = await _decode_later(request, wire.CompletionReport)
     ctx = get_context(request)
 
@@ -357,9 +349,14 @@ async def complete_no_output(request: Request, token: WorkerToken) -> dict[str, 
         pool_id, state, report = _in_step(ctx, token, parsed, lambda tx, who, b: (
             _pool(who), lease_state(tx.conn, _pool(who), b.lease), b))
         return finish_completion(ctx.engine, state, s3=ctx.s3, bucket=ctx.bucket,
-                                 pool_id=pool_id, report=report, no_output=True)
+                                 pool_id=pool_id, report=report, no_output=no_output)
 
-    return await _call(ctx, step)
+    answer: dict[str, Any] = await _call(ctx, step)
+    assert not isinstance(parsed, ApiError)  # _in_step raised it
+    if (parsed.reason == "log_unavailable" and ctx.metrics is not None
+            and not answer.get("replayed")):
+        ctx.metrics.log_unavailable()
+    return answer
 
 
 @router.post("/stopped", **_doc(wire.WorkerStopped, wire.Ack))
