@@ -1,12 +1,20 @@
-"""Fixtures for the panel tier: one chromium for the whole session."""
+"""Fixtures for the panel tier: one chromium for the whole session; the cluster's kits
+(``integration/cluster``, ``integration/s3``) importable by the cluster panel modules."""
 
 from __future__ import annotations
 
 import shutil
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+_INTEGRATION = Path(__file__).resolve().parents[1]
+for _dir in (_INTEGRATION / "cluster", _INTEGRATION / "s3"):
+    if str(_dir) not in sys.path:
+        sys.path.insert(0, str(_dir))
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import http.server
 import os
 import shutil
-import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,9 +22,6 @@ import pytest
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 
 ROOT = Path(__file__).resolve().parents[2]
-for _dir in (ROOT / "integration" / "cluster", ROOT / "integration" / "s3"):
-    if str(_dir) not in sys.path:
-        sys.path.insert(0, str(_dir))
 
 CHROMIUM = shutil.which("chromium-headless-shell") or "/usr/bin/chromium-headless-shell"
 ARTIFACTS = Path(os.environ.get("QL3_ARTIFACTS_DIR", ROOT / "test-artifacts")) / "panel"

@@ -5,9 +5,7 @@ only on the first, and the cookie is Secure there only."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,10 +13,6 @@ import pytest
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 
-ROOT = Path(__file__).resolve().parents[2]
-for _dir in (ROOT / "integration" / "cluster", ROOT / "integration" / "s3"):
-    if str(_dir) not in sys.path:
-        sys.path.insert(0, str(_dir))
 
 pytest.importorskip("moto")
 pytest.importorskip("psycopg")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +23,6 @@ import pytest
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 
 ROOT = Path(__file__).resolve().parents[2]
-for _dir in (ROOT / "integration" / "cluster", ROOT / "integration" / "s3"):
-    if str(_dir) not in sys.path:
-        sys.path.insert(0, str(_dir))
 
 CHROMIUM = shutil.which("chromium-headless-shell") or "/usr/bin/chromium-headless-shell"
 ARTIFACTS = Path(os.environ.get("QL3_ARTIFACTS_DIR", ROOT / "test-artifacts")) / "panel"

@@ -7,19 +7,13 @@ views but no pin or save controls, and its forged POSTs (CSRF token included) ar
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 
-ROOT = Path(__file__).resolve().parents[2]
-for _dir in (ROOT / "integration" / "cluster", ROOT / "integration" / "s3"):
-    if str(_dir) not in sys.path:
-        sys.path.insert(0, str(_dir))
 
 from test_cluster_browser import JD, World, _shot  # noqa: E402
 
