@@ -73,18 +73,18 @@ if [ "$#" -gt 0 ]; then
   skipped "tiers" "arguments given: one pytest run of them instead"
   exit 0
 fi
-# pytest-xdist: both tiers run on two worker processes by default (QL3_TEST_WORKERS=N for
-# N, 1 for one process). The integration tier's tests mostly wait on processes they started,
-# so one process left half of this 2-core machine idle: on a clean clone it took 2,394 s in
-# one process and 1,243 s on two (-n 2 --dist loadfile: a test file whole on one worker, so a
-# module's fixture is made once; no file takes over 90 s, so the tail is short); the unit
-# tier 111 s and 58 s. Tests marked `serial` (they need the machine to themselves) always
-# run alone in a pass of their own, after the integration tier.
-workers="${QL3_TEST_WORKERS:-2}"
+# pytest-xdist: the unit tier runs on two worker processes, the integration tier on three
+# (QL3_TEST_WORKERS=N for N in both, 1 for one process). The integration tier's tests mostly
+# wait on processes they started, so one process left half of this 2-core machine idle: on
+# a clean clone it took 2,394 s in one process and 1,243 s on two (--dist loadfile: a test
+# file whole on one worker, so a module's fixture is made once; no file takes over 100 s, so
+# the tail is short), two workers still leaving a quarter of the CPU idle; the unit tier is
+# CPU-bound (111 s in one process, 58 s on two). Tests marked `serial` (they need the
+# machine to themselves) always run alone in a pass of their own, after the integration tier.
+unit_workers="${QL3_TEST_WORKERS:-2}" int_workers="${QL3_TEST_WORKERS:-3}"
 unit_par=() int_par=()
-if [ "$workers" != 1 ]; then
-  unit_par=(-n "$workers") int_par=(-n "$workers" --dist loadfile)
-fi
+[ "$unit_workers" = 1 ] || unit_par=(-n "$unit_workers")
+[ "$int_workers" = 1 ] || int_par=(-n "$int_workers" --dist loadfile)
 # --durations: every run prints its slowest tests, so a tier that grows slow says where
 dur=(--durations=40 --durations-min=1)
 allow_empty() {  # pytest exits 5 when the marker selects no test: not a failure here
