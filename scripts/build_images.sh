@@ -4,6 +4,7 @@
 # (docs/operations.md "Building the images").
 #
 #   scripts/build_images.sh            # prints the built image names, one a line
+#   scripts/build_images.sh --base-only  # makes (or finds) the Debian base image only
 #
 # The base root filesystem is cached under $QL3_IMAGE_CACHE (default /var/cache/ql3-image)
 # and imported once as $QL3_BASE_IMAGE; buildah's layer cache (--layers) makes a rebuild of
@@ -19,6 +20,13 @@ BASE="${QL3_BASE_IMAGE:-localhost/ql3-base:$SUITE}"
 TAG="${QL3_IMAGE_TAG:-$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -1)}"
 # what the public python image gives the Dockerfile: python, pip and venv on PATH
 PACKAGES="python3,python3-venv,python3-pip,python-is-python3,ca-certificates"
+
+base_only=0
+case "${1:-}" in
+  "") ;;
+  --base-only) base_only=1 ;;
+  *) echo "usage: scripts/build_images.sh [--base-only]" >&2; exit 2 ;;
+esac
 
 for tool in buildah debootstrap; do
   command -v "$tool" >/dev/null || { echo "$tool not installed: apt-get install -y $tool" >&2; exit 2; }
@@ -54,6 +62,7 @@ if ! buildah inspect --type image "$BASE" >/dev/null 2>&1; then
     --cmd /bin/bash "$ctr"
   buildah commit --quiet "$ctr" "$BASE" >/dev/null
 fi
+[ "$base_only" -eq 0 ] || exit 0
 
 # The RUN steps fetch from PyPI and Debian's mirror: they trust what this machine trusts
 # (its CA bundle bound in for the build only, never committed to a layer; a machine behind

@@ -93,6 +93,14 @@ allow_empty() {  # pytest exits 5 when the marker selects no test: not a failure
   [ "$status" -eq 5 ] && return 0
   return "$status"
 }
+base_log="test-artifacts/image-base.log" base_pid=""
+if [ "$image" -eq 1 ]; then
+  # the image tier's Debian base (debootstrap on a fresh machine: two to three minutes,
+  # mostly fetching and unpacking) is made beside the unit and integration tiers; the image
+  # tier waits for it, and builds it itself should this fail (its log says why)
+  mkdir -p test-artifacts && bash scripts/build_images.sh --base-only > "$base_log" 2>&1 &
+  base_pid=$!
+fi
 echo "== unit (tests/)"; timed "unit: tests/" pytest "${unit_par[@]}" "${dur[@]}" tests
 echo "== integration (integration/, not the drill, not the serial tests)"
 timed "integration" pytest "${int_par[@]}" "${dur[@]}" integration \
@@ -104,6 +112,10 @@ if [ "$image" -eq 1 ]; then
   # the first run makes the Debian base (debootstrap, a few minutes, cached under
   # /var/cache/ql3-image); later runs rebuild only when the build context changed
   echo "== image (integration/helm/test_images.py, marker image)"
+  if [ -n "$base_pid" ] && ! wait "$base_pid"; then
+    echo "the Debian base made beside the tests failed; the image tier makes it itself:"
+    tail -n 20 "$base_log"
+  fi
   timed "image" pytest integration -m image -rs
 else
   skipped "image" "not root: buildah's chroot builds and the sandbox need root"
