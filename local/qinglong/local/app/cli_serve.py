@@ -66,6 +66,7 @@ def serve(data_dir: str | None, grace: float | None, detach: bool, web: bool,
         sys.exit(2)
 
     configure_logging()  # our log lines: the viewer's zone with its offset, or --utc
+    _one_malloc_arena()
     datadir = datadir_of(data_dir)
     datadir.require_initialised()
     stop = threading.Event()
@@ -105,6 +106,24 @@ def serve(data_dir: str | None, grace: float | None, detach: bool, web: bool,
         if panel is not None:
             panel.stop()
         app.stop()
+
+
+M_ARENA_MAX = -8  # glibc's mallopt parameter (malloc.h)
+
+
+def _one_malloc_arena() -> None:
+    """Keep serve's threads on one glibc malloc arena. glibc gives every thread that
+    allocates an arena of its own (up to eight per core); serve's mostly idle threads then
+    hold about 1 MiB of arena pages, which an edge device pays for (ADR-0069's idle memory
+    gate, integration/test_edge_memory.py), while serve runs one store operation at a time
+    and gains nothing from them. Called before any thread starts. A no-op where the C
+    library has no ``mallopt`` (musl, macOS) or ctypes is missing."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).mallopt(M_ARENA_MAX, 1)
+    except (ImportError, OSError, AttributeError):
+        pass
 
 
 def _start_panel(root: str, listen: str, trusted_proxy: str | None) -> PanelChild:
