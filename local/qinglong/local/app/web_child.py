@@ -79,8 +79,9 @@ class PanelChild:
         self._supervisor: threading.Thread | None = None
 
     def start(self) -> int | None:
-        """Spawn the child and wait until it prints its first line (None: it serves) or
-        exits first (its exit status; nothing keeps running then)."""
+        """Spawn the child and wait until it prints its first line (None: it serves; should
+        it die after that, the supervisor restarts it) or exits without a line (its exit
+        status; nothing keeps running then)."""
         proc, first_line = self._spawn()
         if proc is None:
             return None
@@ -88,6 +89,9 @@ class PanelChild:
         while not first_line.wait(0.1):
             if proc.poll() is not None or time.monotonic() >= deadline:
                 break
+        if not first_line.is_set() and proc.poll() is not None:
+            for relay in self._relays:  # it exited: what it printed is read to the end first
+                relay.join(5)
         if not first_line.is_set():
             self._end(proc)
             for relay in self._relays:
@@ -134,12 +138,14 @@ class PanelChild:
         assert proc.stdout is not None
         with proc.stdout:
             for line in proc.stdout:
+                # set before the line is copied: whoever reads the link on serve's stdout
+                # (and may stop the child at once) finds the start already counted
+                first_line.set()
                 try:
                     self.out.write(line)
                     self.out.flush()
                 except (OSError, ValueError):  # serve's stdout closed: keep draining
                     pass
-                first_line.set()
 
     def _supervise(self, proc: subprocess.Popen[str]) -> None:
         started = time.monotonic()
